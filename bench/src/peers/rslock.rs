@@ -1,0 +1,31 @@
+//! `rslock` 0.10 (async, tokio): `LockManager::new(uris)`, `acquire(resource,
+//! ttl)` (loops over `lock()`: 3 tries, random 0..200 ms between them),
+//! `guard.release().await`. Over several URIs it is its own Redlock.
+
+use anyhow::Result;
+use rslock::{LockGuard, LockManager};
+
+use crate::locker::{AsyncLocker, LEASE};
+
+pub struct Rslock {
+    manager: LockManager,
+}
+
+impl Rslock {
+    pub fn new(urls: &[String]) -> Self {
+        Rslock { manager: LockManager::new(urls.to_vec()) }
+    }
+}
+
+impl AsyncLocker for Rslock {
+    type Guard = LockGuard;
+
+    async fn lock(&self, key: &str) -> Result<LockGuard> {
+        Ok(self.manager.acquire(key, LEASE).await?)
+    }
+
+    async fn unlock(&self, guard: LockGuard) -> Result<()> {
+        guard.release().await;
+        Ok(())
+    }
+}

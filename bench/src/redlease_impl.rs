@@ -1,0 +1,113 @@
+//! redlease, written against the planned public API (/tmp/api.md):
+//! `Client::connect`, `client.lock(name)?.lock().await` (watchdog lease,
+//! owner = current task), `guard.unlock().await`, `RedLock::new(locks)?
+//! .lock_with_lease(lease)`, and `client.renew_now().await -> RenewStats`
+//! (exposed for benchmarks).
+
+use anyhow::Result;
+use redlease::{Client, LockGuard, RedLock, RenewStats};
+
+use crate::locker::{AsyncLocker, LEASE};
+
+/// The default lock: watchdog lease, waits through pub/sub.
+pub struct Redlease {
+    pub client: Client,
+}
+
+impl Redlease {
+    pub async fn new(url: &str) -> Result<Self> {
+        Ok(Redlease { client: Client::connect(url).await? })
+    }
+
+    /// One renewal tick of every watchdog-leased hold of this client.
+    pub async fn renew_now(&self) -> Result<RenewStats> {
+        Ok(self.client.renew_now().await?)
+    }
+}
+
+impl AsyncLocker for Redlease {
+    type Guard = LockGuard;
+
+    async fn lock(&self, key: &str) -> Result<LockGuard> {
+        Ok(self.client.lock(key)?.lock().await?)
+    }
+
+    async fn unlock(&self, guard: LockGuard) -> Result<()> {
+        Ok(guard.unlock().await?)
+    }
+
+    async fn close(&self) {
+        let _ = self.client.shutdown().await;
+    }
+}
+
+/// W5 variants over several servers (one client per server), fixed lease.
+pub enum Multi {
+    /// One server, `lock_with_lease`.
+    Single,
+    /// `RedLock` over all servers.
+    RedLock,
+    /// The single-server locks taken one after another, released after.
+    Sequential,
+}
+
+pub struct RedleaseMulti {
+    clients: Vec<Client>,
+    mode: Multi,
+}
+
+impl RedleaseMulti {
+    pub async fn new(urls: &[String], mode: Multi) -> Result<Self> {
+        let mut clients = Vec::new();
+        for url in urls {
+            clients.push(Client::connect(url).await?);
+        }
+        Ok(RedleaseMulti { clients, mode })
+    }
+}
+
+pub enum MultiGuard {
+    Single(LockGuard),
+    RedLock(redlease::RedLockGuard),
+    Sequential(Vec<LockGuard>),
+}
+
+impl AsyncLocker for RedleaseMulti {
+    type Guard = MultiGuard;
+
+    async fn lock(&self, key: &str) -> Result<MultiGuard> {
+        Ok(match self.mode {
+            Multi::Single => MultiGuard::Single(self.clients[0].lock(key)?.lock_with_lease(LEASE).await?),
+            Multi::RedLock => {
+                let locks = self.clients.iter().map(|c| c.lock(key)).collect::<Result<Vec<_>, _>>()?;
+                MultiGuard::RedLock(RedLock::new(locks)?.lock_with_lease(LEASE).await?)
+            }
+            Multi::Sequential => {
+                let mut held = Vec::with_capacity(self.clients.len());
+                for c in &self.clients {
+                    held.push(c.lock(key)?.lock_with_lease(LEASE).await?);
+                }
+                MultiGuard::Sequential(held)
+            }
+        })
+    }
+
+    async fn unlock(&self, guard: MultiGuard) -> Result<()> {
+        match guard {
+            MultiGuard::Single(g) => g.unlock().await?,
+            MultiGuard::RedLock(g) => g.unlock().await?,
+            MultiGuard::Sequential(gs) => {
+                for g in gs {
+                    g.unlock().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&self) {
+        for c in &self.clients {
+            let _ = c.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The workloads of issue 5, each written once for async implementations
+//! (tokio tasks) and, where the sync peer can run it, once for OS threads.
+
+pub mod w1;
+pub mod w2;
+pub mod w3;
+pub mod w4;
+pub mod w6;
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::locker::{AsyncLocker, SyncLocker};
+
+/// Lock+unlock pairs done before measuring (connections, script caches).
+const WARM_UP: usize = 20;
+
+pub async fn warm_up<L: AsyncLocker>(l: &L, key: &str) -> Result<()> {
+    for _ in 0..WARM_UP {
+        let g = l.lock(key).await?;
+        l.unlock(g).await?;
+    }
+    Ok(())
+}
+
+pub fn warm_up_sync<L: SyncLocker>(l: &L, key: &str, deadline: Instant) -> Result<()> {
+    for _ in 0..WARM_UP {
+        let g = l.lock(key, deadline)?;
+        l.unlock(g)?;
+    }
+    Ok(())
+}
+
+/// Runs a blocking closure on its own OS thread and awaits it.
+pub async fn on_thread<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await?
+}

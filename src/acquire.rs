@@ -1,0 +1,121 @@
+//! The acquisition engine: one cancel-safe attempt, and the wait loop around it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Inner;
+use crate::error::{Error, Result};
+use crate::guard::{LockGuard, release_on_server};
+use crate::hold::{Hold, Lease};
+use crate::lock::{Lock, Wait};
+use crate::scripts::Acquire;
+use crate::task::FinishOnDrop;
+
+/// How long to sleep between attempts when the holder's key has no expiry and no unlock
+/// message arrives (someone PERSISTed it, or a message was lost).
+const RECHECK_WITHOUT_TTL: Duration = Duration::from_secs(1);
+
+impl Lock {
+    pub(crate) async fn acquire(&self, lease: Lease, wait: Wait) -> Result<Option<LockGuard>> {
+        let inner = &self.client.inner;
+        inner.check_open()?;
+        let field = self.field();
+        let lease_ms = lease.duration().as_millis() as u64;
+        let mut subscription = None;
+        loop {
+            let started = Instant::now();
+            let ttl = match self.attempt(&field, lease_ms).await? {
+                Acquire::Acquired { count, token } => {
+                    return Ok(Some(
+                        self.grant(field, lease, lease_ms, count, token, started),
+                    ));
+                }
+                Acquire::AlreadyHeld => {
+                    return Err(Error::WouldDeadlock {
+                        name: self.keys.name.to_string(),
+                    });
+                }
+                Acquire::HeldElsewhere { ttl } => ttl,
+            };
+            let remaining = match wait {
+                Wait::Once => return Ok(None),
+                Wait::Forever => None,
+                Wait::Until(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Ok(None),
+                },
+            };
+            let Some(sub) = subscription.as_ref() else {
+                // Subscribe only after a failed attempt (the uncontended path stays one round
+                // trip), then try again at once: the unlock may have happened before we listened.
+                subscription = Some(inner.subscriber.subscribe(&self.keys.channel).await?);
+                continue;
+            };
+            // Wake on the unlock message, or when the holder's lease runs out (the message is
+            // lost when a lease simply expires), or at our own deadline.
+            let mut nap = ttl.map_or(RECHECK_WITHOUT_TTL, |t| t + Duration::from_millis(1));
+            if let Some(left) = remaining {
+                nap = nap.min(left);
+            }
+            tokio::select! {
+                _ = sub.notified() => {}
+                _ = tokio::time::sleep(nap) => {}
+            }
+            inner.check_open()?;
+        }
+    }
+
+    /// Sends one acquire. If this future is dropped while the request is in flight, the request
+    /// is finished in the background and a grant is given back, so cancellation never leaves a
+    /// hold behind.
+    async fn attempt(&self, field: &Arc<str>, lease_ms: u64) -> Result<Acquire> {
+        let client = self.client.clone();
+        let keys = self.keys.clone();
+        let field = field.clone();
+        let (reentrant, fenced) = (self.reentrant, self.fenced);
+        let request = {
+            let (client, keys, field) = (client.clone(), keys.clone(), field.clone());
+            async move {
+                client
+                    .inner
+                    .node
+                    .acquire(&keys, &field, lease_ms, reentrant, fenced)
+                    .await
+            }
+        };
+        FinishOnDrop::new(request, move |outcome| async move {
+            if let Ok(Acquire::Acquired { .. }) = outcome {
+                tracing::debug!(lock = %keys.name, "acquire cancelled after the grant; giving it back");
+                if let Err(e) = release_on_server(&client, &keys, &field, lease_ms).await {
+                    tracing::warn!(lock = %keys.name, error = %e, "could not give back a cancelled grant; it expires with its lease");
+                }
+            }
+        })
+        .await
+    }
+
+    /// Records a grant locally (reentrancy, watchdog) and builds its guard. Synchronous, so a
+    /// cancelled caller cannot leave the local state half-done.
+    fn grant(
+        &self,
+        field: Arc<str>,
+        lease: Lease,
+        lease_ms: u64,
+        count: u32,
+        token: u64,
+        started: Instant,
+    ) -> LockGuard {
+        let inner: &Arc<Inner> = &self.client.inner;
+        let drift = inner.config.drift(lease.duration());
+        let token = self.fenced.then_some(token);
+        let keys = self.keys.clone();
+        let (hold, fresh) = inner.holds.granted(count, || {
+            Hold::new(keys, field, lease, lease_ms, token, drift, started)
+        });
+        if fresh && matches!(lease, Lease::Watchdog(_)) {
+            // A shorter lease than any held so far needs a faster watchdog.
+            inner.watchdog_wake.notify_one();
+        }
+        LockGuard::new(self.client.clone(), hold)
+    }
+}

@@ -1,0 +1,229 @@
+//! `Client`: the connection, the client identity and the background tasks every lock shares.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::hold::Holds;
+use crate::lock::Lock;
+use crate::node::Node;
+use crate::pubsub::Subscriber;
+use crate::task::AbortOnDrop;
+use crate::watchdog::{self, RenewStats};
+
+/// A connection to one Redis server plus everything its locks share: the client id that names
+/// this process in lock owners, the watchdog and the pub/sub subscriber.
+///
+/// Cheap to clone: clones share one connection, one watchdog task and one subscriber
+/// connection. Create one per process (or per Redis deployment) and pass clones around.
+///
+/// ```no_run
+/// # async fn demo() -> redlease::Result<()> {
+/// let client = redlease::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.lock("orders:42")?.lock().await?;
+/// // ... critical section ...
+/// guard.unlock().await?;
+/// client.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub id: Uuid,
+    /// `id` as text, the prefix of every owner field.
+    pub id_text: Arc<str>,
+    pub config: Config,
+    pub node: Node,
+    pub holds: Holds,
+    pub subscriber: Arc<Subscriber>,
+    pub watchdog_wake: Arc<Notify>,
+    watchdog_task: Mutex<Option<AbortOnDrop>>,
+    shut_down: AtomicBool,
+    next_request: AtomicU64,
+}
+
+impl Inner {
+    pub fn check_open(&self) -> Result<()> {
+        if self.shut_down.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A request id unique to this client, for idempotent releases.
+    pub fn request_id(&self) -> String {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.id_text)
+    }
+}
+
+/// Builds a [`Client`]; see [`Client::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ClientBuilder {
+    url: String,
+    config: Config,
+}
+
+impl ClientBuilder {
+    /// Prefix of every key and channel. Defaults to `"redlease"`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of watchdog-kept locks (renewed every third of it). Defaults to 30 seconds.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.config.watchdog_lease = lease;
+        self
+    }
+
+    /// Limit for connecting and for each round trip. Defaults to 2 seconds.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = timeout;
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Connects and starts the watchdog.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] or [`Error::InvalidDuration`] for a bad URL or setting;
+    /// [`Error::Timeout`] or [`Error::Redis`] when the server cannot be reached within the
+    /// timeout.
+    pub async fn build(self) -> Result<Client> {
+        self.config.validate()?;
+        let node = Node::connect(&self.url, self.config.timeout).await?;
+        let id = Uuid::new_v4();
+        let inner = Arc::new(Inner {
+            id,
+            id_text: id.to_string().into(),
+            subscriber: Subscriber::new(node.redis_client().clone(), self.config.timeout),
+            config: self.config,
+            node,
+            holds: Holds::default(),
+            watchdog_wake: Arc::new(Notify::new()),
+            watchdog_task: Mutex::new(None),
+            shut_down: AtomicBool::new(false),
+            next_request: AtomicU64::new(0),
+        });
+        let task = watchdog::spawn(&inner);
+        *inner.watchdog_task.lock() = Some(task);
+        Ok(Client { inner })
+    }
+}
+
+impl Client {
+    /// Connects with the default [`Config`].
+    ///
+    /// # Errors
+    /// As [`ClientBuilder::build`].
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder(url).build().await
+    }
+
+    /// A builder for a client of the server at `url` (`redis://[user:pass@]host:port[/db]`).
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            url: url.into(),
+            config: Config::default(),
+        }
+    }
+
+    /// A handle to the lock `name`. Nothing is sent to Redis until you use it.
+    ///
+    /// Names are UTF-8, 1 to 4096 bytes, and must not start with `}` (the name becomes the
+    /// Redis Cluster hash tag of the lock's keys).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty, too long or `}`-led name.
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        Lock::new(self.clone(), name)
+    }
+
+    /// This client's id, the first part of every owner field it writes.
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// How many (lock, owner) holds this client currently keeps.
+    pub fn held_count(&self) -> usize {
+        self.inner.holds.len()
+    }
+
+    /// Renews every watchdog-kept lock now, as one watchdog tick would, and reports what it
+    /// did. Meant for benchmarks and diagnostics; the watchdog runs on its own.
+    ///
+    /// # Errors
+    /// Never for a failed batch (those count in [`RenewStats::failed_batches`]); only
+    /// [`Error::Shutdown`].
+    pub async fn renew_now(&self) -> Result<RenewStats> {
+        self.inner.check_open()?;
+        Ok(watchdog::renew_all(&self.inner).await)
+    }
+
+    /// Releases every hold of this client, stops the watchdog and the subscriber, and makes
+    /// every later operation fail with [`Error::Shutdown`]. Guards still alive then report
+    /// [`Error::Shutdown`] from `unlock`.
+    ///
+    /// # Errors
+    /// The first error met while releasing; the remaining holds are released anyway and the
+    /// tasks are stopped in every case.
+    pub async fn shutdown(&self) -> Result<()> {
+        if self.inner.shut_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let mut first_error = None;
+        for (hold, guards) in self.inner.holds.drain() {
+            let id = self.inner.request_id();
+            let released = self
+                .inner
+                .node
+                .release(&hold.keys, &hold.field, hold.lease_ms, guards.max(1), &id)
+                .await;
+            if let Err(e) = released {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.inner.watchdog_task.lock().take();
+        self.inner.subscriber.stop();
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends one raw command with the client's timeout (for tools and tests).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] or [`Error::Timeout`].
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        self.inner.node.query(cmd).await
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner.id)
+            .field("prefix", &self.inner.config.prefix)
+            .finish_non_exhaustive()
+    }
+}

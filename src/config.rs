@@ -1,0 +1,99 @@
+//! Client configuration: plain data with documented defaults.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The longest lease, wait or timeout accepted anywhere (365 days).
+///
+/// Anything longer is almost certainly a unit mistake, and far-future deadlines overflow
+/// `Instant` arithmetic on some platforms.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Settings shared by every lock of a [`Client`](crate::Client).
+///
+/// Build one with [`Client::builder`](crate::Client::builder); every field has a default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Prefix of every key and channel. Defaults to `"redlease"`.
+    pub prefix: String,
+    /// Lease of locks taken without an explicit lease; the watchdog renews them every third of it.
+    /// Defaults to 30 seconds.
+    pub watchdog_lease: Duration,
+    /// Limit for connecting and for each command round trip. Defaults to 2 seconds.
+    pub timeout: Duration,
+    /// How many times a release is retried when its reply was lost (the retry is idempotent).
+    /// Defaults to 2.
+    pub release_retries: u32,
+    /// Safety margin subtracted from every lease when computing how long a lock is known valid,
+    /// as a fraction of the lease; 2 ms are added on top. Defaults to 0.01.
+    pub drift_factor: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            prefix: "redlease".to_owned(),
+            watchdog_lease: Duration::from_secs(30),
+            timeout: Duration::from_secs(2),
+            release_retries: 2,
+            drift_factor: 0.01,
+        }
+    }
+}
+
+impl Config {
+    /// The clock drift allowance for a lease: `lease × drift_factor + 2 ms`.
+    pub(crate) fn drift(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.drift_factor.clamp(0.0, 0.5)) + Duration::from_millis(2)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.prefix.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the key prefix must not be empty".into(),
+            ));
+        }
+        lease_ms("watchdog lease", self.watchdog_lease)?;
+        check_duration("timeout", self.timeout)?;
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(Error::InvalidArgument(format!(
+                "drift factor {} is outside 0.0..0.5",
+                self.drift_factor
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Rejects zero and absurd durations with an error naming the argument.
+pub(crate) fn check_duration(what: &'static str, value: Duration) -> Result<Duration> {
+    if value.is_zero() {
+        return Err(Error::InvalidDuration {
+            what,
+            reason: "must be greater than zero".into(),
+        });
+    }
+    if value > MAX_DURATION {
+        return Err(Error::InvalidDuration {
+            what,
+            reason: format!("{value:?} exceeds the maximum of {MAX_DURATION:?}"),
+        });
+    }
+    Ok(value)
+}
+
+/// Validates a lease and converts it to the whole milliseconds PEXPIRE takes (at least 1 ms).
+pub(crate) fn lease_ms(what: &'static str, lease: Duration) -> Result<u64> {
+    check_duration(what, lease)?;
+    let ms = lease.as_millis();
+    if ms == 0 {
+        return Err(Error::InvalidDuration {
+            what,
+            reason: "must be at least 1 millisecond".into(),
+        });
+    }
+    // MAX_DURATION keeps this far below u64::MAX.
+    Ok(ms as u64)
+}

@@ -1,0 +1,149 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// A specialised `Result` for lock operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while taking, keeping or giving back a lock.
+///
+/// Errors are information: a Redis failure is never turned into "not acquired". Use the `is_*`
+/// predicates rather than matching on variants when you only need the category.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock name is empty or too long.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// Why the name was rejected.
+        reason: &'static str,
+    },
+    /// A lease, wait or timeout is zero or too large to be represented.
+    #[error("invalid {what}: {reason}")]
+    InvalidDuration {
+        /// Which argument was rejected (`"lease"`, `"wait"`, ...).
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// Any other argument that cannot be used (an empty node list, a bad URL, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The current owner holds no hold of this lock, so there is nothing to release.
+    #[error("lock `{name}` is not held by this owner")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+    /// The lease expired or the key was deleted while the guard was alive.
+    #[error("the lease of lock `{name}` was lost")]
+    LeaseLost {
+        /// The lock name.
+        name: String,
+    },
+    /// A non-reentrant lock was taken again by the owner that already holds it.
+    #[error("lock `{name}` is already held by this owner and is not reentrant")]
+    WouldDeadlock {
+        /// The lock name.
+        name: String,
+    },
+    /// The lock's key exists in Redis with a type other than the lock hash.
+    #[error("key `{key}` holds a value that is not a redlease lock (WRONGTYPE)")]
+    WrongType {
+        /// The Redis key.
+        key: String,
+    },
+    /// Redis did not answer within the configured timeout.
+    #[error("{operation} timed out after {timeout:?}")]
+    Timeout {
+        /// What was being done.
+        operation: &'static str,
+        /// The limit that was exceeded.
+        timeout: Duration,
+    },
+    /// Redis answered with an error or the connection failed.
+    #[error("redis error during {operation}: {source}")]
+    Redis {
+        /// What was being done.
+        operation: &'static str,
+        /// The redis-rs error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A script answered something this version does not understand.
+    #[error("unexpected reply from the {script} script: {reply}")]
+    Protocol {
+        /// The script's name.
+        script: &'static str,
+        /// The reply, formatted for humans.
+        reply: String,
+    },
+    /// Not enough Redlock nodes (or MultiLock members) agreed.
+    #[error(
+        "quorum not reached for `{name}`: {acquired} of {nodes} nodes acquired, {held_elsewhere} held elsewhere, {failed} failed or timed out (needed {needed})"
+    )]
+    Quorum {
+        /// The lock name.
+        name: String,
+        /// How many nodes there are.
+        nodes: usize,
+        /// How many acquisitions were needed.
+        needed: usize,
+        /// How many nodes granted the lock in the last attempt.
+        acquired: usize,
+        /// How many nodes answered that another owner holds it.
+        held_elsewhere: usize,
+        /// How many nodes failed or timed out.
+        failed: usize,
+    },
+    /// The client was shut down.
+    #[error("the client is shut down")]
+    Shutdown,
+}
+
+impl Error {
+    /// True when Redis could not be reached or did not answer in time.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_timeout()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+
+    /// True when the lease was lost while held.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
+    }
+
+    /// True when the caller does not hold the lock it tried to release.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    /// True when an argument was rejected before anything was sent to Redis.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. } | Error::InvalidDuration { .. } | Error::InvalidArgument(_)
+        )
+    }
+
+    /// Wraps a redis-rs error, recognising WRONGTYPE so callers get [`Error::WrongType`].
+    pub(crate) fn redis(operation: &'static str, key: &str, source: redis::RedisError) -> Self {
+        let wrong_type =
+            source.code() == Some("WRONGTYPE") || source.to_string().contains("WRONGTYPE");
+        if wrong_type {
+            Error::WrongType {
+                key: key.to_owned(),
+            }
+        } else {
+            Error::Redis { operation, source }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! What this client holds: one `Hold` per (lock, owner), shared by all guards of that owner.
+//!
+//! The registry is the source of truth for local reentrancy and for the watchdog: a hold is
+//! renewed exactly while it is in the map, and it leaves the map synchronously at its last
+//! release, so a renewal never outlives an unlock.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::keys::LockKeys;
+
+/// How a hold's lease is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// Renewed by the watchdog every third of the lease while a guard lives.
+    Watchdog(Duration),
+    /// Expires after the lease; never renewed.
+    Fixed(Duration),
+}
+
+impl Lease {
+    pub fn duration(self) -> Duration {
+        match self {
+            Lease::Watchdog(d) | Lease::Fixed(d) => d,
+        }
+    }
+}
+
+pub(crate) struct Hold {
+    pub keys: Arc<LockKeys>,
+    pub field: Arc<str>,
+    pub lease: Lease,
+    pub lease_ms: u64,
+    pub token: Option<u64>,
+    drift: Duration,
+    /// Live guards of this hold. Changed only under the registry's entry lock.
+    guards: AtomicU32,
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    lost_notify: Notify,
+}
+
+impl Hold {
+    pub fn new(
+        keys: Arc<LockKeys>,
+        field: Arc<str>,
+        lease: Lease,
+        lease_ms: u64,
+        token: Option<u64>,
+        drift: Duration,
+        started: Instant,
+    ) -> Hold {
+        Hold {
+            keys,
+            field,
+            lease,
+            lease_ms,
+            token,
+            drift,
+            guards: AtomicU32::new(1),
+            valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+        }
+    }
+
+    /// The instant until which the lease is known to be valid: the start of the last successful
+    /// acquisition or renewal, plus the lease, minus the drift allowance.
+    pub fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+
+    /// Records a successful renewal that was sent at `started`.
+    pub fn renewed(&self, started: Instant) {
+        let candidate = started + self.lease.duration().saturating_sub(self.drift);
+        let mut until = self.valid_until.lock();
+        if candidate > *until {
+            *until = candidate;
+        }
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+            || (matches!(self.lease, Lease::Fixed(_)) && Instant::now() >= self.valid_until())
+    }
+
+    /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
+    pub fn mark_lost(&self, why: &str) -> bool {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        tracing::warn!(lock = %self.keys.name, owner = %self.field, "lease lost: {why}");
+        self.lost_notify.notify_waiters();
+        true
+    }
+
+    /// Resolves when the lease is lost (for a fixed lease, also when it runs out).
+    pub fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+        let hold = Arc::clone(self);
+        async move {
+            loop {
+                let notified = hold.lost_notify.notified();
+                tokio::pin!(notified);
+                // Register before checking the flag so a concurrent `mark_lost` cannot be missed.
+                notified.as_mut().enable();
+                if hold.lost.load(Ordering::Acquire) {
+                    return;
+                }
+                match hold.lease {
+                    Lease::Watchdog(_) => notified.await,
+                    Lease::Fixed(_) => {
+                        let deadline = tokio::time::Instant::from_std(hold.valid_until());
+                        tokio::select! {
+                            _ = notified => {}
+                            _ = tokio::time::sleep_until(deadline) => return,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Key of the registry: (lock hash key, owner field).
+type HoldKey = (Arc<str>, Arc<str>);
+
+/// What giving back one guard's hold did locally.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LocalRelease {
+    /// Other guards of the same hold remain.
+    Remaining,
+    /// That was the last guard; the hold left the registry (and the watchdog).
+    Last,
+    /// The hold had already left the registry: lost, or released by shutdown.
+    Detached,
+}
+
+#[derive(Default)]
+pub(crate) struct Holds {
+    map: DashMap<HoldKey, Arc<Hold>>,
+}
+
+impl Holds {
+    /// The live hold of `field` on `hash`, if any.
+    pub fn get(&self, hash: &Arc<str>, field: &Arc<str>) -> Option<Arc<Hold>> {
+        let hold = self
+            .map
+            .get(&(hash.clone(), field.clone()))?
+            .value()
+            .clone();
+        (!hold.is_lost()).then_some(hold)
+    }
+
+    /// Records a grant from the server and returns the hold the new guard belongs to.
+    ///
+    /// `server_count` tells a re-entry (> 1) from a fresh acquisition (1): when the server says
+    /// fresh but we still have a hold, that hold's lease was lost behind our back.
+    pub fn granted(&self, server_count: u32, make: impl FnOnce() -> Hold) -> (Arc<Hold>, bool) {
+        let fresh = Arc::new(make());
+        let key = (fresh.keys.hash.clone(), fresh.field.clone());
+        match self.map.entry(key) {
+            Entry::Occupied(mut entry) => {
+                let current = entry.get().clone();
+                if server_count > 1 && !current.is_lost() {
+                    current.guards.fetch_add(1, Ordering::AcqRel);
+                    return (current, false);
+                }
+                current.mark_lost("the server no longer had this hold when it was taken again");
+                entry.insert(fresh.clone());
+                (fresh, true)
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(fresh.clone());
+                (fresh, true)
+            }
+        }
+    }
+
+    /// Gives back one guard of `hold`.
+    pub fn release(&self, hold: &Arc<Hold>) -> LocalRelease {
+        let key = (hold.keys.hash.clone(), hold.field.clone());
+        match self.map.entry(key) {
+            Entry::Occupied(entry) if Arc::ptr_eq(entry.get(), hold) => {
+                if hold.guards.fetch_sub(1, Ordering::AcqRel) <= 1 {
+                    entry.remove();
+                    LocalRelease::Last
+                } else {
+                    LocalRelease::Remaining
+                }
+            }
+            _ => LocalRelease::Detached,
+        }
+    }
+
+    /// Removes `hold` (lost, or released at shutdown) so it is neither renewed nor re-entered.
+    pub fn detach(&self, hold: &Arc<Hold>) {
+        let key = (hold.keys.hash.clone(), hold.field.clone());
+        self.map
+            .remove_if(&key, |_, current| Arc::ptr_eq(current, hold));
+    }
+
+    /// Every hold the watchdog must renew. Clones the `Arc`s so no map reference lives across
+    /// an `.await`.
+    pub fn watchdog_holds(&self) -> Vec<Arc<Hold>> {
+        self.map
+            .iter()
+            .filter(|e| matches!(e.value().lease, Lease::Watchdog(_)))
+            .map(|e| e.value().clone())
+            .collect()
+    }
+
+    /// Every hold, with its number of live guards (for shutdown).
+    pub fn drain(&self) -> Vec<(Arc<Hold>, u32)> {
+        let all: Vec<Arc<Hold>> = self.map.iter().map(|e| e.value().clone()).collect();
+        all.into_iter()
+            .filter_map(|hold| {
+                let key = (hold.keys.hash.clone(), hold.field.clone());
+                let (_, hold) = self
+                    .map
+                    .remove_if(&key, |_, current| Arc::ptr_eq(current, &hold))?;
+                let guards = hold.guards.load(Ordering::Acquire);
+                Some((hold, guards))
+            })
+            .collect()
+    }
+
+    /// The shortest watchdog lease held, if any.
+    pub fn shortest_watchdog_lease(&self) -> Option<Duration> {
+        self.map
+            .iter()
+            .filter_map(|e| match e.value().lease {
+                Lease::Watchdog(d) => Some(d),
+                Lease::Fixed(_) => None,
+            })
+            .min()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}

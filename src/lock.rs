@@ -1,0 +1,332 @@
+//! `Lock`: the handle to one named lock, and its public operations.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::config::{check_duration, lease_ms};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::hold::Lease;
+use crate::keys::LockKeys;
+use crate::owner::Owner;
+use crate::scripts::Release;
+
+/// A handle to one named lock of a [`Client`]. Cheap to clone; holds nothing by itself.
+///
+/// Taking the lock returns a [`LockGuard`]; the lock is released when the guard is unlocked or
+/// dropped.
+///
+/// ```no_run
+/// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+/// use std::time::Duration;
+///
+/// let lock = client.lock("inventory:sku-9")?;
+/// // Wait as long as it takes; the watchdog keeps the lease alive while `guard` lives.
+/// let guard = lock.lock().await?;
+/// guard.unlock().await?;
+///
+/// // Give up after 500 ms; hold for at most 10 s without renewal.
+/// if let Some(guard) = lock
+///     .try_lock_for_with_lease(Duration::from_millis(500), Duration::from_secs(10))
+///     .await?
+/// {
+///     guard.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    pub(crate) client: Client,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Option<Owner>,
+    pub(crate) reentrant: bool,
+    pub(crate) fenced: bool,
+    pub(crate) watchdog_lease: Option<Duration>,
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &str) -> Result<Lock> {
+        let keys = LockKeys::new(&client.inner.config.prefix, name)?;
+        Ok(Lock {
+            client,
+            keys: Arc::new(keys),
+            owner: None,
+            reentrant: true,
+            fenced: false,
+            watchdog_lease: None,
+        })
+    }
+
+    /// Acquire on behalf of `owner` instead of the current task or thread.
+    ///
+    /// Use one explicit owner per logical holder when futures run concurrently inside one task
+    /// (see *Reentrancy* in the crate docs).
+    #[must_use]
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// Whether the same owner may take the lock again while holding it. Defaults to `true`;
+    /// with `false`, a second acquisition by the holder fails with [`Error::WouldDeadlock`].
+    #[must_use]
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
+        self
+    }
+
+    /// Hand out fencing tokens: every first acquisition gets a number greater than every earlier
+    /// one for this name ([`LockGuard::fencing_token`]). Costs one counter key per name that
+    /// never expires. Defaults to `false`.
+    #[must_use]
+    pub fn fenced(mut self, fenced: bool) -> Self {
+        self.fenced = fenced;
+        self
+    }
+
+    /// The watchdog lease of this lock, instead of the client's
+    /// [`Config::watchdog_lease`](crate::Config::watchdog_lease).
+    #[must_use]
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = Some(lease);
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis key of the lock's hash.
+    pub fn key(&self) -> &str {
+        &self.keys.hash
+    }
+
+    /// The client this lock belongs to.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner.unwrap_or_else(Owner::current)
+    }
+
+    pub(crate) fn field(&self) -> Arc<str> {
+        self.owner().field(&self.client.inner.id_text).into()
+    }
+
+    pub(crate) fn watchdog(&self) -> Result<Lease> {
+        let lease = self
+            .watchdog_lease
+            .unwrap_or(self.client.inner.config.watchdog_lease);
+        lease_ms("watchdog lease", lease)?;
+        Ok(Lease::Watchdog(lease))
+    }
+
+    /// Waits until the lock is acquired, then keeps it with the watchdog while the guard lives.
+    ///
+    /// # Errors
+    /// [`Error::WouldDeadlock`] when non-reentrant and already held by this owner;
+    /// [`Error::WrongType`] when the key holds something else; [`Error::Timeout`] or
+    /// [`Error::Redis`] when Redis fails (the wait does not hide errors).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future leaves no hold and no renewal behind, even when the
+    /// server granted the lock just as the future was dropped (that grant is given back).
+    pub async fn lock(&self) -> Result<LockGuard> {
+        let lease = self.watchdog()?;
+        self.acquire(lease, Wait::Forever)
+            .await?
+            .ok_or(Error::Shutdown)
+    }
+
+    /// Waits until the lock is acquired and holds it for `lease`, with no renewal.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd lease.
+    ///
+    /// # Cancel safety
+    /// As [`Lock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        lease_ms("lease", lease)?;
+        self.acquire(Lease::Fixed(lease), Wait::Forever)
+            .await?
+            .ok_or(Error::Shutdown)
+    }
+
+    /// One attempt: the guard if the lock was free (or already held by this owner), else `None`.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`Lock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        let lease = self.watchdog()?;
+        self.acquire(lease, Wait::Once).await
+    }
+
+    /// Waits at most `wait` for the lock (watchdog lease); `None` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd wait.
+    ///
+    /// # Cancel safety
+    /// As [`Lock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        let lease = self.watchdog()?;
+        self.acquire(lease, Wait::until(wait)?).await
+    }
+
+    /// Waits at most `wait` for the lock and holds it for `lease` without renewal.
+    ///
+    /// # Errors
+    /// As [`Lock::try_lock_for`], plus [`Error::InvalidDuration`] for a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`Lock::lock`].
+    pub async fn try_lock_for_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        lease_ms("lease", lease)?;
+        self.acquire(Lease::Fixed(lease), Wait::until(wait)?).await
+    }
+
+    /// Whether anybody holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`], [`Error::Timeout`] or [`Error::Redis`].
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(!self.snapshot().await?.owners.is_empty())
+    }
+
+    /// How many holds the current owner has on the server (0 when it holds none).
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.client.inner.check_open()?;
+        self.client
+            .inner
+            .node
+            .hold_count(&self.keys, &self.field())
+            .await
+    }
+
+    /// Whether the current owner holds the lock.
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    pub async fn is_held_by_current_owner(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// The holder's remaining lease, `None` when the lock is free (or has no expiry).
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        Ok(self.snapshot().await?.ttl)
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. For
+    /// operators: the holder finds out at its next renewal (its guard is then lost).
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.client.inner.check_open()?;
+        self.client.inner.node.force_release(&self.keys).await
+    }
+
+    /// Gives back one hold of the current owner without a guard, like Redisson's `unlock()`.
+    ///
+    /// Prefer [`LockGuard::unlock`]; this is for code that gave up its guard (for example with
+    /// `std::mem::forget`). Releasing a hold whose guard is still alive makes that guard's later
+    /// release fail.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the current owner holds nothing (the holder is untouched), or a
+    /// Redis error.
+    pub async fn unlock(&self) -> Result<()> {
+        let inner = &self.client.inner;
+        inner.check_open()?;
+        let field = self.field();
+        let mut lease_ms = lease_ms("lease", inner.config.watchdog_lease)?;
+        if let Some(hold) = inner.holds.get(&self.keys.hash, &field) {
+            lease_ms = hold.lease_ms;
+            inner.holds.release(&hold);
+        }
+        match crate::guard::release_on_server(&self.client, &self.keys, &field, lease_ms).await? {
+            Release::NotHeld => Err(Error::NotHeld {
+                name: self.keys.name.to_string(),
+            }),
+            Release::Released | Release::StillHeld(_) => Ok(()),
+        }
+    }
+
+    pub(crate) async fn snapshot(&self) -> Result<crate::node::Snapshot> {
+        self.client.inner.check_open()?;
+        self.client.inner.node.snapshot(&self.keys).await
+    }
+
+    /// The server's view: owner fields with hold counts, remaining lease, fencing counter.
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    pub async fn status(&self) -> Result<LockStatus> {
+        let snap = self.snapshot().await?;
+        Ok(LockStatus {
+            owners: snap.owners,
+            remaining_lease: snap.ttl,
+            fence: snap.fence,
+        })
+    }
+}
+
+/// The server's view of a lock, from [`Lock::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// Owner fields (`<client uuid>:<owner>`) and their hold counts; empty when free.
+    pub owners: Vec<(String, u64)>,
+    /// Remaining lease; `None` when free or without expiry.
+    pub remaining_lease: Option<Duration>,
+    /// The fencing counter (the last token handed out), when the lock is fenced.
+    pub fence: Option<u64>,
+}
+
+/// How long an acquisition may wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    Once,
+    Until(Instant),
+    Forever,
+}
+
+impl Wait {
+    fn until(wait: Duration) -> Result<Wait> {
+        check_duration("wait", wait)?;
+        Instant::now()
+            .checked_add(wait)
+            .map(Wait::Until)
+            .ok_or_else(|| Error::InvalidDuration {
+                what: "wait",
+                reason: "overflows the clock".into(),
+            })
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.keys.name)
+            .field("owner", &self.owner)
+            .field("reentrant", &self.reentrant)
+            .field("fenced", &self.fenced)
+            .finish_non_exhaustive()
+    }
+}

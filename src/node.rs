@@ -1,0 +1,197 @@
+//! One Redis deployment the client talks to, and the typed script calls on it.
+//!
+//! This is the only place that knows the connection type. Lock logic calls these methods, so
+//! Redis Cluster or Sentinel can be added here (every script touches one hash-tagged slot)
+//! without touching it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, RedisResult};
+
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::scripts::{self, Acquire, Release};
+
+/// One renewal request of the watchdog's batch.
+pub(crate) struct Renewal<'a> {
+    pub hash: &'a str,
+    pub field: &'a str,
+    pub lease_ms: u64,
+}
+
+/// The server's view of one lock, for `status` and introspection.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    pub owners: Vec<(String, u64)>,
+    pub ttl: Option<Duration>,
+    pub fence: Option<u64>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Node {
+    conn: ConnectionManager,
+    client: redis::Client,
+    timeout: Duration,
+}
+
+impl Node {
+    pub async fn connect(url: &str, timeout: Duration) -> Result<Node> {
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::InvalidArgument(format!("bad Redis URL `{url}`: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            // Reconnection is retried on the next command anyway; a long retry chain would
+            // only stretch the time a caller waits for a down server.
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let connect = ConnectionManager::new_with_config(client.clone(), config);
+        let conn = bounded("connect", "", timeout, connect).await?;
+        Ok(Node {
+            conn,
+            client,
+            timeout,
+        })
+    }
+
+    pub fn redis_client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    pub async fn acquire(
+        &self,
+        keys: &LockKeys,
+        field: &str,
+        lease_ms: u64,
+        reentrant: bool,
+        fenced: bool,
+    ) -> Result<Acquire> {
+        let mut conn = self.conn.clone();
+        let mut call = scripts::ACQUIRE.prepare_invoke();
+        call.key(&*keys.hash)
+            .key(&keys.fence)
+            .arg(field)
+            .arg(lease_ms)
+            .arg(if reentrant { "1" } else { "0" })
+            .arg(if fenced { "1" } else { "0" });
+        let reply: Vec<i64> = bounded(
+            "acquire",
+            &keys.hash,
+            self.timeout,
+            call.invoke_async(&mut conn),
+        )
+        .await?;
+        Acquire::parse(&reply)
+    }
+
+    /// Gives back `holds` holds; `request_id` makes a retry of the same request harmless.
+    pub async fn release(
+        &self,
+        keys: &LockKeys,
+        field: &str,
+        lease_ms: u64,
+        holds: u32,
+        request_id: &str,
+    ) -> Result<Release> {
+        // The latch must outlive every retry of this request.
+        let latch_ms = (self.timeout.as_millis() as u64)
+            .saturating_mul(10)
+            .max(10_000);
+        let mut conn = self.conn.clone();
+        let mut call = scripts::RELEASE.prepare_invoke();
+        call.key(&*keys.hash)
+            .key(&*keys.channel)
+            .key(keys.latch(request_id))
+            .arg(field)
+            .arg(lease_ms)
+            .arg(latch_ms)
+            .arg(holds);
+        let reply: i64 = bounded(
+            "release",
+            &keys.hash,
+            self.timeout,
+            call.invoke_async(&mut conn),
+        )
+        .await?;
+        Release::parse(reply)
+    }
+
+    /// Renews a batch of leases in one round trip; one flag per lock, in order.
+    pub async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
+        let mut conn = self.conn.clone();
+        let mut call = scripts::RENEW.prepare_invoke();
+        for r in batch {
+            call.key(r.hash).arg(r.field).arg(r.lease_ms);
+        }
+        let reply: Vec<i64> =
+            bounded("renew", "", self.timeout, call.invoke_async(&mut conn)).await?;
+        if reply.len() != batch.len() {
+            return Err(Error::Protocol {
+                script: "renew",
+                reply: format!("{reply:?}"),
+            });
+        }
+        Ok(reply.into_iter().map(|flag| flag == 1).collect())
+    }
+
+    pub async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let mut call = scripts::FORCE_RELEASE.prepare_invoke();
+        call.key(&*keys.hash).key(&*keys.channel);
+        let reply: i64 = bounded(
+            "force unlock",
+            &keys.hash,
+            self.timeout,
+            call.invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(reply == 1)
+    }
+
+    /// Owners, remaining lease and fencing counter, read in one pipelined round trip.
+    pub async fn snapshot(&self, keys: &LockKeys) -> Result<Snapshot> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.hgetall(&*keys.hash).pttl(&*keys.hash).get(&keys.fence);
+        let query = pipe.query_async::<(Vec<(String, u64)>, i64, Option<u64>)>(&mut conn);
+        let (owners, ttl, fence) = bounded("inspect", &keys.hash, self.timeout, query).await?;
+        Ok(Snapshot {
+            owners,
+            ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
+            fence,
+        })
+    }
+
+    /// The hold count of one owner field (0 when it holds nothing).
+    pub async fn hold_count(&self, keys: &LockKeys, field: &str) -> Result<u32> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&*keys.hash).arg(field);
+        let query = cmd.query_async::<Option<u32>>(&mut conn);
+        Ok(bounded("hold count", &keys.hash, self.timeout, query)
+            .await?
+            .unwrap_or(0))
+    }
+
+    /// Runs an arbitrary command (tests, tools) with the node's timeout.
+    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.conn.clone();
+        bounded("query", "", self.timeout, cmd.query_async(&mut conn)).await
+    }
+}
+
+/// Bounds a Redis future by the configured timeout and types its error.
+pub(crate) async fn bounded<T>(
+    operation: &'static str,
+    key: &str,
+    timeout: Duration,
+    fut: impl Future<Output = RedisResult<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Error::redis(operation, key, e)),
+        Err(_) => Err(Error::Timeout { operation, timeout }),
+    }
+}

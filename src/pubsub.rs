@@ -1,0 +1,257 @@
+//! One subscriber connection per client: unlock channels → local waiters.
+//!
+//! Channels are reference-counted: the first waiter of a lock subscribes, the last one leaving
+//! unsubscribes, so no subscription outlives its waiters. One message wakes one local waiter
+//! (one lock was freed, one waiter can take it). After a reconnect every waiter is woken, since
+//! messages may have been lost meanwhile.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use redis::aio::PubSubSink;
+use tokio::sync::{Notify, futures::Notified, watch};
+
+use crate::error::{Error, Result};
+use crate::node::bounded;
+use crate::task::AbortOnDrop;
+
+pub(crate) struct Subscriber {
+    client: redis::Client,
+    timeout: Duration,
+    channels: Mutex<HashMap<Arc<str>, Arc<Channel>>>,
+    /// Serialises SUBSCRIBE/UNSUBSCRIBE so a leave and a join of one channel cannot reorder.
+    commands: tokio::sync::Mutex<()>,
+    /// The sink of the live connection; `None` while (re)connecting.
+    sink: watch::Sender<Option<PubSubSink>>,
+    reader: Mutex<Option<AbortOnDrop>>,
+    weak_self: Weak<Subscriber>,
+}
+
+struct Channel {
+    notify: Notify,
+    /// Local waiters; changed under `Subscriber::channels`.
+    refs: Mutex<usize>,
+    /// Whether the server has confirmed our SUBSCRIBE on the live connection.
+    subscribed: Mutex<bool>,
+}
+
+/// A waiter's interest in one channel; leaving is dropping it.
+pub(crate) struct Subscription {
+    subscriber: Arc<Subscriber>,
+    name: Arc<str>,
+    channel: Arc<Channel>,
+}
+
+impl Subscription {
+    /// Resolves on the next unlock message (or a stored one that arrived meanwhile).
+    pub fn notified(&self) -> Notified<'_> {
+        self.channel.notify.notified()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let last = {
+            let _map = self.subscriber.channels.lock();
+            let mut refs = self.channel.refs.lock();
+            *refs -= 1;
+            *refs == 0
+        };
+        if last {
+            let subscriber = self.subscriber.clone();
+            let name = self.name.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { subscriber.leave(&name).await });
+            }
+        }
+    }
+}
+
+impl Subscriber {
+    pub fn new(client: redis::Client, timeout: Duration) -> Arc<Subscriber> {
+        Arc::new_cyclic(|weak_self| Subscriber {
+            client,
+            timeout,
+            channels: Mutex::new(HashMap::new()),
+            commands: tokio::sync::Mutex::new(()),
+            sink: watch::channel(None).0,
+            reader: Mutex::new(None),
+            weak_self: weak_self.clone(),
+        })
+    }
+
+    /// Registers a waiter on `name`, subscribing on the server if it is the first.
+    ///
+    /// # Errors
+    /// When the subscriber connection cannot be made or the SUBSCRIBE is not confirmed in time.
+    pub async fn subscribe(self: &Arc<Self>, name: &Arc<str>) -> Result<Subscription> {
+        let channel = {
+            let mut map = self.channels.lock();
+            let channel = map
+                .entry(name.clone())
+                .or_insert_with(|| {
+                    Arc::new(Channel {
+                        notify: Notify::new(),
+                        refs: Mutex::new(0),
+                        subscribed: Mutex::new(false),
+                    })
+                })
+                .clone();
+            *channel.refs.lock() += 1;
+            channel
+        };
+        // From here on, dropping the subscription undoes the registration.
+        let subscription = Subscription {
+            subscriber: self.clone(),
+            name: name.clone(),
+            channel: channel.clone(),
+        };
+        if *channel.subscribed.lock() {
+            return Ok(subscription);
+        }
+        // Wait for the connection before taking the command lock: the reader task needs that
+        // lock to resubscribe on a fresh connection.
+        let mut sink = self.live_sink().await?;
+        let _serial = self.commands.lock().await;
+        if !*channel.subscribed.lock() {
+            bounded("subscribe", name, self.timeout, sink.subscribe(&**name)).await?;
+            *channel.subscribed.lock() = true;
+        }
+        Ok(subscription)
+    }
+
+    /// Unsubscribes `name` if no waiter came back meanwhile.
+    async fn leave(&self, name: &Arc<str>) {
+        let _serial = self.commands.lock().await;
+        let was_subscribed = {
+            let mut map = self.channels.lock();
+            let Some(channel) = map.get(name) else { return };
+            if *channel.refs.lock() > 0 {
+                return;
+            }
+            let subscribed = *channel.subscribed.lock();
+            map.remove(name);
+            subscribed
+        };
+        let sink = self.sink.borrow().clone();
+        if let (true, Some(mut sink)) = (was_subscribed, sink) {
+            if let Err(e) =
+                bounded("unsubscribe", name, self.timeout, sink.unsubscribe(&**name)).await
+            {
+                tracing::debug!(channel = %name, error = %e, "unsubscribe failed; a reconnect drops it");
+            }
+        }
+    }
+
+    /// The sink of the live connection, starting the reader task on first use.
+    async fn live_sink(&self) -> Result<PubSubSink> {
+        {
+            let mut reader = self.reader.lock();
+            if reader.is_none() {
+                let weak = self.weak_self.clone();
+                *reader = Some(AbortOnDrop(tokio::spawn(run_reader(weak))));
+            }
+        }
+        let mut watch = self.sink.subscribe();
+        let wait = watch.wait_for(|sink| sink.is_some());
+        match tokio::time::timeout(self.timeout, wait).await {
+            Ok(Ok(sink)) => sink.clone().ok_or(Error::Shutdown),
+            Ok(Err(_)) => Err(Error::Shutdown),
+            Err(_) => Err(Error::Timeout {
+                operation: "subscriber connect",
+                timeout: self.timeout,
+            }),
+        }
+    }
+
+    /// Stops the reader task (client shutdown).
+    pub fn stop(&self) {
+        self.reader.lock().take();
+        self.sink.send_replace(None);
+    }
+
+    fn wake_all(&self) {
+        for channel in self.channels.lock().values() {
+            channel.notify.notify_waiters();
+        }
+    }
+
+    fn deliver(&self, channel: &str) {
+        if let Some(channel) = self.channels.lock().get(channel) {
+            channel.notify.notify_one();
+        }
+    }
+
+    /// Subscribes every channel that has waiters on a fresh connection.
+    async fn resubscribe(&self, sink: &mut PubSubSink) -> Result<()> {
+        let _serial = self.commands.lock().await;
+        let wanted: Vec<(Arc<str>, Arc<Channel>)> = self
+            .channels
+            .lock()
+            .iter()
+            .map(|(name, channel)| (name.clone(), channel.clone()))
+            .collect();
+        for (name, channel) in wanted {
+            bounded("subscribe", &name, self.timeout, sink.subscribe(&*name)).await?;
+            *channel.subscribed.lock() = true;
+        }
+        self.sink.send_replace(Some(sink.clone()));
+        Ok(())
+    }
+}
+
+/// Owns the subscriber connection: reads messages, and reconnects with backoff when it drops.
+async fn run_reader(weak: Weak<Subscriber>) {
+    let mut backoff = Duration::from_millis(50);
+    let mut reconnect = false;
+    loop {
+        let Some(subscriber) = weak.upgrade() else {
+            return;
+        };
+        let connect = bounded(
+            "subscriber connect",
+            "",
+            subscriber.timeout,
+            subscriber.client.get_async_pubsub(),
+        )
+        .await;
+        let (mut sink, mut stream) = match connect {
+            Ok(pubsub) => pubsub.split(),
+            Err(e) => {
+                tracing::debug!(error = %e, "subscriber connection failed; retrying");
+                drop(subscriber);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        if let Err(e) = subscriber.resubscribe(&mut sink).await {
+            tracing::debug!(error = %e, "resubscribe failed; reconnecting");
+            continue;
+        }
+        backoff = Duration::from_millis(50);
+        if reconnect {
+            // Unlock messages may have been lost while disconnected.
+            subscriber.wake_all();
+        }
+        drop(subscriber);
+        while let Some(msg) = stream.next().await {
+            let Some(subscriber) = weak.upgrade() else {
+                return;
+            };
+            subscriber.deliver(msg.get_channel_name());
+        }
+        let Some(subscriber) = weak.upgrade() else {
+            return;
+        };
+        tracing::debug!("subscriber connection lost; reconnecting");
+        subscriber.sink.send_replace(None);
+        for channel in subscriber.channels.lock().values() {
+            *channel.subscribed.lock() = false;
+        }
+        reconnect = true;
+    }
+}

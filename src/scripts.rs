@@ -1,0 +1,110 @@
+//! The Lua scripts of `lua/` and their replies as typed values.
+//!
+//! Every reply is turned into an enum right here, so the rest of the crate never looks at raw
+//! Redis values.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::error::{Error, Result};
+
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
+pub(crate) static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
+pub(crate) static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/force_release.lua")));
+
+/// What `acquire.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquire {
+    /// Taken (or re-entered): this owner's hold count on the server, and the fencing token.
+    Acquired { count: u32, token: u64 },
+    /// Another owner holds it; its remaining lease, when it has one.
+    HeldElsewhere { ttl: Option<Duration> },
+    /// Non-reentrant and already held by this owner.
+    AlreadyHeld,
+}
+
+impl Acquire {
+    pub fn parse(reply: &[i64]) -> Result<Self> {
+        match *reply {
+            [1, count, token] if count > 0 && token >= 0 => Ok(Acquire::Acquired {
+                count: count.min(u32::MAX as i64) as u32,
+                token: token as u64,
+            }),
+            [0, ttl] => Ok(Acquire::HeldElsewhere {
+                ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
+            }),
+            [2, _] => Ok(Acquire::AlreadyHeld),
+            _ => Err(protocol("acquire", reply)),
+        }
+    }
+}
+
+/// What `release.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The owner held nothing; nothing changed.
+    NotHeld,
+    /// The last hold went; the key is deleted and waiters were told.
+    Released,
+    /// Holds remain (their number).
+    StillHeld(u32),
+}
+
+impl Release {
+    pub fn parse(reply: i64) -> Result<Self> {
+        match reply {
+            -1 => Ok(Release::NotHeld),
+            0 => Ok(Release::Released),
+            n if n > 0 => Ok(Release::StillHeld(n.min(u32::MAX as i64) as u32)),
+            _ => Err(protocol("release", &[reply])),
+        }
+    }
+}
+
+fn protocol(script: &'static str, reply: &[i64]) -> Error {
+    Error::Protocol {
+        script,
+        reply: format!("{reply:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_replies_parse() {
+        assert_eq!(
+            Acquire::parse(&[1, 2, 7]).unwrap(),
+            Acquire::Acquired { count: 2, token: 7 }
+        );
+        assert_eq!(
+            Acquire::parse(&[0, 1500]).unwrap(),
+            Acquire::HeldElsewhere {
+                ttl: Some(Duration::from_millis(1500))
+            }
+        );
+        assert_eq!(
+            Acquire::parse(&[0, -1]).unwrap(),
+            Acquire::HeldElsewhere { ttl: None }
+        );
+        assert_eq!(Acquire::parse(&[2, 1]).unwrap(), Acquire::AlreadyHeld);
+        assert!(Acquire::parse(&[9]).is_err());
+        assert!(Acquire::parse(&[1, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn release_replies_parse() {
+        assert_eq!(Release::parse(-1).unwrap(), Release::NotHeld);
+        assert_eq!(Release::parse(0).unwrap(), Release::Released);
+        assert_eq!(Release::parse(3).unwrap(), Release::StillHeld(3));
+        assert!(Release::parse(-2).is_err());
+    }
+}

@@ -1,0 +1,119 @@
+//! The watchdog: one task per client renewing every watchdog-kept lock, in batches.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use tokio::sync::Notify;
+
+use crate::client::Inner;
+use crate::hold::Hold;
+use crate::node::Renewal;
+use crate::task::AbortOnDrop;
+
+/// Locks per renewal script call: large enough that 100,000 locks take 100 calls, small enough
+/// that one call does not stall the server for long (each lock costs two O(1) commands).
+pub(crate) const BATCH: usize = 1000;
+
+/// What one renewal tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenewStats {
+    /// Holds the tick tried to renew.
+    pub locks: usize,
+    /// Script calls sent (one round trip each, sent concurrently).
+    pub round_trips: usize,
+    /// Holds found gone or past their validity; their guards are now lost.
+    pub lost: usize,
+    /// Calls that failed (Redis down, timeout); their holds are lost only once past validity.
+    pub failed_batches: usize,
+    /// Wall time of the tick.
+    pub elapsed: Duration,
+}
+
+pub(crate) fn spawn(inner: &Arc<Inner>) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(run(
+        Arc::downgrade(inner),
+        inner.watchdog_wake.clone(),
+    )))
+}
+
+async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let lease = inner
+            .holds
+            .shortest_watchdog_lease()
+            .unwrap_or(inner.config.watchdog_lease);
+        let period = (lease / 3).max(Duration::from_millis(1));
+        // Sleep holding only the notification, not the client: a dropped client must be able to
+        // end this task.
+        drop(inner);
+        let woken = tokio::select! {
+            _ = wake.notified() => true,
+            _ = tokio::time::sleep(period) => false,
+        };
+        if woken {
+            // A new hold arrived; recompute the period (it may be shorter now).
+            continue;
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        let stats = renew_all(&inner).await;
+        if stats.lost > 0 || stats.failed_batches > 0 {
+            tracing::debug!(?stats, "watchdog tick");
+        }
+    }
+}
+
+/// Renews every watchdog hold once: batches are sent concurrently, each answered flag updates
+/// its hold, a failed batch marks lost only the holds already past their validity.
+pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
+    let started = Instant::now();
+    let holds = inner.holds.watchdog_holds();
+    let batches: Vec<&[Arc<Hold>]> = holds.chunks(BATCH).collect();
+    let calls = batches.iter().map(|batch| {
+        let requests: Vec<Renewal<'_>> = batch
+            .iter()
+            .map(|h| Renewal {
+                hash: &h.keys.hash,
+                field: &h.field,
+                lease_ms: h.lease_ms,
+            })
+            .collect();
+        async move { inner.node.renew(&requests).await }
+    });
+    let results = join_all(calls).await;
+    let mut stats = RenewStats {
+        locks: holds.len(),
+        round_trips: batches.len(),
+        ..Default::default()
+    };
+    for (batch, result) in batches.iter().zip(results) {
+        match result {
+            Ok(flags) => {
+                for (hold, renewed) in batch.iter().zip(flags) {
+                    if renewed {
+                        hold.renewed(started);
+                    } else {
+                        stats.lost += lose(inner, hold, "the key was gone at renewal");
+                    }
+                }
+            }
+            Err(e) => {
+                stats.failed_batches += 1;
+                tracing::warn!(error = %e, locks = batch.len(), "watchdog renewal failed; will retry");
+                let now = Instant::now();
+                for hold in batch.iter().filter(|h| now >= h.valid_until()) {
+                    stats.lost += lose(inner, hold, "Redis unreachable past the lease's validity");
+                }
+            }
+        }
+    }
+    stats.elapsed = started.elapsed();
+    stats
+}
+
+fn lose(inner: &Inner, hold: &Arc<Hold>, why: &str) -> usize {
+    inner.holds.detach(hold);
+    usize::from(hold.mark_lost(why))
+}

@@ -1,0 +1,309 @@
+//! The reentrant lock's core semantics against a real server.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redlease::{Client, Error, Owner};
+use support::{Server, unique_name};
+
+async fn client(server: &Server) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+fn hlen(server: &Server, key: &str) -> usize {
+    redis::cmd("HLEN")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("HLEN")
+}
+
+#[tokio::test]
+async fn lock_is_locked_unlock() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("basic")).unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let guard = lock.lock().await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert_eq!(hlen(&server, lock.key()), 1);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(lock.key())
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!exists, "the hash must be gone after the last release");
+}
+
+#[tokio::test]
+async fn reentrant_acquire_counts_up_and_down() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("reentrant")).unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    let g1 = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    g1.unlock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    let g1 = lock.lock().await.unwrap();
+    let g2 = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    assert!(lock.is_held_by_current_owner().await.unwrap());
+    g2.unlock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert!(lock.is_locked().await.unwrap());
+    g1.unlock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn other_task_and_other_client_are_excluded_until_last_release() {
+    let server = Server::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let name = unique_name("exclude");
+    let lock = a.lock(&name).unwrap();
+    let g1 = lock.lock().await.unwrap();
+    let g2 = lock.lock().await.unwrap();
+
+    let same_client_other_task = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock().await.unwrap().is_some() })
+    };
+    assert!(
+        !same_client_other_task.await.unwrap(),
+        "another task must be excluded"
+    );
+    let other = b.lock(&name).unwrap();
+    assert!(
+        other.try_lock().await.unwrap().is_none(),
+        "another client must be excluded"
+    );
+
+    g2.unlock().await.unwrap();
+    assert!(
+        other.try_lock().await.unwrap().is_none(),
+        "one hold remains"
+    );
+    g1.unlock().await.unwrap();
+    let g = other
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the last release");
+    assert_eq!(other.hold_count().await.unwrap(), 1);
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn non_owner_unlock_is_rejected() {
+    let server = Server::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let name = unique_name("nonowner");
+    let held = a.lock(&name).unwrap().lock().await.unwrap();
+    let err = b.lock(&name).unwrap().unlock().await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    // Another task of the holder's own client is not the owner either.
+    let lock = a.lock(&name).unwrap();
+    let err = tokio::spawn(async move { lock.unlock().await })
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    let lock = a.lock(&name).unwrap();
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the holder keeps its hold"
+    );
+    held.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn fixed_lease_expires_and_late_unlock_reports_it() {
+    let server = Server::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let name = unique_name("lease");
+    let start = Instant::now();
+    let guard = a
+        .lock(&name)
+        .unwrap()
+        .lock_with_lease(Duration::from_secs(2))
+        .await
+        .unwrap();
+    let other = b.lock(&name).unwrap();
+    let g = other
+        .try_lock_for_with_lease(Duration::from_secs(5), Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("acquired after the lease expired");
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(2100), "took {took:?}");
+    assert!(
+        took >= Duration::from_millis(1900),
+        "took {took:?}: acquired before expiry?"
+    );
+    assert!(guard.is_lost());
+    let err = guard.unlock().await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    assert_eq!(
+        other.hold_count().await.unwrap(),
+        1,
+        "the new holder is untouched"
+    );
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn partial_unlock_resets_ttl_to_the_lease() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("ttl")).unwrap();
+    let lease = Duration::from_secs(5);
+    let g1 = lock.lock_with_lease(lease).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(left < Duration::from_millis(4000), "{left:?}");
+    let g2 = lock.lock_with_lease(lease).await.unwrap();
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        left > Duration::from_millis(4800),
+        "re-entry resets the TTL: {left:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    g2.unlock().await.unwrap();
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        left > Duration::from_millis(4800),
+        "partial unlock resets the TTL: {left:?}"
+    );
+    g1.unlock().await.unwrap();
+    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn try_lock_for_gives_up_after_the_wait() {
+    let server = Server::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let name = unique_name("wait");
+    let held = a.lock(&name).unwrap().lock().await.unwrap();
+    let start = Instant::now();
+    let got = b
+        .lock(&name)
+        .unwrap()
+        .try_lock_for(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert!(got.is_none());
+    assert!(
+        took >= Duration::from_secs(1) && took <= Duration::from_millis(1300),
+        "{took:?}"
+    );
+    held.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn non_reentrant_lock_rejects_reentry() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("plain")).unwrap().reentrant(false);
+    let g = lock.lock().await.unwrap();
+    let err = lock.try_lock().await.unwrap_err();
+    assert!(matches!(err, Error::WouldDeadlock { .. }), "{err}");
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the failed re-entry changed nothing"
+    );
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn explicit_owners_exclude_each_other_inside_one_task() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("owners");
+    let first = client.lock(&name).unwrap().with_owner(Owner::new());
+    let second = client.lock(&name).unwrap().with_owner(Owner::new());
+    let g = first.lock().await.unwrap();
+    assert!(
+        second.try_lock().await.unwrap().is_none(),
+        "a second owner in the same task is excluded"
+    );
+    // The default owner (this task) is a third owner.
+    assert!(
+        client
+            .lock(&name)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    g.unlock().await.unwrap();
+    let g = second.try_lock().await.unwrap().expect("free again");
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_clients_and_keep_on_reentry() {
+    let server = Server::start();
+    let name = unique_name("fence");
+    let mut last = 0;
+    for round in 1..=5u64 {
+        let c = client(&server).await;
+        let lock = c.lock(&name).unwrap().fenced(true);
+        let g = lock.lock().await.unwrap();
+        let token = g.fencing_token().unwrap();
+        assert_eq!(token, round);
+        assert!(token > last);
+        last = token;
+        let again = lock.lock().await.unwrap();
+        assert_eq!(
+            again.fencing_token(),
+            Some(token),
+            "re-entry keeps the token"
+        );
+        again.unlock().await.unwrap();
+        g.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn guard_moved_to_another_task_unlocks_its_own_hold() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("moved")).unwrap();
+    let g = lock.lock().await.unwrap();
+    tokio::spawn(async move { g.unlock().await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn dropped_guard_releases_in_the_background() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("drop")).unwrap();
+    drop(lock.lock().await.unwrap());
+    let free = support::eventually_async(Duration::from_secs(2), || async {
+        !lock.is_locked().await.unwrap()
+    })
+    .await;
+    assert!(free, "the drop fallback must release the lock");
+    assert_eq!(
+        client.held_count(),
+        0,
+        "and the hold left the registry at once"
+    );
+}

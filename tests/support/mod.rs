@@ -1,0 +1,103 @@
+//! Test support: real server processes and a few small helpers.
+//!
+//! Integration tests use it as `mod support;`; the CLI crate's tests use
+//! `#[path = "../../tests/support/mod.rs"] mod support;`. It needs only the dev-dependencies
+//! `redis` (sync API), `tokio` and `tracing-subscriber` (env-filter).
+//!
+//! ```ignore
+//! let server = support::Server::start();
+//! let client = redlease::Client::connect(&server.url()).await?;
+//! server.kill();
+//! server.restart();
+//! ```
+
+// Each test file uses a different subset of this module.
+#![allow(dead_code, unused_imports)]
+
+mod server;
+
+pub use server::{Builder, Server, server_flavor, valkey_binary};
+
+use std::future::Future;
+use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often [`eventually`] and [`eventually_async`] look again.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Starts `n` independent servers (e.g. Redlock masters), each on its own port and dir.
+pub fn start_many(n: usize) -> Vec<Server> {
+    Server::start_many(n)
+}
+
+/// Installs a `tracing` subscriber once per test binary: filter from `RUST_LOG` (default
+/// `warn`), output through the test writer so it is captured per test.
+pub fn init_tracing() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // try_init: another harness in the same binary may have installed one already.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// A lock name no other test (in this or another process) uses: `prefix-pid-n-nanos`.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{n}-{nanos}", std::process::id())
+}
+
+/// Polls `cond` every 10 ms until it is true (returns `true`) or `timeout` passes (returns
+/// `false`). Blocks the thread: in async tests use [`eventually_async`].
+///
+/// ```ignore
+/// assert!(support::eventually(Duration::from_secs(2), || !server.is_running()), "still up");
+/// ```
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    for _ in 0..polls(timeout) {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+    cond()
+}
+
+/// The async twin of [`eventually`]: awaits `cond()` every 10 ms until it yields `true` or
+/// `timeout` passes.
+pub async fn eventually_async<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    for _ in 0..polls(timeout) {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+    cond().await
+}
+
+/// Upper bound on poll rounds, so a loop ends even if the clock misbehaves.
+fn polls(timeout: Duration) -> u128 {
+    timeout.as_millis() / POLL_EVERY.as_millis() + 2
+}
