@@ -10,11 +10,12 @@ CARGO ?= cargo
 deps:
 	bash scripts/deps.sh
 
-# Tests first so their output comes first; lint and doc after. bench/ is not a test suite.
+# Tests first so their output comes first; then lint and doc (both, even if one fails).
+# bench/ is a benchmark binary, not a test suite.
 test: deps
 	$(CARGO) test --workspace --exclude redlease-bench
 	$(MAKE) --no-print-directory test-valkey
-	$(MAKE) --no-print-directory lint doc
+	$(MAKE) --no-print-directory --keep-going lint doc
 
 # The Valkey subset (tests/valkey.rs) again, with valkey-server as the default test server.
 test-valkey:

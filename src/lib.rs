@@ -13,6 +13,7 @@
 //! ```
 
 mod acquire;
+pub mod blocking;
 mod client;
 mod config;
 mod error;

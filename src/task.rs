@@ -22,9 +22,11 @@ impl Drop for AbortOnDrop {
 /// This is how cancellation stays safe: a request already on the wire may still succeed on the
 /// server, so its outcome must be observed (and undone) even when the caller stopped waiting.
 pub(crate) struct FinishOnDrop<T: Send + 'static> {
-    fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
-    on_abandoned: Option<Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>>,
+    fut: Option<BoxFuture<T>>,
+    on_abandoned: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
 }
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<T: Send + 'static> FinishOnDrop<T> {
     pub fn new<F, C, CF>(fut: F, on_abandoned: C) -> Self

@@ -1,1 +1,140 @@
-fn main() {}
+//! `redlease-bench`: issue 5's workloads for redlease, its peers (rslock,
+//! redlock, rlock, redisson) and the EVALSHA floor, in one run against
+//! private redis-server processes; prints one Markdown table of medians and
+//! ratios and writes it to `target/bench-report.md`.
+
+mod alloc;
+mod config;
+mod floor;
+mod locker;
+mod model;
+mod peers;
+#[cfg(feature = "redlease")]
+mod redlease_impl;
+mod report;
+mod runner;
+mod server;
+mod stats;
+mod suite;
+mod targets;
+mod workloads;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use config::Config;
+use runner::Runner;
+use server::RedisServer;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+/// W5 needs five servers; the other workloads use the first.
+const SERVERS: usize = 5;
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cfg = Config::parse(std::env::args().skip(1))?;
+    let started = Instant::now();
+    let servers = (0..SERVERS).map(|_| RedisServer::start()).collect::<Result<Vec<_>>>()?;
+    let mut runner = Runner {
+        runs: cfg.runs,
+        cap: cfg.cap,
+        servers: Arc::new(servers),
+        entries: Vec::new(),
+        impls: cfg.impls.clone(),
+    };
+    let c = &cfg.counts;
+    if cfg.wants("W1") {
+        suite::w1(&mut runner, c).await;
+    }
+    if cfg.wants("W2") {
+        suite::w2(&mut runner, c).await;
+    }
+    if cfg.wants("W3") {
+        suite::w3(&mut runner, c).await;
+    }
+    if cfg.wants("W4") {
+        suite::w4(&mut runner, c).await;
+    }
+    if cfg.wants("W5") {
+        suite::w5(&mut runner, c).await;
+    }
+    if cfg.wants("W6") {
+        suite::w6(&mut runner, c).await;
+    }
+    let markdown = document(&cfg, &runner, started.elapsed().as_secs_f64());
+    println!("{markdown}");
+    report::write(&cfg.out, &markdown)?;
+    eprintln!("report written to {}", cfg.out.display());
+    Ok(())
+}
+
+fn document(cfg: &Config, runner: &Runner, seconds: f64) -> String {
+    let c = &cfg.counts;
+    let ctx = targets::Context {
+        entries: &runner.entries,
+        expected_counter: (c.w2_tasks * c.w2_rounds) as f64,
+        w4_target: suite::w4_label(c.w4[1]),
+    };
+    let mode = if cfg.quick { "quick (smoke counts, targets not meaningful)" } else { "full" };
+    format!(
+        "# redlease benchmark ({mode})\n\n\
+         {runs} run(s) per cell, median reported; {cores} cores, loopback, private redis-server {ver}; \
+         total {seconds:.0} s.\n\
+         Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
+         W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs.\n\n{table}\n{notes}",
+        runs = cfg.runs,
+        cores = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        ver = redis_version(),
+        w1 = c.w1,
+        t2 = c.w2_tasks,
+        r2 = c.w2_rounds,
+        t3 = c.w3_tasks,
+        r3 = c.w3_rounds,
+        a = c.w4[0],
+        b = c.w4[1],
+        w5 = c.w5,
+        w6 = c.w6,
+        table = report::table(&ctx),
+        notes = NOTES,
+    )
+}
+
+fn redis_version() -> String {
+    std::process::Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()))
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.split_whitespace().find_map(|w| w.strip_prefix("v=").map(String::from)))
+        .unwrap_or_else(|| "?".into())
+}
+
+const NOTES: &str = "\
+Notes:
+- Floor: a bare EVALSHA of `return 1` through redis-rs on a `ConnectionManager`. W1 compares a \
+lock+unlock pair with two floor round trips in a row, W6 the wake-up with one; W5's \
+\"floor 5 nodes in parallel\" fans each round trip out to the 5 servers at once.
+- Ratios: redlease against the floor or rslock (the targets); peers against redlease (same \
+metric, same variant); W5 rows against the same implementation's single-node lock.
+- Peers use default retry settings, as their docs show: rslock `acquire` (3 tries, random \
+0–200 ms between), redlock's README loop over `lock()` (same, sync, a new TCP connection per \
+command, run on OS threads), rlock `acquire_mutex` (polls every 100 ms), redisson `lock()` \
+(polls every 100 ms, a pooled connection checked with PING on every checkout). \
+Fixed leases where one is required: 10 s (rslock, redlock, redlease W5), redisson's 30 s default.
+- rslock over several servers sends to all of them at once (join_all); redlock takes them one \
+after another. redisson's RedLock is built with its public `AsyncRRedLock::new` over one \
+connection manager per server (its docs only show the single-server `get_red_lock`).
+- W2: the counter is a GET then SET on a separate key through a plain redis-rs connection; it \
+shows the worst run. Handoffs: consecutive acquisitions by different tasks, ordered by the \
+counter value read under the lock.
+- W4: heap measured by a counting global allocator around the acquisitions (guards included); \
+round trips of a redlease tick as reported by `RenewStats` and as commands counted by the \
+server (INFO stats); rlock has one renewal task per guard, so its row counts renewal commands \
+over one 5 s renewal period instead of a tick.
+- W6: the holder keeps the lock 2–8 ms while the waiter is blocked in its lock call; latency = \
+waiter's lock call returning − holder's unlock call returning.
+";

@@ -42,6 +42,7 @@ impl AsyncLocker for Redlease {
 }
 
 /// W5 variants over several servers (one client per server), fixed lease.
+#[derive(Clone, Copy)]
 pub enum Multi {
     /// One server, `lock_with_lease`.
     Single,

@@ -5,7 +5,7 @@
 //! `redis` (sync API), `tokio` and `tracing-subscriber` (env-filter).
 //!
 //! ```ignore
-//! let server = support::Server::start();
+//! let mut server = support::Server::start();
 //! let client = redlease::Client::connect(&server.url()).await?;
 //! server.kill();
 //! server.restart();
@@ -14,9 +14,11 @@
 // Each test file uses a different subset of this module.
 #![allow(dead_code, unused_imports)]
 
+mod binary;
 mod server;
 
-pub use server::{Builder, Server, server_flavor, valkey_binary};
+pub use binary::{server_flavor, valkey_binary};
+pub use server::{Builder, Server};
 
 use std::future::Future;
 use std::sync::Once;

@@ -1,0 +1,108 @@
+//! Command-line flags and workload sizes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+pub const USAGE: &str = "usage: redlease-bench [--quick] [--only W1,W2,...] [--impls redlease,rslock,...]
+                      [--runs N] [--cap SECONDS] [--out PATH]
+  --quick   smoke run with ~1/20 of the counts
+  --only    workloads to run (W1..W6; default all)
+  --impls   implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs)
+  --runs    runs per workload and implementation, median reported (default 3)
+  --cap     time cap of one run in seconds (default 120)
+  --out     report path (default <workspace>/target/bench-report.md)";
+
+pub struct Counts {
+    pub w1: usize,
+    pub w2_tasks: usize,
+    pub w2_rounds: usize,
+    pub w3_tasks: usize,
+    pub w3_rounds: usize,
+    pub w4: [usize; 2],
+    pub w5: usize,
+    pub w6: usize,
+    /// Single floor round trips measured for W6.
+    pub rtt: usize,
+}
+
+impl Counts {
+    pub fn full() -> Self {
+        Counts {
+            w1: 20_000,
+            w2_tasks: 8,
+            w2_rounds: 500,
+            w3_tasks: 64,
+            w3_rounds: 1_000,
+            w4: [10_000, 100_000],
+            w5: 2_000,
+            w6: 200,
+            rtt: 20_000,
+        }
+    }
+
+    pub fn quick() -> Self {
+        Counts {
+            w1: 1_000,
+            w2_tasks: 8,
+            w2_rounds: 25,
+            w3_tasks: 64,
+            w3_rounds: 50,
+            w4: [500, 5_000],
+            w5: 100,
+            w6: 10,
+            rtt: 1_000,
+        }
+    }
+}
+
+pub struct Config {
+    pub quick: bool,
+    pub only: Vec<String>,
+    pub impls: Vec<String>,
+    pub runs: usize,
+    pub cap: Duration,
+    pub out: PathBuf,
+    pub counts: Counts,
+}
+
+impl Config {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Config> {
+        let mut cfg = Config {
+            quick: false,
+            only: Vec::new(),
+            impls: Vec::new(),
+            runs: 3,
+            cap: Duration::from_secs(120),
+            out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-report.md")),
+            counts: Counts::full(),
+        };
+        let mut args = args.into_iter();
+        while let Some(a) = args.next() {
+            let mut value = || args.next().ok_or_else(|| anyhow::anyhow!("{a} needs a value\n{USAGE}"));
+            match a.as_str() {
+                "--quick" => cfg.quick = true,
+                "--only" => cfg.only = list(&value()?.to_uppercase()),
+                "--impls" => cfg.impls = list(&value()?.to_lowercase()),
+                "--runs" => cfg.runs = value()?.parse::<usize>()?.max(1),
+                "--cap" => cfg.cap = Duration::from_secs(value()?.parse()?),
+                "--out" => cfg.out = value()?.into(),
+                "-h" | "--help" => bail!("{USAGE}"),
+                other => bail!("unknown argument {other}\n{USAGE}"),
+            }
+        }
+        if cfg.quick {
+            cfg.counts = Counts::quick();
+        }
+        Ok(cfg)
+    }
+
+    pub fn wants(&self, workload: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|w| w == workload)
+    }
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(String::from).collect()
+}

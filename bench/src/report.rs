@@ -1,0 +1,90 @@
+//! The Markdown report: one table of medians and ratios, plus notes.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+
+use crate::model::{Entry, Measure, Outcome, Unit};
+use crate::targets::Context;
+
+pub fn fmt_value(unit: Unit, v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    match unit {
+        Unit::Micros if v < 1_000.0 => format!("{v:.0} µs"),
+        Unit::Micros if v < 1_000_000.0 => format!("{:.2} ms", v / 1e3),
+        Unit::Micros => format!("{:.2} s", v / 1e6),
+        Unit::PerSec => format!("{}/s", thousands(v)),
+        Unit::Count => thousands(v),
+        Unit::Bytes => format!("{v:.0} B"),
+    }
+}
+
+fn thousands(v: f64) -> String {
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0.0 { format!("-{out}") } else { out }
+}
+
+fn row(cells: &[&str]) -> String {
+    format!("| {} |\n", cells.join(" | "))
+}
+
+fn measure_row(ctx: &Context, e: &Entry, m: &Measure, runs: usize) -> String {
+    let (ratio, target) = ctx.judge(e, m);
+    let p99 = m.p99.map(|p| fmt_value(m.unit, p)).unwrap_or_default();
+    let metric = if runs > 1 { m.metric.to_string() } else { format!("{} (1 run)", m.metric) };
+    row(&[&e.workload, &e.implementation, &metric, &fmt_value(m.unit, m.value), &p99, &ratio, &target])
+}
+
+/// The table: every entry, in the order measured.
+pub fn table(ctx: &Context) -> String {
+    let mut out = row(&["Workload", "Implementation", "Metric", "Median / p50", "p99", "Ratio", "Target"]);
+    out += "|---|---|---|---:|---:|---|---|\n";
+    for e in ctx.entries {
+        let text = match &e.outcome {
+            Outcome::Measured { runs, measures } => {
+                measures.iter().map(|m| measure_row(ctx, e, m, *runs)).collect()
+            }
+            Outcome::NotApplicable(why) => row(&[&e.workload, &e.implementation, "—", &format!("n/a: {why}"), "", "", ""]),
+            Outcome::TimedOut(cap) => {
+                let text = format!("timed out (cap {} s per run)", cap.as_secs());
+                row(&[&e.workload, &e.implementation, "—", &text, "", "", ""])
+            }
+            Outcome::Failed(err) => {
+                let err = err.replace('|', "/").replace('\n', " ");
+                row(&[&e.workload, &e.implementation, "—", &format!("failed: {err}"), "", "", ""])
+            }
+        };
+        out += &text;
+    }
+    out
+}
+
+pub fn write(path: &Path, markdown: &str) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, markdown).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_value(Unit::Micros, 57.4), "57 µs");
+        assert_eq!(fmt_value(Unit::Micros, 12_345.0), "12.35 ms");
+        assert_eq!(fmt_value(Unit::PerSec, 1_234_567.0), "1,234,567/s");
+        assert_eq!(fmt_value(Unit::Count, 4000.0), "4,000");
+        assert_eq!(fmt_value(Unit::Count, 999.0), "999");
+    }
+}

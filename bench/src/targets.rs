@@ -1,0 +1,108 @@
+//! Ratio and target verdict of each reported metric (issue 5's targets apply
+//! to redlease; peers are compared with redlease, floor rows stand alone).
+
+use crate::model::{
+    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, TICK, TICK_RT, WAIT_MAX,
+    WAKE,
+};
+
+/// What the targets need to know about the run.
+pub struct Context<'a> {
+    pub entries: &'a [Entry],
+    /// W2 tasks × rounds.
+    pub expected_counter: f64,
+    /// The W4 workload label the W4 targets apply to (the larger size).
+    pub w4_target: String,
+}
+
+fn family(implementation: &str) -> &str {
+    implementation.split_whitespace().next().unwrap_or("")
+}
+
+/// The same variant of another family: "rslock RedLock(5)" -> "redlease RedLock(5)".
+fn variant_of(implementation: &str, family_name: &str) -> String {
+    match implementation.split_once(' ') {
+        Some((_, rest)) => format!("{family_name} {rest}"),
+        None => family_name.to_string(),
+    }
+}
+
+impl Context<'_> {
+    fn find(&self, workload: &str, implementation: &str, metric: &str) -> Option<f64> {
+        self.entries
+            .iter()
+            .find(|e| e.workload == workload && e.implementation == implementation)
+            .and_then(|e| e.measure(metric))
+            .map(|m| m.value)
+    }
+
+    fn floor(&self, workload: &str, metric: &str) -> Option<f64> {
+        self.entries
+            .iter()
+            .find(|e| e.workload == workload && family(&e.implementation) == "floor")
+            .and_then(|e| e.measure(metric))
+            .map(|m| m.value)
+    }
+
+    /// (ratio text, target text) for one measure.
+    pub fn judge(&self, e: &Entry, m: &Measure) -> (String, String) {
+        let w = e.workload.as_str();
+        let fam = family(&e.implementation);
+        let ratio = |base: Option<f64>, name: &str| match base {
+            Some(b) if b > 0.0 => format!("{:.2}× {name}", m.value / b),
+            _ => String::new(),
+        };
+        let verdict = |ok: bool, text: &str| format!("{} {text}", if ok { "✅" } else { "❌" });
+        let at_most = |base: Option<f64>, k: f64, name: &str| match base {
+            Some(b) => verdict(m.value <= k * b, &format!("≤ {k}× {name}")),
+            None => format!("? (no {name})"),
+        };
+        let at_least = |base: Option<f64>, name: &str| match base {
+            Some(b) => verdict(m.value >= b, &format!("≥ {name}")),
+            None => format!("? (no {name})"),
+        };
+
+        if m.metric == COUNTER {
+            let ok = m.value == self.expected_counter;
+            return (String::new(), verdict(ok, &format!("= {}", self.expected_counter)));
+        }
+        if w == "W5" {
+            let single = self.find(w, &format!("{fam} single-node"), m.metric);
+            let r = if e.implementation.ends_with("single-node") {
+                String::new()
+            } else {
+                ratio(single, "own single-node")
+            };
+            let t = if e.implementation == "redlease RedLock(5)" && m.metric == PAIR {
+                at_most(single, 1.5, "single-node")
+            } else {
+                String::new()
+            };
+            return (r, t);
+        }
+        if fam == "floor" {
+            return (String::new(), String::new());
+        }
+        if fam != "redlease" {
+            let base = self.find(w, &variant_of(&e.implementation, "redlease"), m.metric);
+            return (ratio(base, "redlease"), String::new());
+        }
+        let rslock = self.find(w, "rslock", m.metric);
+        match (w, m.metric) {
+            ("W1", PAIR) => {
+                let f = self.floor(w, PAIR);
+                (ratio(f, "floor"), at_most(f, 1.15, "floor"))
+            }
+            ("W1" | "W3", PAIRS_PER_SEC) | ("W2", ACQ_PER_SEC) => (ratio(rslock, "rslock"), at_least(rslock, "rslock")),
+            ("W2", WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
+            ("W6", WAKE) => {
+                let f = self.floor(w, RTT);
+                (ratio(f, "floor"), at_most(f, 3.0, "floor"))
+            }
+            (w4, TICK) if w4 == self.w4_target => (String::new(), verdict(m.value <= 1e6, "≤ 1 s")),
+            (w4, TICK_RT) if w4 == self.w4_target => (String::new(), verdict(m.value <= 100.0, "≤ 100")),
+            (w4, MEM) if w4.starts_with("W4") => (String::new(), verdict(m.value <= 1024.0, "≤ 1 KiB")),
+            _ => (String::new(), String::new()),
+        }
+    }
+}
