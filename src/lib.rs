@@ -1,16 +1,123 @@
 //! # redlease
 //!
-//! Reentrant distributed locks on Redis, in the style of Redisson's `RLock`.
+//! Reentrant distributed locks on Redis, in the style of Redisson's `RLock`: a lock is a Redis
+//! hash whose field `<client uuid>:<owner>` counts the owner's holds; acquire, release and
+//! renewal are Lua scripts (`lua/`), so each is one atomic round trip.
 //!
 //! ```no_run
 //! # async fn demo() -> redlease::Result<()> {
+//! use std::time::Duration;
+//!
 //! let client = redlease::Client::connect("redis://127.0.0.1:6379").await?;
 //! let lock = client.lock("orders:42")?;
-//! let guard = lock.lock().await?; // waits; the watchdog renews the lease while `guard` lives
+//!
+//! // Wait as long as it takes; the watchdog renews the 30 s lease while `guard` lives.
+//! let guard = lock.lock().await?;
 //! // ... critical section ...
-//! guard.unlock().await?;
+//! guard.unlock().await?; // errors are reported, e.g. a lease lost meanwhile
+//!
+//! // Or: wait at most 200 ms, hold at most 5 s, no renewal.
+//! match lock.try_lock_for_with_lease(Duration::from_millis(200), Duration::from_secs(5)).await? {
+//!     Some(guard) => guard.unlock().await?,
+//!     None => println!("busy"),
+//! }
+//! client.shutdown().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! ## What you get
+//! - [`Client`]: one connection, one watchdog task and one pub/sub connection shared by all
+//!   its locks. [`blocking::Client`] is the same for synchronous code.
+//! - [`Lock`]: `lock`, `lock_with_lease`, `try_lock`, `try_lock_for`,
+//!   `try_lock_for_with_lease`, `is_locked`, `hold_count`, `remaining_lease`, `force_unlock`.
+//! - [`LockGuard`]: `unlock().await`, a non-blocking Drop fallback, [`LockGuard::lost`] (a
+//!   future that resolves when the lease is lost), [`LockGuard::valid_until`] and
+//!   [`LockGuard::fencing_token`].
+//!
+//! ## Leases and the watchdog
+//! A lock taken without a lease is kept by the client's watchdog: its lease (30 s by default,
+//! [`Config::watchdog_lease`]) is renewed every third of the lease, in batches of 1,000 locks
+//! per round trip, while a guard lives. If the key is found gone (expired, deleted, the server
+//! restarted without persistence), or Redis stays unreachable past the guard's
+//! [`valid_until`](LockGuard::valid_until), the guard is *lost*: [`LockGuard::lost`] resolves,
+//! a `tracing` warning names the lock, and `unlock` reports [`Error::LeaseLost`]. Long jobs
+//! should race their work against `lost()`.
+//!
+//! A lock taken with an explicit lease is never renewed; it expires after the lease.
+//!
+//! ## Waiting
+//! A waiter tries once; only if the lock is held does it subscribe to the lock's unlock
+//! channel, try again (closing the race with an unlock that came first), then sleep until an
+//! unlock message or the holder's remaining lease, whichever comes first. One message wakes
+//! one local waiter. Nothing polls.
+//!
+//! ## Reentrancy
+//! The owner is the current tokio task (or the current thread outside a task, as in the
+//! [`blocking`] API). The same owner taking the same lock again counts up; each guard counts
+//! down; the key goes at zero. Another task, thread or client is excluded.
+//!
+//! **Hazard:** futures polled concurrently inside *one* task (`join!`, `select!`,
+//! `FuturesUnordered`) share that task's id, so they re-enter each other's lock and their
+//! critical sections interleave. Give each such future its own [`Owner`]:
+//!
+//! ```no_run
+//! # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+//! use redlease::Owner;
+//!
+//! let a = client.lock("stock:move")?.with_owner(Owner::new());
+//! let b = client.lock("stock:move")?.with_owner(Owner::new());
+//! let (ga, gb) = tokio::join!(a.lock(), b.try_lock());
+//! assert!(gb?.is_none()); // real exclusion inside one task
+//! ga?.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Tokio reuses a task's id once the task has ended. A guard leaked with `std::mem::forget`
+//! keeps its hold (and its watchdog renewal) after its task is gone, and a later task that
+//! happens to get the same id would re-enter it. Don't leak guards; if you must, release the
+//! hold with [`Lock::unlock`] from an owner you control.
+//!
+//! Use [`Lock::reentrant(false)`](Lock::reentrant) for a plain mutex: a second acquisition by
+//! the holder fails with [`Error::WouldDeadlock`].
+//!
+//! ## Cancellation
+//! Every waiting method is cancel-safe: dropping a `lock()` future (a `timeout` around it, an
+//! aborted task) leaves neither a hold nor a renewal behind, even if the server granted the
+//! lock just as the future was dropped — that grant is observed in the background and given
+//! back. Dropping an `unlock()` future still completes the release.
+//!
+//! ## What a lease-based lock can and cannot promise
+//! A lease lock cannot by itself protect a resource from a holder that is paused past its
+//! lease (GC, swap, SIGSTOP, a slow network): when it resumes it may still believe it holds
+//! the lock. redlease gives you the tools to handle it:
+//! - **fencing tokens** ([`Lock::fenced`]): every first acquisition gets a strictly larger
+//!   number; the resource rejects writes carrying an older token;
+//! - the **lost-lease signal** ([`LockGuard::lost`]) to stop work promptly;
+//! - the **local validity deadline** ([`LockGuard::valid_until`]): the lease minus a drift
+//!   allowance, measured from the *start* of the last successful acquisition or renewal;
+//! - independent masters with a quorum (Redlock) where one Redis master is not trusted.
+//!
+//! Without persistence, a Redis restart forgets every lock; with replication, a failover can
+//! lose a fresh lock whose write had not reached the replica yet.
+//!
+//! ## Errors
+//! One [`Error`] type. Redis failures are never turned into "not acquired": `try_lock`
+//! returns `Ok(None)` only when another owner holds the lock. A server that is down yields
+//! an error within the configured [`Config::timeout`], never a hang. Bad input (empty names,
+//! zero or absurd leases, a key of another Redis type) is rejected with a clear error before
+//! anything is written.
+//!
+//! ## Redis data model
+//! For a lock named `N` and the prefix `P` (default `redlease`):
+//!
+//! | key | type | contents |
+//! |---|---|---|
+//! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count; PEXPIRE = lease |
+//! | `P:{N}:fence` | string | fencing counter (fenced locks only; never expires) |
+//! | `P:{N}:unlock` | channel | one message on each full release |
+//! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent |
+//!
+//! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
 mod acquire;
 pub mod blocking;
