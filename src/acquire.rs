@@ -22,6 +22,31 @@ impl Lock {
         let field = self.field();
         let lease_ms = lease.duration().as_millis() as u64;
         let mut subscription = None;
+        // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
+        // for us would deadlock).
+        let mut ticket = match inner.holds.get(&self.keys.hash, &field) {
+            Some(_) => None,
+            None => Some(inner.gates.join(&self.keys.hash)),
+        };
+        if let Some(ticket) = ticket.as_mut().filter(|t| !t.is_head()) {
+            let deadline = match wait {
+                // One attempt never queues; Redis decides.
+                Wait::Once => None,
+                Wait::Forever => Some(None),
+                Wait::Until(deadline) => Some(Some(deadline)),
+            };
+            if let Some(deadline) = deadline {
+                // Stay subscribed while queued, so the channel is not dropped and re-made at
+                // every hand-off between local waiters.
+                subscription = Some(inner.subscriber.subscribe(&self.keys.channel).await?);
+                let far = Instant::now() + crate::config::MAX_DURATION;
+                let until = tokio::time::Instant::from_std(deadline.unwrap_or(far));
+                tokio::select! {
+                    _ = ticket.wait_head() => {}
+                    _ = tokio::time::sleep_until(until) => return Ok(None),
+                }
+            }
+        }
         loop {
             let started = Instant::now();
             let ttl = match self.attempt(&field, lease_ms).await? {
@@ -57,8 +82,15 @@ impl Lock {
             if let Some(left) = remaining {
                 nap = nap.min(left);
             }
+            let local_release = async {
+                match ticket.as_ref() {
+                    Some(ticket) => ticket.gate.released.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = sub.notified() => {}
+                _ = local_release => {}
                 _ = tokio::time::sleep(nap) => {}
             }
             inner.check_open()?;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::gate::Gates;
 use crate::hold::Holds;
 use crate::lock::Lock;
 use crate::node::Node;
@@ -44,6 +45,7 @@ pub(crate) struct Inner {
     pub config: Config,
     pub node: Node,
     pub holds: Holds,
+    pub gates: Gates,
     pub subscriber: Arc<Subscriber>,
     pub watchdog_wake: Arc<Notify>,
     watchdog_task: Mutex<Option<AbortOnDrop>>,
@@ -117,6 +119,7 @@ impl ClientBuilder {
             config: self.config,
             node,
             holds: Holds::default(),
+            gates: Gates::default(),
             watchdog_wake: Arc::new(Notify::new()),
             watchdog_task: Mutex::new(None),
             shut_down: AtomicBool::new(false),

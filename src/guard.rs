@@ -103,19 +103,24 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else { return };
+        // Local state first and synchronously, as documented: the release used to do this inside
+        // the spawned task, so the watchdog kept renewing a dropped guard's hold until that task
+        // ran (forever if the runtime was shutting down and never ran it).
+        if release_locally(&self.client, &hold).is_err() {
+            // Lost or shut down: nothing of ours left on the server to give back.
+            return;
+        }
         let client = self.client.clone();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                if let Err(e) = release(&client, &hold).await {
+                if let Err(e) = release_remotely(&client, &hold).await {
                     if !e.is_lease_lost() && !matches!(e, Error::Shutdown) {
                         tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the lease will free the key");
                     }
                 }
             });
-        } else {
-            // No runtime: at least stop renewing; the lease frees the key.
-            client.inner.holds.release(&hold);
         }
+        // No runtime: the watchdog no longer renews it; the lease frees the key.
     }
 }
 
@@ -134,18 +139,29 @@ impl std::fmt::Debug for LockGuard {
 /// Gives back one guard's hold: local bookkeeping first (synchronously, so the watchdog stops
 /// renewing at once), then the server.
 pub(crate) async fn release(client: &Client, hold: &Arc<Hold>) -> Result<()> {
+    release_locally(client, hold)?;
+    release_remotely(client, hold).await
+}
+
+/// The synchronous half of [`release`]: one guard fewer in the registry.
+fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<()> {
     let inner = &client.inner;
     match inner.holds.release(hold) {
         LocalRelease::Detached => {
             // Either lost (and maybe re-taken since by the same owner, so the server's hold is
             // not ours to decrement) or released by shutdown.
             inner.check_open()?;
-            return Err(Error::LeaseLost {
+            Err(Error::LeaseLost {
                 name: hold.keys.name.to_string(),
-            });
+            })
         }
-        LocalRelease::Last | LocalRelease::Remaining => {}
+        LocalRelease::Last | LocalRelease::Remaining => Ok(()),
     }
+}
+
+/// The server half of [`release`], after [`release_locally`] succeeded.
+async fn release_remotely(client: &Client, hold: &Arc<Hold>) -> Result<()> {
+    let inner = &client.inner;
     match release_on_server(client, &hold.keys, &hold.field, hold.lease_ms).await? {
         Release::NotHeld => {
             hold.mark_lost("the hold was gone from the server at release");
@@ -153,7 +169,11 @@ pub(crate) async fn release(client: &Client, hold: &Arc<Hold>) -> Result<()> {
                 name: hold.keys.name.to_string(),
             })
         }
-        Release::Released | Release::StillHeld(_) => Ok(()),
+        Release::Released => {
+            inner.gates.released(&hold.keys.hash);
+            Ok(())
+        }
+        Release::StillHeld(_) => Ok(()),
     }
 }
 

@@ -264,7 +264,11 @@ impl Lock {
             Release::NotHeld => Err(Error::NotHeld {
                 name: self.keys.name.to_string(),
             }),
-            Release::Released | Release::StillHeld(_) => Ok(()),
+            Release::Released => {
+                inner.gates.released(&self.keys.hash);
+                Ok(())
+            }
+            Release::StillHeld(_) => Ok(()),
         }
     }
 
