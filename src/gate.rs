@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 #[derive(Default)]
 pub(crate) struct Gates {
@@ -37,14 +37,19 @@ impl Gates {
             .map
             .entry(key.clone())
             .or_insert_with(|| {
-                Arc::new(Gate { head: Arc::new(Semaphore::new(1)), released: Notify::new() })
+                Arc::new(Gate {
+                    head: Arc::new(Semaphore::new(1)),
+                    released: Notify::new(),
+                })
             })
             .clone();
-        let permit = match gate.head.clone().try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => None,
-        };
-        Ticket { gates: self, key: key.clone(), gate, permit }
+        let permit = gate.head.clone().try_acquire_owned().ok();
+        Ticket {
+            gates: self,
+            key: key.clone(),
+            gate,
+            permit,
+        }
     }
 
     /// Tells this client's head contender of `key` that the lock was just freed.
@@ -73,6 +78,8 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         self.permit.take();
         // Forget the gate once nobody uses it: the map holds one reference, we hold another.
-        self.gates.map.remove_if(&self.key, |_, gate| Arc::strong_count(gate) <= 2);
+        self.gates
+            .map
+            .remove_if(&self.key, |_, gate| Arc::strong_count(gate) <= 2);
     }
 }

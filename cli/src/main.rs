@@ -1,1 +1,78 @@
-fn main() {}
+//! `redlease`: distributed locks on Redis from the shell.
+//!
+//! `redlease run NAME -- CMD` runs a command while holding a lock (renewed by the watchdog,
+//! stopped when the lease is lost), `status` shows a lock, `unlock --force` frees one. See
+//! `redlease --help` and `docs/cli.md`.
+
+#[cfg(not(unix))]
+compile_error!("the redlease command needs Unix signals and process groups");
+
+mod args;
+mod child;
+mod exit;
+mod holder;
+mod nodes;
+mod output;
+mod run;
+mod signals;
+mod status;
+mod unlock;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are "errors" that print to stdout and succeed.
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_tracing();
+    // One thread: the command is spawned from it, and the kernel's parent-death signal (see
+    // child.rs) is tied to the thread that spawned.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("redlease: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+            Command::Unlock(args) => unlock::unlock(args).await,
+        }
+    });
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("redlease: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// Library diagnostics (renewal retries and the like) on stderr when `REDLEASE_LOG` asks for
+/// them, e.g. `REDLEASE_LOG=debug`; silent by default, since redlease reports what matters.
+fn init_tracing() {
+    let Ok(filter) = std::env::var("REDLEASE_LOG") else {
+        return;
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

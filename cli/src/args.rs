@@ -1,0 +1,273 @@
+//! The command line: subcommands, options and their help texts.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Used when neither `--url` nor `$REDIS_URL` is given.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  # Run a nightly job at most once at a time across the fleet:
+  redlease run nightly-report -- ./report.sh --date today
+
+  # Who holds it, and for how long:
+  redlease status nightly-report
+
+  # Free a lock whose holder is stuck (the holder is stopped at its next renewal):
+  redlease unlock --force nightly-report
+
+The Redis URL comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379.
+Several --url options name independent masters and use the Redlock algorithm.";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  # Wait as long as it takes, then run the migration under the lock:
+  redlease run db-migrate -- ./migrate.sh up
+
+  # Cron: skip this run if another host is still busy (exit 75):
+  redlease run --wait 0 nightly-report -- ./report.sh
+
+  # Give up after 2 minutes; renew a 10 s lease every ~3 s while it runs:
+  redlease run --wait 2m --lease 10s import -- python3 import.py
+
+  # Hand a fencing token to the job; the storage rejects writes with older tokens:
+  redlease run --fenced orders-export -- sh -c 'export.sh --token \"$REDLEASE_TOKEN\"'
+
+  # Redlock over three independent masters:
+  redlease run --url redis://a:6379 --url redis://b:6379 --url redis://c:6379 job -- ./job.sh
+
+Environment of the command:
+  REDLEASE_LOCK   the lock name
+  REDLEASE_TOKEN  the fencing token (only with --fenced)
+
+Exit status:
+  the command's own status (128+N when it was killed by signal N), or
+  64  usage error            69  Redis unreachable (or no majority of --url nodes)
+  70  the lease was lost while the command ran; it was stopped
+  75  the lock was not acquired within --wait
+  126 the command could not be executed    127 the command was not found";
+
+const STATUS_EXAMPLES: &str = "\
+Examples:
+  redlease status nightly-report
+  redlease status --json nightly-report | jq .held
+  REDIS_URL=redis://cache:6379/2 redlease status --prefix myapp orders:42
+
+Exit status: 0 when the lock could be inspected (held or free), 69 when Redis is unreachable.";
+
+const UNLOCK_EXAMPLES: &str = "\
+Examples:
+  redlease unlock --force nightly-report
+  redlease unlock --force --url redis://a:6379 --url redis://b:6379 --url redis://c:6379 job
+
+The holder is not told at once: its watchdog finds the lock gone at the next renewal (within a
+third of its lease), and `redlease run` then stops its command and exits 70. A fenced lock's
+counter is kept, so the next holder still gets a greater token.";
+
+/// Distributed locks on Redis from the shell: run a command under a lock, inspect or free one.
+#[derive(Debug, Parser)]
+#[command(name = "redlease", version, after_help = MAIN_EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding a lock; exit with the command's status.
+    ///
+    /// Waits for the lock (forever unless --wait), runs COMMAND with the lock held, keeps the
+    /// lease renewed while it runs, and releases the lock when it exits. If the lease is lost
+    /// (Redis unreachable past the lease, the key deleted or expired), the command gets SIGTERM,
+    /// then SIGKILL after --grace, and redlease exits 70.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+    /// Show whether a lock is held, by whom, for how long, and its fencing counter.
+    #[command(after_help = STATUS_EXAMPLES)]
+    Status(StatusArgs),
+    /// Delete a lock whoever holds it (for operators).
+    #[command(after_help = UNLOCK_EXAMPLES)]
+    Unlock(UnlockArgs),
+}
+
+/// Where the locks live; shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct Target {
+    /// Redis URL (redis://[user:pass@]host:port[/db]); repeat for Redlock over independent
+    /// masters. Defaults to $REDIS_URL, else redis://127.0.0.1:6379.
+    #[arg(long = "url", value_name = "URL")]
+    pub urls: Vec<String>,
+    /// Prefix of the lock's Redis keys.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        env = "REDLEASE_PREFIX",
+        default_value = "redlease"
+    )]
+    pub prefix: String,
+    /// Limit for connecting and for each Redis round trip.
+    #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_positive)]
+    pub timeout: Duration,
+}
+
+impl Target {
+    /// The URLs to use: `--url`s, else `$REDIS_URL`, else [`DEFAULT_URL`].
+    pub fn urls(&self) -> Vec<String> {
+        if !self.urls.is_empty() {
+            return self.urls.clone();
+        }
+        match std::env::var("REDIS_URL") {
+            Ok(url) if !url.trim().is_empty() => vec![url.trim().to_owned()],
+            _ => vec![DEFAULT_URL.to_owned()],
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Give up when the lock is not acquired within DUR (exit 75); 0 tries once. Default: wait
+    /// forever.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// Lease of the lock, renewed every third of it while the command runs. A paused or killed
+    /// redlease frees the lock at most this long after its last renewal.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_lease)]
+    pub lease: Duration,
+    /// After a lost lease, how long the command may take to exit after SIGTERM before SIGKILL.
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Hand out a fencing token in $REDLEASE_TOKEN: greater than every earlier token of this
+    /// lock name.
+    #[arg(long)]
+    pub fenced: bool,
+    /// Keep the command in redlease's process group, so it can read the terminal. Then SIGINT
+    /// and SIGQUIT are not forwarded (the terminal sends them to the command itself), and only
+    /// the command, not its children, is signalled when the lease is lost. On by itself when
+    /// redlease runs in the foreground of a terminal.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Report acquisition, token and release on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Name of the lock.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The command and its arguments (put `--` before it when it starts with `-`).
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Name of the lock.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Required: delete the lock even though this process does not hold it.
+    #[arg(long, required = true)]
+    pub force: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Name of the lock.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// A human duration: `500ms`, `30s`, `2m`, `1h 30m`; a bare `0` is zero.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (try 500ms, 30s, 2m)"))
+}
+
+fn parse_positive(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+/// The watchdog renews every third of the lease; below this it cannot keep up with Redis
+/// round trips and scheduling delays.
+const MIN_LEASE: Duration = Duration::from_millis(100);
+
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d < MIN_LEASE {
+        return Err(format!(
+            "must be at least {}",
+            humantime::format_duration(MIN_LEASE)
+        ));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_are_human() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_lease("50ms").is_err());
+        assert!(parse_positive("0s").is_err());
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_name() {
+        let cli = Cli::try_parse_from([
+            "redlease", "run", "--wait", "1s", "L", "--", "sh", "-c", "exit 3",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.name, "L");
+        assert_eq!(run.wait, Some(Duration::from_secs(1)));
+        assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn run_accepts_a_command_without_double_dash() {
+        let cli = Cli::try_parse_from(["redlease", "run", "L", "ls", "-l"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.command, ["ls", "-l"]);
+    }
+
+    #[test]
+    fn unlock_requires_force() {
+        assert!(Cli::try_parse_from(["redlease", "unlock", "L"]).is_err());
+        assert!(Cli::try_parse_from(["redlease", "unlock", "--force", "L"]).is_ok());
+    }
+}

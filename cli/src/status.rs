@@ -1,0 +1,229 @@
+//! `redlease status`: the server's view of a lock, for people or (`--json`) for scripts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use humantime::format_duration;
+use redlease::LockStatus;
+use serde_json::{Value, json};
+
+use crate::args::StatusArgs;
+use crate::exit::Failure;
+use crate::nodes::{self, Node, quorum};
+use crate::output;
+
+/// One node's answer.
+struct NodeView {
+    shown: String,
+    status: Result<LockStatus, String>,
+}
+
+impl NodeView {
+    fn held(&self) -> bool {
+        matches!(&self.status, Ok(s) if !s.owners.is_empty())
+    }
+}
+
+pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
+    let nodes = nodes::connect_all(&args.target).await;
+    nodes::require_majority(&nodes)?;
+    let mut views = Vec::with_capacity(nodes.len());
+    let mut key = String::new();
+    for node in &nodes {
+        let (view, node_key) = inspect(node, &args.name, nodes.len() == 1).await?;
+        key = node_key.unwrap_or(key);
+        views.push(view);
+    }
+    let answered = views.iter().filter(|v| v.status.is_ok()).count();
+    if answered < quorum(views.len()) {
+        let reasons: Vec<String> = views
+            .iter()
+            .filter_map(|v| v.status.as_ref().err().map(|e| format!("{}: {e}", v.shown)))
+            .collect();
+        return Err(Failure::new(
+            crate::exit::UNAVAILABLE,
+            format!(
+                "only {answered} of {} Redis nodes answered ({})",
+                views.len(),
+                reasons.join("; ")
+            ),
+        ));
+    }
+    if args.json {
+        output::line(to_json(&args.name, &key, &views));
+    } else {
+        output::line(to_text(&args.name, &key, &views).trim_end());
+    }
+    Ok(0)
+}
+
+/// Asks one node. With a single node every error ends the command; with several a failed
+/// node is shown as such.
+async fn inspect(
+    node: &Node,
+    name: &str,
+    only: bool,
+) -> Result<(NodeView, Option<String>), Failure> {
+    let client = match &node.client {
+        Ok(client) => client,
+        Err(e) => {
+            let view = NodeView {
+                shown: node.shown.clone(),
+                status: Err(e.to_string()),
+            };
+            return Ok((view, None));
+        }
+    };
+    let lock = client
+        .lock(name)
+        .map_err(|e| Failure::from_error("bad lock name", &e))?;
+    let status = match lock.status().await {
+        Ok(status) => Ok(status),
+        Err(e) if only => return Err(nodes::unreachable(&node.shown, &e)),
+        Err(e) => Err(e.to_string()),
+    };
+    let view = NodeView {
+        shown: node.shown.clone(),
+        status,
+    };
+    Ok((view, Some(lock.key().to_owned())))
+}
+
+/// How long a majority of the nodes still hold the lock: the quorum-th longest remaining lease
+/// among the holding nodes. For one node, simply its remaining lease.
+fn majority_lease(views: &[NodeView]) -> Option<Duration> {
+    let mut leases: Vec<Duration> = views
+        .iter()
+        .filter(|v| v.held())
+        .filter_map(|v| v.status.as_ref().ok()?.remaining_lease)
+        .collect();
+    leases.sort_unstable_by(|a, b| b.cmp(a));
+    leases.get(quorum(views.len()) - 1).copied()
+}
+
+fn highest_fence(views: &[NodeView]) -> Option<u64> {
+    views
+        .iter()
+        .filter_map(|v| v.status.as_ref().ok()?.fence)
+        .max()
+}
+
+/// Every owner field seen, with its largest hold count and on how many nodes it holds.
+fn owners(views: &[NodeView]) -> BTreeMap<String, (u64, usize)> {
+    let mut all = BTreeMap::new();
+    for status in views.iter().filter_map(|v| v.status.as_ref().ok()) {
+        for (owner, holds) in &status.owners {
+            let entry = all.entry(owner.clone()).or_insert((0, 0));
+            entry.0 = entry.0.max(*holds);
+            entry.1 += 1;
+        }
+    }
+    all
+}
+
+fn ms(d: Option<Duration>) -> Value {
+    d.map_or(Value::Null, |d| json!(d.as_millis() as u64))
+}
+
+fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
+    let nodes_held = views.iter().filter(|v| v.held()).count();
+    let owners: Vec<Value> = owners(views)
+        .into_iter()
+        .map(|(owner, (holds, nodes))| json!({"owner": owner, "holds": holds, "nodes": nodes}))
+        .collect();
+    let per_node: Vec<Value> = views
+        .iter()
+        .map(|v| match &v.status {
+            Ok(s) => json!({
+                "url": v.shown,
+                "reachable": true,
+                "held": !s.owners.is_empty(),
+                "owners": s.owners.iter().map(|(o, h)| json!({"owner": o, "holds": h})).collect::<Vec<_>>(),
+                "remaining_lease_ms": ms(s.remaining_lease),
+                "fence": s.fence,
+            }),
+            Err(e) => json!({"url": v.shown, "reachable": false, "error": e}),
+        })
+        .collect();
+    json!({
+        "name": name,
+        "key": key,
+        "held": nodes_held >= quorum(views.len()),
+        "nodes_held": nodes_held,
+        "quorum": quorum(views.len()),
+        "owners": owners,
+        "remaining_lease_ms": ms(majority_lease(views)),
+        "fence": highest_fence(views),
+        "nodes": per_node,
+    })
+}
+
+fn to_text(name: &str, key: &str, views: &[NodeView]) -> String {
+    let mut out = format!("lock   {name}\nkey    {key}\n");
+    let nodes_held = views.iter().filter(|v| v.held()).count();
+    let held = nodes_held >= quorum(views.len());
+    let state = if views.len() == 1 {
+        if held { "held" } else { "free" }.to_owned()
+    } else {
+        format!(
+            "{} (held on {nodes_held} of {} nodes, {} needed)",
+            if held { "held" } else { "free" },
+            views.len(),
+            quorum(views.len())
+        )
+    };
+    out += &format!("state  {state}\n");
+    // Each node's client has its own id, so with several nodes the owners are shown per node.
+    if views.len() == 1 {
+        for (owner, (holds, _)) in owners(views) {
+            out += &format!("owner  {owner} ({holds} {})\n", plural(holds, "hold"));
+        }
+    }
+    if held {
+        let lease = majority_lease(views).map_or("no expiry".to_owned(), |d| {
+            format!("{} left", format_duration(d))
+        });
+        out += &format!("lease  {lease}\n");
+    }
+    let fence = highest_fence(views).map_or("none (never fenced)".to_owned(), |f| f.to_string());
+    out += &format!("fence  {fence}\n");
+    if views.len() > 1 {
+        for v in views {
+            out += &format!("node   {}  {}\n", v.shown, node_line(v));
+        }
+    }
+    out
+}
+
+fn node_line(v: &NodeView) -> String {
+    match &v.status {
+        Err(e) => format!("unreachable: {e}"),
+        Ok(s) if s.owners.is_empty() => format!("free, fence {}", fence_text(s.fence)),
+        Ok(s) => format!(
+            "held by {}, {}, fence {}",
+            s.owners
+                .iter()
+                .map(|(owner, holds)| format!("{owner} ({holds} {})", plural(*holds, "hold")))
+                .collect::<Vec<_>>()
+                .join(", "),
+            s.remaining_lease
+                .map_or("no expiry".to_owned(), |d| format!(
+                    "{} left",
+                    format_duration(d)
+                )),
+            fence_text(s.fence)
+        ),
+    }
+}
+
+fn fence_text(fence: Option<u64>) -> String {
+    fence.map_or("none".to_owned(), |f| f.to_string())
+}
+
+fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        word.to_owned()
+    } else {
+        format!("{word}s")
+    }
+}

@@ -1,0 +1,128 @@
+//! `status`, `unlock --force`, unreachable servers, several `--url`s, and `--help`.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::fs;
+
+use common::{
+    LIMIT, Running, Scratch, dead_url, finish, redlease, rl, rl_nodes, status_json, until_stopped,
+};
+use serde_json::Value;
+use support::{Server, unique_name};
+
+#[test]
+fn status_shows_holder_lease_and_fence() {
+    let server = Server::start();
+    let name = unique_name("status");
+    let dir = Scratch::new("status");
+    let sub = "run --fenced --lease 10s";
+    let body = until_stopped(&dir);
+    let mut run = Running::spawn(rl(&server.url(), sub, &name, &["sh", "-c", &body]));
+    run.wait_for(&dir, "started");
+    let held = status_json(&server, &name);
+    assert_eq!(held["held"], true, "{held}");
+    assert_eq!(held["fence"], 1, "{held}");
+    assert_eq!(held["owners"][0]["holds"], 1, "{held}");
+    let left = held["remaining_lease_ms"].as_u64().expect("a lease");
+    assert!(left > 5_000 && left <= 10_000, "{held}");
+    let text = finish(rl(&server.url(), "status", &name, &[])).stdout();
+    assert!(text.contains("state  held"), "{text}");
+    assert!(text.contains("fence  1"), "{text}");
+
+    fs::write(dir.path("stop"), "").unwrap();
+    assert_eq!(run.finish(LIMIT).code(), Some(0));
+    let free = status_json(&server, &name);
+    assert_eq!(free["held"], false, "{free}");
+    assert_eq!(free["fence"], 1, "the counter stays: {free}");
+    let text = finish(rl(&server.url(), "status", &name, &[])).stdout();
+    assert!(text.contains("state  free"), "{text}");
+}
+
+#[test]
+fn unlock_force_says_whether_anything_was_held() {
+    let server = Server::start();
+    let name = unique_name("unlock");
+    let out = finish(rl(&server.url(), "unlock --force --json", &name, &[]));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let json: Value = serde_json::from_str(&out.stdout()).unwrap();
+    assert_eq!(json["was_held"], false, "{json}");
+    common::hold_elsewhere(&server, &name);
+    let out = finish(rl(&server.url(), "unlock --force", &name, &[]));
+    assert!(out.stdout().contains("was held"), "{out:?}");
+    assert_eq!(status_json(&server, &name)["held"], false);
+    let out = finish(rl(&server.url(), "unlock", &name, &[]));
+    assert_eq!(out.code(), Some(64), "--force is required: {out:?}");
+}
+
+#[test]
+fn no_server_exits_69_for_every_subcommand() {
+    let url = dead_url();
+    for sub in ["run", "status", "unlock --force"] {
+        let command: &[&str] = if sub == "run" { &["true"] } else { &[] };
+        let out = finish(rl(&url, sub, "L", command));
+        assert_eq!(out.code(), Some(69), "{sub}: {out:?}");
+        assert!(out.stderr().contains(&url), "names the server: {out:?}");
+    }
+    // $REDIS_URL is the fallback for --url.
+    let mut status = redlease(&["status", "L"]);
+    status.env("REDIS_URL", &url);
+    assert_eq!(finish(status).code(), Some(69));
+    let server = Server::start();
+    let mut status = redlease(&["status", "L"]);
+    status.env("REDIS_URL", server.url());
+    assert_eq!(finish(status).code(), Some(0));
+}
+
+#[test]
+fn several_urls_run_a_redlock_held_by_a_majority() {
+    let servers = support::start_many(3);
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let name = unique_name("redlock");
+    let dir = Scratch::new("redlock");
+    let body = until_stopped(&dir);
+    let sub = "run --lease 2s";
+    let mut holder = Running::spawn(rl_nodes(&urls, sub, &name, &["sh", "-c", &body]));
+    holder.wait_for(&dir, "started");
+    let status: Value =
+        serde_json::from_str(&finish(rl_nodes(&urls, "status --json", &name, &[])).stdout())
+            .expect("status JSON");
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["nodes_held"], 3, "{status}");
+    // One node down of three is still a majority, and the lock is held there.
+    let partial = [urls[0].clone(), urls[1].clone(), dead_url()];
+    let busy = finish(rl_nodes(&partial, "run --wait 300ms", &name, &["true"]));
+    assert_eq!(busy.code(), Some(75), "{busy:?}");
+    fs::write(dir.path("stop"), "").unwrap();
+    assert_eq!(holder.finish(LIMIT).code(), Some(0));
+    let next = finish(rl_nodes(&partial, "run", &name, &["true"]));
+    assert_eq!(next.code(), Some(0), "{next:?}");
+
+    // Two of three down: no majority, for any subcommand.
+    let (down1, down2) = (dead_url(), dead_url());
+    let minority = [urls[0].clone(), down1.clone(), down2];
+    for sub in ["run", "status", "unlock --force"] {
+        let command: &[&str] = if sub == "run" { &["true"] } else { &[] };
+        let out = finish(rl_nodes(&minority, sub, &name, command));
+        assert_eq!(out.code(), Some(69), "{sub}: {out:?}");
+        assert!(out.stderr().contains(&down1), "{out:?}");
+    }
+    let out = finish(rl_nodes(&partial, "status --json", &name, &[]));
+    let status: Value = serde_json::from_str(&out.stdout()).unwrap();
+    assert_eq!(status["nodes"][2]["reachable"], false, "{status}");
+}
+
+#[test]
+fn help_has_examples_and_usage_errors_exit_64() {
+    for sub in ["run", "status", "unlock"] {
+        let out = finish(redlease(&[sub, "--help"]));
+        assert_eq!(out.code(), Some(0));
+        assert!(out.stdout().contains("Examples:"), "{sub}: {out:?}");
+    }
+    let out = finish(redlease(&["run", "L"]));
+    assert_eq!(out.code(), Some(64), "no command: {out:?}");
+    let out = finish(redlease(&["run", "--lease", "ten", "L", "true"]));
+    assert_eq!(out.code(), Some(64), "bad duration: {out:?}");
+}
