@@ -68,7 +68,6 @@ impl Node {
         reentrant: bool,
         fenced: bool,
     ) -> Result<Acquire> {
-        let mut conn = self.conn.clone();
         let mut call = scripts::ACQUIRE.prepare_invoke();
         call.key(&*keys.hash)
             .key(&keys.fence)
@@ -76,12 +75,16 @@ impl Node {
             .arg(lease_ms)
             .arg(if reentrant { "1" } else { "0" })
             .arg(if fenced { "1" } else { "0" });
-        let reply: Vec<i64> = bounded(
-            "acquire",
-            &keys.hash,
-            self.timeout,
-            call.invoke_async(&mut conn),
-        )
+        // Retrying is no worse than failing: had the first request run, its grant (unknown to
+        // us either way) is freed by its lease; a reentrant retry just counts it as one more
+        // hold, which that lease frees after our release.
+        let reply: Vec<i64> = once_more_if_dropped(|| {
+            let (mut conn, call) = (self.conn.clone(), &call);
+            async move {
+                let request = call.invoke_async(&mut conn);
+                bounded("acquire", &keys.hash, self.timeout, request).await
+            }
+        })
         .await?;
         Acquire::parse(&reply)
     }
@@ -120,13 +123,15 @@ impl Node {
 
     /// Renews a batch of leases in one round trip; one flag per lock, in order.
     pub async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
-        let mut conn = self.conn.clone();
         let mut call = scripts::RENEW.prepare_invoke();
         for r in batch {
             call.key(r.hash).arg(r.field).arg(r.lease_ms);
         }
-        let reply: Vec<i64> =
-            bounded("renew", "", self.timeout, call.invoke_async(&mut conn)).await?;
+        let reply: Vec<i64> = once_more_if_dropped(|| {
+            let (mut conn, call) = (self.conn.clone(), &call);
+            async move { bounded("renew", "", self.timeout, call.invoke_async(&mut conn)).await }
+        })
+        .await?;
         if reply.len() != batch.len() {
             return Err(Error::Protocol {
                 script: "renew",
@@ -137,26 +142,31 @@ impl Node {
     }
 
     pub async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
-        let mut conn = self.conn.clone();
         let mut call = scripts::FORCE_RELEASE.prepare_invoke();
         call.key(&*keys.hash).key(&*keys.channel);
-        let reply: i64 = bounded(
-            "force unlock",
-            &keys.hash,
-            self.timeout,
-            call.invoke_async(&mut conn),
-        )
+        let reply: i64 = once_more_if_dropped(|| {
+            let (mut conn, call) = (self.conn.clone(), &call);
+            async move {
+                let request = call.invoke_async(&mut conn);
+                bounded("force unlock", &keys.hash, self.timeout, request).await
+            }
+        })
         .await?;
         Ok(reply == 1)
     }
 
     /// Owners, remaining lease and fencing counter, read in one pipelined round trip.
     pub async fn snapshot(&self, keys: &LockKeys) -> Result<Snapshot> {
-        let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
         pipe.hgetall(&*keys.hash).pttl(&*keys.hash).get(&keys.fence);
-        let query = pipe.query_async::<(Vec<(String, u64)>, i64, Option<u64>)>(&mut conn);
-        let (owners, ttl, fence) = bounded("inspect", &keys.hash, self.timeout, query).await?;
+        let (owners, ttl, fence) = once_more_if_dropped(|| {
+            let (mut conn, pipe) = (self.conn.clone(), &pipe);
+            async move {
+                let query = pipe.query_async::<(Vec<(String, u64)>, i64, Option<u64>)>(&mut conn);
+                bounded("inspect", &keys.hash, self.timeout, query).await
+            }
+        })
+        .await?;
         Ok(Snapshot {
             owners,
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
@@ -166,19 +176,58 @@ impl Node {
 
     /// The hold count of one owner field (0 when it holds nothing).
     pub async fn hold_count(&self, keys: &LockKeys, field: &str) -> Result<u32> {
-        let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&*keys.hash).arg(field);
-        let query = cmd.query_async::<Option<u32>>(&mut conn);
-        Ok(bounded("hold count", &keys.hash, self.timeout, query)
-            .await?
-            .unwrap_or(0))
+        let count = once_more_if_dropped(|| {
+            let (mut conn, cmd) = (self.conn.clone(), &cmd);
+            async move {
+                let query = cmd.query_async::<Option<u32>>(&mut conn);
+                bounded("hold count", &keys.hash, self.timeout, query).await
+            }
+        })
+        .await?;
+        Ok(count.unwrap_or(0))
     }
 
     /// Runs an arbitrary command (tests, tools) with the node's timeout.
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.conn.clone();
         bounded("query", "", self.timeout, cmd.query_async(&mut conn)).await
+    }
+
+    /// Runs a pipeline with the node's timeout. Its commands leave back to back on the one
+    /// connection, so another caller's commands cannot come in between (MultiLock batches).
+    pub async fn query_pipeline<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        pipe: &redis::Pipeline,
+    ) -> Result<T> {
+        once_more_if_dropped(|| {
+            let mut conn = self.conn.clone();
+            async move { bounded(operation, "", self.timeout, pipe.query_async(&mut conn)).await }
+        })
+        .await
+    }
+}
+
+/// Runs `request`, and once more if it failed on a dropped connection.
+///
+/// The connection manager notices a dead connection (server restart, `CLIENT KILL`) only when a
+/// command fails on it, and reconnects then. Without this second try every restart failed one
+/// command per caller: a waiter woken after a restart got `broken pipe` instead of the lock, and
+/// the watchdog learned of a lost key a whole renewal period late. The retry waits for the new
+/// connection within the usual timeout; a second failure is returned as it is.
+async fn once_more_if_dropped<T, F, Fut>(mut request: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    match request().await {
+        Err(Error::Redis { source, operation }) if source.is_connection_dropped() => {
+            tracing::debug!(operation, error = %source, "connection dropped; trying once more");
+            request().await
+        }
+        outcome => outcome,
     }
 }
 

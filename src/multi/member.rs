@@ -1,0 +1,383 @@
+//! The engine under `MultiLock` and `RedLock`: one cancel-safe acquisition attempt on one member
+//! lock, with an optional time limit, and the bookkeeping that turns a grant into a guard.
+//!
+//! A grant becomes a `LockGuard` (registered with its client like any single-lock grant) the
+//! moment the reply is read, so a caller that is cancelled while other members are still in
+//! flight drops guards, and dropped guards release in the background. A request whose reply never
+//! came in time may still have been applied by the server; it is finished (and undone) in the
+//! background.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::{ErrorKind, RedisResult, ServerErrorKind};
+
+use crate::client::Client;
+use crate::config::check_duration;
+use crate::error::{Error, Result};
+use crate::guard::{LockGuard, release_on_server};
+use crate::hold::{Hold, Lease};
+use crate::keys::LockKeys;
+use crate::lock::Lock;
+use crate::scripts::{self, Acquire};
+use crate::task::FinishOnDrop;
+
+/// One member granted to a combined guard: the guard (which releases on drop) and its hold (for
+/// renewal and validity).
+pub(crate) struct Held {
+    pub guard: LockGuard,
+    pub hold: Arc<Hold>,
+    pub client: Client,
+}
+
+/// What one attempt on one member came to.
+pub(crate) enum Outcome {
+    Granted(Held),
+    HeldElsewhere {
+        ttl: Option<Duration>,
+    },
+    Failed(Error),
+    /// No reply within the attempt's limit; the request is finished and undone in the background.
+    TimedOut,
+}
+
+impl Lock {
+    /// This lock acting for the owner that is current now (the calling task unless explicit), so
+    /// attempts polled later or from a renewal task act for the same owner.
+    pub(crate) fn pinned(&self) -> Lock {
+        let mut lock = self.clone();
+        lock.owner = Some(self.owner());
+        lock
+    }
+
+    /// `host:port` of the server this lock's client talks to.
+    pub(crate) fn server_addr(&self) -> String {
+        self.client
+            .inner
+            .node
+            .redis_client()
+            .get_connection_info()
+            .addr()
+            .to_string()
+    }
+
+    /// `host:port/db`: one logical keyspace.
+    pub(crate) fn keyspace(&self) -> String {
+        let info = self.client.inner.node.redis_client().get_connection_info();
+        format!("{}/{}", info.addr(), info.redis_settings().db())
+    }
+
+    /// One acquisition attempt on this lock alone; see [`attempt_batch`].
+    pub(crate) async fn attempt_member(&self, lease: Lease, limit: Option<Duration>) -> Outcome {
+        let batch = [(self.clone(), lease)];
+        let mut outcomes = attempt_batch(&self.client, &batch, limit).await;
+        outcomes.pop().unwrap_or(Outcome::TimedOut)
+    }
+
+    /// Records a grant with the client (reentrancy, watchdog) and builds its guard. Mirrors the
+    /// single lock's grant; synchronous, so a cancelled caller cannot leave it half-done.
+    fn grant_member(
+        &self,
+        p: &Planned,
+        lease: Lease,
+        count: u32,
+        token: u64,
+        started: Instant,
+    ) -> Held {
+        let inner = &self.client.inner;
+        let drift = inner.config.drift(lease.duration());
+        let token = self.fenced.then_some(token);
+        let (keys, field, lease_ms) = (self.keys.clone(), p.field.clone(), p.lease_ms);
+        let (hold, fresh) = inner.holds.granted(count, || {
+            Hold::new(keys, field, lease, lease_ms, token, drift, started)
+        });
+        if fresh && matches!(lease, Lease::Watchdog(_)) {
+            inner.watchdog_wake.notify_one();
+        }
+        Held {
+            guard: LockGuard::new(self.client.clone(), hold.clone()),
+            hold,
+            client: self.client.clone(),
+        }
+    }
+}
+
+/// One lock of a batch, as sent.
+struct Planned {
+    keys: Arc<LockKeys>,
+    field: Arc<str>,
+    lease_ms: u64,
+    reentrant: bool,
+    fenced: bool,
+    /// The owner held nothing here before: an unanswered request can be undone blindly.
+    fresh: bool,
+}
+
+/// One acquisition attempt on every lock of `batch`, all of which belong to `client`, in one
+/// round trip. `limit` bounds the wait for the reply (the client's own timeout applies too).
+/// One outcome per lock, in order.
+///
+/// The acquires travel as one pipeline, so they reach the server back to back: of several
+/// callers racing for the same locks of one server, the first batch to arrive takes all of
+/// them instead of each caller taking a few and all of them failing.
+pub(crate) async fn attempt_batch(
+    client: &Client,
+    batch: &[(Lock, Lease)],
+    limit: Option<Duration>,
+) -> Vec<Outcome> {
+    let inner = &client.inner;
+    if inner.check_open().is_err() {
+        return batch
+            .iter()
+            .map(|_| Outcome::Failed(Error::Shutdown))
+            .collect();
+    }
+    let plan: Arc<[Planned]> = batch
+        .iter()
+        .map(|(lock, lease)| {
+            let field = lock.field();
+            Planned {
+                // For a re-entry a blind release could take away the earlier hold, so it is
+                // not sent (the lease then bounds the stray count).
+                fresh: inner.holds.get(&lock.keys.hash, &field).is_none(),
+                keys: lock.keys.clone(),
+                field,
+                lease_ms: lease.duration().as_millis() as u64,
+                reentrant: lock.reentrant,
+                fenced: lock.fenced,
+            }
+        })
+        .collect();
+    let started = Instant::now();
+    let request = {
+        let (client, plan) = (client.clone(), plan.clone());
+        async move { acquire_pipelined(&client, &plan).await }
+    };
+    let cleanup = {
+        let (client, plan) = (client.clone(), plan.clone());
+        move |outcome: Result<Vec<Result<Acquire>>>| async move {
+            undo_batch(&client, &plan, &outcome).await;
+        }
+    };
+    let call = FinishOnDrop::new(request, cleanup);
+    let reply = match limit {
+        None => call.await,
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(reply) => reply,
+            Err(_) => return batch.iter().map(|_| Outcome::TimedOut).collect(),
+        },
+    };
+    let replies = match reply {
+        Ok(replies) => replies,
+        Err(e) => {
+            if outcome_unknown(&e) && plan.iter().any(|p| p.fresh) {
+                let (client, plan) = (client.clone(), plan.clone());
+                tokio::spawn(async move { undo_unanswered(&client, &plan).await });
+            }
+            return batch
+                .iter()
+                .map(|_| Outcome::Failed(duplicate(&e)))
+                .collect();
+        }
+    };
+    replies
+        .into_iter()
+        .zip(batch.iter().zip(plan.iter()))
+        .map(|(reply, ((lock, lease), p))| match reply {
+            Ok(Acquire::Acquired { count, token }) => {
+                Outcome::Granted(lock.grant_member(p, *lease, count, token, started))
+            }
+            Ok(Acquire::HeldElsewhere { ttl }) => Outcome::HeldElsewhere { ttl },
+            Ok(Acquire::AlreadyHeld) => Outcome::Failed(Error::WouldDeadlock {
+                name: lock.keys.name.to_string(),
+            }),
+            Err(e) => Outcome::Failed(e),
+        })
+        .collect()
+}
+
+/// The acquire script's source, for batches that meet an empty script cache.
+const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
+
+/// Sends the batch as one pipeline of `EVALSHA acquire`. Calls that meet `NOSCRIPT` (a fresh or
+/// restarted server) are sent again, together, as `EVAL` with the source, which also caches the
+/// script: one extra round trip rather than two.
+async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Result<Acquire>>> {
+    let node = &client.inner.node;
+    let everything: Vec<usize> = (0..plan.len()).collect();
+    let mut replies: Vec<RedisResult<Vec<i64>>> = node
+        .query_pipeline("acquire", &pipeline(plan, &everything, false))
+        .await?;
+    let missing: Vec<usize> = (0..replies.len())
+        .filter(|&i| matches!(&replies[i], Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
+        .collect();
+    if !missing.is_empty() {
+        let again: Vec<RedisResult<Vec<i64>>> = node
+            .query_pipeline("acquire", &pipeline(plan, &missing, true))
+            .await?;
+        for (i, reply) in missing.into_iter().zip(again) {
+            replies[i] = reply;
+        }
+    }
+    if replies.len() != plan.len() {
+        return Err(Error::Protocol {
+            script: "acquire",
+            reply: format!("{} replies to {} calls", replies.len(), plan.len()),
+        });
+    }
+    Ok(replies
+        .into_iter()
+        .zip(plan)
+        .map(|(reply, p)| match reply {
+            Ok(values) => Acquire::parse(&values),
+            Err(e) => Err(Error::redis("acquire", &p.keys.hash, e)),
+        })
+        .collect())
+}
+
+/// The acquire script for the planned locks at `which`, by hash (`EVALSHA`) or by `source`
+/// (`EVAL`), in one pipeline that keeps going past a failed call.
+fn pipeline(plan: &[Planned], which: &[usize], source: bool) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for p in which.iter().map(|&i| &plan[i]) {
+        let call = if source {
+            pipe.cmd("EVAL").arg(ACQUIRE_SOURCE)
+        } else {
+            pipe.cmd("EVALSHA").arg(scripts::ACQUIRE.get_hash())
+        };
+        call.arg(2)
+            .arg(&*p.keys.hash)
+            .arg(&p.keys.fence)
+            .arg(&*p.field)
+            .arg(p.lease_ms)
+            .arg(if p.reentrant { "1" } else { "0" })
+            .arg(if p.fenced { "1" } else { "0" });
+    }
+    pipe
+}
+
+/// A batch-wide error, once per member.
+fn duplicate(e: &Error) -> Error {
+    match e {
+        Error::Timeout { operation, timeout } => Error::Timeout {
+            operation,
+            timeout: *timeout,
+        },
+        Error::Redis { operation, source } => Error::Redis {
+            operation,
+            source: source.clone(),
+        },
+        Error::Shutdown => Error::Shutdown,
+        other => Error::Protocol {
+            script: "acquire",
+            reply: other.to_string(),
+        },
+    }
+}
+
+/// Gives back what an abandoned batch took: every grant, and when the whole batch went
+/// unanswered, every lock the owner did not hold before.
+async fn undo_batch(client: &Client, plan: &[Planned], outcome: &Result<Vec<Result<Acquire>>>) {
+    match outcome {
+        Ok(replies) => {
+            let granted = replies
+                .iter()
+                .zip(plan)
+                .filter(|(reply, _)| matches!(reply, Ok(Acquire::Acquired { .. })));
+            join_all(granted.map(|(_, p)| undo(client, p))).await;
+        }
+        Err(e) if outcome_unknown(e) => undo_unanswered(client, plan).await,
+        Err(_) => {}
+    }
+}
+
+async fn undo_unanswered(client: &Client, plan: &[Planned]) {
+    join_all(plan.iter().filter(|p| p.fresh).map(|p| undo(client, p))).await;
+}
+
+/// Whether the server may have applied a request that failed on our side: a timeout, or a
+/// connection that broke after the request may have been written.
+fn outcome_unknown(e: &Error) -> bool {
+    match e {
+        Error::Timeout { .. } => true,
+        Error::Redis { source, .. } => e.is_unavailable() && !source.is_connection_refusal(),
+        _ => false,
+    }
+}
+
+/// Gives back what an abandoned or failed request may have taken. The release goes over the same
+/// connection after the request, so the server applies it after the acquire even when both wait
+/// behind a paused server.
+async fn undo(client: &Client, p: &Planned) {
+    match release_on_server(client, &p.keys, &p.field, p.lease_ms).await {
+        Ok(_) => tracing::debug!(lock = %p.keys.name, "gave back an abandoned acquisition"),
+        Err(e) => {
+            tracing::warn!(lock = %p.keys.name, error = %e, "could not give back an abandoned acquisition; it expires with its lease")
+        }
+    }
+}
+
+/// Releases members concurrently; one result per member, in order. Every member is attempted
+/// whatever happens to the others.
+pub(crate) async fn release_all(members: Vec<Held>) -> Vec<Result<()>> {
+    join_all(members.into_iter().map(|held| held.guard.unlock())).await
+}
+
+/// Gives back a failed round's grants, logging (not returning) what could not be released: the
+/// caller's error is about the acquisition, and the leases free whatever is left.
+pub(crate) async fn give_back(members: Vec<Held>) {
+    if members.is_empty() {
+        return;
+    }
+    let names: Vec<Arc<str>> = members.iter().map(|h| h.hold.keys.name.clone()).collect();
+    for (name, result) in names.iter().zip(release_all(members).await) {
+        if let Err(e) = result {
+            tracing::warn!(lock = %name, error = %e, "could not give back a partial grant; it expires with its lease");
+        }
+    }
+}
+
+/// How long an acquisition may go on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Deadline {
+    Once,
+    Until(Instant),
+    Forever,
+}
+
+impl Deadline {
+    pub fn after(wait: Duration) -> Result<Deadline> {
+        check_duration("wait", wait)?;
+        Instant::now()
+            .checked_add(wait)
+            .map(Deadline::Until)
+            .ok_or_else(|| Error::InvalidDuration {
+                what: "wait",
+                reason: "overflows the clock".into(),
+            })
+    }
+
+    /// Time left for another round: `None` when the wait is spent (or was a single try), `Some`
+    /// with `None` inside when unbounded.
+    pub fn remaining(self) -> Option<Option<Duration>> {
+        match self {
+            Deadline::Once => None,
+            Deadline::Forever => Some(None),
+            Deadline::Until(at) => match at.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Some(Some(left)),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A uniformly random duration in `[low, high]` (whole microseconds).
+pub(crate) fn jitter(low: Duration, high: Duration) -> Duration {
+    let (low, high) = (low.as_micros() as u64, high.as_micros() as u64);
+    if high <= low {
+        return Duration::from_micros(low);
+    }
+    Duration::from_micros(rand::random_range(low..=high))
+}

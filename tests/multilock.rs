@@ -1,0 +1,452 @@
+//! MultiLock: several locks, possibly on several servers, held all together or not at all.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlease::{Client, Error, Lock, MultiLock, Owner};
+use support::{Server, unique_name};
+use tokio::sync::Barrier;
+
+async fn client(server: &Server) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+fn exists(server: &Server, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("EXISTS")
+}
+
+fn locks(client: &Client, names: &[String]) -> Vec<Lock> {
+    names.iter().map(|n| client.lock(n).unwrap()).collect()
+}
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| unique_name(&format!("{prefix}{i}")))
+        .collect()
+}
+
+/// Ten contenders race one `try_lock` each for three locks of one server: exactly one wins
+/// (each round's acquires reach the server back to back), all answer within a second, and the
+/// winner's unlock frees all three.
+async fn ten_racing_try_locks(separate_clients: bool) {
+    support::init_tracing();
+    let server = Server::start();
+    let shared = client(&server).await;
+    let names = names("ten", 3);
+    let mut contenders = Vec::new();
+    for _ in 0..10 {
+        let client = if separate_clients {
+            client(&server).await
+        } else {
+            shared.clone()
+        };
+        contenders.push(MultiLock::new(locks(&client, &names)).unwrap());
+    }
+    let barrier = Arc::new(Barrier::new(10));
+    let started = Instant::now();
+    let tasks: Vec<_> = contenders
+        .iter()
+        .map(|multi| {
+            let (multi, barrier) = (multi.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let begun = Instant::now();
+                let guard = multi.try_lock().await.unwrap();
+                (guard, begun.elapsed())
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        let (guard, took) = task.await.unwrap();
+        assert!(took < Duration::from_secs(1), "a try_lock took {took:?}");
+        winners.extend(guard);
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(winners.len(), 1, "exactly one contender must win");
+    let winner = winners.pop().unwrap();
+    let keys: Vec<String> = locks(&shared, &names)
+        .iter()
+        .map(|l| l.key().to_owned())
+        .collect();
+    for key in &keys {
+        assert!(exists(&server, key));
+    }
+    winner.unlock().await.unwrap();
+    for key in &keys {
+        assert!(
+            !exists(&server, key),
+            "{key} still held after the winner's unlock"
+        );
+    }
+    let again = contenders[3]
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after unlock");
+    again.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_racing_try_locks_on_one_client_have_one_winner() {
+    ten_racing_try_locks(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_racing_try_locks_on_ten_clients_have_one_winner() {
+    ten_racing_try_locks(true).await;
+}
+
+#[tokio::test]
+async fn held_across_three_servers_other_owner_fails_twice_and_owner_reenters() {
+    let servers = support::start_many(3);
+    let mut a_locks = Vec::new();
+    let mut b_locks = Vec::new();
+    let name = unique_name("across");
+    for server in &servers {
+        a_locks.push(client(server).await.lock(&name).unwrap());
+        b_locks.push(client(server).await.lock(&name).unwrap());
+    }
+    let a = MultiLock::new(a_locks.clone()).unwrap();
+    let b = MultiLock::new(b_locks).unwrap();
+    let guard = a.lock().await.unwrap();
+    assert!(b.try_lock().await.unwrap().is_none());
+    assert!(b.try_lock().await.unwrap().is_none());
+    assert!(
+        b.try_lock_for(Duration::from_millis(150))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Same owner (this task): re-entry on every member.
+    let again = a.try_lock().await.unwrap().expect("re-entry");
+    for lock in &a_locks {
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+    }
+    again.unlock().await.unwrap();
+    for lock in &a_locks {
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+    }
+    assert!(b.try_lock().await.unwrap().is_none());
+    guard.unlock().await.unwrap();
+    let theirs = b
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the last unlock");
+    theirs.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn failed_attempt_leaves_nothing_held() {
+    let server = Server::start();
+    let mine = client(&server).await;
+    let other = client(&server).await;
+    let names = names("partial", 3);
+    let blocker = other.lock(&names[1]).unwrap().lock().await.unwrap();
+    let multi = MultiLock::new(locks(&mine, &names)).unwrap();
+
+    assert!(multi.try_lock().await.unwrap().is_none());
+    assert!(!exists(&server, mine.lock(&names[0]).unwrap().key()));
+    assert!(!exists(&server, mine.lock(&names[2]).unwrap().key()));
+    assert_eq!(mine.held_count(), 0);
+
+    let started = Instant::now();
+    assert!(
+        multi
+            .try_lock_for(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(started.elapsed() < Duration::from_millis(900));
+    assert!(!exists(&server, mine.lock(&names[0]).unwrap().key()));
+    assert!(!exists(&server, mine.lock(&names[2]).unwrap().key()));
+    assert_eq!(mine.held_count(), 0);
+    blocker.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiter_wakes_when_the_blocking_member_is_released() {
+    let server = Server::start();
+    let mine = client(&server).await;
+    let other = client(&server).await;
+    let names = names("wake", 2);
+    let blocker = other.lock(&names[1]).unwrap().lock().await.unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        blocker.unlock().await.unwrap();
+    });
+    let multi = MultiLock::new(locks(&mine, &names)).unwrap();
+    let started = Instant::now();
+    let guard = multi
+        .try_lock_for(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("acquired once the blocker left");
+    let took = started.elapsed();
+    // The watchdog lease is 30 s: only the unlock message explains a wake this early.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    release.await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn member_error_is_returned_after_giving_back_the_rest() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let names = names("wrongtype", 3);
+    let ls = locks(&client, &names);
+    redis::cmd("SET")
+        .arg(ls[1].key())
+        .arg("not a lock")
+        .query::<()>(&mut server.conn())
+        .unwrap();
+    let multi = MultiLock::new(ls.clone()).unwrap();
+    let err = multi.try_lock().await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert!(!exists(&server, ls[0].key()));
+    assert!(!exists(&server, ls[2].key()));
+    assert_eq!(client.held_count(), 0);
+}
+
+#[tokio::test]
+async fn watchdog_keeps_every_member_past_its_lease() {
+    let servers = support::start_many(2);
+    let name = unique_name("watchdog");
+    let mut ls = Vec::new();
+    for server in &servers {
+        let client = Client::builder(server.url())
+            .watchdog_lease(Duration::from_millis(600))
+            .build()
+            .await
+            .unwrap();
+        ls.push(client.lock(&name).unwrap());
+    }
+    let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost());
+    for (lock, server) in ls.iter().zip(&servers) {
+        assert!(
+            exists(server, lock.key()),
+            "watchdog must keep {}",
+            lock.key()
+        );
+    }
+    guard.unlock().await.unwrap();
+    for (lock, server) in ls.iter().zip(&servers) {
+        assert!(!exists(server, lock.key()));
+    }
+}
+
+#[tokio::test]
+async fn fixed_lease_expires_and_the_guard_is_lost() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let names = names("fixed", 2);
+    let multi = MultiLock::new(locks(&client, &names)).unwrap();
+    let guard = multi
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost() resolves when the lease ends");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert!(guard.is_lost());
+    assert!(
+        support::eventually(Duration::from_secs(1), || {
+            names
+                .iter()
+                .all(|n| !exists(&server, client.lock(n).unwrap().key()))
+        }),
+        "keys expire with the lease"
+    );
+    assert!(guard.unlock().await.unwrap_err().is_lease_lost());
+}
+
+#[tokio::test]
+async fn unlock_releases_every_member_and_reports_the_failed_one() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let names = names("report", 3);
+    let ls = locks(&client, &names);
+    let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
+    // An operator deletes one member behind our back.
+    assert!(ls[1].force_unlock().await.unwrap());
+    let results = guard.unlock_each().await;
+    assert!(results[0].is_ok());
+    assert!(
+        matches!(&results[1], Err(Error::LeaseLost { name }) if *name == names[1]),
+        "{results:?}"
+    );
+    assert!(results[2].is_ok());
+    for lock in &ls {
+        assert!(!exists(&server, lock.key()));
+    }
+
+    let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
+    ls[2].force_unlock().await.unwrap();
+    assert!(guard.unlock().await.unwrap_err().is_lease_lost());
+    assert!(
+        !exists(&server, ls[0].key()),
+        "the healthy member is released too"
+    );
+}
+
+#[tokio::test]
+async fn dropped_guard_releases_every_member() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let names = names("drop", 3);
+    let ls = locks(&client, &names);
+    let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
+    drop(guard);
+    assert!(
+        support::eventually_async(Duration::from_secs(2), || async {
+            ls.iter().all(|l| !exists(&server, l.key()))
+        })
+        .await
+    );
+    assert_eq!(client.held_count(), 0);
+}
+
+#[tokio::test]
+async fn cancelled_acquisitions_leave_nothing_held() {
+    let server = Server::start();
+    let mine = client(&server).await;
+    let other = client(&server).await;
+    let names = names("cancel", 3);
+    let blocker = other.lock(&names[2]).unwrap().lock().await.unwrap();
+    let multi = MultiLock::new(locks(&mine, &names)).unwrap();
+    // Cancel at many points: before sending, with requests in flight, while giving back, while
+    // waiting.
+    for i in 0..60u64 {
+        let limit = Duration::from_micros(50 + i * 97);
+        let _ = tokio::time::timeout(limit, multi.lock()).await;
+    }
+    blocker.unlock().await.unwrap();
+    assert!(
+        support::eventually_async(Duration::from_secs(3), || async {
+            names
+                .iter()
+                .all(|n| !exists(&server, mine.lock(n).unwrap().key()))
+        })
+        .await,
+        "a cancelled acquisition left a member held"
+    );
+    assert_eq!(mine.held_count(), 0);
+}
+
+#[tokio::test]
+async fn explicit_owners_exclude_each_other_inside_one_task() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let names = names("owners", 2);
+    let a = MultiLock::new(
+        locks(&client, &names)
+            .into_iter()
+            .map(|l| l.with_owner(Owner::new()))
+            .collect(),
+    )
+    .unwrap();
+    let b = MultiLock::new(
+        locks(&client, &names)
+            .into_iter()
+            .map(|l| l.with_owner(Owner::new()))
+            .collect(),
+    )
+    .unwrap();
+    let guard = a.try_lock().await.unwrap().expect("free");
+    assert!(b.try_lock().await.unwrap().is_none());
+    guard.unlock().await.unwrap();
+    b.try_lock()
+        .await
+        .unwrap()
+        .expect("free")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn new_rejects_empty_and_repeated_locks() {
+    let server = Server::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let err = MultiLock::new(vec![]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let name = unique_name("dup");
+    let err = MultiLock::new(vec![a.lock(&name).unwrap(), a.lock(&name).unwrap()]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    // Two clients of one server, same key: one lock.
+    let err = MultiLock::new(vec![a.lock(&name).unwrap(), b.lock(&name).unwrap()]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let other = unique_name("dup");
+    assert!(MultiLock::new(vec![a.lock(&name).unwrap(), a.lock(&other).unwrap()]).is_ok());
+}
+
+/// Four contenders, each with its own clients, move "stock" between two servers under a
+/// MultiLock: a non-atomic read-modify-write that loses updates without exclusion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_two_servers() {
+    const WORKERS: u64 = 4;
+    const ROUNDS: u64 = 40;
+    let servers = Arc::new(support::start_many(2));
+    let names = names("stock", 2);
+    let counter = unique_name("stock-counter");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..WORKERS {
+        let (servers, names, counter) = (servers.clone(), names.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut ls = Vec::new();
+            for (server, name) in servers.iter().zip(&names) {
+                ls.push(client(server).await.lock(name).unwrap());
+            }
+            let tally = ls[0].client().clone();
+            let multi = MultiLock::new(ls).unwrap();
+            for _ in 0..ROUNDS {
+                let guard = multi
+                    .try_lock_for_with_lease(Duration::from_secs(20), Duration::from_secs(5))
+                    .await
+                    .unwrap()
+                    .expect("acquired within the wait");
+                let value: Option<u64> =
+                    tally.query(redis::cmd("GET").arg(&counter)).await.unwrap();
+                tokio::task::yield_now().await;
+                tally
+                    .query::<()>(redis::cmd("SET").arg(&counter).arg(value.unwrap_or(0) + 1))
+                    .await
+                    .unwrap();
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(40), task)
+            .await
+            .expect("workers finish")
+            .unwrap();
+    }
+    let total: u64 = redis::cmd("GET")
+        .arg(&counter)
+        .query(&mut servers[0].conn())
+        .unwrap();
+    assert_eq!(total, WORKERS * ROUNDS);
+    eprintln!(
+        "{} MultiLock rounds over 2 servers in {:?}",
+        WORKERS * ROUNDS,
+        started.elapsed()
+    );
+}
