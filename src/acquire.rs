@@ -49,7 +49,7 @@ impl Lock {
         }
         loop {
             let started = Instant::now();
-            let ttl = match self.attempt(&field, lease_ms).await? {
+            let ttl = match self.attempt(&field, lease_ms, ticket.is_none()).await? {
                 Acquire::Acquired { count, token } => {
                     return Ok(Some(
                         self.grant(field, lease, lease_ms, count, token, started),
@@ -100,7 +100,7 @@ impl Lock {
     /// Sends one acquire. If this future is dropped while the request is in flight, the request
     /// is finished in the background and a grant is given back, so cancellation never leaves a
     /// hold behind.
-    async fn attempt(&self, field: &Arc<str>, lease_ms: u64) -> Result<Acquire> {
+    async fn attempt(&self, field: &Arc<str>, lease_ms: u64, reentry: bool) -> Result<Acquire> {
         let client = self.client.clone();
         let keys = self.keys.clone();
         let field = field.clone();
@@ -115,7 +115,9 @@ impl Lock {
                     .await
             }
         };
-        FinishOnDrop::new(request, move |outcome| async move {
+        let tracker = client.inner.background.clone();
+        let (give_back, keys_back, field_back) = (client.clone(), keys.clone(), field.clone());
+        let outcome = FinishOnDrop::new(request, move |outcome| async move {
             if let Ok(Acquire::Acquired { .. }) = outcome {
                 tracing::debug!(lock = %keys.name, "acquire cancelled after the grant; giving it back");
                 if let Err(e) = release_on_server(&client, &keys, &field, lease_ms).await {
@@ -123,7 +125,20 @@ impl Lock {
                 }
             }
         })
-        .await
+        .tracked(&tracker)
+        .await;
+        if let Err(e) = &outcome {
+            if e.is_unavailable() && !reentry {
+                // No answer in time: the server may still have granted it. We held nothing
+                // before, so a release cannot take anything of ours; sent after the acquire on
+                // the same connection, it lands second. Without it a late grant would block
+                // everyone for a whole lease.
+                tracker.spawn(async move {
+                    let _ = release_on_server(&give_back, &keys_back, &field_back, lease_ms).await;
+                });
+            }
+        }
+        outcome
     }
 
     /// Records a grant locally (reentrancy, watchdog) and builds its guard. Synchronous, so a

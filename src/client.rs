@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::Config;
@@ -46,6 +47,8 @@ pub(crate) struct Inner {
     pub node: Node,
     pub holds: Holds,
     pub gates: Gates,
+    /// Background releases and give-backs, which `shutdown` waits for.
+    pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
     pub watchdog_wake: Arc<Notify>,
     watchdog_task: Mutex<Option<AbortOnDrop>>,
@@ -120,6 +123,7 @@ impl ClientBuilder {
             node,
             holds: Holds::default(),
             gates: Gates::default(),
+            background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),
             watchdog_task: Mutex::new(None),
             shut_down: AtomicBool::new(false),
@@ -196,18 +200,20 @@ impl Client {
         if self.inner.shut_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let mut first_error = None;
-        for (hold, guards) in self.inner.holds.drain() {
-            let id = self.inner.request_id();
-            let released = self
-                .inner
-                .node
-                .release(&hold.keys, &hold.field, hold.lease_ms, guards.max(1), &id)
-                .await;
-            if let Err(e) = released {
-                first_error.get_or_insert(e);
-            }
+        // Let releases and give-backs already under way finish first, within the timeout.
+        self.inner.background.close();
+        let pending = self.inner.background.wait();
+        if tokio::time::timeout(self.inner.config.timeout, pending).await.is_err() {
+            tracing::warn!("shutdown: background releases still running after the timeout");
         }
+        let releases = self.inner.holds.drain().into_iter().map(|(hold, guards)| {
+            let inner = &self.inner;
+            async move {
+                let id = inner.request_id();
+                inner.node.release(&hold.keys, &hold.field, hold.lease_ms, guards.max(1), &id).await
+            }
+        });
+        let first_error = futures_util::future::join_all(releases).await.into_iter().find_map(Result::err);
         self.inner.watchdog_task.lock().take();
         self.inner.subscriber.stop();
         first_error.map_or(Ok(()), Err)

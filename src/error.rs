@@ -78,7 +78,7 @@ pub enum Error {
         /// The reply, formatted for humans.
         reply: String,
     },
-    /// Not enough Redlock nodes (or MultiLock members) agreed.
+    /// Not enough RedLock nodes granted the lock within the wait.
     #[error(
         "quorum not reached for `{name}`: {acquired} of {nodes} nodes acquired, {held_elsewhere} held elsewhere, {failed} failed or timed out (needed {needed})"
     )]

@@ -112,13 +112,16 @@ impl Drop for LockGuard {
         }
         let client = self.client.clone();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
+            let background = client.inner.background.clone();
+            let release = async move {
                 if let Err(e) = release_remotely(&client, &hold).await {
                     if !e.is_lease_lost() && !matches!(e, Error::Shutdown) {
                         tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the lease will free the key");
                     }
                 }
-            });
+            };
+            // Tracked, so `Client::shutdown` waits for it.
+            drop(background.spawn_on(release, &handle));
         }
         // No runtime: the watchdog no longer renews it; the lease frees the key.
     }
@@ -185,6 +188,7 @@ pub(crate) async fn release_on_server(
     field: &Arc<str>,
     lease_ms: u64,
 ) -> Result<Release> {
+    let tracker = client.inner.background.clone();
     let (client, keys, field) = (client.clone(), keys.clone(), field.clone());
     let request = async move {
         let inner = &client.inner;
@@ -200,5 +204,5 @@ pub(crate) async fn release_on_server(
             }
         }
     };
-    FinishOnDrop::new(request, |_| async {}).await
+    FinishOnDrop::new(request, |_| async {}).tracked(&tracker).await
 }

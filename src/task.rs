@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
 
 /// Aborts its task when dropped: the owner of a background task holds one of these.
 #[derive(Debug)]
@@ -24,6 +25,7 @@ impl Drop for AbortOnDrop {
 pub(crate) struct FinishOnDrop<T: Send + 'static> {
     fut: Option<BoxFuture<T>>,
     on_abandoned: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
+    tracker: Option<TaskTracker>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -38,7 +40,14 @@ impl<T: Send + 'static> FinishOnDrop<T> {
         FinishOnDrop {
             fut: Some(Box::pin(fut)),
             on_abandoned: Some(Box::new(move |out| Box::pin(on_abandoned(out)))),
+            tracker: None,
         }
+    }
+
+    /// Runs the background completion under `tracker`, so `Client::shutdown` can wait for it.
+    pub fn tracked(mut self, tracker: &TaskTracker) -> Self {
+        self.tracker = Some(tracker.clone());
+        self
     }
 }
 
@@ -67,7 +76,11 @@ impl<T: Send + 'static> Drop for FinishOnDrop<T> {
         };
         // Without a runtime there is nothing to finish on; the lease then frees the key.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move { on_abandoned(fut.await).await });
+            let finish = async move { on_abandoned(fut.await).await };
+            match &self.tracker {
+                Some(tracker) => drop(tracker.spawn_on(finish, &handle)),
+                None => drop(handle.spawn(finish)),
+            }
         }
     }
 }
