@@ -33,6 +33,16 @@
 //! - [`LockGuard`]: `unlock().await`, a non-blocking Drop fallback, [`LockGuard::lost`] (a
 //!   future that resolves when the lease is lost), [`LockGuard::valid_until`] and
 //!   [`LockGuard::fencing_token`].
+//! - [`MultiLock`]: several locks held together (all or nothing), acquired concurrently.
+//! - [`RedLock`]: one lock over N independent masters, held when a majority granted it with
+//!   validity left (lease − elapsed − drift); nodes are contacted concurrently.
+//!
+//! | | [`MultiLock`] | [`RedLock`] |
+//! |---|---|---|
+//! | members | different resources, any clients | one resource, one lock per independent master |
+//! | success | every member granted | `N/2 + 1` granted, with validity left |
+//! | renewal | each client's watchdog | the guard's own task; a majority must confirm |
+//! | lost when | any member is lost | fewer than a majority hold it, or validity runs out |
 //!
 //! ## Leases and the watchdog
 //! A lock taken without a lease is kept by the client's watchdog: its lease (30 s by default,
