@@ -78,6 +78,7 @@ impl Inner {
 pub struct ClientBuilder {
     url: String,
     config: Config,
+    lazy: bool,
 }
 
 impl ClientBuilder {
@@ -99,6 +100,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Connect on first use instead of in [`build`](ClientBuilder::build), so a server that
+    /// is down at start-up fails only the operations that need it (and later ones succeed once
+    /// it is up). Useful for RedLock, whose quorum is counted over every node given, reachable
+    /// or not. Defaults to `false`: `build` fails when the server cannot be reached.
+    pub fn lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
+    }
+
     /// Replaces the whole configuration.
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
@@ -113,7 +123,7 @@ impl ClientBuilder {
     /// timeout.
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
-        let node = Node::connect(&self.url, self.config.timeout).await?;
+        let node = Node::connect(&self.url, self.config.timeout, self.lazy).await?;
         let id = Uuid::new_v4();
         let inner = Arc::new(Inner {
             id,
@@ -149,6 +159,7 @@ impl Client {
         ClientBuilder {
             url: url.into(),
             config: Config::default(),
+            lazy: false,
         }
     }
 

@@ -37,7 +37,9 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    pub async fn connect(url: &str, timeout: Duration) -> Result<Node> {
+    /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
+    /// only fails the operations that need it.
+    pub async fn connect(url: &str, timeout: Duration, lazy: bool) -> Result<Node> {
         let client = redis::Client::open(url)
             .map_err(|e| Error::InvalidArgument(format!("bad Redis URL `{url}`: {e}")))?;
         let config = ConnectionManagerConfig::new()
@@ -47,8 +49,13 @@ impl Node {
             // only stretch the time a caller waits for a down server.
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let connect = ConnectionManager::new_with_config(client.clone(), config);
-        let conn = bounded("connect", "", timeout, connect).await?;
+        let conn = if lazy {
+            ConnectionManager::new_lazy_with_config(client.clone(), config)
+                .map_err(|e| Error::redis("connect", "", e))?
+        } else {
+            let connect = ConnectionManager::new_with_config(client.clone(), config);
+            bounded("connect", "", timeout, connect).await?
+        };
         Ok(Node {
             conn,
             client,

@@ -307,3 +307,32 @@ async fn dropped_guard_releases_in_the_background() {
         "and the hold left the registry at once"
     );
 }
+
+#[tokio::test]
+async fn lazy_client_builds_while_the_server_is_down_and_works_once_it_is_up() {
+    let mut server = Server::start();
+    server.kill();
+    let client = Client::builder(server.url())
+        .timeout(Duration::from_millis(300))
+        .lazy(true)
+        .build()
+        .await
+        .expect("a lazy client does not connect in build");
+    let lock = client.lock(&unique_name("lazy")).unwrap();
+    let started = Instant::now();
+    let err = lock.try_lock().await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    server.restart();
+    let mut guard = None;
+    for _ in 0..50 {
+        if let Ok(Some(g)) = lock.try_lock().await {
+            guard = Some(g);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let guard = guard.expect("locks work once the server is up");
+    assert_eq!(hlen(&server, lock.key()), 1);
+    guard.unlock().await.unwrap();
+}
