@@ -18,15 +18,23 @@ fn url() -> String {
 }
 
 fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
 fn benches(c: &mut Criterion) {
     let rt = runtime();
     let (client, mut conn) = rt.block_on(async {
-        let client = Client::connect(&url()).await.expect("connect to $REDIS_URL");
+        let client = Client::connect(&url())
+            .await
+            .expect("connect to $REDIS_URL");
         let raw = redis::Client::open(url()).expect("url");
-        let conn = raw.get_connection_manager().await.expect("connection manager");
+        let conn = raw
+            .get_connection_manager()
+            .await
+            .expect("connection manager");
         (client, conn)
     });
     let script = redis::Script::new("return 1");
@@ -44,7 +52,12 @@ fn benches(c: &mut Criterion) {
     });
     floor.finish();
     // Warm the script cache so NOSCRIPT never shows in the numbers.
-    rt.block_on(async { script.invoke_async::<_, i64>(&mut conn).await.expect("evalsha") });
+    rt.block_on(async {
+        script
+            .invoke_async::<_, i64>(&mut conn)
+            .await
+            .expect("evalsha")
+    });
 
     let mut uncontended = c.benchmark_group("uncontended");
     let lock = client.lock("bench:uncontended").expect("name");
@@ -58,7 +71,9 @@ fn benches(c: &mut Criterion) {
 
     let mut contended = c.benchmark_group("contended");
     contended.throughput(Throughput::Elements(8 * 50));
-    contended.sample_size(10).measurement_time(Duration::from_secs(10));
+    contended
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
     contended.bench_function("handoff_8_tasks", |b| {
         b.to_async(&rt).iter(|| {
             let client = client.clone();
@@ -68,7 +83,12 @@ fn benches(c: &mut Criterion) {
                         let lock = client.lock("bench:contended").expect("name");
                         tokio::spawn(async move {
                             for _ in 0..50 {
-                                lock.lock().await.expect("lock").unlock().await.expect("unlock");
+                                lock.lock()
+                                    .await
+                                    .expect("lock")
+                                    .unlock()
+                                    .await
+                                    .expect("unlock");
                             }
                         })
                     })
@@ -93,7 +113,12 @@ fn benches(c: &mut Criterion) {
                         let lock = client.lock(&format!("bench:many:{i}")).expect("name");
                         tokio::spawn(async move {
                             for _ in 0..20 {
-                                lock.lock().await.expect("lock").unlock().await.expect("unlock");
+                                lock.lock()
+                                    .await
+                                    .expect("lock")
+                                    .unlock()
+                                    .await
+                                    .expect("unlock");
                             }
                         })
                     })

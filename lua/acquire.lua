@@ -9,7 +9,8 @@
 --
 -- Returns one of
 --   {1, count, token}  acquired; count = this owner's hold count after the call,
---                      token = fencing token (0 when not fenced; re-entry keeps the token)
+--                      token = fencing token (0 when not fenced; re-entry keeps the token).
+--                      A re-entry extends the expiry to ARGV[2] if that is longer.
 --   {0, pttl}          held by another owner; pttl = remaining lease in ms (-1: no expiry)
 --   {2, count}         non-reentrant lock already held by this very owner
 -- A lock key of another type fails with WRONGTYPE before anything is written.
@@ -31,11 +32,19 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     end
     local token = 0
     if ARGV[4] == '1' then
-        -- Nobody else can have incremented the counter while we hold the lock.
+        -- Nobody else can have incremented the counter while we hold the lock. Checked before
+        -- any write, so a damaged counter changes nothing.
         token = tonumber(redis.call('GET', KEYS[2]) or '0')
+        if not token then
+            return redis.error_reply('ERR the fencing counter is not an integer')
+        end
     end
     local count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
+    -- key expire under the outer hold, whose renewal schedule follows the outer lease.
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    end
     return {1, count, token}
 end
 

@@ -11,7 +11,7 @@
 -- Returns
 --   -1  the owner holds nothing (never held, expired, or force-unlocked); nothing changed
 --    0  the last hold was released: the hash is gone and one message was published
---    n  holds remain (n > 0); the lease was reset to ARGV[2]
+--    n  holds remain (n > 0); the expiry was raised to ARGV[2] if it was shorter
 -- A retry with the same request id returns the first call's answer and changes nothing.
 
 local done = redis.call('GET', KEYS[3])
@@ -25,7 +25,10 @@ end
 
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[4]))
 if count > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    -- Reset the lease, but never shorten it (see acquire.lua).
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    end
 else
     count = 0
     -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.

@@ -49,7 +49,7 @@ impl Lock {
         }
         loop {
             let started = Instant::now();
-            let ttl = match self.attempt(&field, lease_ms, ticket.is_none()).await? {
+            let ttl = match self.attempt(&field, lease_ms).await? {
                 Acquire::Acquired { count, token } => {
                     return Ok(Some(
                         self.grant(field, lease, lease_ms, count, token, started),
@@ -100,45 +100,59 @@ impl Lock {
     /// Sends one acquire. If this future is dropped while the request is in flight, the request
     /// is finished in the background and a grant is given back, so cancellation never leaves a
     /// hold behind.
-    async fn attempt(&self, field: &Arc<str>, lease_ms: u64, reentry: bool) -> Result<Acquire> {
+    ///
+    /// A request that gets no answer within the client timeout is abandoned the same way: it
+    /// keeps waiting for its reply in the background (as long as a grant could live), and only
+    /// a grant seen in that reply is given back. This used to release blindly after any
+    /// "unavailable" error, even one whose request was never sent (refused, or waiting for a
+    /// reconnect), and with retries: the release could land after this owner's next, real
+    /// acquisition and take it away (tests/faults.rs, `failed_attempts_during_an_outage_...`).
+    /// When the connection drops the outcome stays unknown, and the lease frees a grant.
+    async fn attempt(&self, field: &Arc<str>, lease_ms: u64) -> Result<Acquire> {
         let client = self.client.clone();
         let keys = self.keys.clone();
         let field = field.clone();
         let (reentrant, fenced) = (self.reentrant, self.fenced);
+        let timeout = client.inner.config.timeout;
+        let lease = Duration::from_millis(lease_ms);
+        let sent = Instant::now();
         let request = {
             let (client, keys, field) = (client.clone(), keys.clone(), field.clone());
+            // A reply later than the lease carries nothing to give back.
+            let patience = lease.max(timeout);
             async move {
                 client
                     .inner
                     .node
-                    .acquire(&keys, &field, lease_ms, reentrant, fenced)
+                    .acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
                     .await
             }
         };
         let tracker = client.inner.background.clone();
-        let (give_back, keys_back, field_back) = (client.clone(), keys.clone(), field.clone());
-        let outcome = FinishOnDrop::new(request, move |outcome| async move {
+        let call = FinishOnDrop::new(request, move |outcome| async move {
             if let Ok(Acquire::Acquired { .. }) = outcome {
-                tracing::debug!(lock = %keys.name, "acquire cancelled after the grant; giving it back");
+                // This grant is ours alone, so releasing one hold undoes exactly it, even if the
+                // owner acquired again meanwhile; unless it could expire before the release
+                // lands, which would then take a later hold instead. It lives at least until
+                // `sent + lease`; half of that leaves the release room to arrive.
+                if sent.elapsed() >= lease / 2 {
+                    tracing::debug!(lock = %keys.name, "abandoned grant answered too late to give back; it expires with its lease");
+                    return;
+                }
+                tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
                 if let Err(e) = release_on_server(&client, &keys, &field, lease_ms).await {
-                    tracing::warn!(lock = %keys.name, error = %e, "could not give back a cancelled grant; it expires with its lease");
+                    tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
                 }
             }
         })
-        .tracked(&tracker)
-        .await;
-        if let Err(e) = &outcome {
-            if e.is_unavailable() && !reentry {
-                // No answer in time: the server may still have granted it. We held nothing
-                // before, so a release cannot take anything of ours; sent after the acquire on
-                // the same connection, it lands second. Without it a late grant would block
-                // everyone for a whole lease.
-                tracker.spawn(async move {
-                    let _ = release_on_server(&give_back, &keys_back, &field_back, lease_ms).await;
-                });
-            }
+        .tracked(&tracker);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::Timeout {
+                operation: "acquire",
+                timeout,
+            }),
         }
-        outcome
     }
 
     /// Records a grant locally (reentrancy, watchdog) and builds its guard. Synchronous, so a

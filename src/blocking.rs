@@ -288,7 +288,8 @@ impl Lock {
     }
 }
 
-/// A blocking [`crate::LockGuard`]. Dropping it releases in the background.
+/// A blocking [`crate::LockGuard`]. Dropping it releases the hold before returning (errors are
+/// logged; use [`LockGuard::unlock`] to see them).
 #[must_use = "if unused the lock is released immediately"]
 pub struct LockGuard {
     inner: Option<crate::LockGuard>,
@@ -337,8 +338,19 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Some(guard) = self.inner.take() {
-            // Enter the private runtime so the guard's Drop can spawn its release there.
+        let Some(guard) = self.inner.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Blocking is this API's contract, and a release spawned in the background would
+            // die with the private runtime when the client goes right after the guard (the usual
+            // end of `main`), leaving the key held for a whole lease.
+            if let Err(e) = self.rt.runtime().block_on(guard.unlock()) {
+                tracing::debug!(error = %e, "release on drop failed");
+            }
+        } else {
+            // Dropped inside some async context (a misuse we must not panic on): fall back to
+            // the background release on the private runtime.
             let _context = self.rt.runtime().enter();
             drop(guard);
         }

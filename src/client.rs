@@ -214,17 +214,26 @@ impl Client {
         // Let releases and give-backs already under way finish first, within the timeout.
         self.inner.background.close();
         let pending = self.inner.background.wait();
-        if tokio::time::timeout(self.inner.config.timeout, pending).await.is_err() {
+        if tokio::time::timeout(self.inner.config.timeout, pending)
+            .await
+            .is_err()
+        {
             tracing::warn!("shutdown: background releases still running after the timeout");
         }
         let releases = self.inner.holds.drain().into_iter().map(|(hold, guards)| {
             let inner = &self.inner;
             async move {
                 let id = inner.request_id();
-                inner.node.release(&hold.keys, &hold.field, hold.lease_ms, guards.max(1), &id).await
+                inner
+                    .node
+                    .release(&hold.keys, &hold.field, hold.lease_ms, guards.max(1), &id)
+                    .await
             }
         });
-        let first_error = futures_util::future::join_all(releases).await.into_iter().find_map(Result::err);
+        let first_error = futures_util::future::join_all(releases)
+            .await
+            .into_iter()
+            .find_map(Result::err);
         self.inner.watchdog_task.lock().take();
         self.inner.subscriber.stop();
         first_error.map_or(Ok(()), Err)

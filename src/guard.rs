@@ -204,5 +204,7 @@ pub(crate) async fn release_on_server(
             }
         }
     };
-    FinishOnDrop::new(request, |_| async {}).tracked(&tracker).await
+    FinishOnDrop::new(request, |_| async {})
+        .tracked(&tracker)
+        .await
 }

@@ -200,10 +200,12 @@ impl Holds {
     }
 
     /// Removes `hold` (lost, or released at shutdown) so it is neither renewed nor re-entered.
-    pub fn detach(&self, hold: &Arc<Hold>) {
+    /// False when it had already left the registry (released meanwhile).
+    pub fn detach(&self, hold: &Arc<Hold>) -> bool {
         let key = (hold.keys.hash.clone(), hold.field.clone());
         self.map
-            .remove_if(&key, |_, current| Arc::ptr_eq(current, hold));
+            .remove_if(&key, |_, current| Arc::ptr_eq(current, hold))
+            .is_some()
     }
 
     /// Every hold the watchdog must renew. Clones the `Arc`s so no map reference lives across

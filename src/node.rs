@@ -44,7 +44,10 @@ impl Node {
             .map_err(|e| Error::InvalidArgument(format!("bad Redis URL `{url}`: {e}")))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
+            // No response timeout here: every call below is bounded by `bounded`, and an
+            // abandoned acquire must be able to wait longer for its reply, to give back a late
+            // grant (see `Lock::attempt`). redis-rs's limit was only a timer around the reply.
+            .set_response_timeout(None)
             // Reconnection is retried on the next command anyway; a long retry chain would
             // only stretch the time a caller waits for a down server.
             .set_number_of_retries(2)
@@ -74,6 +77,7 @@ impl Node {
         lease_ms: u64,
         reentrant: bool,
         fenced: bool,
+        limit: Duration,
     ) -> Result<Acquire> {
         let mut call = scripts::ACQUIRE.prepare_invoke();
         call.key(&*keys.hash)
@@ -89,7 +93,7 @@ impl Node {
             let (mut conn, call) = (self.conn.clone(), &call);
             async move {
                 let request = call.invoke_async(&mut conn);
-                bounded("acquire", &keys.hash, self.timeout, request).await
+                bounded("acquire", &keys.hash, limit, request).await
             }
         })
         .await?;

@@ -126,18 +126,21 @@ impl Subscriber {
     /// Unsubscribes `name` if no waiter came back meanwhile.
     async fn leave(&self, name: &Arc<str>) {
         let _serial = self.commands.lock().await;
-        let was_subscribed = {
+        {
             let mut map = self.channels.lock();
             let Some(channel) = map.get(name) else { return };
             if *channel.refs.lock() > 0 {
                 return;
             }
-            let subscribed = *channel.subscribed.lock();
             map.remove(name);
-            subscribed
-        };
+        }
+        // Unsubscribe even when no SUBSCRIBE was confirmed: a waiter cancelled while its
+        // SUBSCRIBE was on the wire never set `subscribed`, yet the server did subscribe, and
+        // skipping this left the channel subscribed for the connection's lifetime. The commands
+        // share one connection in order, so this UNSUBSCRIBE comes after that SUBSCRIBE; for a
+        // channel never subscribed it is a no-op.
         let sink = self.sink.borrow().clone();
-        if let (true, Some(mut sink)) = (was_subscribed, sink) {
+        if let Some(mut sink) = sink {
             if let Err(e) =
                 bounded("unsubscribe", name, self.timeout, sink.unsubscribe(&**name)).await
             {

@@ -39,6 +39,7 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> AbortOnDrop {
 }
 
 async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
+    let mut last_tick = tokio::time::Instant::now();
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let lease = inner
@@ -49,14 +50,18 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
         // Sleep holding only the notification, not the client: a dropped client must be able to
         // end this task.
         drop(inner);
+        // The next tick is due one period after the LAST tick, not after the last wake-up: every
+        // fresh hold wakes us, and restarting the full period on each wake-up let a steady stream
+        // of new locks starve the renewal of the ones already held (they expired).
         let woken = tokio::select! {
             _ = wake.notified() => true,
-            _ = tokio::time::sleep(period) => false,
+            _ = tokio::time::sleep_until(last_tick + period) => false,
         };
         if woken {
             // A new hold arrived; recompute the period (it may be shorter now).
             continue;
         }
+        last_tick = tokio::time::Instant::now();
         let Some(inner) = weak.upgrade() else { return };
         let stats = renew_all(&inner).await;
         if stats.lost > 0 || stats.failed_batches > 0 {
@@ -114,6 +119,10 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
 }
 
 fn lose(inner: &Inner, hold: &Arc<Hold>, why: &str) -> usize {
-    inner.holds.detach(hold);
+    // A hold released while this round was in flight comes back "not renewed" too; it is not
+    // lost (no guard is left to tell), so it must not be counted or logged as a lost lease.
+    if !inner.holds.detach(hold) {
+        return 0;
+    }
     usize::from(hold.mark_lost(why))
 }

@@ -322,7 +322,11 @@ async fn lazy_client_builds_while_the_server_is_down_and_works_once_it_is_up() {
     let started = Instant::now();
     let err = lock.try_lock().await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     server.restart();
     let mut guard = None;
     for _ in 0..50 {

@@ -1,0 +1,311 @@
+//! Bad input is rejected with a typed error, before anything is sent, and leaves Redis as it
+//! was; odd but valid names work.
+
+mod support;
+
+use std::time::Duration;
+
+use redlease::{Client, Error, Lock, MAX_DURATION};
+use support::{Server, eventually_async, unique_name};
+
+async fn client(server: &Server) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+/// Everything in the database: (DBSIZE, sorted keys with their types).
+fn contents(server: &Server) -> (u64, Vec<(Vec<u8>, String)>) {
+    let mut conn = server.conn();
+    let size: u64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    keys.sort();
+    let typed = keys
+        .into_iter()
+        .map(|k| {
+            let kind: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
+            (k, kind)
+        })
+        .collect();
+    (size, typed)
+}
+
+fn assert_invalid_name(result: redlease::Result<Lock>, what: &str) {
+    match result {
+        Err(Error::InvalidName { .. }) => {}
+        other => panic!("{what}: expected InvalidName, got {other:?}"),
+    }
+}
+
+fn assert_invalid_duration<T: std::fmt::Debug>(result: redlease::Result<T>, what: &str) {
+    match result {
+        Err(e @ Error::InvalidDuration { .. }) => assert!(e.is_invalid_input()),
+        other => panic!("{what}: expected InvalidDuration, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_names_are_rejected_and_change_nothing() {
+    let server = Server::start();
+    let client = client(&server).await;
+    // Something in the database, so "unchanged" is not trivially "empty".
+    let witness = client.lock(&unique_name("witness")).unwrap();
+    let held = witness
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let before = contents(&server);
+
+    assert_invalid_name(client.lock(""), "empty name");
+    assert_invalid_name(client.lock("}"), "lone `}`");
+    assert_invalid_name(client.lock("}orders:42"), "`}`-led name");
+    assert_invalid_name(client.lock(&"a".repeat(4097)), "4097-byte name");
+    assert_invalid_name(client.lock(&"é".repeat(2049)), "4098 bytes of 2-byte chars");
+    assert_invalid_name(client.lock(&"x".repeat(1 << 20)), "1 MiB name");
+    // The limit itself is accepted, and works.
+    let longest = client.lock(&"n".repeat(4096)).unwrap();
+    assert!(!longest.is_locked().await.unwrap());
+
+    assert_eq!(contents(&server), before, "a rejected name changed Redis");
+    held.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_leases_and_waits_are_rejected_and_change_nothing() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let witness = client.lock(&unique_name("witness")).unwrap();
+    let held = witness
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lock = client.lock(&unique_name("durations")).unwrap();
+    let before = contents(&server);
+    let ok = Duration::from_secs(1);
+    let absurd = [
+        ("365 days + 1 s", MAX_DURATION + Duration::from_secs(1)),
+        ("Duration::MAX", Duration::MAX),
+    ];
+
+    assert_invalid_duration(lock.lock_with_lease(Duration::ZERO).await, "zero lease");
+    assert_invalid_duration(
+        lock.lock_with_lease(Duration::from_micros(500)).await,
+        "sub-millisecond lease",
+    );
+    assert_invalid_duration(lock.try_lock_for(Duration::ZERO).await, "zero wait");
+    assert_invalid_duration(
+        lock.try_lock_for_with_lease(Duration::ZERO, ok).await,
+        "zero wait with a lease",
+    );
+    assert_invalid_duration(
+        lock.try_lock_for_with_lease(ok, Duration::ZERO).await,
+        "zero lease with a wait",
+    );
+    let zero_watchdog = lock.clone().watchdog_lease(Duration::ZERO);
+    assert_invalid_duration(zero_watchdog.lock().await, "zero watchdog lease");
+    assert_invalid_duration(zero_watchdog.try_lock().await, "zero watchdog lease");
+    for (what, d) in absurd {
+        assert_invalid_duration(lock.lock_with_lease(d).await, what);
+        assert_invalid_duration(lock.try_lock_for(d).await, what);
+        assert_invalid_duration(lock.try_lock_for_with_lease(d, ok).await, what);
+        assert_invalid_duration(lock.try_lock_for_with_lease(ok, d).await, what);
+        let huge = lock.clone().watchdog_lease(d);
+        assert_invalid_duration(huge.lock().await, what);
+        assert_invalid_duration(huge.try_lock_for(ok).await, what);
+    }
+    // The limit itself is accepted.
+    let g = lock
+        .try_lock_for_with_lease(ok, MAX_DURATION)
+        .await
+        .unwrap()
+        .expect("free");
+    let changed = contents(&server);
+    g.unlock().await.unwrap();
+    assert_ne!(changed, before, "the valid acquisition did write");
+
+    // Only the valid acquisition (now released) and its release latch may differ.
+    let (_, after) = contents(&server);
+    let latch_prefix = format!("{}:latch:", lock.key());
+    let after: Vec<_> = after
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(latch_prefix.as_bytes()))
+        .collect();
+    assert_eq!(after, before.1, "a rejected duration changed Redis");
+    assert_eq!(client.held_count(), 1, "only the witness is held");
+    held.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_client_settings_are_rejected() {
+    let server = Server::start();
+    for (what, lease) in [
+        ("zero", Duration::ZERO),
+        ("absurd", MAX_DURATION + Duration::from_secs(1)),
+        ("Duration::MAX", Duration::MAX),
+    ] {
+        let built = Client::builder(server.url())
+            .watchdog_lease(lease)
+            .build()
+            .await;
+        assert_invalid_duration(built, what);
+        let built = Client::builder(server.url()).timeout(lease).build().await;
+        assert_invalid_duration(built, what);
+    }
+    let built = Client::builder(server.url()).prefix("").build().await;
+    assert!(
+        matches!(built, Err(Error::InvalidArgument(_))),
+        "empty prefix: {built:?}"
+    );
+    for url in ["", "not a url", "http://127.0.0.1:6379", "redis://"] {
+        let built = Client::builder(url)
+            .timeout(Duration::from_millis(500))
+            .build()
+            .await;
+        assert!(built.is_err(), "{url:?} was accepted");
+    }
+}
+
+fn set_string(server: &Server, key: &str, value: &str) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query::<()>(&mut server.conn())
+        .unwrap();
+}
+
+fn get_string(server: &Server, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+fn assert_wrong_type<T: std::fmt::Debug>(result: redlease::Result<T>, key: &str, what: &str) {
+    match result {
+        Err(Error::WrongType { key: k }) => assert_eq!(k, key, "{what}"),
+        other => panic!("{what}: expected WrongType, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_key_holding_a_string_is_wrong_type_and_survives() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("string")).unwrap();
+    let key = lock.key().to_owned();
+    set_string(&server, &key, "not a lock");
+    let before = contents(&server);
+
+    assert_wrong_type(lock.try_lock().await, &key, "try_lock");
+    assert_wrong_type(
+        lock.try_lock_for(Duration::from_secs(1)).await,
+        &key,
+        "try_lock_for",
+    );
+    assert_wrong_type(
+        lock.lock_with_lease(Duration::from_secs(1)).await,
+        &key,
+        "lock_with_lease",
+    );
+    // A waiting lock() reports it at once instead of waiting for a lock that cannot come.
+    let waited = tokio::time::timeout(Duration::from_secs(5), lock.lock())
+        .await
+        .expect("lock() waited on a key of the wrong type");
+    assert_wrong_type(waited, &key, "lock");
+    assert_wrong_type(lock.clone().fenced(true).try_lock().await, &key, "fenced");
+    assert_wrong_type(lock.is_locked().await, &key, "is_locked");
+    assert_wrong_type(lock.hold_count().await, &key, "hold_count");
+    assert_wrong_type(lock.remaining_lease().await, &key, "remaining_lease");
+    assert_wrong_type(lock.status().await, &key, "status");
+    assert_wrong_type(lock.unlock().await, &key, "unlock");
+    assert_wrong_type(lock.force_unlock().await, &key, "force_unlock");
+
+    assert_eq!(get_string(&server, &key).as_deref(), Some("not a lock"));
+    assert_eq!(contents(&server), before, "a WRONGTYPE call changed Redis");
+    assert_eq!(client.held_count(), 0);
+    assert_eq!(client.renew_now().await.unwrap().locks, 0);
+}
+
+#[tokio::test]
+async fn fence_key_holding_garbage_fails_before_anything_is_written() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("bad-fence")).unwrap().fenced(true);
+    let fence = format!("{}:fence", lock.key());
+    set_string(&server, &fence, "not a number");
+    let before = contents(&server);
+    let err = lock.try_lock().await.map(|g| g.is_some()).unwrap_err();
+    assert!(!err.is_invalid_input(), "{err:?}");
+    assert_eq!(contents(&server), before, "a failed fenced acquire wrote");
+    assert_eq!(get_string(&server, &fence).as_deref(), Some("not a number"));
+    assert_eq!(client.held_count(), 0);
+    // Unfenced, the same name works: the garbage is only in the counter.
+    let plain = client.lock(lock.name()).unwrap();
+    plain
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_but_valid_names_work() {
+    let server = Server::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let names = [
+        "orders:{42}",
+        "{",
+        "x}}{{",
+        "a}b{c",
+        "with spaces  inside ",
+        "line\nbreak\r\nand\ttab",
+        "ünïcödé 🔒 锁",
+        " ",
+        "\u{0}nul",
+        "*?[glob]",
+    ];
+    for name in names {
+        let lock = a.lock(name).unwrap();
+        assert_eq!(lock.name(), name);
+        assert_eq!(lock.key(), format!("redlease:{{{name}}}"));
+        let guard = lock.lock().await.unwrap();
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(lock.key())
+            .query(&mut server.conn())
+            .unwrap();
+        assert!(exists, "{name:?}: no key");
+        assert!(lock.is_locked().await.unwrap(), "{name:?}");
+        let rival = b.lock(name).unwrap();
+        assert!(
+            rival.try_lock().await.unwrap().is_none(),
+            "{name:?}: another client got in"
+        );
+        // A waiter on the same name is woken through its (oddly named) channel.
+        let waiting = {
+            let rival = rival.clone();
+            tokio::spawn(async move { rival.lock().await.unwrap().unlock().await.unwrap() })
+        };
+        let subscribed = eventually_async(Duration::from_secs(5), || async {
+            let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(format!("{}:unlock", lock.key()))
+                .query(&mut server.conn())
+                .unwrap();
+            n == 1
+        })
+        .await;
+        assert!(subscribed, "{name:?}: the waiter did not subscribe");
+        guard.unlock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{name:?}: the waiter was not woken"))
+            .unwrap();
+        assert!(!lock.is_locked().await.unwrap(), "{name:?}");
+    }
+    assert_eq!(a.held_count(), 0);
+    assert_eq!(b.held_count(), 0);
+}

@@ -1,0 +1,293 @@
+//! Cancelled futures leave nothing behind: no key, no hold, no renewal, no subscription.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redlease::Client;
+use support::{Server, eventually_async, unique_name};
+
+async fn client(server: &Server) -> Client {
+    Client::connect(&server.url())
+        .await
+        .expect("connect to the test server")
+}
+
+fn exists(server: &Server, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("EXISTS")
+}
+
+fn channels(server: &Server) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("*")
+        .query(&mut server.conn())
+        .expect("PUBSUB CHANNELS")
+}
+
+/// After the holder releases, nothing of the cancelled waiter may appear: the key stays absent
+/// (a leftover hold or renewal would recreate or keep it), and the waiter's client holds
+/// nothing and listens on nothing.
+async fn assert_nothing_left(server: &Server, waiter: &Client, key: &str) {
+    assert_eq!(waiter.held_count(), 0, "the cancelled waiter keeps a hold");
+    let stats = waiter.renew_now().await.unwrap();
+    assert_eq!(
+        stats.locks, 0,
+        "the cancelled waiter still renews {stats:?}"
+    );
+    // Longer than any in-flight request could take to land.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !exists(server, key),
+        "the key reappeared after the cancelled acquisition"
+    );
+    assert_eq!(waiter.held_count(), 0);
+    let unsubscribed = eventually_async(Duration::from_secs(2), || async {
+        channels(server).is_empty()
+    })
+    .await;
+    assert!(unsubscribed, "left subscribed: {:?}", channels(server));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_lock_leaves_no_hold_and_no_renewal() {
+    support::init_tracing();
+    let server = Server::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let name = unique_name("timeout");
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let lock = waiter.lock(&name).unwrap();
+    let start = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_millis(500), lock.lock()).await;
+    assert!(
+        outcome.is_err(),
+        "lock() returned while another client held it"
+    );
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_eq!(waiter.held_count(), 0);
+    held.unlock().await.unwrap();
+    assert_nothing_left(&server, &waiter, lock.key()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_lock_task_leaves_no_hold_and_no_renewal() {
+    let server = Server::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let name = unique_name("abort");
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let lock = waiter.lock(&name).unwrap();
+    let task = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await.map(std::mem::forget) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    task.abort();
+    let joined = task.await;
+    assert!(
+        joined.as_ref().is_err_and(|e| e.is_cancelled()),
+        "the task was not cancelled: {joined:?}"
+    );
+    held.unlock().await.unwrap();
+    assert_nothing_left(&server, &waiter, lock.key()).await;
+}
+
+/// Like `tokio::time::timeout`, but precise below a millisecond (tokio's timer wheel rounds up
+/// to whole milliseconds, which would let almost every attempt finish): a plain thread sleeps
+/// for `budget` and then cancels `fut` by winning the race.
+async fn with_precise_timeout<T>(budget: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    let (fire, fired) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        std::thread::sleep(budget);
+        let _ = fire.send(());
+    });
+    tokio::select! {
+        out = fut => Some(out),
+        _ = fired => None,
+    }
+}
+
+/// The nasty case: the future is dropped while the acquire request is on the wire, so the
+/// server may grant the lock to a caller who is gone. That grant must be given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_cancelled_around_grant_time_leaves_nothing() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("grant-race")).unwrap();
+    let (mut granted, mut cancelled) = (0, 0);
+    for _ in 0..200 {
+        let budget = Duration::from_micros(rand::random_range(0..300));
+        match with_precise_timeout(budget, lock.lock()).await {
+            Some(guard) => {
+                granted += 1;
+                guard.unwrap().unlock().await.unwrap();
+            }
+            None => cancelled += 1,
+        }
+    }
+    eprintln!("{granted} acquisitions completed, {cancelled} cancelled");
+    assert!(
+        cancelled > 0,
+        "no attempt was cancelled; the test proves nothing"
+    );
+    let clean = eventually_async(Duration::from_secs(3), || async {
+        client.held_count() == 0 && !lock.is_locked().await.unwrap()
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind: held_count {}, status {:?}",
+        client.held_count(),
+        lock.status().await.unwrap()
+    );
+    // Nothing renews it back into existence either.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!exists(&server, lock.key()));
+    assert_eq!(client.renew_now().await.unwrap().locks, 0);
+}
+
+/// The same from fresh tasks, aborted at random moments, each a different owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_tasks_aborted_around_grant_time_leave_nothing() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("abort-race")).unwrap();
+    for _ in 0..100 {
+        let task = {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let guard = lock.lock().await.unwrap();
+                guard.unlock().await.unwrap();
+            })
+        };
+        tokio::time::sleep(Duration::from_micros(rand::random_range(0..300))).await;
+        task.abort();
+        let _ = task.await;
+    }
+    let clean = eventually_async(Duration::from_secs(3), || async {
+        client.held_count() == 0 && !lock.is_locked().await.unwrap()
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind: held_count {}, status {:?}",
+        client.held_count(),
+        lock.status().await.unwrap()
+    );
+}
+
+/// Drop cannot await, but it must update the local state at once: the watchdog stops renewing
+/// the hold right away, not whenever the spawned release gets to run.
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_guard_leaves_the_registry_at_once() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("drop-local")).unwrap();
+    let guard = lock.lock().await.unwrap();
+    assert_eq!(client.held_count(), 1);
+    drop(guard);
+    // No await in between: on a current-thread runtime the spawned release has not run yet.
+    assert_eq!(
+        client.held_count(),
+        0,
+        "the dropped guard's hold is still registered (and renewed)"
+    );
+    let released = eventually_async(Duration::from_secs(2), || async {
+        !lock.is_locked().await.unwrap()
+    })
+    .await;
+    assert!(released, "the background release did not happen");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_unlock_still_releases() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("unlock-cancel")).unwrap();
+    let guard = lock.lock().await.unwrap();
+    // Dropped after its first poll, with the release on the wire or not yet sent.
+    let _ = tokio::time::timeout(Duration::from_micros(1), guard.unlock()).await;
+    assert_eq!(client.held_count(), 0);
+    let released = eventually_async(Duration::from_secs(2), || async {
+        !lock.is_locked().await.unwrap()
+    })
+    .await;
+    assert!(
+        released,
+        "the cancelled unlock did not finish in the background"
+    );
+}
+
+/// A waiter cancelled while waiting must not swallow the wake-up meant for another waiter of
+/// the same client (the other would then sleep until the 30 s lease ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiter_does_not_swallow_the_wake_up() {
+    let server = Server::start();
+    let holder = client(&server).await;
+    let waiters = client(&server).await;
+    let name = unique_name("swallow");
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let first = {
+        let lock = waiters.lock(&name).unwrap();
+        tokio::spawn(async move { lock.lock().await.map(std::mem::forget) })
+    };
+    let second = {
+        let lock = waiters.lock(&name).unwrap();
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            guard.unlock().await.unwrap();
+            Instant::now()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    let unlocked = Instant::now();
+    held.unlock().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the remaining waiter was never woken")
+        .unwrap();
+    assert!(
+        acquired.duration_since(unlocked) < Duration::from_secs(1),
+        "woken only after {:?}",
+        acquired.duration_since(unlocked)
+    );
+    assert_eq!(waiters.held_count(), 0);
+}
+
+/// Waiters cancelled at random moments of their first wait, many while their SUBSCRIBE is on
+/// the wire: once they are all gone, the server must hold no subscription for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_cancelled_while_subscribing_leave_no_channel() {
+    let server = Server::start();
+    let holder = client(&server).await;
+    let waiters = client(&server).await;
+    let mut held = Vec::new();
+    let mut locks = Vec::new();
+    // A fresh name per round, so every round subscribes anew.
+    for _ in 0..100 {
+        let name = unique_name("sub-cancel");
+        held.push(holder.lock(&name).unwrap().lock().await.unwrap());
+        let lock = waiters.lock(&name).unwrap();
+        let budget = Duration::from_micros(rand::random_range(0..1500));
+        let outcome = with_precise_timeout(budget, lock.lock()).await;
+        assert!(outcome.is_none(), "lock() returned while the lock was held");
+        locks.push(lock);
+    }
+    assert_eq!(waiters.held_count(), 0);
+    let clean = eventually_async(Duration::from_secs(3), || async {
+        channels(&server).is_empty()
+    })
+    .await;
+    let left = channels(&server);
+    assert!(clean, "{} channels left subscribed: {:?}", left.len(), left);
+    for guard in held {
+        guard.unlock().await.unwrap();
+    }
+}

@@ -1,0 +1,325 @@
+//! The watchdog: short leases kept alive while a guard lives, freed when the holder is gone,
+//! and a lost lease reported at once.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redlease::Client;
+use support::{Server, eventually, unique_name};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+async fn client_with_lease(server: &Server, lease: Duration) -> Client {
+    Client::builder(server.url())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
+fn pttl(server: &Server, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("PTTL")
+}
+
+fn exists(server: &Server, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("EXISTS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_a_one_second_lease_alive_for_ten_seconds() {
+    support::init_tracing();
+    let server = Server::start();
+    let holder = client_with_lease(&server, LEASE).await;
+    let other = client_with_lease(&server, LEASE).await;
+    let name = unique_name("watchdog-10s");
+    let guard = holder.lock(&name).unwrap().lock().await.unwrap();
+    let key = holder.lock(&name).unwrap().key().to_owned();
+    let rival = other.lock(&name).unwrap();
+
+    let start = Instant::now();
+    let mut checks = 0;
+    // 10 s at one check per 100 ms; the count bounds the loop if the clock misbehaves.
+    while start.elapsed() < Duration::from_secs(10) && checks < 200 {
+        let ttl = pttl(&server, &key);
+        assert!(
+            ttl > 0 && ttl <= 1000,
+            "PTTL {ttl} ms after {:?}: the watchdog must keep a 1 s lease alive",
+            start.elapsed()
+        );
+        if checks % 5 == 0 {
+            assert!(
+                rival.try_lock().await.unwrap().is_none(),
+                "another client took a watchdog-kept lock after {:?}",
+                start.elapsed()
+            );
+        }
+        assert!(!guard.is_lost(), "lost after {:?}", start.elapsed());
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        checks >= 50,
+        "only {checks} checks ran in {:?}",
+        start.elapsed()
+    );
+    assert_eq!(holder.held_count(), 1);
+    guard.unlock().await.unwrap();
+    assert!(!exists(&server, &key), "unlock deletes the key");
+    assert_eq!(holder.held_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_lock_watchdog_lease_overrides_the_client_default() {
+    let server = Server::start();
+    // Client default: 30 s. The lock asks for 1 s.
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client
+        .lock(&unique_name("per-lock-lease"))
+        .unwrap()
+        .watchdog_lease(LEASE);
+    let guard = lock.lock().await.unwrap();
+    let first = pttl(&server, lock.key());
+    assert!(
+        first > 0 && first <= 1000,
+        "PTTL {first}: the lock's lease is 1 s"
+    );
+    // Three leases: only renewal can explain the key still being there.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let ttl = pttl(&server, lock.key());
+        assert!(
+            ttl > 0 && ttl <= 1000,
+            "PTTL {ttl} after {:?}",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    guard.unlock().await.unwrap();
+    assert!(!exists(&server, lock.key()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shorter_lease_taken_later_speeds_up_the_watchdog() {
+    let server = Server::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    // The watchdog first sleeps a third of 30 s ...
+    let long = client.lock(&unique_name("long")).unwrap();
+    let long_guard = long.lock().await.unwrap();
+    // ... then a 1 s lease arrives and must be renewed every ~333 ms, not after 10 s.
+    let short = client
+        .lock(&unique_name("short"))
+        .unwrap()
+        .watchdog_lease(LEASE);
+    let short_guard = short.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let ttl = pttl(&server, short.key());
+    assert!(
+        ttl > 0,
+        "the 1 s lease was not renewed (PTTL {ttl}) while a 30 s lease was held"
+    );
+    assert!(!short_guard.is_lost());
+    short_guard.unlock().await.unwrap();
+    long_guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_is_not_starved_by_a_stream_of_new_locks() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client_with_lease(&server, LEASE).await;
+    let kept = client.lock(&unique_name("kept")).unwrap();
+    let guard = kept.lock().await.unwrap();
+    // A fresh lock every 100 ms, far more often than the 333 ms renewal period: each one
+    // nudges the watchdog, which must not restart its wait every time.
+    let start = Instant::now();
+    let mut rounds = 0;
+    while start.elapsed() < Duration::from_secs(3) && rounds < 100 {
+        let g = client
+            .lock(&unique_name("churn"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        g.unlock().await.unwrap();
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ttl = pttl(&server, kept.key());
+    assert!(
+        ttl > 0,
+        "the held lock expired (PTTL {ttl}) after {rounds} other locks came and went"
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+}
+
+/// Takes `name` in a private runtime, keeps it for `hold` (the watchdog renewing it), then
+/// "crashes": the guard is forgotten and the runtime, with the watchdog task and the
+/// connection, is torn down. Returns when the crash happened.
+fn hold_then_crash(url: String, name: String, hold: Duration) -> Instant {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("holder runtime");
+        rt.block_on(async {
+            let client = Client::builder(url)
+                .watchdog_lease(LEASE)
+                .build()
+                .await
+                .expect("holder connects");
+            let lock = client.lock(&name).unwrap();
+            let guard = lock.lock().await.unwrap();
+            tokio::time::sleep(hold).await;
+            assert!(!guard.is_lost(), "the holder lost its lease while alive");
+            assert_eq!(
+                lock.hold_count().await.unwrap(),
+                1,
+                "the watchdog did not keep the lock past its lease"
+            );
+            // No unlock, no Drop: as if the process died holding the lock.
+            std::mem::forget(guard);
+        });
+        rt.shutdown_background();
+        Instant::now()
+    })
+    .join()
+    .expect("holder thread")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_holder_key_disappears_within_one_lease() {
+    let server = Server::start();
+    let name = unique_name("crash");
+    let key = Client::connect(&server.url())
+        .await
+        .unwrap()
+        .lock(&name)
+        .unwrap()
+        .key()
+        .to_owned();
+    // Held for 2.5 leases first, so the key outlived its first lease only through renewal.
+    let crashed_at = tokio::task::spawn_blocking({
+        let (url, name) = (server.url(), name.clone());
+        move || hold_then_crash(url, name, Duration::from_millis(2500))
+    })
+    .await
+    .unwrap();
+    let gone = tokio::task::spawn_blocking({
+        let key = key.clone();
+        let server_url = server.url();
+        move || {
+            let mut conn = redis::Client::open(server_url)
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            eventually(LEASE + Duration::from_millis(500), || {
+                !redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query::<bool>(&mut conn)
+                    .unwrap()
+            })
+        }
+    })
+    .await
+    .unwrap();
+    let took = crashed_at.elapsed();
+    assert!(
+        gone,
+        "the key of a crashed holder still exists {took:?} after the crash"
+    );
+    assert!(took <= LEASE + Duration::from_millis(500), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_key_makes_lost_resolve_within_one_renewal_period() {
+    support::init_tracing();
+    let server = Server::start();
+    let lease = Duration::from_secs(3); // renewal every 1 s
+    let client = client_with_lease(&server, lease).await;
+    let lock = client.lock(&unique_name("deleted")).unwrap();
+    let guard = lock.lock().await.unwrap();
+    let lost = guard.lost();
+    assert!(!guard.is_lost());
+
+    let _: () = redis::cmd("DEL")
+        .arg(lock.key())
+        .query(&mut server.conn())
+        .unwrap();
+    let deleted_at = Instant::now();
+    tokio::time::timeout(lease, lost)
+        .await
+        .expect("lost() did not resolve within a whole lease after DEL");
+    let took = deleted_at.elapsed();
+    assert!(
+        took <= lease / 3 + Duration::from_millis(500),
+        "lost() took {took:?}; the renewal period is {:?}",
+        lease / 3
+    );
+    assert!(guard.is_lost());
+    assert_eq!(client.held_count(), 0, "a lost hold is no longer renewed");
+
+    // Someone else may take it now, and the late unlock must not touch their hold.
+    let other = Client::connect(&server.url()).await.unwrap();
+    let theirs = other
+        .lock(lock.name())
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the DEL");
+    let err = guard.unlock().await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    assert_eq!(
+        other.lock(lock.name()).unwrap().hold_count().await.unwrap(),
+        1,
+        "the new holder is untouched"
+    );
+    theirs.unlock().await.unwrap();
+}
+
+/// A renewal round races with unlocks: holds released meanwhile come back "not renewed" from
+/// the server, which is not a lost lease (nobody holds them any more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_released_during_a_renewal_are_not_reported_lost() {
+    let server = Server::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut wrongly_lost = 0;
+    for _ in 0..5 {
+        let mut guards = Vec::new();
+        for _ in 0..1000 {
+            let lock = client.lock(&unique_name("race")).unwrap();
+            guards.push(lock.lock().await.unwrap());
+        }
+        // Unlocks first, so some land on the server between the round's snapshot of the holds
+        // and its script.
+        let unlocks = tokio::spawn(unlock_all(guards));
+        tokio::task::yield_now().await;
+        let stats = client.renew_now().await.unwrap();
+        unlocks.await.unwrap();
+        wrongly_lost += stats.lost;
+    }
+    assert_eq!(client.held_count(), 0);
+    assert_eq!(
+        wrongly_lost, 0,
+        "released holds were counted (and logged) as lost leases"
+    );
+}
+
+async fn unlock_all(guards: Vec<redlease::LockGuard>) {
+    let tasks: Vec<_> = guards
+        .into_iter()
+        .map(|g| tokio::spawn(async move { g.unlock().await.unwrap() }))
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
