@@ -48,12 +48,14 @@ impl Lock {
             }
         }
         loop {
+            // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
+            inner.check_open()?;
             let started = Instant::now();
-            let ttl = match self.attempt(&field, lease_ms).await? {
+            let ttl = match self.attempt(&field, lease_ms, ticket.is_none()).await? {
                 Acquire::Acquired { count, token } => {
-                    return Ok(Some(
-                        self.grant(field, lease, lease_ms, count, token, started),
-                    ));
+                    return self
+                        .grant(field, lease, lease_ms, count, token, started)
+                        .map(Some);
                 }
                 Acquire::AlreadyHeld => {
                     return Err(Error::WouldDeadlock {
@@ -93,7 +95,6 @@ impl Lock {
                 _ = local_release => {}
                 _ = tokio::time::sleep(nap) => {}
             }
-            inner.check_open()?;
         }
     }
 
@@ -108,7 +109,7 @@ impl Lock {
     /// reconnect), and with retries: the release could land after this owner's next, real
     /// acquisition and take it away (tests/faults.rs, `failed_attempts_during_an_outage_...`).
     /// When the connection drops the outcome stays unknown, and the lease frees a grant.
-    async fn attempt(&self, field: &Arc<str>, lease_ms: u64) -> Result<Acquire> {
+    async fn attempt(&self, field: &Arc<str>, lease_ms: u64, reentry: bool) -> Result<Acquire> {
         let client = self.client.clone();
         let keys = self.keys.clone();
         let field = field.clone();
@@ -121,11 +122,31 @@ impl Lock {
             // A reply later than the lease carries nothing to give back.
             let patience = lease.max(timeout);
             async move {
-                client
-                    .inner
-                    .node
+                let node = &client.inner.node;
+                let first = node
                     .acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
-                    .await
+                    .await;
+                match first {
+                    // The connection manager notices a dead connection (server restart, killed
+                    // connection) only when a command fails on it; try once more on the new one.
+                    Err(Error::Redis { source, .. }) if source.is_connection_dropped() => {
+                        if reentry {
+                            // We hold it already: a retry could count one grant twice.
+                            return Err(Error::Redis {
+                                operation: "acquire",
+                                source,
+                            });
+                        }
+                        // The first request may have run. We held nothing, so a release undoes
+                        // its grant if there was one and is a no-op otherwise; it and the retry
+                        // go out in this order on the new connection.
+                        let id = client.inner.request_id();
+                        let _ = node.release(&keys, &field, lease_ms, 1, &id).await;
+                        node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
+                            .await
+                    }
+                    outcome => outcome,
+                }
             }
         };
         let tracker = client.inner.background.clone();
@@ -140,7 +161,7 @@ impl Lock {
                     return;
                 }
                 tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = release_on_server(&client, &keys, &field, lease_ms).await {
+                if let Err(e) = release_on_server(&client, &keys, &field, lease_ms, 1).await {
                     tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
                 }
             }
@@ -165,18 +186,26 @@ impl Lock {
         count: u32,
         token: u64,
         started: Instant,
-    ) -> LockGuard {
+    ) -> Result<LockGuard> {
         let inner: &Arc<Inner> = &self.client.inner;
+        if inner.check_open().is_err() {
+            // Granted while the client shut down: nothing would renew it, so give it back.
+            let (client, keys) = (self.client.clone(), self.keys.clone());
+            inner.background.spawn(async move {
+                let _ = release_on_server(&client, &keys, &field, lease_ms, 1).await;
+            });
+            return Err(Error::Shutdown);
+        }
         let drift = inner.config.drift(lease.duration());
         let token = self.fenced.then_some(token);
         let keys = self.keys.clone();
-        let (hold, fresh) = inner.holds.granted(count, || {
+        let (hash, field_key) = (keys.hash.clone(), field.clone());
+        let (hold, fresh) = inner.holds.granted(&hash, &field_key, count, || {
             Hold::new(keys, field, lease, lease_ms, token, drift, started)
         });
-        if fresh && matches!(lease, Lease::Watchdog(_)) {
-            // A shorter lease than any held so far needs a faster watchdog.
-            inner.watchdog_wake.notify_one();
+        if fresh {
+            inner.watchdog_adopt(lease);
         }
-        LockGuard::new(self.client.clone(), hold)
+        Ok(LockGuard::new(self.client.clone(), hold))
     }
 }

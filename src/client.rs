@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
     pub watchdog_wake: Arc<Notify>,
+    /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
+    pub watchdog_lease_ms: AtomicU64,
     watchdog_task: Mutex<Option<AbortOnDrop>>,
     shut_down: AtomicBool,
     next_request: AtomicU64,
@@ -62,6 +64,17 @@ impl Inner {
             Err(Error::Shutdown)
         } else {
             Ok(())
+        }
+    }
+
+    /// Tells the watchdog about a new hold: only a lease shorter than its current period's
+    /// wakes it (waking it for every lock would rescan every hold each time).
+    pub fn watchdog_adopt(&self, lease: crate::hold::Lease) {
+        if let crate::hold::Lease::Watchdog(lease) = lease {
+            let ms = lease.as_millis().min(u64::MAX as u128) as u64;
+            if self.watchdog_lease_ms.fetch_min(ms, Ordering::AcqRel) > ms {
+                self.watchdog_wake.notify_one();
+            }
         }
     }
 
@@ -135,6 +148,7 @@ impl ClientBuilder {
             gates: Gates::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),
+            watchdog_lease_ms: AtomicU64::new(u64::MAX),
             watchdog_task: Mutex::new(None),
             shut_down: AtomicBool::new(false),
             next_request: AtomicU64::new(0),
@@ -211,6 +225,9 @@ impl Client {
         if self.inner.shut_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // Wake every waiter of this client: each finds the client shut down and gives up.
+        self.inner.gates.close_all();
+        self.inner.subscriber.wake_all();
         // Let releases and give-backs already under way finish first, within the timeout.
         self.inner.background.close();
         let pending = self.inner.background.wait();

@@ -55,6 +55,14 @@ impl Config {
                 "the key prefix must not be empty".into(),
             ));
         }
+
+        // A brace in the prefix would change the Redis Cluster hash tag of the lock's keys
+        // (`a{}:{name}` has an empty tag), scattering one lock's keys over several slots.
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::InvalidArgument(
+                "the key prefix must not contain `{` or `}`".into(),
+            ));
+        }
         lease_ms("watchdog lease", self.watchdog_lease)?;
         check_duration("timeout", self.timeout)?;
         if !(0.0..0.5).contains(&self.drift_factor) {

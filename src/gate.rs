@@ -52,6 +52,14 @@ impl Gates {
         }
     }
 
+    /// Wakes every contender (client shutdown): queued ones stop waiting for the head.
+    pub fn close_all(&self) {
+        for gate in self.map.iter() {
+            gate.head.close();
+            gate.released.notify_waiters();
+        }
+    }
+
     /// Tells this client's head contender of `key` that the lock was just freed.
     pub fn released(&self, key: &Arc<str>) {
         if let Some(gate) = self.map.get(key) {

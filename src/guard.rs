@@ -106,15 +106,15 @@ impl Drop for LockGuard {
         // Local state first and synchronously, as documented: the release used to do this inside
         // the spawned task, so the watchdog kept renewing a dropped guard's hold until that task
         // ran (forever if the runtime was shutting down and never ran it).
-        if release_locally(&self.client, &hold).is_err() {
+        let Ok(local) = release_locally(&self.client, &hold) else {
             // Lost or shut down: nothing of ours left on the server to give back.
             return;
-        }
+        };
         let client = self.client.clone();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let background = client.inner.background.clone();
             let release = async move {
-                if let Err(e) = release_remotely(&client, &hold).await {
+                if let Err(e) = release_remotely(&client, &hold, local).await {
                     if !e.is_lease_lost() && !matches!(e, Error::Shutdown) {
                         tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the lease will free the key");
                     }
@@ -142,12 +142,21 @@ impl std::fmt::Debug for LockGuard {
 /// Gives back one guard's hold: local bookkeeping first (synchronously, so the watchdog stops
 /// renewing at once), then the server.
 pub(crate) async fn release(client: &Client, hold: &Arc<Hold>) -> Result<()> {
-    release_locally(client, hold)?;
-    release_remotely(client, hold).await
+    let local = release_locally(client, hold)?;
+    // Lost by time (no renewal confirmed in time) but still our registered hold: give it back
+    // on the server all the same, in case the key survived, and report the loss.
+    let lost = hold.is_lost();
+    let released = release_remotely(client, hold, local).await;
+    if lost {
+        return Err(Error::LeaseLost {
+            name: hold.keys.name.to_string(),
+        });
+    }
+    released
 }
 
 /// The synchronous half of [`release`]: one guard fewer in the registry.
-fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<()> {
+fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<LocalRelease> {
     let inner = &client.inner;
     match inner.holds.release(hold) {
         LocalRelease::Detached => {
@@ -158,14 +167,18 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<()> {
                 name: hold.keys.name.to_string(),
             })
         }
-        LocalRelease::Last | LocalRelease::Remaining => Ok(()),
+        other => Ok(other),
     }
 }
 
 /// The server half of [`release`], after [`release_locally`] succeeded.
-async fn release_remotely(client: &Client, hold: &Arc<Hold>) -> Result<()> {
+async fn release_remotely(client: &Client, hold: &Arc<Hold>, local: LocalRelease) -> Result<()> {
     let inner = &client.inner;
-    match release_on_server(client, &hold.keys, &hold.field, hold.lease_ms).await? {
+    let holds = match local {
+        LocalRelease::Last => hold.last_release_count(),
+        _ => 1,
+    };
+    match release_on_server(client, &hold.keys, &hold.field, hold.lease_ms, holds).await? {
         Release::NotHeld => {
             hold.mark_lost("the hold was gone from the server at release");
             Err(Error::LeaseLost {
@@ -187,6 +200,7 @@ pub(crate) async fn release_on_server(
     keys: &Arc<LockKeys>,
     field: &Arc<str>,
     lease_ms: u64,
+    holds: u32,
 ) -> Result<Release> {
     let tracker = client.inner.background.clone();
     let (client, keys, field) = (client.clone(), keys.clone(), field.clone());
@@ -195,7 +209,11 @@ pub(crate) async fn release_on_server(
         let id = inner.request_id();
         let mut attempt = 0;
         loop {
-            match inner.node.release(&keys, &field, lease_ms, 1, &id).await {
+            match inner
+                .node
+                .release(&keys, &field, lease_ms, holds, &id)
+                .await
+            {
                 Err(e) if e.is_unavailable() && attempt < inner.config.release_retries => {
                     attempt += 1;
                     tracing::debug!(lock = %keys.name, error = %e, attempt, "retrying release");

@@ -42,6 +42,9 @@ pub(crate) struct Hold {
     drift: Duration,
     /// Live guards of this hold. Changed only under the registry's entry lock.
     guards: AtomicU32,
+    /// Server-side holds adopted from a lost predecessor of this owner that the server still
+    /// counted; given back with this hold's last guard so the key does not outlive it.
+    orphans: AtomicU32,
     valid_until: Mutex<Instant>,
     lost: AtomicBool,
     lost_notify: Notify,
@@ -65,6 +68,7 @@ impl Hold {
             token,
             drift,
             guards: AtomicU32::new(1),
+            orphans: AtomicU32::new(0),
             valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
@@ -86,9 +90,22 @@ impl Hold {
         }
     }
 
+    /// Lost when marked so, or once `valid_until` has passed without a successful renewal
+    /// (for a fixed lease: once it ran out). Sticky: a late renewal does not bring it back.
     pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
-            || (matches!(self.lease, Lease::Fixed(_)) && Instant::now() >= self.valid_until())
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= self.valid_until() {
+            self.mark_lost("its validity ran out before a renewal confirmed it");
+            return true;
+        }
+        false
+    }
+
+    /// Holds to give back on the server with the last guard: its own and any adopted ones.
+    pub fn last_release_count(&self) -> u32 {
+        1 + self.orphans.load(Ordering::Acquire)
     }
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
@@ -101,7 +118,8 @@ impl Hold {
         true
     }
 
-    /// Resolves when the lease is lost (for a fixed lease, also when it runs out).
+    /// Resolves when the lease is lost: marked lost by the watchdog or a release, or its
+    /// validity ran out (no renewal confirmed in time, or a fixed lease expired).
     pub fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
         let hold = Arc::clone(self);
         async move {
@@ -110,18 +128,14 @@ impl Hold {
                 tokio::pin!(notified);
                 // Register before checking the flag so a concurrent `mark_lost` cannot be missed.
                 notified.as_mut().enable();
-                if hold.lost.load(Ordering::Acquire) {
+                if hold.is_lost() {
                     return;
                 }
-                match hold.lease {
-                    Lease::Watchdog(_) => notified.await,
-                    Lease::Fixed(_) => {
-                        let deadline = tokio::time::Instant::from_std(hold.valid_until());
-                        tokio::select! {
-                            _ = notified => {}
-                            _ = tokio::time::sleep_until(deadline) => return,
-                        }
-                    }
+                // A renewal may move `valid_until` meanwhile; `is_lost` decides after the sleep.
+                let deadline = tokio::time::Instant::from_std(hold.valid_until());
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
                 }
             }
         }
@@ -158,14 +172,26 @@ impl Holds {
         (!hold.is_lost()).then_some(hold)
     }
 
-    /// Records a grant from the server and returns the hold the new guard belongs to.
+    /// Records a grant from the server and returns the hold the new guard belongs to, and
+    /// whether it is a new hold.
     ///
     /// `server_count` tells a re-entry (> 1) from a fresh acquisition (1): when the server says
-    /// fresh but we still have a hold, that hold's lease was lost behind our back.
-    pub fn granted(&self, server_count: u32, make: impl FnOnce() -> Hold) -> (Arc<Hold>, bool) {
-        let fresh = Arc::new(make());
-        let key = (fresh.keys.hash.clone(), fresh.field.clone());
-        match self.map.entry(key) {
+    /// fresh but we still have a hold, that hold's lease was lost behind our back. When our
+    /// hold is lost locally (validity ran out) but the server still counts it, the new hold
+    /// adopts those server holds, so its last release frees the key.
+    pub fn granted(
+        &self,
+        hash: &Arc<str>,
+        field: &Arc<str>,
+        server_count: u32,
+        make: impl FnOnce() -> Hold,
+    ) -> (Arc<Hold>, bool) {
+        let fresh = |orphans: u32| {
+            let hold = make();
+            hold.orphans.store(orphans, Ordering::Release);
+            Arc::new(hold)
+        };
+        match self.map.entry((hash.clone(), field.clone())) {
             Entry::Occupied(mut entry) => {
                 let current = entry.get().clone();
                 if server_count > 1 && !current.is_lost() {
@@ -173,12 +199,14 @@ impl Holds {
                     return (current, false);
                 }
                 current.mark_lost("the server no longer had this hold when it was taken again");
-                entry.insert(fresh.clone());
-                (fresh, true)
+                let hold = fresh(server_count.saturating_sub(1));
+                entry.insert(hold.clone());
+                (hold, true)
             }
             Entry::Vacant(entry) => {
-                entry.insert(fresh.clone());
-                (fresh, true)
+                let hold = fresh(server_count.saturating_sub(1));
+                entry.insert(hold.clone());
+                (hold, true)
             }
         }
     }

@@ -255,12 +255,16 @@ impl Lock {
         let inner = &self.client.inner;
         inner.check_open()?;
         let field = self.field();
-        let mut lease_ms = lease_ms("lease", inner.config.watchdog_lease)?;
+        let mut lease_ms = lease_ms(
+            "lease",
+            self.watchdog_lease.unwrap_or(inner.config.watchdog_lease),
+        )?;
         if let Some(hold) = inner.holds.get(&self.keys.hash, &field) {
             lease_ms = hold.lease_ms;
             inner.holds.release(&hold);
         }
-        match crate::guard::release_on_server(&self.client, &self.keys, &field, lease_ms).await? {
+        match crate::guard::release_on_server(&self.client, &self.keys, &field, lease_ms, 1).await?
+        {
             Release::NotHeld => Err(Error::NotHeld {
                 name: self.keys.name.to_string(),
             }),

@@ -86,17 +86,12 @@ impl Node {
             .arg(lease_ms)
             .arg(if reentrant { "1" } else { "0" })
             .arg(if fenced { "1" } else { "0" });
-        // Retrying is no worse than failing: had the first request run, its grant (unknown to
-        // us either way) is freed by its lease; a reentrant retry just counts it as one more
-        // hold, which that lease frees after our release.
-        let reply: Vec<i64> = once_more_if_dropped(|| {
-            let (mut conn, call) = (self.conn.clone(), &call);
-            async move {
-                let request = call.invoke_async(&mut conn);
-                bounded("acquire", &keys.hash, limit, request).await
-            }
-        })
-        .await?;
+        // No blind retry here: a reply lost with its connection leaves the outcome unknown,
+        // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
+        // owner already holds the lock).
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> =
+            bounded("acquire", &keys.hash, limit, call.invoke_async(&mut conn)).await?;
         Acquire::parse(&reply)
     }
 

@@ -1,9 +1,10 @@
 //! One subscriber connection per client: unlock channels → local waiters.
 //!
 //! Channels are reference-counted: the first waiter of a lock subscribes, the last one leaving
-//! unsubscribes, so no subscription outlives its waiters. One message wakes one local waiter
-//! (one lock was freed, one waiter can take it). After a reconnect every waiter is woken, since
-//! messages may have been lost meanwhile.
+//! unsubscribes, so no subscription outlives its waiters. A message wakes the channel's
+//! listeners, which are the head of the lock's local queue (one waiter: one lock was freed, one
+//! waiter can take it) and any MultiLock waiters. After a reconnect every listener is woken,
+//! since messages may have been lost meanwhile.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -27,6 +28,8 @@ pub(crate) struct Subscriber {
     /// The sink of the live connection; `None` while (re)connecting.
     sink: watch::Sender<Option<PubSubSink>>,
     reader: Mutex<Option<AbortOnDrop>>,
+    /// Set by `stop`: no reader may be started again.
+    stopped: std::sync::atomic::AtomicBool,
     weak_self: Weak<Subscriber>,
 }
 
@@ -36,6 +39,20 @@ struct Channel {
     refs: Mutex<usize>,
     /// Whether the server has confirmed our SUBSCRIBE on the live connection.
     subscribed: Mutex<bool>,
+}
+
+impl Channel {
+    /// Wakes every listener, and leaves one permit for a listener that is between two
+    /// attempts (it would otherwise miss this message and sleep until the holder's TTL).
+    ///
+    /// Within one client only the head of a lock's local queue (see `gate.rs`) and MultiLock
+    /// waiters listen, so this still wakes one single-lock waiter per message; waking only one
+    /// listener could pick a MultiLock waiter that then fails on another member, leaving the
+    /// single-lock head asleep while the lock is free.
+    fn wake(&self) {
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
 }
 
 /// A waiter's interest in one channel; leaving is dropping it.
@@ -79,6 +96,7 @@ impl Subscriber {
             commands: tokio::sync::Mutex::new(()),
             sink: watch::channel(None).0,
             reader: Mutex::new(None),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             weak_self: weak_self.clone(),
         })
     }
@@ -153,6 +171,9 @@ impl Subscriber {
     async fn live_sink(&self) -> Result<PubSubSink> {
         {
             let mut reader = self.reader.lock();
+            if self.stopped.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(Error::Shutdown);
+            }
             if reader.is_none() {
                 let weak = self.weak_self.clone();
                 *reader = Some(AbortOnDrop(tokio::spawn(run_reader(weak))));
@@ -172,19 +193,23 @@ impl Subscriber {
 
     /// Stops the reader task (client shutdown).
     pub fn stop(&self) {
-        self.reader.lock().take();
+        let mut reader = self.reader.lock();
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+        reader.take();
+        drop(reader);
         self.sink.send_replace(None);
     }
 
-    fn wake_all(&self) {
+    pub fn wake_all(&self) {
         for channel in self.channels.lock().values() {
-            channel.notify.notify_waiters();
+            channel.wake();
         }
     }
 
     fn deliver(&self, channel: &str) {
         if let Some(channel) = self.channels.lock().get(channel) {
-            channel.notify.notify_one();
+            channel.wake();
         }
     }
 
@@ -233,6 +258,10 @@ async fn run_reader(weak: Weak<Subscriber>) {
         };
         if let Err(e) = subscriber.resubscribe(&mut sink).await {
             tracing::debug!(error = %e, "resubscribe failed; reconnecting");
+            // Back off: a refused SUBSCRIBE (ACL, say) would otherwise reconnect in a tight loop.
+            drop(subscriber);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
             continue;
         }
         backoff = Duration::from_millis(50);

@@ -1,5 +1,6 @@
 //! The watchdog: one task per client renewing every watchdog-kept lock, in batches.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,10 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
             .holds
             .shortest_watchdog_lease()
             .unwrap_or(inner.config.watchdog_lease);
+        inner.watchdog_lease_ms.store(
+            lease.as_millis().min(u64::MAX as u128) as u64,
+            Ordering::Release,
+        );
         let period = (lease / 3).max(Duration::from_millis(1));
         // Sleep holding only the notification, not the client: a dropped client must be able to
         // end this task.
@@ -74,7 +79,21 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
 /// its hold, a failed batch marks lost only the holds already past their validity.
 pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     let started = Instant::now();
-    let holds = inner.holds.watchdog_holds();
+    let mut holds = inner.holds.watchdog_holds();
+    // A hold whose validity already ran out was told lost; renewing it now would keep a key
+    // its holder has stopped trusting.
+    let mut expired = 0;
+    holds.retain(|hold| {
+        let lost = hold.is_lost();
+        if lost {
+            expired += lose(
+                inner,
+                hold,
+                "its validity ran out before a renewal confirmed it",
+            );
+        }
+        !lost
+    });
     let batches: Vec<&[Arc<Hold>]> = holds.chunks(BATCH).collect();
     let calls = batches.iter().map(|batch| {
         let requests: Vec<Renewal<'_>> = batch
@@ -91,6 +110,7 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     let mut stats = RenewStats {
         locks: holds.len(),
         round_trips: batches.len(),
+        lost: expired,
         ..Default::default()
     };
     for (batch, result) in batches.iter().zip(results) {
@@ -124,5 +144,7 @@ fn lose(inner: &Inner, hold: &Arc<Hold>, why: &str) -> usize {
     if !inner.holds.detach(hold) {
         return 0;
     }
-    usize::from(hold.mark_lost(why))
+    // `is_lost` may have marked it already (its validity ran out); it still counts once here.
+    hold.mark_lost(why);
+    1
 }

@@ -340,3 +340,104 @@ async fn lazy_client_builds_while_the_server_is_down_and_works_once_it_is_up() {
     assert_eq!(hlen(&server, lock.key()), 1);
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn shutdown_wakes_waiters_and_none_of_them_takes_the_lock() {
+    let server = Server::start();
+    let holder = client(&server).await;
+    let name = unique_name("shutdown");
+    let lock = holder.lock(&name).unwrap();
+    let guard = lock.lock().await.unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.lock().await.map(|g| std::mem::forget(g)) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder.shutdown().await.unwrap();
+    for waiter in waiters {
+        let outcome = tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .expect("a waiter must be woken by shutdown")
+            .unwrap();
+        assert!(matches!(outcome, Err(Error::Shutdown)), "{outcome:?}");
+    }
+    assert!(
+        guard.unlock().await.is_err(),
+        "shutdown released it already"
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(lock.key())
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!exists, "nobody may hold the lock after shutdown");
+}
+
+#[tokio::test]
+async fn reentry_with_a_shorter_lease_does_not_shorten_the_outer_hold() {
+    let server = Server::start();
+    let a = client(&server).await;
+    let name = unique_name("shorter");
+    let outer = a.lock(&name).unwrap().lock().await.unwrap();
+    let inner = a
+        .lock(&name)
+        .unwrap()
+        .lock_with_lease(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let ttl = a
+        .lock(&name)
+        .unwrap()
+        .remaining_lease()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        ttl > Duration::from_secs(20),
+        "re-entry shortened the lease to {ttl:?}"
+    );
+    inner.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let b = client(&server).await;
+    assert!(
+        b.lock(&name).unwrap().try_lock().await.unwrap().is_none(),
+        "still held"
+    );
+    assert!(!outer.is_lost());
+    outer.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn lost_resolves_when_validity_runs_out_while_redis_is_frozen() {
+    let server = Server::start();
+    let a = Client::builder(server.url())
+        .watchdog_lease(Duration::from_secs(3))
+        .timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let lock = a.lock(&unique_name("frozen")).unwrap();
+    let started = Instant::now();
+    let guard = lock.lock().await.unwrap();
+    server.pause();
+    let lost = tokio::time::timeout(Duration::from_secs(6), guard.lost()).await;
+    let after = started.elapsed();
+    server.resume();
+    assert!(
+        lost.is_ok(),
+        "lost() must resolve while Redis cannot confirm the lease"
+    );
+    // Validity is the lease minus drift from the acquisition; the holder must hear of the
+    // loss then, not a renewal period (plus a timeout) later.
+    assert!(
+        after >= Duration::from_millis(2500),
+        "lost too early: {after:?}"
+    );
+    assert!(
+        after < Duration::from_millis(3600),
+        "lost too late: {after:?}"
+    );
+    assert!(guard.is_lost());
+    assert!(guard.unlock().await.unwrap_err().is_lease_lost());
+}

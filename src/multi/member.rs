@@ -89,11 +89,12 @@ impl Lock {
         let drift = inner.config.drift(lease.duration());
         let token = self.fenced.then_some(token);
         let (keys, field, lease_ms) = (self.keys.clone(), p.field.clone(), p.lease_ms);
-        let (hold, fresh) = inner.holds.granted(count, || {
+        let (hash, field_key) = (keys.hash.clone(), field.clone());
+        let (hold, fresh) = inner.holds.granted(&hash, &field_key, count, || {
             Hold::new(keys, field, lease, lease_ms, token, drift, started)
         });
-        if fresh && matches!(lease, Lease::Watchdog(_)) {
-            inner.watchdog_wake.notify_one();
+        if fresh {
+            inner.watchdog_adopt(lease);
         }
         Held {
             guard: LockGuard::new(self.client.clone(), hold.clone()),
@@ -160,7 +161,7 @@ pub(crate) async fn attempt_batch(
             undo_batch(&client, &plan, &outcome).await;
         }
     };
-    let call = FinishOnDrop::new(request, cleanup);
+    let call = FinishOnDrop::new(request, cleanup).tracked(&client.inner.background);
     let reply = match limit {
         None => call.await,
         Some(limit) => match tokio::time::timeout(limit, call).await {
@@ -311,7 +312,7 @@ fn outcome_unknown(e: &Error) -> bool {
 /// connection after the request, so the server applies it after the acquire even when both wait
 /// behind a paused server.
 async fn undo(client: &Client, p: &Planned) {
-    match release_on_server(client, &p.keys, &p.field, p.lease_ms).await {
+    match release_on_server(client, &p.keys, &p.field, p.lease_ms, 1).await {
         Ok(_) => tracing::debug!(lock = %p.keys.name, "gave back an abandoned acquisition"),
         Err(e) => {
             tracing::warn!(lock = %p.keys.name, error = %e, "could not give back an abandoned acquisition; it expires with its lease")
