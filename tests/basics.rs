@@ -351,7 +351,7 @@ async fn shutdown_wakes_waiters_and_none_of_them_takes_the_lock() {
     let waiters: Vec<_> = (0..3)
         .map(|_| {
             let lock = lock.clone();
-            tokio::spawn(async move { lock.lock().await.map(|g| std::mem::forget(g)) })
+            tokio::spawn(async move { lock.lock().await.map(std::mem::forget) })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(200)).await;

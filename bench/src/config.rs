@@ -12,7 +12,8 @@ pub const USAGE: &str = "usage: redlease-bench [--quick] [--only W1,W2,...] [--i
   --impls   implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs)
   --runs    runs per workload and implementation, median reported (default 3)
   --cap     time cap of one run in seconds (default 120)
-  --out     report path (default <workspace>/target/bench-report.md)";
+  --out     report path (default <workspace>/target/bench-report.md)
+Starts its own 5 redis-servers ($REDLEASE_SERVER_BIN, default redis-server) on loopback.";
 
 pub struct Counts {
     pub w1: usize,
@@ -37,7 +38,7 @@ impl Counts {
             w3_rounds: 1_000,
             w4: [10_000, 100_000],
             w5: 2_000,
-            w6: 200,
+            w6: 100,
             rtt: 20_000,
         }
     }
@@ -65,6 +66,9 @@ pub struct Config {
     pub cap: Duration,
     pub out: PathBuf,
     pub counts: Counts,
+    /// Child process (internal): the one cell to run, and the servers' URLs.
+    pub cell: Option<(String, String)>,
+    pub urls: Vec<String>,
 }
 
 impl Config {
@@ -75,12 +79,20 @@ impl Config {
             impls: Vec::new(),
             runs: 3,
             cap: Duration::from_secs(120),
-            out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-report.md")),
+            out: PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../target/bench-report.md"
+            )),
             counts: Counts::full(),
+            cell: None,
+            urls: Vec::new(),
         };
         let mut args = args.into_iter();
         while let Some(a) = args.next() {
-            let mut value = || args.next().ok_or_else(|| anyhow::anyhow!("{a} needs a value\n{USAGE}"));
+            let mut value = || {
+                args.next()
+                    .ok_or_else(|| anyhow::anyhow!("{a} needs a value\n{USAGE}"))
+            };
             match a.as_str() {
                 "--quick" => cfg.quick = true,
                 "--only" => cfg.only = list(&value()?.to_uppercase()),
@@ -88,6 +100,8 @@ impl Config {
                 "--runs" => cfg.runs = value()?.parse::<usize>()?.max(1),
                 "--cap" => cfg.cap = Duration::from_secs(value()?.parse()?),
                 "--out" => cfg.out = value()?.into(),
+                "--cell" => cfg.cell = Some((value()?, value()?)),
+                "--urls" => cfg.urls = list(&value()?),
                 "-h" | "--help" => bail!("{USAGE}"),
                 other => bail!("unknown argument {other}\n{USAGE}"),
             }
@@ -99,10 +113,31 @@ impl Config {
     }
 
     pub fn wants(&self, workload: &str) -> bool {
-        self.only.is_empty() || self.only.iter().any(|w| w == workload)
+        match &self.cell {
+            Some((w, _)) => w.split_whitespace().next() == Some(workload),
+            None => self.only.is_empty() || self.only.iter().any(|w| w == workload),
+        }
+    }
+
+    /// Arguments that give a child process the same counts, cap and servers.
+    pub fn child_args(&self, urls: &[String]) -> Vec<String> {
+        let mut args = vec![
+            "--cap".into(),
+            self.cap.as_secs().to_string(),
+            "--urls".into(),
+            urls.join(","),
+        ];
+        if self.quick {
+            args.push("--quick".into());
+        }
+        args
     }
 }
 
 fn list(s: &str) -> Vec<String> {
-    s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(String::from).collect()
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
 }

@@ -18,7 +18,7 @@ async fn connect(url: &str) -> Result<ConnectionManager> {
 
 /// One EVALSHA on every connection at once (one round trip when there is one).
 async fn fan_out(script: &Script, conns: &mut [ConnectionManager]) -> Result<()> {
-    try_join_all(conns.iter_mut().map(|c| script.invoke_async::<i64>(c))).await?;
+    try_join_all(conns.iter_mut().map(|c| script.invoke_async::<_, i64>(c))).await?;
     Ok(())
 }
 
@@ -53,12 +53,12 @@ pub async fn round_trip(url: String, n: usize) -> Result<Vec<Measure>> {
         let mut conn = connect(&url).await?;
         let script = Script::new("return 1");
         for _ in 0..100 {
-            script.invoke_async::<i64>(&mut conn).await?;
+            script.invoke_async::<_, i64>(&mut conn).await?;
         }
         let mut lat = Vec::with_capacity(n);
         for _ in 0..n {
             let t0 = Instant::now();
-            script.invoke_async::<i64>(&mut conn).await?;
+            script.invoke_async::<_, i64>(&mut conn).await?;
             lat.push(t0.elapsed());
         }
         let (p50, p99) = p50_p99(&mut lat);

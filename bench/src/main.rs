@@ -25,7 +25,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use config::Config;
-use runner::Runner;
+use runner::{Mode, Runner};
 use server::RedisServer;
 
 #[global_allocator]
@@ -38,52 +38,96 @@ const SERVERS: usize = 5;
 async fn main() -> Result<()> {
     let cfg = Config::parse(std::env::args().skip(1))?;
     let started = Instant::now();
-    let servers = (0..SERVERS).map(|_| RedisServer::start()).collect::<Result<Vec<_>>>()?;
+    let load_before = loadavg();
+    let (servers, mode) = match &cfg.cell {
+        Some((workload, implementation)) => {
+            let servers = cfg
+                .urls
+                .iter()
+                .map(|u| RedisServer::attach(u))
+                .collect::<Result<Vec<_>>>()?;
+            let mode = Mode::Child {
+                workload: workload.clone(),
+                implementation: implementation.clone(),
+            };
+            (servers, mode)
+        }
+        None => {
+            let servers = (0..SERVERS)
+                .map(|_| RedisServer::start())
+                .collect::<Result<Vec<_>>>()?;
+            let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+            let mode = Mode::Parent {
+                exe: std::env::current_exe()?,
+                args: cfg.child_args(&urls),
+            };
+            (servers, mode)
+        }
+    };
     let mut runner = Runner {
+        mode,
         runs: cfg.runs,
         cap: cfg.cap,
         servers: Arc::new(servers),
         entries: Vec::new(),
         impls: cfg.impls.clone(),
+        queued: Vec::new(),
     };
     let c = &cfg.counts;
     if cfg.wants("W1") {
         suite::w1(&mut runner, c).await;
+        runner.run_queued().await;
     }
     if cfg.wants("W2") {
         suite::w2(&mut runner, c).await;
+        runner.run_queued().await;
     }
     if cfg.wants("W3") {
         suite::w3(&mut runner, c).await;
+        runner.run_queued().await;
     }
     if cfg.wants("W4") {
         suite::w4(&mut runner, c).await;
+        runner.run_queued().await;
     }
     if cfg.wants("W5") {
         suite::w5(&mut runner, c).await;
+        runner.run_queued().await;
     }
     if cfg.wants("W6") {
         suite::w6(&mut runner, c).await;
+        runner.run_queued().await;
     }
-    let markdown = document(&cfg, &runner, started.elapsed().as_secs_f64());
+    if cfg.cell.is_some() {
+        // Do not wait for threads or tasks an implementation left behind.
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+        std::process::exit(0);
+    }
+    let load = format!("load average {load_before} before, {} after", loadavg());
+    let markdown = document(&cfg, &runner, started.elapsed().as_secs_f64(), &load);
     println!("{markdown}");
     report::write(&cfg.out, &markdown)?;
     eprintln!("report written to {}", cfg.out.display());
     Ok(())
 }
 
-fn document(cfg: &Config, runner: &Runner, seconds: f64) -> String {
+fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
     let c = &cfg.counts;
     let ctx = targets::Context {
         entries: &runner.entries,
         expected_counter: (c.w2_tasks * c.w2_rounds) as f64,
         w4_target: suite::w4_label(c.w4[1]),
     };
-    let mode = if cfg.quick { "quick (smoke counts, targets not meaningful)" } else { "full" };
+    let mode = if cfg.quick {
+        "quick (smoke counts, targets not meaningful)"
+    } else {
+        "full"
+    };
     format!(
         "# redlease benchmark ({mode})\n\n\
-         {runs} run(s) per cell, median reported; {cores} cores, loopback, private redis-server {ver}; \
-         total {seconds:.0} s.\n\
+         {runs} run(s) per cell (each a fresh process, cells interleaved), median reported; \
+         {cores} cores, loopback, private redis-server {ver}; total {seconds:.0} s; {load}.\n\
          Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
          W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs.\n\n{table}\n{notes}",
         runs = cfg.runs,
@@ -103,14 +147,28 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64) -> String {
     )
 }
 
-fn redis_version() -> String {
-    std::process::Command::new(std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()))
-        .arg("--version")
-        .output()
+/// The 1-minute load average and the 5-minute one: other work on the machine
+/// skews every number here.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
         .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.split_whitespace().find_map(|w| w.strip_prefix("v=").map(String::from)))
+        .map(|s| s.split_whitespace().take(2).collect::<Vec<_>>().join(" / "))
         .unwrap_or_else(|| "?".into())
+}
+
+fn redis_version() -> String {
+    std::process::Command::new(
+        std::env::var("REDLEASE_SERVER_BIN").unwrap_or_else(|_| "redis-server".into()),
+    )
+    .arg("--version")
+    .output()
+    .ok()
+    .and_then(|o| String::from_utf8(o.stdout).ok())
+    .and_then(|s| {
+        s.split_whitespace()
+            .find_map(|w| w.strip_prefix("v=").map(String::from))
+    })
+    .unwrap_or_else(|| "?".into())
 }
 
 const NOTES: &str = "\
@@ -130,11 +188,18 @@ after another. redisson's RedLock is built with its public `AsyncRRedLock::new` 
 connection manager per server (its docs only show the single-server `get_red_lock`).
 - W2: the counter is a GET then SET on a separate key through a plain redis-rs connection; it \
 shows the worst run. Handoffs: consecutive acquisitions by different tasks, ordered by the \
-counter value read under the lock.
-- W4: heap measured by a counting global allocator around the acquisitions (guards included); \
-round trips of a redlease tick as reported by `RenewStats` and as commands counted by the \
-server (INFO stats); rlock has one renewal task per guard, so its row counts renewal commands \
-over one 5 s renewal period instead of a tick.
+counter value read under the lock. The polling peers are unfair: the releasing task takes the \
+lock straight back while the others sleep, hence few handoffs, short median waits, long max waits.
+- W3: redisson fails with more tasks than its connection pool (default 10): pool waits time \
+out after 3 s (also seen with 20 tasks; a pool of 64 still stalls for seconds).
+- W4: heap measured by a counting global allocator around the acquisitions (guards included). \
+Round trips of a redlease tick: as reported by `RenewStats`, and as EVAL/EVALSHA/FCALL calls \
+counted by the server (INFO commandstats); the server's command count includes the commands \
+run inside the scripts. rlock has one renewal task per guard, so its row counts the renewal \
+script calls over one 5 s renewal period instead of a tick. Peers without renewal: heap only.
+- W5: on 2 cores even the floor fanned out to 5 local servers costs several single-node round \
+trips (5 redis-server processes must each be scheduled), which bounds every RedLock(5) here.
 - W6: the holder keeps the lock 2–8 ms while the waiter is blocked in its lock call; latency = \
 waiter's lock call returning − holder's unlock call returning.
+- Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

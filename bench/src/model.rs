@@ -24,18 +24,31 @@ pub struct Measure {
 
 impl Measure {
     pub fn new(metric: &'static str, unit: Unit, value: f64) -> Self {
-        Measure { metric, unit, value, p99: None }
+        Measure {
+            metric,
+            unit,
+            value,
+            p99: None,
+        }
     }
 
     pub fn dist(metric: &'static str, p50_us: f64, p99_us: f64) -> Self {
-        Measure { metric, unit: Unit::Micros, value: p50_us, p99: Some(p99_us) }
+        Measure {
+            metric,
+            unit: Unit::Micros,
+            value: p50_us,
+            p99: Some(p99_us),
+        }
     }
 }
 
 #[derive(Clone, Debug)]
 pub enum Outcome {
     /// Median over the runs of each metric.
-    Measured { runs: usize, measures: Vec<Measure> },
+    Measured {
+        runs: usize,
+        measures: Vec<Measure>,
+    },
     NotApplicable(String),
     TimedOut(Duration),
     Failed(String),
@@ -81,8 +94,95 @@ pub const HELD: &str = "locks held";
 pub const MEM: &str = "client heap per held lock";
 pub const TICK: &str = "renewal tick time";
 pub const TICK_RT: &str = "tick round trips (RenewStats)";
-pub const TICK_CMDS: &str = "tick commands seen by server";
+pub const TICK_SCRIPTS: &str = "tick script calls seen by server";
+pub const TICK_CMDS: &str = "tick commands seen by server (incl. in scripts)";
 pub const LOST: &str = "locks lost in tick";
-pub const PERIOD_CMDS: &str = "renewal commands per renewal period";
+pub const FAILED_BATCHES: &str = "failed batches in tick";
+pub const PERIOD_SCRIPTS: &str = "renewal script calls per 5 s period (server)";
 pub const WAKE: &str = "wake-up latency";
 pub const RTT: &str = "EVALSHA round trip";
+
+const METRICS: &[&str] = &[
+    PAIR,
+    PAIRS_PER_SEC,
+    ACQ_PER_SEC,
+    COUNTER,
+    HANDOFFS,
+    WAIT,
+    WAIT_MAX,
+    HELD,
+    MEM,
+    TICK,
+    TICK_RT,
+    TICK_SCRIPTS,
+    TICK_CMDS,
+    LOST,
+    FAILED_BATCHES,
+    PERIOD_SCRIPTS,
+    WAKE,
+    RTT,
+];
+
+const UNITS: &[(Unit, &str)] = &[
+    (Unit::Micros, "us"),
+    (Unit::PerSec, "per_s"),
+    (Unit::Count, "count"),
+    (Unit::Bytes, "bytes"),
+];
+
+/// Line prefix of a measure printed by a child process.
+pub const MEASURE_LINE: &str = "MEASURE";
+
+impl Measure {
+    /// `MEASURE<TAB>metric<TAB>unit<TAB>value<TAB>p99` (p99 empty when none).
+    pub fn to_line(&self) -> String {
+        let unit = UNITS.iter().find(|u| u.0 == self.unit).map_or("?", |u| u.1);
+        let p99 = self.p99.map(|p| p.to_string()).unwrap_or_default();
+        format!(
+            "{MEASURE_LINE}\t{}\t{unit}\t{}\t{p99}",
+            self.metric, self.value
+        )
+    }
+
+    pub fn from_line(line: &str) -> Option<Measure> {
+        let mut f = line
+            .strip_prefix(MEASURE_LINE)?
+            .strip_prefix('\t')?
+            .split('\t');
+        let name = f.next()?;
+        let metric = *METRICS.iter().find(|m| **m == name)?;
+        let unit_name = f.next()?;
+        let unit = UNITS.iter().find(|u| u.1 == unit_name)?.0;
+        let value = f.next()?.parse().ok()?;
+        let p99 = f
+            .next()
+            .filter(|s| !s.is_empty())
+            .and_then(|s| s.parse().ok());
+        Some(Measure {
+            metric,
+            unit,
+            value,
+            p99,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measure_lines_round_trip() {
+        for m in [
+            Measure::dist(PAIR, 31.5, 80.25),
+            Measure::new(COUNTER, Unit::Count, 4000.0),
+        ] {
+            let back = Measure::from_line(&m.to_line()).expect("parses");
+            assert_eq!(
+                (back.metric, back.unit, back.value, back.p99),
+                (m.metric, m.unit, m.value, m.p99)
+            );
+        }
+        assert!(Measure::from_line("MEASURE\tnope\tus\t1\t").is_none());
+    }
+}

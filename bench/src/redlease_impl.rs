@@ -16,7 +16,9 @@ pub struct Redlease {
 
 impl Redlease {
     pub async fn new(url: &str) -> Result<Self> {
-        Ok(Redlease { client: Client::connect(url).await? })
+        Ok(Redlease {
+            client: Client::connect(url).await?,
+        })
     }
 
     /// One renewal tick of every watchdog-leased hold of this client.
@@ -78,9 +80,15 @@ impl AsyncLocker for RedleaseMulti {
 
     async fn lock(&self, key: &str) -> Result<MultiGuard> {
         Ok(match self.mode {
-            Multi::Single => MultiGuard::Single(self.clients[0].lock(key)?.lock_with_lease(LEASE).await?),
+            Multi::Single => {
+                MultiGuard::Single(self.clients[0].lock(key)?.lock_with_lease(LEASE).await?)
+            }
             Multi::RedLock => {
-                let locks = self.clients.iter().map(|c| c.lock(key)).collect::<Result<Vec<_>, _>>()?;
+                let locks = self
+                    .clients
+                    .iter()
+                    .map(|c| c.lock(key))
+                    .collect::<Result<Vec<_>, _>>()?;
                 MultiGuard::RedLock(RedLock::new(locks)?.lock_with_lease(LEASE).await?)
             }
             Multi::Sequential => {

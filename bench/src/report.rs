@@ -40,27 +40,64 @@ fn row(cells: &[&str]) -> String {
 fn measure_row(ctx: &Context, e: &Entry, m: &Measure, runs: usize) -> String {
     let (ratio, target) = ctx.judge(e, m);
     let p99 = m.p99.map(|p| fmt_value(m.unit, p)).unwrap_or_default();
-    let metric = if runs > 1 { m.metric.to_string() } else { format!("{} (1 run)", m.metric) };
-    row(&[&e.workload, &e.implementation, &metric, &fmt_value(m.unit, m.value), &p99, &ratio, &target])
+    let metric = if runs > 1 {
+        m.metric.to_string()
+    } else {
+        format!("{} (1 run)", m.metric)
+    };
+    row(&[
+        &e.workload,
+        &e.implementation,
+        &metric,
+        &fmt_value(m.unit, m.value),
+        &p99,
+        &ratio,
+        &target,
+    ])
 }
 
 /// The table: every entry, in the order measured.
 pub fn table(ctx: &Context) -> String {
-    let mut out = row(&["Workload", "Implementation", "Metric", "Median / p50", "p99", "Ratio", "Target"]);
+    let mut out = row(&[
+        "Workload",
+        "Implementation",
+        "Metric",
+        "Median / p50",
+        "p99",
+        "Ratio",
+        "Target",
+    ]);
     out += "|---|---|---|---:|---:|---|---|\n";
     for e in ctx.entries {
         let text = match &e.outcome {
-            Outcome::Measured { runs, measures } => {
-                measures.iter().map(|m| measure_row(ctx, e, m, *runs)).collect()
-            }
-            Outcome::NotApplicable(why) => row(&[&e.workload, &e.implementation, "—", &format!("n/a: {why}"), "", "", ""]),
+            Outcome::Measured { runs, measures } => measures
+                .iter()
+                .map(|m| measure_row(ctx, e, m, *runs))
+                .collect(),
+            Outcome::NotApplicable(why) => row(&[
+                &e.workload,
+                &e.implementation,
+                "—",
+                &format!("n/a: {why}"),
+                "",
+                "",
+                "",
+            ]),
             Outcome::TimedOut(cap) => {
                 let text = format!("timed out (cap {} s per run)", cap.as_secs());
                 row(&[&e.workload, &e.implementation, "—", &text, "", "", ""])
             }
             Outcome::Failed(err) => {
                 let err = err.replace('|', "/").replace('\n', " ");
-                row(&[&e.workload, &e.implementation, "—", &format!("failed: {err}"), "", "", ""])
+                row(&[
+                    &e.workload,
+                    &e.implementation,
+                    "—",
+                    &format!("failed: {err}"),
+                    "",
+                    "",
+                    "",
+                ])
             }
         };
         out += &text;

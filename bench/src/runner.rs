@@ -1,23 +1,46 @@
-//! Runs each (workload, implementation) a few times under a time cap and
+//! Runs each (workload, implementation) cell a few times under a time cap and
 //! keeps the median of every metric.
+//!
+//! Every run of a cell is a fresh child process (this binary with `--cell`),
+//! so that background tasks, threads, connections and heap left by one
+//! implementation cannot disturb the next, and so that a run past its cap can
+//! be killed. The parent owns the redis-servers and flushes them between runs.
 
 use std::future::Future;
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::model::{COUNTER, Entry, Measure, Outcome, TimedOut};
 use crate::server::RedisServer;
 use crate::stats::median;
 
+const TIMED_OUT_LINE: &str = "TIMEDOUT";
+const ERROR_LINE: &str = "ERROR";
+
+pub enum Mode {
+    /// Spawns `exe args.. --cell WORKLOAD IMPLEMENTATION` per run.
+    Parent { exe: PathBuf, args: Vec<String> },
+    /// Runs only this cell, once, and prints its measures.
+    Child {
+        workload: String,
+        implementation: String,
+    },
+}
+
 pub struct Runner {
+    pub mode: Mode,
     pub runs: usize,
     pub cap: Duration,
     pub servers: Arc<Vec<RedisServer>>,
     pub entries: Vec<Entry>,
-    /// Implementations to measure (all when empty).
+    /// Implementations to measure (all when empty); the floor always runs.
     pub impls: Vec<String>,
+    /// Entries (indexes) of the cells waiting for `run_queued`.
+    pub queued: Vec<usize>,
 }
 
 impl Runner {
@@ -26,61 +49,84 @@ impl Runner {
         family == "floor" || self.impls.is_empty() || self.impls.iter().any(|i| i == family)
     }
 
-    /// Runs `f(deadline)` `self.runs` times on flushed servers; a run that
-    /// passes the deadline (or the cap plus a grace period) ends the series.
-    pub async fn measure<F, Fut>(&mut self, workload: &str, implementation: &str, mut f: F)
+    /// Measures one cell: `f(deadline)` does one run and returns its measures.
+    /// The parent only queues the cell; `run_queued` runs the queued cells.
+    pub async fn measure<F, Fut>(&mut self, workload: &str, implementation: &str, f: F)
     where
         F: FnMut(Instant) -> Fut,
         Fut: Future<Output = Result<Vec<Measure>>>,
     {
-        if !self.wants(implementation) {
-            return;
+        match &self.mode {
+            Mode::Child {
+                workload: w,
+                implementation: i,
+            } => {
+                if w == workload && i == implementation {
+                    run_here(self.cap, f).await;
+                }
+            }
+            Mode::Parent { .. } if self.wants(implementation) => {
+                self.queued.push(self.entries.len());
+                self.push(workload, implementation, Outcome::Failed("not run".into()));
+            }
+            Mode::Parent { .. } => {}
         }
-        let mut runs: Vec<Vec<Measure>> = Vec::new();
-        let mut failure = None;
+    }
+
+    /// Runs the queued cells round-robin (run 1 of every cell, then run 2, ...)
+    /// so that a change in machine load hits all of them alike; a cell that
+    /// fails or times out is not run again.
+    pub async fn run_queued(&mut self) {
+        let queued = std::mem::take(&mut self.queued);
+        let mut runs: Vec<Vec<Vec<Measure>>> = vec![Vec::new(); queued.len()];
+        let mut failed: Vec<Option<Outcome>> = vec![None; queued.len()];
         for run in 1..=self.runs {
-            eprint!("{workload:<6} {implementation:<34} run {run}/{} ...", self.runs);
-            if let Err(e) = self.flush() {
-                failure = Some(Outcome::Failed(format!("flush: {e:#}")));
-                eprintln!(" flush failed: {e:#}");
-                break;
-            }
-            let started = Instant::now();
-            let deadline = started + self.cap;
-            let grace = self.cap + Duration::from_secs(10);
-            match tokio::time::timeout(grace, f(deadline)).await {
-                Ok(Ok(m)) => {
-                    eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
-                    runs.push(m);
+            for (k, &idx) in queued.iter().enumerate() {
+                if failed[k].is_some() {
+                    continue;
                 }
-                Ok(Err(e)) if e.is::<TimedOut>() => {
-                    eprintln!(" timed out");
-                    failure = Some(Outcome::TimedOut(self.cap));
-                    break;
-                }
-                Err(_) => {
-                    eprintln!(" timed out");
-                    failure = Some(Outcome::TimedOut(self.cap));
-                    break;
-                }
-                Ok(Err(e)) => {
-                    eprintln!(" failed: {e:#}");
-                    failure = Some(Outcome::Failed(format!("{e:#}")));
-                    break;
+                let (w, i) = (
+                    &self.entries[idx].workload,
+                    &self.entries[idx].implementation,
+                );
+                eprint!("{w:<12} {i:<30} run {run}/{} ...", self.runs);
+                let started = Instant::now();
+                let result = match self.servers.iter().try_for_each(RedisServer::flush) {
+                    Ok(()) => self.run_child(w, i).await,
+                    Err(e) => Err(e.context("flush")),
+                };
+                match result {
+                    Ok(m) => {
+                        eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
+                        runs[k].push(m);
+                    }
+                    Err(e) if e.is::<TimedOut>() => {
+                        eprintln!(" timed out");
+                        failed[k] = Some(Outcome::TimedOut(self.cap));
+                    }
+                    Err(e) => {
+                        eprintln!(" failed: {e:#}");
+                        failed[k] = Some(Outcome::Failed(format!("{e:#}")));
+                    }
                 }
             }
         }
-        let outcome = failure.unwrap_or_else(|| combine(&runs));
-        self.push(workload, implementation, outcome);
+        for (k, idx) in queued.into_iter().enumerate() {
+            self.entries[idx].outcome = failed[k].take().unwrap_or_else(|| combine(&runs[k]));
+        }
     }
 
     pub fn not_applicable(&mut self, workload: &str, implementation: &str, reason: &str) {
-        if self.wants(implementation) {
-            self.push(workload, implementation, Outcome::NotApplicable(reason.into()));
+        if matches!(self.mode, Mode::Parent { .. }) && self.wants(implementation) {
+            self.push(
+                workload,
+                implementation,
+                Outcome::NotApplicable(reason.into()),
+            );
         }
     }
 
-    pub fn push(&mut self, workload: &str, implementation: &str, outcome: Outcome) {
+    fn push(&mut self, workload: &str, implementation: &str, outcome: Outcome) {
         self.entries.push(Entry {
             workload: workload.into(),
             implementation: implementation.into(),
@@ -96,13 +142,65 @@ impl Runner {
         self.servers.iter().map(RedisServer::url).collect()
     }
 
-    fn flush(&self) -> Result<()> {
-        self.servers.iter().try_for_each(RedisServer::flush)
+    async fn run_child(&self, workload: &str, implementation: &str) -> Result<Vec<Measure>> {
+        let Mode::Parent { exe, args } = &self.mode else {
+            unreachable!("only the parent spawns runs");
+        };
+        let child = tokio::process::Command::new(exe)
+            .args(args)
+            .args(["--cell", workload, implementation])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawning a run")?;
+        let grace = self.cap + Duration::from_secs(15);
+        let out = match tokio::time::timeout(grace, child.wait_with_output()).await {
+            Ok(out) => out?,
+            Err(_) => return Err(TimedOut.into()),
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut measures = Vec::new();
+        for line in stdout.lines() {
+            if line == TIMED_OUT_LINE {
+                return Err(TimedOut.into());
+            } else if let Some(err) = line.strip_prefix(ERROR_LINE) {
+                anyhow::bail!("{}", err.trim());
+            } else if let Some(m) = Measure::from_line(line) {
+                measures.push(m);
+            }
+        }
+        if !out.status.success() || measures.is_empty() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+            anyhow::bail!(
+                "run exited with {} and no result: {}",
+                out.status,
+                tail.join(" / ")
+            );
+        }
+        Ok(measures)
     }
 }
 
-/// Median of each metric over the runs (the minimum for the W2 counter), in
-/// the order of the first run.
+/// The child side: one run, printed on stdout for the parent.
+async fn run_here<F, Fut>(cap: Duration, mut f: F)
+where
+    F: FnMut(Instant) -> Fut,
+    Fut: Future<Output = Result<Vec<Measure>>>,
+{
+    let deadline = Instant::now() + cap;
+    match tokio::time::timeout(cap + Duration::from_secs(5), f(deadline)).await {
+        Ok(Ok(measures)) => measures.iter().for_each(|m| println!("{}", m.to_line())),
+        Ok(Err(e)) if e.is::<TimedOut>() => println!("{TIMED_OUT_LINE}"),
+        Err(_) => println!("{TIMED_OUT_LINE}"),
+        Ok(Err(e)) => println!("{ERROR_LINE} {}", format!("{e:#}").replace('\n', " ")),
+    }
+}
+
+/// Median of each metric over the runs (the minimum for the W2 counter, so
+/// that a lost update in any run shows), in the order of the first run.
 fn combine(runs: &[Vec<Measure>]) -> Outcome {
     let Some(first) = runs.first() else {
         return Outcome::Failed("no run".into());
@@ -110,10 +208,12 @@ fn combine(runs: &[Vec<Measure>]) -> Outcome {
     let measures = first
         .iter()
         .map(|m| {
-            let same = || runs.iter().filter_map(|r| r.iter().find(|x| x.metric == m.metric));
+            let same = || {
+                runs.iter()
+                    .filter_map(|r| r.iter().find(|x| x.metric == m.metric))
+            };
             let values: Vec<f64> = same().map(|x| x.value).collect();
             let p99s: Vec<f64> = same().filter_map(|x| x.p99).collect();
-            // A lost update in any run must show: the counter reports its worst run.
             let value = if m.metric == COUNTER {
                 values.iter().copied().fold(f64::INFINITY, f64::min)
             } else {
@@ -127,5 +227,8 @@ fn combine(runs: &[Vec<Measure>]) -> Outcome {
             }
         })
         .collect();
-    Outcome::Measured { runs: runs.len(), measures }
+    Outcome::Measured {
+        runs: runs.len(),
+        measures,
+    }
 }

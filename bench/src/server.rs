@@ -7,15 +7,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 pub struct RedisServer {
-    child: Child,
+    /// None for a server started by another process (see `attach`).
+    child: Option<Child>,
     port: u16,
 }
 
 impl RedisServer {
-    /// Starts `redis-server` (or `$REDIS_SERVER`) in the foreground on a free
+    /// Starts `redis-server` (or `$REDLEASE_SERVER_BIN`) in the foreground on a free
     /// 127.0.0.1 port, without persistence, and waits until it answers PING.
     pub fn start() -> Result<Self> {
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let bin = std::env::var("REDLEASE_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         let port = free_port()?;
         let child = Command::new(&bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -26,9 +27,23 @@ impl RedisServer {
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("cannot start {bin}"))?;
-        let server = RedisServer { child, port };
+        let server = RedisServer {
+            child: Some(child),
+            port,
+        };
         server.wait_ready()?;
         Ok(server)
+    }
+
+    /// A server started by the parent process, known by its URL.
+    pub fn attach(url: &str) -> Result<Self> {
+        let port = url
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .with_context(|| format!("no port in {url}"))?;
+        Ok(RedisServer { child: None, port })
     }
 
     pub fn url(&self) -> String {
@@ -59,22 +74,51 @@ impl RedisServer {
         Ok(())
     }
 
-    /// Commands the server has processed so far (INFO stats), to count the
-    /// round trips of a renewal tick from the server side.
-    pub fn commands_processed(&self) -> Result<u64> {
+    /// What the server has processed so far (INFO stats, commandstats), to
+    /// count the round trips of a renewal from the server side.
+    pub fn counters(&self) -> Result<Counters> {
         let mut c = redis::Client::open(self.url())?.get_connection()?;
-        let info: String = redis::cmd("INFO").arg("stats").query(&mut c)?;
-        info.lines()
-            .find_map(|l| l.strip_prefix("total_commands_processed:"))
-            .and_then(|v| v.trim().parse().ok())
-            .context("no total_commands_processed in INFO stats")
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .arg("commandstats")
+            .query(&mut c)?;
+        let mut counters = Counters::default();
+        for line in info.lines() {
+            if let Some(v) = line.strip_prefix("total_commands_processed:") {
+                counters.commands = v.trim().parse()?;
+            }
+            for cmd in [
+                "cmdstat_eval:",
+                "cmdstat_evalsha:",
+                "cmdstat_fcall:",
+                "cmdstat_evalsha_ro:",
+            ] {
+                if let Some(rest) = line.strip_prefix(cmd) {
+                    let calls = rest.split(',').find_map(|f| f.strip_prefix("calls="));
+                    counters.scripts +=
+                        calls.context("no calls= in commandstats")?.parse::<u64>()?;
+                }
+            }
+        }
+        Ok(counters)
     }
+}
+
+/// Server-side counts: every command (those run inside scripts included) and
+/// top-level script calls (EVAL, EVALSHA, FCALL: one per round trip of a
+/// scripted renewal).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub commands: u64,
+    pub scripts: u64,
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! to redlease; peers are compared with redlease, floor rows stand alone).
 
 use crate::model::{
-    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, TICK, TICK_RT, WAIT_MAX,
-    WAKE,
+    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, TICK, TICK_RT, Unit,
+    WAIT_MAX, WAKE,
 };
 
 /// What the targets need to know about the run.
@@ -64,7 +64,10 @@ impl Context<'_> {
 
         if m.metric == COUNTER {
             let ok = m.value == self.expected_counter;
-            return (String::new(), verdict(ok, &format!("= {}", self.expected_counter)));
+            return (
+                String::new(),
+                verdict(ok, &format!("= {}", self.expected_counter)),
+            );
         }
         if w == "W5" {
             let single = self.find(w, &format!("{fam} single-node"), m.metric);
@@ -84,6 +87,9 @@ impl Context<'_> {
             return (String::new(), String::new());
         }
         if fam != "redlease" {
+            if m.unit == Unit::Count {
+                return (String::new(), String::new());
+            }
             let base = self.find(w, &variant_of(&e.implementation, "redlease"), m.metric);
             return (ratio(base, "redlease"), String::new());
         }
@@ -93,15 +99,21 @@ impl Context<'_> {
                 let f = self.floor(w, PAIR);
                 (ratio(f, "floor"), at_most(f, 1.15, "floor"))
             }
-            ("W1" | "W3", PAIRS_PER_SEC) | ("W2", ACQ_PER_SEC) => (ratio(rslock, "rslock"), at_least(rslock, "rslock")),
+            ("W1" | "W3", PAIRS_PER_SEC) | ("W2", ACQ_PER_SEC) => {
+                (ratio(rslock, "rslock"), at_least(rslock, "rslock"))
+            }
             ("W2", WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
             ("W6", WAKE) => {
                 let f = self.floor(w, RTT);
                 (ratio(f, "floor"), at_most(f, 3.0, "floor"))
             }
             (w4, TICK) if w4 == self.w4_target => (String::new(), verdict(m.value <= 1e6, "≤ 1 s")),
-            (w4, TICK_RT) if w4 == self.w4_target => (String::new(), verdict(m.value <= 100.0, "≤ 100")),
-            (w4, MEM) if w4.starts_with("W4") => (String::new(), verdict(m.value <= 1024.0, "≤ 1 KiB")),
+            (w4, TICK_RT) if w4 == self.w4_target => {
+                (String::new(), verdict(m.value <= 100.0, "≤ 100"))
+            }
+            (w4, MEM) if w4.starts_with("W4") => {
+                (String::new(), verdict(m.value <= 1024.0, "≤ 1 KiB"))
+            }
             _ => (String::new(), String::new()),
         }
     }

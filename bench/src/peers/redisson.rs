@@ -63,7 +63,10 @@ impl RedissonRedLock {
             let config = RedissonConfig::single_server(url);
             managers.push(Arc::new(AsyncRedisConnectionManager::new(&config).await?));
         }
-        Ok(RedissonRedLock { managers, locks: Mutex::new(HashMap::new()) })
+        Ok(RedissonRedLock {
+            managers,
+            locks: Mutex::new(HashMap::new()),
+        })
     }
 
     fn object(&self, key: &str) -> Arc<AsyncRRedLock> {
@@ -72,7 +75,11 @@ impl RedissonRedLock {
             .entry(key.to_owned())
             .or_insert_with(|| {
                 let lease = RedissonConfig::default().watchdog_timeout; // as get_red_lock
-                Arc::new(AsyncRRedLock::new(self.managers.clone(), key.to_owned(), lease))
+                Arc::new(AsyncRRedLock::new(
+                    self.managers.clone(),
+                    key.to_owned(),
+                    lease,
+                ))
             })
             .clone()
     }

@@ -26,7 +26,9 @@ pub struct Held {
 
 impl Redlock {
     pub fn new(urls: &[String]) -> Self {
-        Redlock { manager: RedLock::new(urls.to_vec()) }
+        Redlock {
+            manager: RedLock::new(urls.to_vec()),
+        }
     }
 }
 
@@ -35,7 +37,10 @@ impl SyncLocker for Redlock {
 
     fn lock(&self, key: &str, deadline: Instant) -> Result<Held> {
         loop {
-            if let Some(l) = self.manager.lock(key.as_bytes(), LEASE.as_millis() as usize)? {
+            if let Some(l) = self
+                .manager
+                .lock(key.as_bytes(), LEASE.as_millis() as usize)?
+            {
                 return Ok(Held {
                     resource: l.resource,
                     val: l.val,

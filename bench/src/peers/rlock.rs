@@ -14,7 +14,9 @@ pub struct Rlock {
 
 impl Rlock {
     pub async fn new(url: &str) -> Result<Self> {
-        Ok(Rlock { manager: RLock::new(url).await? })
+        Ok(Rlock {
+            manager: RLock::new(url).await?,
+        })
     }
 }
 

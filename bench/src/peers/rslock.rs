@@ -13,7 +13,9 @@ pub struct Rslock {
 
 impl Rslock {
     pub fn new(urls: &[String]) -> Self {
-        Rslock { manager: LockManager::new(urls.to_vec()) }
+        Rslock {
+            manager: LockManager::new(urls.to_vec()),
+        }
     }
 }
 

@@ -33,6 +33,8 @@ pub fn warm_up_sync<L: SyncLocker>(l: &L, key: &str, deadline: Instant) -> Resul
 }
 
 /// Runs a blocking closure on its own OS thread and awaits it.
-pub async fn on_thread<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub async fn on_thread<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f).await?
 }

@@ -31,7 +31,11 @@ pub async fn run<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Vec<Measure>> {
     task.await?
 }
 
-pub async fn run_sync<L: SyncLocker>(l: Arc<L>, n: usize, deadline: Instant) -> Result<Vec<Measure>> {
+pub async fn run_sync<L: SyncLocker>(
+    l: Arc<L>,
+    n: usize,
+    deadline: Instant,
+) -> Result<Vec<Measure>> {
     on_thread(move || {
         warm_up_sync(&*l, KEY, deadline)?;
         let mut lat = Vec::with_capacity(n);

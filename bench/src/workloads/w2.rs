@@ -11,9 +11,7 @@ use redis::AsyncCommands;
 use tokio::task::JoinSet;
 
 use crate::locker::{AsyncLocker, SyncLocker};
-use crate::model::{
-    ACQ_PER_SEC, COUNTER, HANDOFFS, Measure, TimedOut, Unit, WAIT, WAIT_MAX,
-};
+use crate::model::{ACQ_PER_SEC, COUNTER, HANDOFFS, Measure, TimedOut, Unit, WAIT, WAIT_MAX};
 use crate::stats::{micros, p50_p99, per_sec};
 
 const LOCK: &str = "bench:w2:lock";
@@ -22,7 +20,12 @@ const COUNTER_KEY: &str = "bench:w2:counter";
 /// One acquisition: counter value read under the lock, task, wait for the lock.
 type Rec = (i64, usize, Duration);
 
-pub async fn run<L: AsyncLocker>(l: Arc<L>, url: &str, tasks: usize, rounds: usize) -> Result<Vec<Measure>> {
+pub async fn run<L: AsyncLocker>(
+    l: Arc<L>,
+    url: &str,
+    tasks: usize,
+    rounds: usize,
+) -> Result<Vec<Measure>> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_connection_manager().await?;
     let _: () = conn.del(COUNTER_KEY).await?;
@@ -81,7 +84,10 @@ pub async fn run_sync<L: SyncLocker>(
                 let wait = t0.elapsed();
                 let v: Option<i64> = redis::cmd("GET").arg(COUNTER_KEY).query(&mut conn)?;
                 let v = v.unwrap_or(0);
-                redis::cmd("SET").arg(COUNTER_KEY).arg(v + 1).query::<()>(&mut conn)?;
+                redis::cmd("SET")
+                    .arg(COUNTER_KEY)
+                    .arg(v + 1)
+                    .query::<()>(&mut conn)?;
                 l.unlock(g)?;
                 recs.push((v, task, wait));
                 if Instant::now() > deadline {

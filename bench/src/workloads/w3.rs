@@ -35,7 +35,11 @@ pub async fn run<L: AsyncLocker>(l: Arc<L>, tasks: usize, rounds: usize) -> Resu
     }
     let elapsed = start.elapsed();
     l.close().await;
-    Ok(vec![Measure::new(PAIRS_PER_SEC, Unit::PerSec, per_sec(tasks * rounds, elapsed))])
+    Ok(vec![Measure::new(
+        PAIRS_PER_SEC,
+        Unit::PerSec,
+        per_sec(tasks * rounds, elapsed),
+    )])
 }
 
 pub async fn run_sync<L: SyncLocker>(

@@ -11,11 +11,11 @@ use tokio::task::JoinSet;
 
 use crate::alloc::live_bytes;
 use crate::locker::AsyncLocker;
-use crate::model::{HELD, MEM, Measure, PERIOD_CMDS, Unit};
-use crate::server::RedisServer;
+use crate::model::{HELD, MEM, Measure, PERIOD_SCRIPTS, Unit};
+use crate::server::{Counters, RedisServer};
 
 /// Concurrent acquisitions / releases while building up the held set.
-const WORKERS: usize = 64;
+pub const WORKERS: usize = 64;
 
 pub struct Held<G> {
     pub guards: Vec<G>,
@@ -24,16 +24,20 @@ pub struct Held<G> {
 
 /// Acquires `n` distinct locks; heap growth over the acquisition, guards
 /// included, divided by `n`.
-pub async fn hold_many<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Held<L::Guard>> {
+pub async fn hold_many<L: AsyncLocker>(
+    l: Arc<L>,
+    n: usize,
+    workers: usize,
+) -> Result<Held<L::Guard>> {
     super::warm_up(&*l, "bench:w4:warm").await?;
     let before = live_bytes();
     let mut guards = Vec::with_capacity(n);
     let mut set = JoinSet::new();
-    for w in 0..WORKERS {
+    for w in 0..workers {
         let l = l.clone();
         set.spawn(async move {
-            let mut mine = Vec::with_capacity(n / WORKERS + 1);
-            for i in (w..n).step_by(WORKERS) {
+            let mut mine = Vec::with_capacity(n / workers + 1);
+            for i in (w..n).step_by(workers) {
                 mine.push(l.lock(&format!("bench:w4:{i}")).await?);
             }
             anyhow::Ok(mine)
@@ -45,13 +49,20 @@ pub async fn hold_many<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Held<L::Gu
     drop(set);
     ensure!(guards.len() == n, "held {} of {n} locks", guards.len());
     let bytes_per_lock = (live_bytes() - before) as f64 / n as f64;
-    Ok(Held { guards, bytes_per_lock })
+    Ok(Held {
+        guards,
+        bytes_per_lock,
+    })
 }
 
-pub async fn release_all<L: AsyncLocker>(l: Arc<L>, guards: Vec<L::Guard>) -> Result<()> {
-    let mut chunks: Vec<Vec<L::Guard>> = (0..WORKERS).map(|_| Vec::new()).collect();
+pub async fn release_all<L: AsyncLocker>(
+    l: Arc<L>,
+    guards: Vec<L::Guard>,
+    workers: usize,
+) -> Result<()> {
+    let mut chunks: Vec<Vec<L::Guard>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, g) in guards.into_iter().enumerate() {
-        chunks[i % WORKERS].push(g);
+        chunks[i % workers].push(g);
     }
     let mut set = JoinSet::new();
     for chunk in chunks {
@@ -69,21 +80,33 @@ pub async fn release_all<L: AsyncLocker>(l: Arc<L>, guards: Vec<L::Guard>) -> Re
     Ok(())
 }
 
-/// Commands the server processes while `f` runs, less the probe's own.
-pub async fn server_commands<T>(server: &RedisServer, f: impl Future<Output = Result<T>>) -> Result<(T, f64)> {
-    let c0 = server.commands_processed()?;
-    let c1 = server.commands_processed()?;
+/// What the server processes while `f` runs, less the probes' own commands.
+pub async fn server_counts<T>(
+    server: &RedisServer,
+    f: impl Future<Output = Result<T>>,
+) -> Result<(T, Counters)> {
+    let c0 = server.counters()?;
+    let c1 = server.counters()?;
     let t = f.await?;
-    let c2 = server.commands_processed()?;
-    let probe = c1 - c0;
-    Ok((t, c2.saturating_sub(c1 + probe) as f64))
+    let c2 = server.counters()?;
+    let probe = c1.commands - c0.commands;
+    let counts = Counters {
+        commands: c2.commands.saturating_sub(c1.commands + probe),
+        scripts: c2.scripts - c1.scripts,
+    };
+    Ok((t, counts))
 }
 
-/// Peers without a watchdog: heap per held lock only.
-pub async fn memory_only<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Vec<Measure>> {
-    let held = hold_many(l.clone(), n).await?;
+/// Peers without a watchdog: heap per held lock only. `workers` concurrent
+/// acquisitions (redisson fails with more tasks than its pool of 10).
+pub async fn memory_only<L: AsyncLocker>(
+    l: Arc<L>,
+    n: usize,
+    workers: usize,
+) -> Result<Vec<Measure>> {
+    let held = hold_many(l.clone(), n, workers).await?;
     let bytes = held.bytes_per_lock;
-    release_all(l.clone(), held.guards).await?;
+    release_all(l.clone(), held.guards, workers).await?;
     l.close().await;
     Ok(vec![
         Measure::new(HELD, Unit::Count, n as f64),
@@ -92,23 +115,34 @@ pub async fn memory_only<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Vec<Meas
 }
 
 /// rlock renews each guard from its own task every TTL/2 (5 s by default):
-/// count the renewal commands the server sees over one such period.
-pub async fn rlock(l: Arc<crate::peers::rlock::Rlock>, server: &RedisServer, n: usize) -> Result<Vec<Measure>> {
+/// count the renewal script calls the server sees over one such period.
+pub async fn rlock(
+    l: Arc<crate::peers::rlock::Rlock>,
+    server: &RedisServer,
+    n: usize,
+) -> Result<Vec<Measure>> {
     const PERIOD: Duration = Duration::from_secs(5);
-    let held = hold_many(l.clone(), n).await?;
+    let held = hold_many(l.clone(), n, WORKERS).await?;
+    // Renewals come in bursts one period after the acquisitions: start the
+    // window half a period later so that it does not cut a burst in two.
+    tokio::time::sleep(PERIOD / 2).await;
     let started = Instant::now();
-    let ((), cmds) = server_commands(server, async {
+    let ((), counts) = server_counts(server, async {
         tokio::time::sleep(PERIOD).await;
         Ok(())
     })
     .await?;
     let window = started.elapsed().as_secs_f64();
-    release_all(l.clone(), held.guards).await?;
+    release_all(l.clone(), held.guards, WORKERS).await?;
     l.close().await;
     Ok(vec![
         Measure::new(HELD, Unit::Count, n as f64),
         Measure::new(MEM, Unit::Bytes, held.bytes_per_lock),
-        Measure::new(PERIOD_CMDS, Unit::Count, cmds * PERIOD.as_secs_f64() / window),
+        Measure::new(
+            PERIOD_SCRIPTS,
+            Unit::Count,
+            counts.scripts as f64 * PERIOD.as_secs_f64() / window,
+        ),
     ])
 }
 
@@ -118,25 +152,31 @@ pub async fn redlease(
     server: &RedisServer,
     n: usize,
 ) -> Result<Vec<Measure>> {
-    use crate::model::{LOST, TICK, TICK_CMDS, TICK_RT};
+    use crate::model::{FAILED_BATCHES, LOST, TICK, TICK_CMDS, TICK_RT, TICK_SCRIPTS};
     use crate::stats::micros;
 
-    let held = hold_many(l.clone(), n).await?;
+    let held = hold_many(l.clone(), n, WORKERS).await?;
     let tick = async {
         let t0 = Instant::now();
         let stats = l.renew_now().await?;
         Ok((stats, t0.elapsed()))
     };
-    let ((stats, wall), cmds) = server_commands(server, tick).await?;
-    release_all(l.clone(), held.guards).await?;
+    let ((stats, wall), counts) = server_counts(server, tick).await?;
+    release_all(l.clone(), held.guards, WORKERS).await?;
     l.close().await;
-    ensure!(stats.locks >= n, "renew_now renewed {} of {n} held locks", stats.locks);
+    ensure!(
+        stats.locks >= n,
+        "renew_now renewed {} of {n} held locks",
+        stats.locks
+    );
     Ok(vec![
         Measure::new(HELD, Unit::Count, stats.locks as f64),
         Measure::new(MEM, Unit::Bytes, held.bytes_per_lock),
         Measure::new(TICK, Unit::Micros, micros(wall)),
         Measure::new(TICK_RT, Unit::Count, stats.round_trips as f64),
-        Measure::new(TICK_CMDS, Unit::Count, cmds),
+        Measure::new(TICK_SCRIPTS, Unit::Count, counts.scripts as f64),
+        Measure::new(TICK_CMDS, Unit::Count, counts.commands as f64),
         Measure::new(LOST, Unit::Count, stats.lost as f64),
+        Measure::new(FAILED_BATCHES, Unit::Count, stats.failed_batches as f64),
     ])
 }

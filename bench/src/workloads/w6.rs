@@ -58,7 +58,11 @@ pub async fn run<L: AsyncLocker>(l: Arc<L>, rounds: usize) -> Result<Vec<Measure
     Ok(vec![Measure::dist(WAKE, p50, p99)])
 }
 
-pub async fn run_sync<L: SyncLocker>(l: Arc<L>, rounds: usize, deadline: Instant) -> Result<Vec<Measure>> {
+pub async fn run_sync<L: SyncLocker>(
+    l: Arc<L>,
+    rounds: usize,
+    deadline: Instant,
+) -> Result<Vec<Measure>> {
     super::on_thread(move || {
         super::warm_up_sync(&*l, KEY, deadline)?;
         let (to_waiter, waiter_rx) = std_mpsc::channel::<()>();
@@ -82,11 +86,17 @@ pub async fn run_sync<L: SyncLocker>(l: Arc<L>, rounds: usize, deadline: Instant
             std::thread::sleep(hold_time(round));
             l.unlock(g)?;
             let released = Instant::now();
-            let acquired = holder_rx.recv().ok().flatten().ok_or_else(|| waiter_gone(deadline))?;
+            let acquired = holder_rx
+                .recv()
+                .ok()
+                .flatten()
+                .ok_or_else(|| waiter_gone(deadline))?;
             lat.push(acquired.saturating_duration_since(released));
         }
         drop(to_waiter);
-        waiter.join().map_err(|_| anyhow::anyhow!("W6 waiter panicked"))??;
+        waiter
+            .join()
+            .map_err(|_| anyhow::anyhow!("W6 waiter panicked"))??;
         let (p50, p99) = p50_p99(&mut lat);
         Ok(vec![Measure::dist(WAKE, p50, p99)])
     })
