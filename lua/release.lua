@@ -7,24 +7,32 @@
 -- ARGV[2]  lease in milliseconds, applied again when holds remain
 -- ARGV[3]  latch lifetime in milliseconds
 -- ARGV[4]  how many holds to give back (1 for a guard; all of them at client shutdown)
+-- ARGV[5]  '1' when this request id was sent before (a retry after a lost reply), else '0'
 --
 -- Returns
 --   -1  the owner holds nothing (never held, expired, or force-unlocked); nothing changed
 --    0  the last hold was released: the hash is gone and one message was published
 --    n  holds remain (n > 0); the expiry was raised to ARGV[2] if it was shorter
 -- A retry with the same request id returns the first call's answer and changes nothing.
+-- A key of another type fails with WRONGTYPE before anything is written.
 
-local done = redis.call('GET', KEYS[3])
-if done then
-    return tonumber(done)
+-- Only a retry can find its latch: the first attempt skips the lookup (one call fewer on the
+-- hot path).
+if ARGV[5] == '1' then
+    local done = redis.call('GET', KEYS[3])
+    if done then
+        return tonumber(done)
+    end
 end
 
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
+if not held then
     return -1
 end
 
-local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[4]))
+local count = held - tonumber(ARGV[4])
 if count > 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], count)
     -- Reset the lease, but never shorten it (see acquire.lua).
     if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
         redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -5,9 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
+use crate::gate::Ticket;
 use crate::guard::{LockGuard, release_on_server};
 use crate::hold::{Hold, Lease};
 use crate::lock::{Lock, Wait};
+use crate::pubsub::Subscription;
 use crate::scripts::Acquire;
 use crate::task::FinishOnDrop;
 
@@ -23,35 +25,23 @@ impl Lock {
         let lease_ms = lease.duration().as_millis() as u64;
         let mut subscription = None;
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
-        // for us would deadlock).
-        let mut ticket = match inner.holds.get(&self.keys.hash, &field) {
-            Some(_) => None,
-            None => Some(inner.gates.join(&self.keys.hash)),
+        // for us would deadlock). Others join it only when this client already has contenders
+        // for the lock, or after a failed attempt: the uncontended path touches no queue.
+        let reentry = inner.holds.get(&self.keys.hash, &field).is_some();
+        let mut ticket = match reentry {
+            true => None,
+            false => inner.gates.join_if_contended(&self.keys.hash),
         };
-        if let Some(ticket) = ticket.as_mut().filter(|t| !t.is_head()) {
-            let deadline = match wait {
-                // One attempt never queues; Redis decides.
-                Wait::Once => None,
-                Wait::Forever => Some(None),
-                Wait::Until(deadline) => Some(Some(deadline)),
-            };
-            if let Some(deadline) = deadline {
-                // Stay subscribed while queued, so the channel is not dropped and re-made at
-                // every hand-off between local waiters.
-                subscription = Some(inner.subscriber.subscribe(&self.keys.channel).await?);
-                let far = Instant::now() + crate::config::MAX_DURATION;
-                let until = tokio::time::Instant::from_std(deadline.unwrap_or(far));
-                tokio::select! {
-                    _ = ticket.wait_head() => {}
-                    _ = tokio::time::sleep_until(until) => return Ok(None),
-                }
+        if let Some(ticket) = ticket.as_mut() {
+            if !self.wait_turn(ticket, wait, &mut subscription).await? {
+                return Ok(None);
             }
         }
         loop {
             // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
             inner.check_open()?;
             let started = Instant::now();
-            let ttl = match self.attempt(&field, lease_ms, ticket.is_none()).await? {
+            let ttl = match self.attempt(&field, lease_ms, reentry).await? {
                 Acquire::Acquired { count, token } => {
                     return self
                         .grant(field, lease, lease_ms, count, token, started)
@@ -72,6 +62,14 @@ impl Lock {
                     _ => return Ok(None),
                 },
             };
+            if ticket.is_none() && !reentry {
+                // Contended: from now on take turns with this client's other contenders.
+                let joined = ticket.insert(inner.gates.join(&self.keys.hash));
+                if !self.wait_turn(joined, wait, &mut subscription).await? {
+                    return Ok(None);
+                }
+                continue;
+            }
             let Some(sub) = subscription.as_ref() else {
                 // Subscribe only after a failed attempt (the uncontended path stays one round
                 // trip), then try again at once: the unlock may have happened before we listened.
@@ -95,6 +93,37 @@ impl Lock {
                 _ = local_release => {}
                 _ = tokio::time::sleep(nap) => {}
             }
+        }
+    }
+
+    /// Waits until `ticket` is at the head of this client's local queue for the lock. False
+    /// when the caller's wait ran out first. A single attempt (`Wait::Once`) never queues.
+    async fn wait_turn(
+        &self,
+        ticket: &mut Ticket<'_>,
+        wait: Wait,
+        subscription: &mut Option<Subscription>,
+    ) -> Result<bool> {
+        let deadline = match wait {
+            Wait::Once => return Ok(true),
+            _ if ticket.is_head() => return Ok(true),
+            Wait::Forever => Instant::now() + crate::config::MAX_DURATION,
+            Wait::Until(deadline) => deadline,
+        };
+        if subscription.is_none() {
+            // Stay subscribed while queued, so the channel is not dropped and re-made at every
+            // hand-off between local waiters.
+            let sub = self
+                .client
+                .inner
+                .subscriber
+                .subscribe(&self.keys.channel)
+                .await?;
+            *subscription = Some(sub);
+        }
+        tokio::select! {
+            _ = ticket.wait_head() => Ok(true),
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => Ok(false),
         }
     }
 
@@ -141,7 +170,7 @@ impl Lock {
                         // its grant if there was one and is a no-op otherwise; it and the retry
                         // go out in this order on the new connection.
                         let id = client.inner.request_id();
-                        let _ = node.release(&keys, &field, lease_ms, 1, &id).await;
+                        let _ = node.release(&keys, &field, lease_ms, 1, &id, false).await;
                         node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
                             .await
                     }

@@ -243,7 +243,14 @@ impl Client {
                 let id = inner.request_id();
                 inner
                     .node
-                    .release(&hold.keys, &hold.field, hold.lease_ms, guards.max(1), &id)
+                    .release(
+                        &hold.keys,
+                        &hold.field,
+                        hold.lease_ms,
+                        guards.max(1),
+                        &id,
+                        false,
+                    )
                     .await
             }
         });

@@ -52,6 +52,14 @@ impl Gates {
         }
     }
 
+    /// Joins the queue of `key` only if this client already has contenders for it.
+    pub fn join_if_contended(&self, key: &Arc<str>) -> Option<Ticket<'_>> {
+        if !self.map.contains_key(key) {
+            return None;
+        }
+        Some(self.join(key))
+    }
+
     /// Wakes every contender (client shutdown): queued ones stop waiting for the head.
     pub fn close_all(&self) {
         for gate in self.map.iter() {

@@ -199,12 +199,17 @@ impl Holds {
                     return (current, false);
                 }
                 current.mark_lost("the server no longer had this hold when it was taken again");
-                let hold = fresh(server_count.saturating_sub(1));
+                // The lost hold's guards are detached and will never release on the server;
+                // whatever of theirs the server still counts is ours to give back.
+                let stranded = current.guards.load(Ordering::Acquire);
+                let hold = fresh(server_count.saturating_sub(1).min(stranded));
                 entry.insert(hold.clone());
                 (hold, true)
             }
             Entry::Vacant(entry) => {
-                let hold = fresh(server_count.saturating_sub(1));
+                // Extra server holds here belong to grants still being given back by their
+                // cancelled callers (see `Lock::attempt`); they release themselves.
+                let hold = fresh(0);
                 entry.insert(hold.clone());
                 (hold, true)
             }

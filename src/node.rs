@@ -103,11 +103,13 @@ impl Node {
         lease_ms: u64,
         holds: u32,
         request_id: &str,
+        retry: bool,
     ) -> Result<Release> {
-        // The latch must outlive every retry of this request.
+        // The latch must outlive every retry of this request (a few timeouts), and no longer:
+        // every release writes one.
         let latch_ms = (self.timeout.as_millis() as u64)
-            .saturating_mul(10)
-            .max(10_000);
+            .saturating_mul(5)
+            .max(5_000);
         let mut conn = self.conn.clone();
         let mut call = scripts::RELEASE.prepare_invoke();
         call.key(&*keys.hash)
@@ -116,7 +118,8 @@ impl Node {
             .arg(field)
             .arg(lease_ms)
             .arg(latch_ms)
-            .arg(holds);
+            .arg(holds)
+            .arg(if retry { "1" } else { "0" });
         let reply: i64 = bounded(
             "release",
             &keys.hash,

@@ -22,24 +22,43 @@ impl Drop for AbortOnDrop {
 ///
 /// This is how cancellation stays safe: a request already on the wire may still succeed on the
 /// server, so its outcome must be observed (and undone) even when the caller stopped waiting.
-pub(crate) struct FinishOnDrop<T: Send + 'static> {
-    fut: Option<BoxFuture<T>>,
-    on_abandoned: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
+pub(crate) struct FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    C: OnAbandoned<F::Output>,
+{
+    // Boxed so the pinned future can move into a background task when abandoned.
+    fut: Option<Pin<Box<F>>>,
+    on_abandoned: Option<C>,
     tracker: Option<TaskTracker>,
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// What to do with the output of an abandoned future: any `FnOnce(T) -> impl Future<()>`.
+pub(crate) trait OnAbandoned<T>: Send + 'static {
+    fn call(self, output: T) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
 
-impl<T: Send + 'static> FinishOnDrop<T> {
-    pub fn new<F, C, CF>(fut: F, on_abandoned: C) -> Self
-    where
-        F: Future<Output = T> + Send + 'static,
-        C: FnOnce(T) -> CF + Send + 'static,
-        CF: Future<Output = ()> + Send + 'static,
-    {
+impl<T, C, CF> OnAbandoned<T> for C
+where
+    C: FnOnce(T) -> CF + Send + 'static,
+    CF: Future<Output = ()> + Send + 'static,
+{
+    fn call(self, output: T) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(self(output))
+    }
+}
+
+impl<F, C> FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    C: OnAbandoned<F::Output>,
+{
+    pub fn new(fut: F, on_abandoned: C) -> Self {
         FinishOnDrop {
             fut: Some(Box::pin(fut)),
-            on_abandoned: Some(Box::new(move |out| Box::pin(on_abandoned(out)))),
+            on_abandoned: Some(on_abandoned),
             tracker: None,
         }
     }
@@ -51,10 +70,24 @@ impl<T: Send + 'static> FinishOnDrop<T> {
     }
 }
 
-impl<T: Send + 'static> Future for FinishOnDrop<T> {
-    type Output = T;
+// Only a `Pin<Box<F>>` is ever pinned, never a field in place, so moving out is fine.
+impl<F, C> Unpin for FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    C: OnAbandoned<F::Output>,
+{
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+impl<F, C> Future for FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    C: OnAbandoned<F::Output>,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let Some(fut) = self.fut.as_mut() else {
             // Polled after completion: a caller bug, but never a panic in library code.
             return Poll::Pending;
@@ -69,14 +102,30 @@ impl<T: Send + 'static> Future for FinishOnDrop<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+impl<F, C> Drop for FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    C: OnAbandoned<F::Output>,
+{
     fn drop(&mut self) {
+        self.finish_in_background();
+    }
+}
+
+impl<F, C> FinishOnDrop<F, C>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    C: OnAbandoned<F::Output>,
+{
+    fn finish_in_background(&mut self) {
         let (Some(fut), Some(on_abandoned)) = (self.fut.take(), self.on_abandoned.take()) else {
             return;
         };
         // Without a runtime there is nothing to finish on; the lease then frees the key.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let finish = async move { on_abandoned(fut.await).await };
+            let finish = async move { on_abandoned.call(fut.await).await };
             match &self.tracker {
                 Some(tracker) => drop(tracker.spawn_on(finish, &handle)),
                 None => drop(handle.spawn(finish)),
