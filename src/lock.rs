@@ -43,6 +43,9 @@ pub struct Lock {
     pub(crate) reentrant: bool,
     pub(crate) fenced: bool,
     pub(crate) watchdog_lease: Option<Duration>,
+    /// The owner field last computed through this handle (and its clones): a task locking
+    /// the same lock again and again formats it once.
+    field_cache: Arc<parking_lot::Mutex<Option<(Owner, Arc<str>)>>>,
 }
 
 impl Lock {
@@ -55,6 +58,7 @@ impl Lock {
             reentrant: true,
             fenced: false,
             watchdog_lease: None,
+            field_cache: Arc::default(),
         })
     }
 
@@ -113,7 +117,16 @@ impl Lock {
     }
 
     pub(crate) fn field(&self) -> Arc<str> {
-        self.owner().field(&self.client.inner.id_text).into()
+        let owner = self.owner();
+        let mut cache = self.field_cache.lock();
+        match &*cache {
+            Some((cached, field)) if *cached == owner => field.clone(),
+            _ => {
+                let field: Arc<str> = owner.field(&self.client.inner.id_text).into();
+                *cache = Some((owner, field.clone()));
+                field
+            }
+        }
     }
 
     pub(crate) fn watchdog(&self) -> Result<Lease> {

@@ -79,9 +79,9 @@ impl Node {
         fenced: bool,
         limit: Duration,
     ) -> Result<Acquire> {
-        let mut call = scripts::ACQUIRE.prepare_invoke();
-        call.key(&*keys.hash)
-            .key(&keys.fence)
+        let mut cmd = evalsha(&scripts::ACQUIRE, 2);
+        cmd.arg(&*keys.hash)
+            .arg(&keys.fence)
             .arg(field)
             .arg(lease_ms)
             .arg(if reentrant { "1" } else { "0" })
@@ -89,9 +89,9 @@ impl Node {
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
         // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
         // owner already holds the lock).
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> =
-            bounded("acquire", &keys.hash, limit, call.invoke_async(&mut conn)).await?;
+        let reply: Vec<i64> = self
+            .eval("acquire", &keys.hash, limit, &scripts::ACQUIRE, &cmd)
+            .await?;
         Acquire::parse(&reply)
     }
 
@@ -110,23 +110,18 @@ impl Node {
         let latch_ms = (self.timeout.as_millis() as u64)
             .saturating_mul(5)
             .max(5_000);
-        let mut conn = self.conn.clone();
-        let mut call = scripts::RELEASE.prepare_invoke();
-        call.key(&*keys.hash)
-            .key(&*keys.channel)
-            .key(keys.latch(request_id))
+        let mut cmd = evalsha(&scripts::RELEASE, 3);
+        cmd.arg(&*keys.hash)
+            .arg(&*keys.channel)
+            .arg(keys.latch(request_id))
             .arg(field)
             .arg(lease_ms)
             .arg(latch_ms)
             .arg(holds)
             .arg(if retry { "1" } else { "0" });
-        let reply: i64 = bounded(
-            "release",
-            &keys.hash,
-            self.timeout,
-            call.invoke_async(&mut conn),
-        )
-        .await?;
+        let reply: i64 = self
+            .eval("release", &keys.hash, self.timeout, &scripts::RELEASE, &cmd)
+            .await?;
         Release::parse(reply)
     }
 
@@ -237,6 +232,39 @@ where
             request().await
         }
         outcome => outcome,
+    }
+}
+
+/// An `EVALSHA <sha> <nkeys>` command; the caller appends keys, then arguments. A plain `Cmd`
+/// packs every argument into one buffer, where `ScriptInvocation` allocates one per argument
+/// on the hot path.
+fn evalsha(script: &redis::Script, nkeys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(nkeys);
+    cmd
+}
+
+impl Node {
+    /// Runs an `evalsha` command, loading the script once when the server does not know it
+    /// (NOSCRIPT: first use, or a server restarted or flushed since).
+    async fn eval<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        limit: Duration,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        match bounded(operation, key, limit, cmd.query_async(&mut conn)).await {
+            Err(Error::Redis { source, .. })
+                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                bounded(operation, key, limit, script.load_async(&mut conn)).await?;
+                bounded(operation, key, limit, cmd.query_async(&mut conn)).await
+            }
+            other => other,
+        }
     }
 }
 

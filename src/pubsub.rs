@@ -7,13 +7,14 @@
 //! since messages may have been lost meanwhile.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use redis::aio::PubSubSink;
-use tokio::sync::{Notify, futures::Notified, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::error::{Error, Result};
 use crate::node::bounded;
@@ -35,6 +36,8 @@ pub(crate) struct Subscriber {
 
 struct Channel {
     notify: Notify,
+    /// Messages (and reconnects) seen on this channel; listeners compare it with what they saw.
+    epoch: AtomicU64,
     /// Local waiters; changed under `Subscriber::channels`.
     refs: Mutex<usize>,
     /// Whether the server has confirmed our SUBSCRIBE on the live connection.
@@ -42,16 +45,17 @@ struct Channel {
 }
 
 impl Channel {
-    /// Wakes every listener, and leaves one permit for a listener that is between two
-    /// attempts (it would otherwise miss this message and sleep until the holder's TTL).
+    /// Wakes every listener. A listener between two attempts is not lost: `notified` compares
+    /// the epoch with the one it last saw, so a message that came meanwhile wakes it at once,
+    /// and no stale permit wakes anybody later for nothing.
     ///
     /// Within one client only the head of a lock's local queue (see `gate.rs`) and MultiLock
     /// waiters listen, so this still wakes one single-lock waiter per message; waking only one
     /// listener could pick a MultiLock waiter that then fails on another member, leaving the
     /// single-lock head asleep while the lock is free.
     fn wake(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
-        self.notify.notify_one();
     }
 }
 
@@ -60,12 +64,25 @@ pub(crate) struct Subscription {
     subscriber: Arc<Subscriber>,
     name: Arc<str>,
     channel: Arc<Channel>,
+    /// The channel's epoch when this waiter last woke (or subscribed).
+    seen: AtomicU64,
 }
 
 impl Subscription {
-    /// Resolves on the next unlock message (or a stored one that arrived meanwhile).
-    pub fn notified(&self) -> Notified<'_> {
-        self.channel.notify.notified()
+    /// Resolves on the next unlock message, or at once if one arrived since this subscription
+    /// was made or last woke.
+    pub async fn notified(&self) {
+        loop {
+            let notified = self.channel.notify.notified();
+            tokio::pin!(notified);
+            // Register before reading the epoch so a message in between cannot be missed.
+            notified.as_mut().enable();
+            let now = self.channel.epoch.load(Ordering::Acquire);
+            if self.seen.swap(now, Ordering::AcqRel) != now {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -113,6 +130,7 @@ impl Subscriber {
                 .or_insert_with(|| {
                     Arc::new(Channel {
                         notify: Notify::new(),
+                        epoch: AtomicU64::new(0),
                         refs: Mutex::new(0),
                         subscribed: Mutex::new(false),
                     })
@@ -126,6 +144,7 @@ impl Subscriber {
             subscriber: self.clone(),
             name: name.clone(),
             channel: channel.clone(),
+            seen: AtomicU64::new(channel.epoch.load(Ordering::Acquire)),
         };
         if *channel.subscribed.lock() {
             return Ok(subscription);
