@@ -39,8 +39,9 @@ doc:
 demo:
 	bash scripts/with-redis.sh $(CARGO) run --example quickstart
 
+# Starts its own redis-servers (five, for RedLock); report in target/bench-report.md.
 bench:
-	bash scripts/with-redis.sh $(CARGO) run --release -p redlease-bench
+	$(CARGO) run --release -p redlease-bench -- $(BENCH_ARGS)
 
 criterion:
 	bash scripts/with-redis.sh $(CARGO) bench -p redlease
