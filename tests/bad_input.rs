@@ -5,14 +5,11 @@ mod support;
 
 use std::time::Duration;
 
-use redlease::{Client, Error, Lock, MAX_DURATION};
-use support::{Server, eventually_async, unique_name};
-
-async fn client(server: &Server) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
+use redlease::{Client, Error, Lock, LockGuard, MAX_DURATION};
+use support::{
+    Server, client, clients, exists, get_string, set_string, take_and_release, unique_name,
+    unlock_channel, until_subscribed,
+};
 
 /// Everything in the database: (DBSIZE, sorted keys with their types).
 fn contents(server: &Server) -> (u64, Vec<(Vec<u8>, String)>) {
@@ -28,6 +25,15 @@ fn contents(server: &Server) -> (u64, Vec<(Vec<u8>, String)>) {
         })
         .collect();
     (size, typed)
+}
+
+/// A lock held for a minute, so that "unchanged" is not trivially "empty".
+async fn hold_witness(client: &Client) -> LockGuard {
+    let witness = client.lock(&unique_name("witness")).unwrap();
+    witness
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap()
 }
 
 fn assert_invalid_name(result: redlease::Result<Lock>, what: &str) {
@@ -48,12 +54,7 @@ fn assert_invalid_duration<T: std::fmt::Debug>(result: redlease::Result<T>, what
 async fn bad_names_are_rejected_and_change_nothing() {
     let server = Server::start();
     let client = client(&server).await;
-    // Something in the database, so "unchanged" is not trivially "empty".
-    let witness = client.lock(&unique_name("witness")).unwrap();
-    let held = witness
-        .lock_with_lease(Duration::from_secs(60))
-        .await
-        .unwrap();
+    let held = hold_witness(&client).await;
     let before = contents(&server);
 
     assert_invalid_name(client.lock(""), "empty name");
@@ -74,11 +75,7 @@ async fn bad_names_are_rejected_and_change_nothing() {
 async fn bad_leases_and_waits_are_rejected_and_change_nothing() {
     let server = Server::start();
     let client = client(&server).await;
-    let witness = client.lock(&unique_name("witness")).unwrap();
-    let held = witness
-        .lock_with_lease(Duration::from_secs(60))
-        .await
-        .unwrap();
+    let held = hold_witness(&client).await;
     let lock = client.lock(&unique_name("durations")).unwrap();
     let before = contents(&server);
     let ok = Duration::from_secs(1);
@@ -165,21 +162,6 @@ async fn bad_client_settings_are_rejected() {
     }
 }
 
-fn set_string(server: &Server, key: &str, value: &str) {
-    redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query::<()>(&mut server.conn())
-        .unwrap();
-}
-
-fn get_string(server: &Server, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query(&mut server.conn())
-        .unwrap()
-}
-
 fn assert_wrong_type<T: std::fmt::Debug>(result: redlease::Result<T>, key: &str, what: &str) {
     match result {
         Err(Error::WrongType { key: k }) => assert_eq!(k, key, "{what}"),
@@ -240,22 +222,13 @@ async fn fence_key_holding_garbage_fails_before_anything_is_written() {
     assert_eq!(get_string(&server, &fence).as_deref(), Some("not a number"));
     assert_eq!(client.held_count(), 0);
     // Unfenced, the same name works: the garbage is only in the counter.
-    let plain = client.lock(lock.name()).unwrap();
-    plain
-        .try_lock()
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&client.lock(lock.name()).unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_but_valid_names_work() {
     let server = Server::start();
-    let a = client(&server).await;
-    let b = client(&server).await;
+    let [a, b] = clients(&server).await;
     let names = [
         "orders:{42}",
         "{",
@@ -273,11 +246,7 @@ async fn odd_but_valid_names_work() {
         assert_eq!(lock.name(), name);
         assert_eq!(lock.key(), format!("redlease:{{{name}}}"));
         let guard = lock.lock().await.unwrap();
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(lock.key())
-            .query(&mut server.conn())
-            .unwrap();
-        assert!(exists, "{name:?}: no key");
+        assert!(exists(&server, lock.key()), "{name:?}: no key");
         assert!(lock.is_locked().await.unwrap(), "{name:?}");
         let rival = b.lock(name).unwrap();
         assert!(
@@ -289,15 +258,7 @@ async fn odd_but_valid_names_work() {
             let rival = rival.clone();
             tokio::spawn(async move { rival.lock().await.unwrap().unlock().await.unwrap() })
         };
-        let subscribed = eventually_async(Duration::from_secs(5), || async {
-            let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(format!("{}:unlock", lock.key()))
-                .query(&mut server.conn())
-                .unwrap();
-            n == 1
-        })
-        .await;
+        let subscribed = until_subscribed(&server, &unlock_channel(lock.key()), 1).await;
         assert!(subscribed, "{name:?}: the waiter did not subscribe");
         guard.unlock().await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), waiting)

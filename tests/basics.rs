@@ -5,20 +5,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redlease::{Client, Error, Owner};
-use support::{Server, unique_name};
-
-async fn client(server: &Server) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
-
-fn hlen(server: &Server, key: &str) -> usize {
-    redis::cmd("HLEN")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("HLEN")
-}
+use support::{
+    Server, client, client_with, clients, exists, locked_out, owners, try_lock_retrying,
+    unique_name, until_free,
+};
 
 #[tokio::test]
 async fn lock_is_locked_unlock() {
@@ -28,14 +18,13 @@ async fn lock_is_locked_unlock() {
     assert!(!lock.is_locked().await.unwrap());
     let guard = lock.lock().await.unwrap();
     assert!(lock.is_locked().await.unwrap());
-    assert_eq!(hlen(&server, lock.key()), 1);
+    assert_eq!(owners(&server, lock.key()), 1);
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(lock.key())
-        .query(&mut server.conn())
-        .unwrap();
-    assert!(!exists, "the hash must be gone after the last release");
+    assert!(
+        !exists(&server, lock.key()),
+        "the hash must be gone after the last release"
+    );
 }
 
 #[tokio::test]
@@ -63,8 +52,7 @@ async fn reentrant_acquire_counts_up_and_down() {
 #[tokio::test]
 async fn other_task_and_other_client_are_excluded_until_last_release() {
     let server = Server::start();
-    let a = client(&server).await;
-    let b = client(&server).await;
+    let [a, b] = clients(&server).await;
     let name = unique_name("exclude");
     let lock = a.lock(&name).unwrap();
     let g1 = lock.lock().await.unwrap();
@@ -102,8 +90,7 @@ async fn other_task_and_other_client_are_excluded_until_last_release() {
 #[tokio::test]
 async fn non_owner_unlock_is_rejected() {
     let server = Server::start();
-    let a = client(&server).await;
-    let b = client(&server).await;
+    let [a, b] = clients(&server).await;
     let name = unique_name("nonowner");
     let held = a.lock(&name).unwrap().lock().await.unwrap();
     let err = b.lock(&name).unwrap().unlock().await.unwrap_err();
@@ -127,8 +114,7 @@ async fn non_owner_unlock_is_rejected() {
 #[tokio::test]
 async fn fixed_lease_expires_and_late_unlock_reports_it() {
     let server = Server::start();
-    let a = client(&server).await;
-    let b = client(&server).await;
+    let [a, b] = clients(&server).await;
     let name = unique_name("lease");
     let start = Instant::now();
     let guard = a
@@ -190,8 +176,7 @@ async fn partial_unlock_resets_ttl_to_the_lease() {
 #[tokio::test]
 async fn try_lock_for_gives_up_after_the_wait() {
     let server = Server::start();
-    let a = client(&server).await;
-    let b = client(&server).await;
+    let [a, b] = clients(&server).await;
     let name = unique_name("wait");
     let held = a.lock(&name).unwrap().lock().await.unwrap();
     let start = Instant::now();
@@ -239,15 +224,7 @@ async fn explicit_owners_exclude_each_other_inside_one_task() {
         "a second owner in the same task is excluded"
     );
     // The default owner (this task) is a third owner.
-    assert!(
-        client
-            .lock(&name)
-            .unwrap()
-            .try_lock()
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(locked_out(&client, &name).await);
     g.unlock().await.unwrap();
     let g = second.try_lock().await.unwrap().expect("free again");
     g.unlock().await.unwrap();
@@ -296,11 +273,10 @@ async fn dropped_guard_releases_in_the_background() {
     let client = client(&server).await;
     let lock = client.lock(&unique_name("drop")).unwrap();
     drop(lock.lock().await.unwrap());
-    let free = support::eventually_async(Duration::from_secs(2), || async {
-        !lock.is_locked().await.unwrap()
-    })
-    .await;
-    assert!(free, "the drop fallback must release the lock");
+    assert!(
+        until_free(&lock, Duration::from_secs(2)).await,
+        "the drop fallback must release the lock"
+    );
     assert_eq!(
         client.held_count(),
         0,
@@ -328,16 +304,10 @@ async fn lazy_client_builds_while_the_server_is_down_and_works_once_it_is_up() {
         started.elapsed()
     );
     server.restart();
-    let mut guard = None;
-    for _ in 0..50 {
-        if let Ok(Some(g)) = lock.try_lock().await {
-            guard = Some(g);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let guard = guard.expect("locks work once the server is up");
-    assert_eq!(hlen(&server, lock.key()), 1);
+    let guard = try_lock_retrying(&lock, Duration::from_secs(5))
+        .await
+        .expect("locks work once the server is up");
+    assert_eq!(owners(&server, lock.key()), 1);
     guard.unlock().await.unwrap();
 }
 
@@ -367,11 +337,10 @@ async fn shutdown_wakes_waiters_and_none_of_them_takes_the_lock() {
         guard.unlock().await.is_err(),
         "shutdown released it already"
     );
-    let exists: bool = redis::cmd("EXISTS")
-        .arg(lock.key())
-        .query(&mut server.conn())
-        .unwrap();
-    assert!(!exists, "nobody may hold the lock after shutdown");
+    assert!(
+        !exists(&server, lock.key()),
+        "nobody may hold the lock after shutdown"
+    );
 }
 
 #[tokio::test]
@@ -400,10 +369,7 @@ async fn reentry_with_a_shorter_lease_does_not_shorten_the_outer_hold() {
     inner.unlock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let b = client(&server).await;
-    assert!(
-        b.lock(&name).unwrap().try_lock().await.unwrap().is_none(),
-        "still held"
-    );
+    assert!(locked_out(&b, &name).await, "still held");
     assert!(!outer.is_lost());
     outer.unlock().await.unwrap();
 }
@@ -411,12 +377,11 @@ async fn reentry_with_a_shorter_lease_does_not_shorten_the_outer_hold() {
 #[tokio::test]
 async fn lost_resolves_when_validity_runs_out_while_redis_is_frozen() {
     let server = Server::start();
-    let a = Client::builder(server.url())
-        .watchdog_lease(Duration::from_secs(3))
-        .timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap();
+    let a = client_with(&server, |b| {
+        b.watchdog_lease(Duration::from_secs(3))
+            .timeout(Duration::from_millis(500))
+    })
+    .await;
     let lock = a.lock(&unique_name("frozen")).unwrap();
     let started = Instant::now();
     let guard = lock.lock().await.unwrap();

@@ -4,29 +4,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redlease::Client;
-use support::{Server, eventually_async, unique_name};
-
-async fn client(server: &Server) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
-
-fn exists(server: &Server, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("EXISTS")
-}
-
-fn channels(server: &Server) -> Vec<String> {
-    redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("*")
-        .query(&mut server.conn())
-        .expect("PUBSUB CHANNELS")
-}
+use redlease::{Client, Lock};
+use support::{
+    Server, channels, client, clients, eventually_async, exists, unique_name, until_free,
+    woken_after_unlock,
+};
 
 /// After the holder releases, nothing of the cancelled waiter may appear: the key stays absent
 /// (a leftover hold or renewal would recreate or keep it), and the waiter's client holds
@@ -52,12 +34,26 @@ async fn assert_nothing_left(server: &Server, waiter: &Client, key: &str) {
     assert!(unsubscribed, "left subscribed: {:?}", channels(server));
 }
 
+/// After a storm of cancelled acquisitions of `lock`, its client soon holds nothing and the lock
+/// is free.
+async fn assert_left_clean(client: &Client, lock: &Lock) {
+    let clean = eventually_async(Duration::from_secs(3), || async {
+        client.held_count() == 0 && !lock.is_locked().await.unwrap()
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind: held_count {}, status {:?}",
+        client.held_count(),
+        lock.status().await.unwrap()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_out_lock_leaves_no_hold_and_no_renewal() {
     support::init_tracing();
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let [holder, waiter] = clients(&server).await;
     let name = unique_name("timeout");
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let lock = waiter.lock(&name).unwrap();
@@ -76,8 +72,7 @@ async fn timed_out_lock_leaves_no_hold_and_no_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborted_lock_task_leaves_no_hold_and_no_renewal() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let [holder, waiter] = clients(&server).await;
     let name = unique_name("abort");
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let lock = waiter.lock(&name).unwrap();
@@ -135,16 +130,7 @@ async fn lock_cancelled_around_grant_time_leaves_nothing() {
         cancelled > 0,
         "no attempt was cancelled; the test proves nothing"
     );
-    let clean = eventually_async(Duration::from_secs(3), || async {
-        client.held_count() == 0 && !lock.is_locked().await.unwrap()
-    })
-    .await;
-    assert!(
-        clean,
-        "left behind: held_count {}, status {:?}",
-        client.held_count(),
-        lock.status().await.unwrap()
-    );
+    assert_left_clean(&client, &lock).await;
     // Nothing renews it back into existence either.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!exists(&server, lock.key()));
@@ -169,16 +155,7 @@ async fn lock_tasks_aborted_around_grant_time_leave_nothing() {
         task.abort();
         let _ = task.await;
     }
-    let clean = eventually_async(Duration::from_secs(3), || async {
-        client.held_count() == 0 && !lock.is_locked().await.unwrap()
-    })
-    .await;
-    assert!(
-        clean,
-        "left behind: held_count {}, status {:?}",
-        client.held_count(),
-        lock.status().await.unwrap()
-    );
+    assert_left_clean(&client, &lock).await;
 }
 
 /// Drop cannot await, but it must update the local state at once: the watchdog stops renewing
@@ -197,11 +174,10 @@ async fn dropped_guard_leaves_the_registry_at_once() {
         0,
         "the dropped guard's hold is still registered (and renewed)"
     );
-    let released = eventually_async(Duration::from_secs(2), || async {
-        !lock.is_locked().await.unwrap()
-    })
-    .await;
-    assert!(released, "the background release did not happen");
+    assert!(
+        until_free(&lock, Duration::from_secs(2)).await,
+        "the background release did not happen"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,12 +189,8 @@ async fn cancelled_unlock_still_releases() {
     // Dropped after its first poll, with the release on the wire or not yet sent.
     let _ = tokio::time::timeout(Duration::from_micros(1), guard.unlock()).await;
     assert_eq!(client.held_count(), 0);
-    let released = eventually_async(Duration::from_secs(2), || async {
-        !lock.is_locked().await.unwrap()
-    })
-    .await;
     assert!(
-        released,
+        until_free(&lock, Duration::from_secs(2)).await,
         "the cancelled unlock did not finish in the background"
     );
 }
@@ -228,8 +200,7 @@ async fn cancelled_unlock_still_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waiter_does_not_swallow_the_wake_up() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
+    let [holder, waiters] = clients(&server).await;
     let name = unique_name("swallow");
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let first = {
@@ -247,17 +218,8 @@ async fn cancelled_waiter_does_not_swallow_the_wake_up() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    let unlocked = Instant::now();
-    held.unlock().await.unwrap();
-    let acquired = tokio::time::timeout(Duration::from_secs(5), second)
-        .await
-        .expect("the remaining waiter was never woken")
-        .unwrap();
-    assert!(
-        acquired.duration_since(unlocked) < Duration::from_secs(1),
-        "woken only after {:?}",
-        acquired.duration_since(unlocked)
-    );
+    let took = woken_after_unlock(held, second, Duration::from_secs(5)).await;
+    assert!(took < Duration::from_secs(1), "woken only after {took:?}");
     assert_eq!(waiters.held_count(), 0);
 }
 
@@ -266,8 +228,7 @@ async fn cancelled_waiter_does_not_swallow_the_wake_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_cancelled_while_subscribing_leave_no_channel() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
+    let [holder, waiters] = clients(&server).await;
     let mut held = Vec::new();
     let mut locks = Vec::new();
     // A fresh name per round, so every round subscribes anew.

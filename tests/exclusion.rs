@@ -14,40 +14,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redlease::Client;
-use support::{Server, eventually_async, unique_name};
+use support::{
+    Server, channels, client, connect, eventually_async, increment_unprotected, join_within,
+    read_counter, unique_name, unique_names,
+};
 
 const WORKER_LEASE: Duration = Duration::from_secs(1);
 const LOCKED_MARKER: &str = "REDLEASE-WORKER-LOCKED";
 
-async fn client(url: &str) -> Client {
-    Client::connect(url)
-        .await
-        .expect("connect to the test server")
-}
-
-/// `rounds` times: lock, read the counter, yield (inviting a racer in), write it back + 1,
-/// unlock. Without exclusion the counter ends short.
+/// `rounds` times: lock, increment the counter unprotected by anything but the lock, unlock.
+/// Without exclusion the counter ends short.
 async fn increment(client: &Client, name: &str, counter: &str, rounds: usize) {
     let lock = client.lock(name).unwrap();
     for _ in 0..rounds {
         let guard = lock.lock().await.unwrap();
-        let value: Option<u64> = client.query(redis::cmd("GET").arg(counter)).await.unwrap();
-        tokio::task::yield_now().await;
-        let next = value.unwrap_or(0) + 1;
-        let _: () = client
-            .query(redis::cmd("SET").arg(counter).arg(next))
-            .await
-            .unwrap();
+        increment_unprotected(client, counter).await;
         guard.unlock().await.unwrap();
     }
-}
-
-fn get_counter(server: &Server, counter: &str) -> u64 {
-    redis::cmd("GET")
-        .arg(counter)
-        .query::<Option<u64>>(&mut server.conn())
-        .expect("GET")
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,21 +43,21 @@ async fn sixteen_clients_increment_a_counter_exactly_1600_times() {
     let mut clients = Vec::new();
     let mut tasks = Vec::new();
     for _ in 0..16 {
-        let c = client(&server.url()).await;
+        let c = client(&server).await;
         clients.push(c.clone());
         let (name, counter) = (name.clone(), counter.clone());
         tasks.push(tokio::spawn(async move {
             increment(&c, &name, &counter, 100).await
         }));
     }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("a client did not finish its 100 rounds within 60 s")
-            .unwrap();
-    }
+    join_within(
+        tasks,
+        Duration::from_secs(60),
+        "a client did not finish its 100 rounds within 60 s",
+    )
+    .await;
     eprintln!("16 x 100 rounds took {:?}", start.elapsed());
-    assert_eq!(get_counter(&server, &counter), 1600);
+    assert_eq!(read_counter(&server, &counter), 1600);
     for c in &clients {
         assert_eq!(c.held_count(), 0);
     }
@@ -147,7 +130,7 @@ async fn four_processes_increment_a_counter_exactly_1600_times() {
     for status in statuses {
         assert!(status.success(), "a worker failed: {status}");
     }
-    assert_eq!(get_counter(&server, &counter), 1600);
+    assert_eq!(read_counter(&server, &counter), 1600);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,7 +161,7 @@ async fn killed_holder_process_frees_the_lock_within_one_lease() {
         panic!("the worker never reported holding the lock: {locked:?}");
     }
 
-    let other = client(&server.url()).await;
+    let other = client(&server).await;
     let lock = other.lock(&name).unwrap();
     // Two leases: the child's watchdog keeps it, so it is still held.
     tokio::time::sleep(2 * WORKER_LEASE).await;
@@ -211,11 +194,11 @@ async fn killed_holder_process_frees_the_lock_within_one_lease() {
 async fn storm_of_32_workers_on_5_names_leaves_no_channel_and_no_hold() {
     support::init_tracing();
     let server = Server::start();
-    let names: Vec<String> = (0..5).map(|i| unique_name(&format!("storm{i}"))).collect();
+    let names = unique_names("storm", 5);
     let inside: Arc<Vec<AtomicBool>> = Arc::new((0..5).map(|_| AtomicBool::new(false)).collect());
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(client(&server.url()).await);
+        clients.push(client(&server).await);
     }
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -237,12 +220,12 @@ async fn storm_of_32_workers_on_5_names_leaves_no_channel_and_no_hold() {
             }
         }));
     }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(120), task)
-            .await
-            .expect("a worker did not finish its 1,000 rounds")
-            .unwrap();
-    }
+    join_within(
+        tasks,
+        Duration::from_secs(120),
+        "a worker did not finish its 1,000 rounds",
+    )
+    .await;
     let took = start.elapsed();
     eprintln!(
         "32,000 lock/unlock took {took:?} ({:.0}/s)",
@@ -251,13 +234,6 @@ async fn storm_of_32_workers_on_5_names_leaves_no_channel_and_no_hold() {
     for c in &clients {
         assert_eq!(c.held_count(), 0, "a hold survived the storm");
     }
-    let channels = |server: &Server| -> Vec<String> {
-        redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("*")
-            .query(&mut server.conn())
-            .expect("PUBSUB CHANNELS")
-    };
     let clean = eventually_async(Duration::from_secs(3), || async {
         channels(&server).is_empty()
     })
@@ -290,7 +266,7 @@ async fn worker_process() {
             let rounds: usize = var("REDLEASE_WORKER_ROUNDS").parse().unwrap();
             let mut tasks = Vec::new();
             for _ in 0..clients {
-                let c = client(&url).await;
+                let c = connect(&url).await;
                 let (name, counter) = (name.clone(), counter.clone());
                 tasks.push(tokio::spawn(async move {
                     increment(&c, &name, &counter, rounds).await

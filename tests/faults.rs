@@ -5,53 +5,28 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redlease::Client;
-use support::{Server, eventually_async, unique_name};
+use redlease::{Client, LockGuard};
+use support::{
+    Server, client_with, eventually_async, exists, join_within, spawn_waiter, take_and_release,
+    try_lock_retrying, unique_name, unlock_channel, until_subscribed, woken_after_unlock,
+};
+use tokio::task::JoinHandle;
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 
+/// A client whose commands time out after [`TIMEOUT`].
 async fn client(server: &Server) -> Client {
-    Client::builder(server.url())
-        .timeout(TIMEOUT)
-        .build()
-        .await
-        .expect("connect to the test server")
+    client_with(server, |b| b.timeout(TIMEOUT)).await
 }
 
-fn exists(server: &Server, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("EXISTS")
-}
-
-/// Waits until `n` subscribers listen on `channel`.
-async fn until_subscribed(server: &Server, channel: &str, n: u64) -> bool {
-    eventually_async(Duration::from_secs(5), || async {
-        let (_, count): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query(&mut server.conn())
-            .expect("PUBSUB NUMSUB");
-        count >= n
-    })
-    .await
-}
-
-/// Retries `try_lock` until it succeeds (bounded in count and time); the elapsed time.
+/// Retries `try_lock` until it succeeds (for at most 10 s), then releases; the elapsed time.
 async fn until_acquired(lock: &redlease::Lock) -> Duration {
     let start = Instant::now();
-    for _ in 0..100 {
-        if let Ok(Some(guard)) = lock.try_lock().await {
-            guard.unlock().await.unwrap();
-            return start.elapsed();
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no acquisition within {:?}", start.elapsed());
+    let guard = try_lock_retrying(lock, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("no acquisition within {:?}", start.elapsed()));
+    guard.unlock().await.unwrap();
+    start.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,13 +35,7 @@ async fn try_lock_fails_fast_when_redis_is_down_and_works_after_restart() {
     let mut server = Server::start();
     let client = client(&server).await;
     let lock = client.lock(&unique_name("down")).unwrap();
-    lock.try_lock()
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&lock).await;
 
     server.kill();
     // Several calls: the first meets the dropped connection, later ones the refused reconnect.
@@ -118,15 +87,9 @@ async fn failed_attempts_during_an_outage_never_release_a_later_hold() {
     }
     server.restart();
     // The same owner (this thread) takes it once the server is back.
-    let mut guard = None;
-    for _ in 0..50 {
-        if let Ok(Some(g)) = lock.try_lock().await {
-            guard = Some(g);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let guard = guard.expect("no acquisition after the restart");
+    let guard = try_lock_retrying(&lock, Duration::from_secs(5))
+        .await
+        .expect("no acquisition after the restart");
     // Longer than any retry of anything sent during the outage could still be under way.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
@@ -183,12 +146,7 @@ async fn restart_without_persistence_makes_lost_resolve_within_one_renewal_perio
     support::init_tracing();
     let mut server = Server::start();
     let lease = Duration::from_secs(3); // renewal every 1 s
-    let client = Client::builder(server.url())
-        .watchdog_lease(lease)
-        .timeout(TIMEOUT)
-        .build()
-        .await
-        .unwrap();
+    let client = client_with(&server, |b| b.watchdog_lease(lease).timeout(TIMEOUT)).await;
     let lock = client.lock(&unique_name("restart-lost")).unwrap();
     let guard = lock.lock().await.unwrap();
     let lost = guard.lost();
@@ -218,12 +176,7 @@ async fn lock_survives_a_restart_with_appendonly() {
         .arg("always")
         .start();
     let lease = Duration::from_secs(3);
-    let client = Client::builder(server.url())
-        .watchdog_lease(lease)
-        .timeout(TIMEOUT)
-        .build()
-        .await
-        .unwrap();
+    let client = client_with(&server, |b| b.watchdog_lease(lease).timeout(TIMEOUT)).await;
     let lock = client.lock(&unique_name("aof")).unwrap();
     let guard = lock.lock().await.unwrap();
     server.restart();
@@ -238,15 +191,41 @@ async fn lock_survives_a_restart_with_appendonly() {
     assert!(!exists(&server, lock.key()));
 }
 
-/// Starts a waiter on `name` in its own task; returns its handle (yielding the wake time).
-fn spawn_waiter(client: &Client, name: &str) -> tokio::task::JoinHandle<Instant> {
-    let lock = client.lock(name).unwrap();
-    tokio::spawn(async move {
-        let guard = lock.lock().await.unwrap();
-        let at = Instant::now();
-        guard.unlock().await.unwrap();
-        at
-    })
+/// A lock held by one client, with the default 30 s lease (so no waiter can be explained by the
+/// holder's TTL running out), and waited for by tasks of another client whose subscriber
+/// listens on the lock's unlock channel.
+struct Contended {
+    /// Kept alive as long as its hold.
+    _holder: Client,
+    waiters: Client,
+    held: LockGuard,
+    /// The lock's unlock channel.
+    channel: String,
+    /// One per waiter, yielding when it got the lock.
+    tasks: Vec<JoinHandle<Instant>>,
+}
+
+async fn contended(server: &Server, prefix: &str, waiters: usize) -> Contended {
+    let holder = client(server).await;
+    let waiting = client(server).await;
+    let name = unique_name(prefix);
+    let lock = holder.lock(&name).unwrap();
+    let channel = unlock_channel(lock.key());
+    let held = lock.lock().await.unwrap();
+    let tasks = (0..waiters)
+        .map(|_| spawn_waiter(waiting.lock(&name).unwrap()))
+        .collect();
+    assert!(
+        until_subscribed(server, &channel, 1).await,
+        "the waiters never subscribed"
+    );
+    Contended {
+        _holder: holder,
+        waiters: waiting,
+        held,
+        channel,
+        tasks,
+    }
 }
 
 fn kill_pubsub_clients(server: &Server) -> u64 {
@@ -262,29 +241,15 @@ fn kill_pubsub_clients(server: &Server) -> u64 {
 async fn waiter_gets_the_lock_after_its_subscriber_connection_was_killed() {
     support::init_tracing();
     let server = Server::start();
-    // Default 30 s lease: the waiter cannot be explained by the holder's TTL running out.
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
-    let name = unique_name("sub-kill");
-    let lock = holder.lock(&name).unwrap();
-    let channel = format!("{}:unlock", lock.key());
-    let held = lock.lock().await.unwrap();
-    let waiter = spawn_waiter(&waiters, &name);
-    assert!(until_subscribed(&server, &channel, 1).await);
+    let mut c = contended(&server, "sub-kill", 1).await;
 
     assert_eq!(kill_pubsub_clients(&server), 1);
     // The subscriber reconnects and subscribes again.
     assert!(
-        until_subscribed(&server, &channel, 1).await,
+        until_subscribed(&server, &c.channel, 1).await,
         "the subscriber did not come back"
     );
-    let unlocked = Instant::now();
-    held.unlock().await.unwrap();
-    let acquired = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter was not woken after its subscriber reconnected")
-        .unwrap();
-    let took = acquired.duration_since(unlocked);
+    let took = woken_after_unlock(c.held, c.tasks.remove(0), Duration::from_secs(5)).await;
     assert!(
         took < Duration::from_secs(1),
         "woken {took:?} after the unlock"
@@ -297,15 +262,7 @@ async fn waiter_gets_the_lock_after_its_subscriber_connection_was_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_woken_after_a_reconnect_that_lost_the_unlock_message() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
-    let name = unique_name("lost-msg");
-    let lock = holder.lock(&name).unwrap();
-    let channel = format!("{}:unlock", lock.key());
-    let held = lock.lock().await.unwrap();
-    let first = spawn_waiter(&waiters, &name);
-    let second = spawn_waiter(&waiters, &name);
-    assert!(until_subscribed(&server, &channel, 1).await);
+    let c = contended(&server, "lost-msg", 2).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     // One admin connection throughout: while maxclients is full no new one gets in.
@@ -338,87 +295,66 @@ async fn waiters_are_woken_after_a_reconnect_that_lost_the_unlock_message() {
     tokio::time::sleep(Duration::from_millis(300)).await; // a few refused reconnects
     let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
         .arg("NUMSUB")
-        .arg(&channel)
+        .arg(&c.channel)
         .query(&mut admin)
         .unwrap();
     assert_eq!(
         listeners, 0,
         "the subscriber got back in despite maxclients"
     );
-    held.unlock().await.unwrap(); // its message reaches nobody
+    c.held.unlock().await.unwrap(); // its message reaches nobody
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!first.is_finished() && !second.is_finished());
+    assert!(c.tasks.iter().all(|waiter| !waiter.is_finished()));
 
     set_maxclients(&mut admin, 10_000);
     let start = Instant::now();
-    for waiter in [first, second] {
-        tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("a waiter slept through the reconnect")
-            .unwrap();
-    }
+    join_within(
+        c.tasks,
+        Duration::from_secs(10),
+        "a waiter slept through the reconnect",
+    )
+    .await;
     // The reconnect backoff is capped at 1 s; the holder's lease was 30 s.
     assert!(
         start.elapsed() < Duration::from_secs(3),
         "{:?}",
         start.elapsed()
     );
-    assert_eq!(waiters.held_count(), 0);
+    assert_eq!(c.waiters.held_count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_gets_the_lock_after_a_server_restart() {
     let mut server = Server::builder().appendonly(true).start();
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
-    let name = unique_name("restart-wait");
-    let lock = holder.lock(&name).unwrap();
-    let channel = format!("{}:unlock", lock.key());
-    let held = lock.lock().await.unwrap();
-    let waiter = spawn_waiter(&waiters, &name);
-    assert!(until_subscribed(&server, &channel, 1).await);
+    let mut c = contended(&server, "restart-wait", 1).await;
 
     // With AOF the holder's key survives; the waiter must keep waiting, then be woken by the
     // unlock on the new connection.
     server.restart();
     assert!(
-        until_subscribed(&server, &channel, 1).await,
+        until_subscribed(&server, &c.channel, 1).await,
         "the subscriber did not come back after the restart"
     );
+    let waiter = c.tasks.remove(0);
     assert!(
         !waiter.is_finished(),
         "the waiter took a lock that is still held"
     );
-    assert!(!held.is_lost());
-    let unlocked = Instant::now();
-    held.unlock().await.unwrap();
-    let acquired = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter was not woken after the restart")
-        .unwrap();
-    assert!(
-        acquired.duration_since(unlocked) < Duration::from_secs(1),
-        "{:?}",
-        acquired.duration_since(unlocked)
-    );
+    assert!(!c.held.is_lost());
+    let took = woken_after_unlock(c.held, waiter, Duration::from_secs(5)).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_gets_a_lock_whose_key_a_restart_dropped() {
     let mut server = Server::start();
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
-    let name = unique_name("restart-drop");
-    let lock = holder.lock(&name).unwrap();
-    let held = lock.lock().await.unwrap();
-    let waiter = spawn_waiter(&waiters, &name);
-    assert!(until_subscribed(&server, &format!("{}:unlock", lock.key()), 1).await);
+    let mut c = contended(&server, "restart-drop", 1).await;
 
     // Without persistence the holder's key is gone and no message will ever say so: the
     // reconnect wakes the waiter, which finds the lock free.
     server.restart();
     let restarted = Instant::now();
-    let acquired = tokio::time::timeout(Duration::from_secs(10), waiter)
+    let acquired = tokio::time::timeout(Duration::from_secs(10), c.tasks.remove(0))
         .await
         .expect("the waiter waited on a lock that no longer exists")
         .unwrap();
@@ -427,5 +363,5 @@ async fn waiter_gets_a_lock_whose_key_a_restart_dropped() {
         took < Duration::from_secs(3),
         "acquired {took:?} after the restart"
     );
-    drop(held);
+    drop(c.held);
 }

@@ -11,13 +11,7 @@ mod fencing_example;
 use std::time::Duration;
 
 use redlease::{Client, Lock};
-use support::{Server, unique_name};
-
-async fn client(server: &Server) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
+use support::{Server, client, clients, unique_name};
 
 fn fenced(client: &Client, name: &str) -> Lock {
     client.lock(name).expect("a valid name").fenced(true)
@@ -74,7 +68,7 @@ async fn reentry_keeps_the_token_and_plain_locks_have_none() {
 #[tokio::test]
 async fn tokens_keep_counting_after_expiry_and_force_unlock() {
     let server = Server::start();
-    let (a, b) = (client(&server).await, client(&server).await);
+    let [a, b] = clients(&server).await;
     let name = unique_name("fence-lost");
     let lock_a = fenced(&a, &name);
     let lock_b = fenced(&b, &name);
@@ -131,7 +125,7 @@ async fn tokens_survive_a_server_restart_with_aof() {
 #[tokio::test]
 async fn paused_holders_late_write_is_rejected() {
     let server = Server::start();
-    let (a, b) = (client(&server).await, client(&server).await);
+    let [a, b] = clients(&server).await;
     let name = unique_name("fence-pause");
     let resource = unique_name("fence-resource");
     let mut storage = redis::Client::open(server.url())

@@ -4,25 +4,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::Server;
+use support::{Server, get_string, set_string};
 
 fn ping(conn: &mut redis::Connection) -> redis::RedisResult<String> {
     redis::cmd("PING").query(conn)
-}
-
-fn set(server: &Server, key: &str, value: &str) {
-    redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query::<()>(&mut server.conn())
-        .expect("SET failed");
-}
-
-fn get(server: &Server, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("GET failed")
 }
 
 #[test]
@@ -43,7 +28,7 @@ fn started_server_answers_ping_and_logs() {
 fn restart_without_aof_keeps_port_and_loses_data() {
     let mut server = Server::start();
     let (port, old_pid) = (server.port(), server.pid());
-    set(&server, "k", "v");
+    set_string(&server, "k", "v");
 
     server.kill();
     assert!(!server.is_running());
@@ -58,16 +43,16 @@ fn restart_without_aof_keeps_port_and_loses_data() {
     server.restart();
     assert_eq!(server.port(), port);
     assert_ne!(server.pid(), old_pid);
-    assert_eq!(get(&server, "k"), None);
+    assert_eq!(get_string(&server, "k"), None);
 }
 
 #[test]
 fn restart_with_aof_keeps_data() {
     let mut server = Server::builder().appendonly(true).start();
-    set(&server, "k", "v");
+    set_string(&server, "k", "v");
     server.kill();
     server.restart();
-    assert_eq!(get(&server, "k").as_deref(), Some("v"));
+    assert_eq!(get_string(&server, "k").as_deref(), Some("v"));
 }
 
 #[test]
@@ -109,9 +94,9 @@ fn start_many_gives_distinct_servers() {
     ports.dedup();
     assert_eq!(ports.len(), 3, "ports collide: {ports:?}");
 
-    set(&servers[0], "only-here", "1");
-    assert_eq!(get(&servers[1], "only-here"), None);
-    assert_eq!(get(&servers[2], "only-here"), None);
+    set_string(&servers[0], "only-here", "1");
+    assert_eq!(get_string(&servers[1], "only-here"), None);
+    assert_eq!(get_string(&servers[2], "only-here"), None);
 }
 
 #[test]
@@ -169,4 +154,65 @@ async fn eventually_async_polls_until_true() {
     })
     .await;
     assert!(ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_and_lock_helpers_see_both_held_and_free() {
+    let server = Server::start();
+    let [holder, other] = support::clients(&server).await;
+    let name = support::unique_name("probe");
+    let key = support::key_of(&name);
+    let lock = holder.lock(&name).unwrap();
+    assert_eq!(lock.key(), key);
+    assert!(!support::exists(&server, &key));
+    assert_eq!(support::owners(&server, &key), 0);
+    assert_eq!(support::pttl(&server, &key), -2);
+
+    let held = lock.lock().await.unwrap();
+    assert!(support::exists(&server, &key));
+    assert_eq!(support::owners(&server, &key), 1);
+    assert!(support::pttl(&server, &key) > 0);
+    assert!(support::locked_out(&other, &name).await);
+    let rival = other.lock(&name).unwrap();
+    let retried = support::try_lock_retrying(&rival, Duration::from_millis(300)).await;
+    assert!(retried.is_none(), "got a held lock");
+    assert!(!support::until_free(&lock, Duration::from_millis(100)).await);
+
+    let channel = support::unlock_channel(&key);
+    assert_eq!(support::numsub(&server, &channel), 0);
+    let waiter = support::spawn_waiter(rival.clone());
+    assert!(support::until_subscribed(&server, &channel, 1).await);
+    assert_eq!(support::channels(&server), std::slice::from_ref(&channel));
+    let took = support::woken_after_unlock(held, waiter, Duration::from_secs(5)).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(support::until_free(&lock, Duration::from_secs(2)).await);
+    support::take_and_release(&rival).await;
+    assert!(!support::exists(&server, &key));
+
+    let counter = support::unique_name("probe-counter");
+    assert_eq!(support::read_counter(&server, &counter), 0);
+    for _ in 0..3 {
+        support::increment_unprotected(&holder, &counter).await;
+    }
+    assert_eq!(support::read_counter(&server, &counter), 3);
+}
+
+#[tokio::test]
+#[should_panic(expected = "PTTL -1")]
+async fn assert_ttl_kept_fails_on_a_key_without_expiry() {
+    let server = Server::start();
+    set_string(&server, "forever", "1");
+    support::assert_ttl_kept(&server, "forever", 1000, Duration::from_millis(300)).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "a sleeper overstayed")]
+async fn join_within_fails_on_a_task_that_overstays() {
+    let sleeper = tokio::spawn(tokio::time::sleep(Duration::from_secs(5)));
+    support::join_within(
+        [sleeper],
+        Duration::from_millis(100),
+        "a sleeper overstayed",
+    )
+    .await;
 }

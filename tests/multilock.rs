@@ -6,30 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlease::{Client, Error, Lock, MultiLock, Owner};
-use support::{Server, unique_name};
+use support::{
+    Server, client, client_with_lease, clients, exists, increment_unprotected, join_within,
+    read_counter, set_string, unique_name, unique_names,
+};
 use tokio::sync::Barrier;
-
-async fn client(server: &Server) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
-
-fn exists(server: &Server, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("EXISTS")
-}
 
 fn locks(client: &Client, names: &[String]) -> Vec<Lock> {
     names.iter().map(|n| client.lock(n).unwrap()).collect()
-}
-
-fn names(prefix: &str, n: usize) -> Vec<String> {
-    (0..n)
-        .map(|i| unique_name(&format!("{prefix}{i}")))
-        .collect()
 }
 
 /// Ten contenders race one `try_lock` each for three locks of one server: exactly one wins
@@ -39,7 +23,7 @@ async fn ten_racing_try_locks(separate_clients: bool) {
     support::init_tracing();
     let server = Server::start();
     let shared = client(&server).await;
-    let names = names("ten", 3);
+    let names = unique_names("ten", 3);
     let mut contenders = Vec::new();
     for _ in 0..10 {
         let client = if separate_clients {
@@ -147,9 +131,8 @@ async fn held_across_three_servers_other_owner_fails_twice_and_owner_reenters() 
 #[tokio::test]
 async fn failed_attempt_leaves_nothing_held() {
     let server = Server::start();
-    let mine = client(&server).await;
-    let other = client(&server).await;
-    let names = names("partial", 3);
+    let [mine, other] = clients(&server).await;
+    let names = unique_names("partial", 3);
     let blocker = other.lock(&names[1]).unwrap().lock().await.unwrap();
     let multi = MultiLock::new(locks(&mine, &names)).unwrap();
 
@@ -177,9 +160,8 @@ async fn failed_attempt_leaves_nothing_held() {
 #[tokio::test]
 async fn waiter_wakes_when_the_blocking_member_is_released() {
     let server = Server::start();
-    let mine = client(&server).await;
-    let other = client(&server).await;
-    let names = names("wake", 2);
+    let [mine, other] = clients(&server).await;
+    let names = unique_names("wake", 2);
     let blocker = other.lock(&names[1]).unwrap().lock().await.unwrap();
     let release = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -203,13 +185,9 @@ async fn waiter_wakes_when_the_blocking_member_is_released() {
 async fn member_error_is_returned_after_giving_back_the_rest() {
     let server = Server::start();
     let client = client(&server).await;
-    let names = names("wrongtype", 3);
+    let names = unique_names("wrongtype", 3);
     let ls = locks(&client, &names);
-    redis::cmd("SET")
-        .arg(ls[1].key())
-        .arg("not a lock")
-        .query::<()>(&mut server.conn())
-        .unwrap();
+    set_string(&server, ls[1].key(), "not a lock");
     let multi = MultiLock::new(ls.clone()).unwrap();
     let err = multi.try_lock().await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
@@ -224,11 +202,7 @@ async fn watchdog_keeps_every_member_past_its_lease() {
     let name = unique_name("watchdog");
     let mut ls = Vec::new();
     for server in &servers {
-        let client = Client::builder(server.url())
-            .watchdog_lease(Duration::from_millis(600))
-            .build()
-            .await
-            .unwrap();
+        let client = client_with_lease(server, Duration::from_millis(600)).await;
         ls.push(client.lock(&name).unwrap());
     }
     let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
@@ -251,7 +225,7 @@ async fn watchdog_keeps_every_member_past_its_lease() {
 async fn fixed_lease_expires_and_the_guard_is_lost() {
     let server = Server::start();
     let client = client(&server).await;
-    let names = names("fixed", 2);
+    let names = unique_names("fixed", 2);
     let multi = MultiLock::new(locks(&client, &names)).unwrap();
     let guard = multi
         .lock_with_lease(Duration::from_millis(300))
@@ -279,7 +253,7 @@ async fn fixed_lease_expires_and_the_guard_is_lost() {
 async fn unlock_releases_every_member_and_reports_the_failed_one() {
     let server = Server::start();
     let client = client(&server).await;
-    let names = names("report", 3);
+    let names = unique_names("report", 3);
     let ls = locks(&client, &names);
     let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
     // An operator deletes one member behind our back.
@@ -308,7 +282,7 @@ async fn unlock_releases_every_member_and_reports_the_failed_one() {
 async fn dropped_guard_releases_every_member() {
     let server = Server::start();
     let client = client(&server).await;
-    let names = names("drop", 3);
+    let names = unique_names("drop", 3);
     let ls = locks(&client, &names);
     let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
     drop(guard);
@@ -324,9 +298,8 @@ async fn dropped_guard_releases_every_member() {
 #[tokio::test]
 async fn cancelled_acquisitions_leave_nothing_held() {
     let server = Server::start();
-    let mine = client(&server).await;
-    let other = client(&server).await;
-    let names = names("cancel", 3);
+    let [mine, other] = clients(&server).await;
+    let names = unique_names("cancel", 3);
     let blocker = other.lock(&names[2]).unwrap().lock().await.unwrap();
     let multi = MultiLock::new(locks(&mine, &names)).unwrap();
     // Cancel at many points: before sending, with requests in flight, while giving back, while
@@ -352,7 +325,7 @@ async fn cancelled_acquisitions_leave_nothing_held() {
 async fn explicit_owners_exclude_each_other_inside_one_task() {
     let server = Server::start();
     let client = client(&server).await;
-    let names = names("owners", 2);
+    let names = unique_names("owners", 2);
     let a = MultiLock::new(
         locks(&client, &names)
             .into_iter()
@@ -382,8 +355,7 @@ async fn explicit_owners_exclude_each_other_inside_one_task() {
 #[tokio::test]
 async fn new_rejects_empty_and_repeated_locks() {
     let server = Server::start();
-    let a = client(&server).await;
-    let b = client(&server).await;
+    let [a, b] = clients(&server).await;
     let err = MultiLock::new(vec![]).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     let name = unique_name("dup");
@@ -403,7 +375,7 @@ async fn mutual_exclusion_across_two_servers() {
     const WORKERS: u64 = 4;
     const ROUNDS: u64 = 40;
     let servers = Arc::new(support::start_many(2));
-    let names = names("stock", 2);
+    let names = unique_names("stock", 2);
     let counter = unique_name("stock-counter");
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -422,28 +394,13 @@ async fn mutual_exclusion_across_two_servers() {
                     .await
                     .unwrap()
                     .expect("acquired within the wait");
-                let value: Option<u64> =
-                    tally.query(redis::cmd("GET").arg(&counter)).await.unwrap();
-                tokio::task::yield_now().await;
-                tally
-                    .query::<()>(redis::cmd("SET").arg(&counter).arg(value.unwrap_or(0) + 1))
-                    .await
-                    .unwrap();
+                increment_unprotected(&tally, &counter).await;
                 guard.unlock().await.unwrap();
             }
         }));
     }
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(40), task)
-            .await
-            .expect("workers finish")
-            .unwrap();
-    }
-    let total: u64 = redis::cmd("GET")
-        .arg(&counter)
-        .query(&mut servers[0].conn())
-        .unwrap();
-    assert_eq!(total, WORKERS * ROUNDS);
+    join_within(tasks, Duration::from_secs(40), "workers finish").await;
+    assert_eq!(read_counter(&servers[0], &counter), WORKERS * ROUNDS);
     eprintln!(
         "{} MultiLock rounds over 2 servers in {:?}",
         WORKERS * ROUNDS,

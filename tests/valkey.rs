@@ -4,10 +4,13 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlease::{Client, Error};
-use support::{Server, eventually_async, unique_name};
+use support::{
+    Server, assert_ttl_kept, client_with_lease, exists, get_string, locked_out, set_string,
+    spawn_waiter, unique_name, unlock_channel, until_subscribed, woken_after_unlock,
+};
 
 /// A Valkey server, or `None` after printing why the test is skipped.
 fn valkey(test: &str) -> Option<Server> {
@@ -22,19 +25,9 @@ fn valkey(test: &str) -> Option<Server> {
     server
 }
 
+/// A client with a 1 s watchdog lease.
 async fn client(server: &Server) -> Client {
-    Client::builder(server.url())
-        .watchdog_lease(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("connect to the Valkey server")
-}
-
-fn exists(server: &Server, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("EXISTS")
+    client_with_lease(server, Duration::from_secs(1)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,7 +43,7 @@ async fn valkey_lock_reenter_and_unlock() {
     let g2 = lock.lock().await.unwrap();
     assert_eq!(lock.hold_count().await.unwrap(), 2);
     assert!(exists(&server, lock.key()));
-    assert!(b.lock(&name).unwrap().try_lock().await.unwrap().is_none());
+    assert!(locked_out(&b, &name).await);
     g2.unlock().await.unwrap();
     assert_eq!(lock.hold_count().await.unwrap(), 1);
     assert!(lock.is_locked().await.unwrap());
@@ -77,34 +70,11 @@ async fn valkey_waiter_wakes_on_unlock() {
     let name = unique_name("vk-wake");
     let lock = holder.lock(&name).unwrap();
     let held = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
-    let waiting = {
-        let lock = waiter.lock(&name).unwrap();
-        tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        })
-    };
-    let channel = format!("{}:unlock", lock.key());
-    let subscribed = eventually_async(Duration::from_secs(5), || async {
-        let (_, n): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&channel)
-            .query(&mut server.conn())
-            .unwrap();
-        n == 1
-    })
-    .await;
+    let waiting = spawn_waiter(waiter.lock(&name).unwrap());
+    let subscribed = until_subscribed(&server, &unlock_channel(lock.key()), 1).await;
     assert!(subscribed, "the waiter did not subscribe");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let unlocked = Instant::now();
-    held.unlock().await.unwrap();
-    let acquired = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("the waiter was not woken")
-        .unwrap();
-    let took = acquired.duration_since(unlocked);
+    let took = woken_after_unlock(held, waiting, Duration::from_secs(5)).await;
     assert!(
         took <= Duration::from_millis(50),
         "woken {took:?} after the unlock"
@@ -121,28 +91,8 @@ async fn valkey_watchdog_renews_past_the_lease() {
     let name = unique_name("vk-watchdog");
     let lock = holder.lock(&name).unwrap();
     let guard = lock.lock().await.unwrap();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(3) {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(lock.key())
-            .query(&mut server.conn())
-            .unwrap();
-        assert!(
-            ttl > 0 && ttl <= 1000,
-            "PTTL {ttl} after {:?}",
-            start.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        other
-            .lock(&name)
-            .unwrap()
-            .try_lock()
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert_ttl_kept(&server, lock.key(), 1000, Duration::from_secs(3)).await;
+    assert!(locked_out(&other, &name).await);
     assert!(!guard.is_lost());
     guard.unlock().await.unwrap();
     assert!(!exists(&server, lock.key()));
@@ -155,21 +105,13 @@ async fn valkey_string_key_is_wrong_type() {
     };
     let client = client(&server).await;
     let lock = client.lock(&unique_name("vk-string")).unwrap();
-    redis::cmd("SET")
-        .arg(lock.key())
-        .arg("keep me")
-        .query::<()>(&mut server.conn())
-        .unwrap();
+    set_string(&server, lock.key(), "keep me");
     let err = lock.try_lock().await.map(|g| g.is_some()).unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     let err = lock.force_unlock().await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     let err = lock.unlock().await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
-    let value: String = redis::cmd("GET")
-        .arg(lock.key())
-        .query(&mut server.conn())
-        .unwrap();
-    assert_eq!(value, "keep me");
+    assert_eq!(get_string(&server, lock.key()).as_deref(), Some("keep me"));
     assert_eq!(client.held_count(), 0);
 }

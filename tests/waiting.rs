@@ -6,40 +6,15 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlease::Client;
-use support::{Server, eventually_async, unique_name};
+use support::{
+    Server, channels, client, clients, eventually_async, join_within, key_of, numsub, spawn_waiter,
+    unique_name, unlock_channel, until_subscribed, woken_after_unlock,
+};
 
-async fn client(server: &Server) -> Client {
-    Client::connect(&server.url())
-        .await
-        .expect("connect to the test server")
-}
-
-/// Subscribers of `channel` on the server.
-fn numsub(server: &Server, channel: &str) -> u64 {
-    let (_, n): (String, u64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut server.conn())
-        .expect("PUBSUB NUMSUB");
-    n
-}
-
-fn channels(server: &Server) -> Vec<String> {
-    redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("*")
-        .query(&mut server.conn())
-        .expect("PUBSUB CHANNELS")
-}
-
-/// Waits until `n` subscribers listen on the unlock channel of `key`.
+/// Waits until `n` connections listen on the unlock channel of `key`.
 async fn until_waiting(server: &Server, key: &str, n: u64) {
-    let channel = format!("{key}:unlock");
-    let ok = eventually_async(Duration::from_secs(5), || async {
-        numsub(server, &channel) >= n
-    })
-    .await;
+    let channel = unlock_channel(key);
+    let ok = until_subscribed(server, &channel, n).await;
     assert!(ok, "{n} waiter(s) never subscribed to {channel}");
 }
 
@@ -47,33 +22,18 @@ async fn until_waiting(server: &Server, key: &str, n: u64) {
 async fn waiter_wakes_within_50ms_of_unlock() {
     support::init_tracing();
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let [holder, waiter] = clients(&server).await;
     let name = unique_name("wake");
     let lock = holder.lock(&name).unwrap();
     for round in 0..5 {
         // A 30 s fixed lease: only the unlock message can explain a fast wake-up.
         let held = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
-        let waiting = {
-            let lock = waiter.lock(&name).unwrap();
-            tokio::spawn(async move {
-                let guard = lock.lock().await.unwrap();
-                let at = Instant::now();
-                guard.unlock().await.unwrap();
-                at
-            })
-        };
+        let waiting = spawn_waiter(waiter.lock(&name).unwrap());
         until_waiting(&server, lock.key(), 1).await;
         // Let the waiter settle into its wait (past its second attempt).
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiting.is_finished(), "the waiter took a held lock");
-        let unlocked_at = Instant::now();
-        held.unlock().await.unwrap();
-        let acquired_at = tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .expect("the waiter was not woken within 5 s")
-            .unwrap();
-        let took = acquired_at.duration_since(unlocked_at);
+        let took = woken_after_unlock(held, waiting, Duration::from_secs(5)).await;
         assert!(
             took <= Duration::from_millis(50),
             "round {round}: the waiter took the lock {took:?} after the unlock"
@@ -84,8 +44,7 @@ async fn waiter_wakes_within_50ms_of_unlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_takes_an_expired_lock_within_its_ttl() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let [holder, waiter] = clients(&server).await;
     let name = unique_name("expire");
     // The holder never unlocks: its key simply expires, and no message is published.
     let held = holder
@@ -117,8 +76,7 @@ async fn waiter_takes_an_expired_lock_within_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_for_gets_a_lock_released_during_the_wait() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let [holder, waiter] = clients(&server).await;
     let name = unique_name("try-for");
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let lock = waiter.lock(&name).unwrap();
@@ -144,8 +102,7 @@ async fn try_lock_for_gets_a_lock_released_during_the_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_waiters_all_get_the_lock_in_turn() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiters = client(&server).await;
+    let [holder, waiters] = clients(&server).await;
     let name = unique_name("turns");
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -163,16 +120,11 @@ async fn local_waiters_all_get_the_lock_in_turn() {
             })
         })
         .collect();
-    until_waiting(&server, &format!("redlease:{{{name}}}"), 1).await;
+    until_waiting(&server, &key_of(&name), 1).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let start = Instant::now();
     held.unlock().await.unwrap();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .expect("a waiter was left waiting")
-            .unwrap();
-    }
+    join_within(tasks, Duration::from_secs(10), "a waiter was left waiting").await;
     let took = start.elapsed();
     assert!(
         took < Duration::from_secs(3),
@@ -200,15 +152,10 @@ async fn waiters_in_other_clients_all_get_the_lock_in_turn() {
             guard.unlock().await.unwrap();
         }));
     }
-    until_waiting(&server, &format!("redlease:{{{name}}}"), 5).await;
+    until_waiting(&server, &key_of(&name), 5).await;
     let start = Instant::now();
     held.unlock().await.unwrap();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .expect("a waiter was left waiting")
-            .unwrap();
-    }
+    join_within(tasks, Duration::from_secs(10), "a waiter was left waiting").await;
     assert!(
         start.elapsed() < Duration::from_secs(3),
         "{:?}",
@@ -222,8 +169,7 @@ async fn waiters_in_other_clients_all_get_the_lock_in_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_unsubscribes_once_it_has_the_lock() {
     let server = Server::start();
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
+    let [holder, waiter] = clients(&server).await;
     let name = unique_name("unsub");
     let lock = holder.lock(&name).unwrap();
     let held = lock.lock().await.unwrap();
@@ -234,7 +180,7 @@ async fn waiter_unsubscribes_once_it_has_the_lock() {
     until_waiting(&server, lock.key(), 1).await;
     held.unlock().await.unwrap();
     let guard = waiting.await.unwrap();
-    let channel = format!("{}:unlock", lock.key());
+    let channel = unlock_channel(lock.key());
     let left = eventually_async(Duration::from_secs(2), || async {
         numsub(&server, &channel) == 0
     })

@@ -6,31 +6,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redlease::Client;
-use support::{Server, eventually, unique_name};
+use support::{
+    Server, assert_ttl_kept, client, client_with_lease, eventually, exists, pttl, unique_name,
+};
 
 const LEASE: Duration = Duration::from_secs(1);
-
-async fn client_with_lease(server: &Server, lease: Duration) -> Client {
-    Client::builder(server.url())
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .expect("connect to the test server")
-}
-
-fn pttl(server: &Server, key: &str) -> i64 {
-    redis::cmd("PTTL")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("PTTL")
-}
-
-fn exists(server: &Server, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("EXISTS")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_keeps_a_one_second_lease_alive_for_ten_seconds() {
@@ -79,7 +59,7 @@ async fn watchdog_keeps_a_one_second_lease_alive_for_ten_seconds() {
 async fn per_lock_watchdog_lease_overrides_the_client_default() {
     let server = Server::start();
     // Client default: 30 s. The lock asks for 1 s.
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = client(&server).await;
     let lock = client
         .lock(&unique_name("per-lock-lease"))
         .unwrap()
@@ -91,16 +71,7 @@ async fn per_lock_watchdog_lease_overrides_the_client_default() {
         "PTTL {first}: the lock's lease is 1 s"
     );
     // Three leases: only renewal can explain the key still being there.
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(3) {
-        let ttl = pttl(&server, lock.key());
-        assert!(
-            ttl > 0 && ttl <= 1000,
-            "PTTL {ttl} after {:?}",
-            start.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_ttl_kept(&server, lock.key(), 1000, Duration::from_secs(3)).await;
     guard.unlock().await.unwrap();
     assert!(!exists(&server, lock.key()));
 }
@@ -108,7 +79,7 @@ async fn per_lock_watchdog_lease_overrides_the_client_default() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shorter_lease_taken_later_speeds_up_the_watchdog() {
     let server = Server::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = client(&server).await;
     // The watchdog first sleeps a third of 30 s ...
     let long = client.lock(&unique_name("long")).unwrap();
     let long_guard = long.lock().await.unwrap();
@@ -199,13 +170,7 @@ fn hold_then_crash(url: String, name: String, hold: Duration) -> Instant {
 async fn crashed_holder_key_disappears_within_one_lease() {
     let server = Server::start();
     let name = unique_name("crash");
-    let key = Client::connect(&server.url())
-        .await
-        .unwrap()
-        .lock(&name)
-        .unwrap()
-        .key()
-        .to_owned();
+    let key = client(&server).await.lock(&name).unwrap().key().to_owned();
     // Held for 2.5 leases first, so the key outlived its first lease only through renewal.
     let crashed_at = tokio::task::spawn_blocking({
         let (url, name) = (server.url(), name.clone());
@@ -268,7 +233,7 @@ async fn deleted_key_makes_lost_resolve_within_one_renewal_period() {
     assert_eq!(client.held_count(), 0, "a lost hold is no longer renewed");
 
     // Someone else may take it now, and the late unlock must not touch their hold.
-    let other = Client::connect(&server.url()).await.unwrap();
+    let other = support::client(&server).await;
     let theirs = other
         .lock(lock.name())
         .unwrap()
@@ -291,7 +256,7 @@ async fn deleted_key_makes_lost_resolve_within_one_renewal_period() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_released_during_a_renewal_are_not_reported_lost() {
     let server = Server::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = client(&server).await;
     let mut wrongly_lost = 0;
     for _ in 0..5 {
         let mut guards = Vec::new();

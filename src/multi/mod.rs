@@ -15,8 +15,6 @@
 mod member;
 mod multilock;
 mod redlock;
-mod redlock_guard;
 
 pub use multilock::{MultiLock, MultiLockGuard};
-pub use redlock::RedLock;
-pub use redlock_guard::RedLockGuard;
+pub use redlock::{RedLock, RedLockGuard};

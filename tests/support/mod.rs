@@ -1,12 +1,22 @@
-//! Test support: real server processes and a few small helpers.
+//! Test support: real server processes, probes of what they hold, clients and the lock moves
+//! many tests repeat, and a few small helpers.
 //!
 //! Integration tests use it as `mod support;`; the CLI crate's tests use
-//! `#[path = "../../tests/support/mod.rs"] mod support;`. It needs only the dev-dependencies
-//! `redis` (sync API), `tokio` and `tracing-subscriber` (env-filter).
+//! `#[path = "../../tests/support/mod.rs"] mod support;`. Besides `redlease` it needs only the
+//! dev-dependencies `redis` (sync API), `tokio` and `tracing-subscriber` (env-filter).
+//!
+//! - `server`: [`Server`], a private redis-server (or valkey-server) to start, kill, restart,
+//!   freeze and thaw.
+//! - `probe`: what a server holds, read straight from it: [`exists`], [`owners`], [`pttl`],
+//!   [`channels`], [`until_subscribed`], ...
+//! - `locks`: [`client`]s of a server, and the lock moves tests repeat: [`spawn_waiter`],
+//!   [`woken_after_unlock`], [`try_lock_retrying`], [`join_within`], the unprotected counter
+//!   of the exclusion tests ([`increment_unprotected`], [`read_counter`]), ...
 //!
 //! ```ignore
 //! let mut server = support::Server::start();
-//! let client = redlease::Client::connect(&server.url()).await?;
+//! let [holder, waiter] = support::clients(&server).await;
+//! assert!(!support::exists(&server, &support::key_of("report")));
 //! server.kill();
 //! server.restart();
 //! ```
@@ -15,9 +25,21 @@
 #![allow(dead_code, unused_imports)]
 
 mod binary;
+mod host;
+mod locks;
+mod probe;
 mod server;
 
 pub use binary::{server_flavor, valkey_binary};
+pub use locks::{
+    client, client_with, client_with_lease, clients, connect, increment_unprotected, join_within,
+    key_of, locked_out, node_locks, patient, read_counter, spawn_waiter, take_and_release,
+    try_lock_retrying, unlock_channel, until_free, woken_after_unlock,
+};
+pub use probe::{
+    assert_ttl_kept, channels, exists, get_string, numsub, owners, pttl, set_string,
+    until_subscribed,
+};
 pub use server::{Builder, Server};
 
 use std::future::Future;
@@ -57,6 +79,13 @@ pub fn unique_name(prefix: &str) -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     format!("{prefix}-{}-{n}-{nanos}", std::process::id())
+}
+
+/// `n` lock names no other test uses: `prefix0-…`, `prefix1-…`, and so on.
+pub fn unique_names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| unique_name(&format!("{prefix}{i}")))
+        .collect()
 }
 
 /// Polls `cond` every 10 ms until it is true (returns `true`) or `timeout` passes (returns

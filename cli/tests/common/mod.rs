@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{Server, eventually, unique_name};
+use crate::support::{Server, eventually, key_of, unique_name};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_redlease");
 /// No single command in these tests should take longer; a hang fails the test instead.
@@ -194,7 +194,7 @@ pub fn status_json(server: &Server, name: &str) -> Value {
 
 /// Makes `name` held by somebody else for 20 s, straight in Redis.
 pub fn hold_elsewhere(server: &Server, name: &str) {
-    let key = format!("redlease:{{{name}}}");
+    let key = key_of(name);
     redis::pipe()
         .hset(&key, "someone-else:1", 1)
         .pexpire(&key, 20_000)

@@ -1,27 +1,28 @@
 //! `RedLock`: one lock over several independent Redis masters, held by a majority.
+//!
+//! This file is the public type and its documentation; the engine is split by concern:
+//! `settings` (node list checks, defaults, the numbers of one acquisition), `round`
+//! (acquisition rounds), `fence` (fencing tokens), and for the guard, `shared` (state shared
+//! with the renewal task), `renewal` (that task) and `guard` (`RedLockGuard`).
 
-use std::collections::HashSet;
+mod fence;
+mod guard;
+mod renewal;
+mod round;
+mod settings;
+mod shared;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures_util::future::join_all;
-
-use crate::config::{check_duration, lease_ms};
 use crate::error::{Error, Result};
-use crate::hold::Lease;
 use crate::lock::Lock;
 use crate::owner::Owner;
 
-use super::member::{Deadline, Held, Outcome, give_back, jitter};
-use super::redlock_guard::{RedLockGuard, Shared};
+use super::member::Deadline;
+use settings::{DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, check_nodes};
 
-/// Raises a node's fencing counter to the token a RedLock hands out; see the file's header.
-const RAISE_FENCE: &str = include_str!("raise_fence.lua");
-
-/// Default [`RedLock::drift_factor`].
-const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// Default [`RedLock::retry_delay`].
-const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
+pub use guard::RedLockGuard;
 
 /// One lock over `N` independent Redis masters (the Redlock algorithm): held while a majority of
 /// them grant it.
@@ -129,47 +130,7 @@ impl RedLock {
     /// [fenced](Lock::fenced) and others not. Servers are compared by the `host:port` of their
     /// URL, so one server reached under two names (`localhost` and `127.0.0.1`) is not caught.
     pub fn new(locks: Vec<Lock>) -> Result<RedLock> {
-        let Some(first) = locks.first() else {
-            return Err(Error::InvalidArgument(
-                "a RedLock needs at least one node".into(),
-            ));
-        };
-        let name: Arc<str> = first.keys.name.clone();
-        let mut clients = HashSet::new();
-        let mut servers = HashSet::new();
-        for (i, lock) in locks.iter().enumerate() {
-            if lock.keys.name != name {
-                return Err(Error::InvalidArgument(format!(
-                    "every RedLock node must lock the same name: node 0 locks `{name}`, node {i} `{}`",
-                    lock.keys.name
-                )));
-            }
-            if !clients.insert(lock.client.inner.id) {
-                return Err(Error::InvalidArgument(format!(
-                    "RedLock node {i} uses the same client ({}) as an earlier node; give each master its own client",
-                    lock.client.inner.id
-                )));
-            }
-            let server = lock.server_addr();
-            if !servers.insert(server.clone()) {
-                return Err(Error::InvalidArgument(format!(
-                    "RedLock node {i} is on server {server} like an earlier node; each node must be an independent master"
-                )));
-            }
-            if lock.fenced != first.fenced {
-                return Err(Error::InvalidArgument(format!(
-                    "RedLock node {i} is {}fenced but node 0 is {}fenced; fence all nodes or none",
-                    if lock.fenced { "" } else { "not " },
-                    if first.fenced { "" } else { "not " },
-                )));
-            }
-        }
-        let n = locks.len();
-        if n < 3 {
-            tracing::warn!(lock = %name, nodes = n, "RedLock over fewer than 3 nodes tolerates no node failure");
-        } else if n % 2 == 0 {
-            tracing::warn!(lock = %name, nodes = n, "RedLock over an even number of nodes tolerates no more failures than one node fewer");
-        }
+        let name = check_nodes(&locks)?;
         Ok(RedLock {
             nodes: locks.into(),
             name,
@@ -312,162 +273,6 @@ impl RedLock {
     ) -> Result<Option<RedLockGuard>> {
         self.acquire(Some(lease), Deadline::after(wait)?).await
     }
-
-    fn settings(&self, fixed: Option<Duration>) -> Result<Settings> {
-        let (lease, renewed) = match fixed {
-            Some(lease) => (lease, false),
-            None => (self.default_watchdog_lease()?, true),
-        };
-        lease_ms("lease", lease)?;
-        let node_timeout = match self.node_timeout {
-            Some(t) => {
-                check_duration("node timeout", t)?;
-                if t >= lease {
-                    return Err(Error::InvalidArgument(format!(
-                        "the RedLock node timeout ({t:?}) must be well below the lease ({lease:?})"
-                    )));
-                }
-                t
-            }
-            None => default_node_timeout(lease),
-        };
-        if !(0.0..0.5).contains(&self.drift_factor) {
-            return Err(Error::InvalidArgument(format!(
-                "drift factor {} is outside 0.0..0.5",
-                self.drift_factor
-            )));
-        }
-        check_duration("retry delay", self.retry_delay)?;
-        Ok(Settings {
-            lease,
-            renewed,
-            node_timeout,
-            settle_timeout: node_timeout.max((lease / 10).min(Duration::from_secs(1))),
-            drift: lease.mul_f64(self.drift_factor) + Duration::from_millis(2),
-            quorum: self.quorum(),
-        })
-    }
-
-    fn default_watchdog_lease(&self) -> Result<Duration> {
-        if let Some(lease) = self.watchdog_lease {
-            return Ok(lease);
-        }
-        let mut shortest = None;
-        for lock in self.nodes.iter() {
-            let lease = lock.watchdog()?.duration();
-            shortest = Some(shortest.map_or(lease, |s: Duration| s.min(lease)));
-        }
-        // `new` rejects an empty node list.
-        shortest.ok_or_else(|| Error::InvalidArgument("a RedLock needs at least one node".into()))
-    }
-
-    async fn acquire(
-        &self,
-        fixed: Option<Duration>,
-        deadline: Deadline,
-    ) -> Result<Option<RedLockGuard>> {
-        let settings = self.settings(fixed)?;
-        let nodes: Vec<Lock> = self.nodes.iter().map(Lock::pinned).collect();
-        let n = nodes.len();
-        let fenced = nodes.iter().any(|l| l.fenced);
-        let lease = Lease::Fixed(settings.lease);
-        // Since when no round has found enough nodes answering to form a majority.
-        let mut unreachable_since: Option<Instant> = None;
-        loop {
-            let started = Instant::now();
-            let round = join_all(
-                nodes
-                    .iter()
-                    .map(|lock| lock.attempt_member(lease, Some(settings.node_timeout))),
-            )
-            .await;
-            let mut slots: Vec<Option<Held>> = Vec::with_capacity(n);
-            let (mut acquired, mut held_elsewhere, mut failed) = (0, 0, 0);
-            let mut fatal = None;
-            for (i, outcome) in round.into_iter().enumerate() {
-                let mut slot = None;
-                match outcome {
-                    Outcome::Granted(held) => {
-                        acquired += 1;
-                        slot = Some(held);
-                    }
-                    Outcome::HeldElsewhere { .. } => held_elsewhere += 1,
-                    Outcome::TimedOut => {
-                        failed += 1;
-                        tracing::debug!(lock = %self.name, node = i, "RedLock node did not answer in time");
-                    }
-                    Outcome::Failed(e) => {
-                        failed += 1;
-                        tracing::debug!(lock = %self.name, node = i, error = %e, "RedLock node failed");
-                        if matches!(e, Error::WouldDeadlock { .. }) {
-                            fatal.get_or_insert(e);
-                        }
-                    }
-                }
-                slots.push(slot);
-            }
-            if let Some(e) = fatal {
-                give_back_within(settings.settle_timeout, slots).await;
-                return Err(e);
-            }
-            let mut granted = acquired >= settings.quorum;
-            let mut token = None;
-            if granted && fenced {
-                token = raise_fence(&slots, settings.quorum, settings.node_timeout).await;
-                granted = token.is_some();
-            }
-            let valid_until = started
-                .checked_add(settings.lease.saturating_sub(settings.drift))
-                .unwrap_or(started);
-            if granted && Instant::now() < valid_until {
-                let shared = Shared::new(
-                    self.name.clone(),
-                    nodes,
-                    &settings,
-                    token,
-                    slots,
-                    valid_until,
-                );
-                return Ok(Some(RedLockGuard::start(shared, settings.renewed)));
-            }
-            give_back_within(settings.settle_timeout, slots).await;
-            if granted {
-                tracing::debug!(lock = %self.name, elapsed = ?started.elapsed(), "RedLock round took the lock too slowly to leave any validity");
-            }
-            let quorum_error = || Error::Quorum {
-                name: self.name.to_string(),
-                nodes: n,
-                needed: settings.quorum,
-                acquired,
-                held_elsewhere,
-                failed,
-            };
-            // Too few answers to form a majority is a failure, not contention. Node timeouts are
-            // short, so one such round may be a hiccup: waiting acquisitions go on, and give up
-            // when their wait ends on such a round or when it has lasted a whole lease.
-            let unreachable = n - failed < settings.quorum;
-            if unreachable {
-                let since = *unreachable_since.get_or_insert(started);
-                if since.elapsed() >= settings.lease {
-                    return Err(quorum_error());
-                }
-            } else {
-                unreachable_since = None;
-            }
-            let Some(left) = deadline.remaining() else {
-                return if unreachable {
-                    Err(quorum_error())
-                } else {
-                    Ok(None)
-                };
-            };
-            let mut pause = jitter(Duration::ZERO, self.retry_delay);
-            if let Some(left) = left {
-                pause = pause.min(left);
-            }
-            tokio::time::sleep(pause).await;
-        }
-    }
 }
 
 impl std::fmt::Debug for RedLock {
@@ -478,75 +283,5 @@ impl std::fmt::Debug for RedLock {
             .field("node_timeout", &self.node_timeout)
             .field("drift_factor", &self.drift_factor)
             .finish_non_exhaustive()
-    }
-}
-
-/// The numbers one acquisition works with.
-pub(crate) struct Settings {
-    pub lease: Duration,
-    /// Whether the guard renews (watchdog mode) or just expires (fixed lease).
-    pub renewed: bool,
-    pub node_timeout: Duration,
-    /// How long a renewal or a release may wait for one node: longer than an acquire may
-    /// (nobody is racing), still short of the lease.
-    pub settle_timeout: Duration,
-    pub drift: Duration,
-    pub quorum: usize,
-}
-
-/// Gives back a failed round's grants, waiting at most `limit`: a node that stops answering
-/// now must not hold up the caller. Releases still running then finish in the background.
-async fn give_back_within(limit: Duration, slots: Vec<Option<Held>>) {
-    let members: Vec<Held> = slots.into_iter().flatten().collect();
-    if tokio::time::timeout(limit, give_back(members))
-        .await
-        .is_err()
-    {
-        tracing::debug!(
-            "RedLock give-back still running after {limit:?}; finishing in the background"
-        );
-    }
-}
-
-/// `lease / 200` within 20–50 ms: far below the lease (Redis suggests 5–50 ms for a 10 s
-/// lease) yet above loopback and LAN round trips under load. Never above a third of the lease.
-fn default_node_timeout(lease: Duration) -> Duration {
-    (lease / 200)
-        .clamp(Duration::from_millis(20), Duration::from_millis(50))
-        .min(lease / 3)
-        .max(Duration::from_millis(1))
-}
-
-/// The largest fencing counter among the granting nodes, once a majority of nodes have been
-/// raised to it; `None` when too few confirmed.
-async fn raise_fence(slots: &[Option<Held>], quorum: usize, limit: Duration) -> Option<u64> {
-    let token = slots.iter().flatten().filter_map(|h| h.hold.token).max()?;
-    let raised = join_all(slots.iter().flatten().map(|held| async move {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(RAISE_FENCE)
-            .arg(1)
-            .arg(&held.hold.keys.fence)
-            .arg(token);
-        let reply = tokio::time::timeout(limit, held.client.inner.node.query::<u64>(&cmd)).await;
-        matches!(reply, Ok(Ok(counter)) if counter >= token)
-    }))
-    .await;
-    let confirmed = raised.into_iter().filter(|ok| *ok).count();
-    (confirmed >= quorum).then_some(token)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_timeout_scales_with_the_lease() {
-        let ms = Duration::from_millis;
-        assert_eq!(default_node_timeout(Duration::from_secs(30)), ms(50));
-        assert_eq!(default_node_timeout(Duration::from_secs(10)), ms(50));
-        assert_eq!(default_node_timeout(Duration::from_secs(6)), ms(30));
-        assert_eq!(default_node_timeout(Duration::from_secs(1)), ms(20));
-        assert_eq!(default_node_timeout(ms(30)), ms(10));
-        assert_eq!(default_node_timeout(ms(1)), ms(1));
     }
 }

@@ -1,0 +1,178 @@
+//! `MultiLock`: several locks held as one, all or none.
+//!
+//! This file is the public type and its documentation; `acquire` holds the acquisition rounds
+//! and `guard` the `MultiLockGuard`.
+
+mod acquire;
+mod guard;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+
+use super::member::Deadline;
+
+pub use guard::MultiLockGuard;
+
+/// Several locks taken and released as one: either every member is held, or none is.
+///
+/// Use it when one operation needs several resources at once — moving stock between two
+/// warehouses, say — and holding only some of them is useless. Members may belong to different
+/// [`Client`](crate::Client)s and servers. Every member must be held; for a majority of
+/// independent servers guarding *one* resource, use [`RedLock`](crate::RedLock).
+///
+/// ```no_run
+/// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+/// use redlease::MultiLock;
+///
+/// let both = MultiLock::new(vec![
+///     client.lock("warehouse:north")?,
+///     client.lock("warehouse:south")?,
+/// ])?;
+/// let guard = both.lock().await?; // both or neither; the watchdog keeps them
+/// // ... move the stock ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # How it acquires
+/// Each round sends one acquire to every member at once, so a round costs one round trip
+/// however many members there are (Redisson's `RedissonMultiLock` goes member after member).
+/// When any member is held elsewhere, the members this round did take are released before
+/// anything else happens, and the next round starts when an unlock message arrives on a blocking
+/// member (or its holder's lease runs out), after a short random pause.
+///
+/// Concurrent rounds can split the members between contenders (A takes one member, B another),
+/// and then all of them lose that round; waiting acquisitions retry with growing random pauses
+/// until one of them wins. A single [`try_lock`](MultiLock::try_lock) does not retry, so racing
+/// `try_lock`s on members of *different servers* can all return `None`. On one server the
+/// requests of one round leave on one connection back to back, and in practice the first round
+/// to arrive takes everything.
+///
+/// # Owners and reentrancy
+/// Each member acts for its own owner (by default the current task, pinned when the acquisition
+/// starts), exactly like a single [`Lock`]: the same owner taking the same `MultiLock` again
+/// re-enters every member, and the guard remembers the owners it acquired for. Members sharing
+/// a server and name are rejected by [`MultiLock::new`].
+///
+/// # Errors and waiting
+/// As for a single lock, a Redis failure ends the wait with that error (after giving back what
+/// the round took); only "held by another owner" is waited out.
+#[derive(Clone)]
+pub struct MultiLock {
+    members: Arc<[Lock]>,
+}
+
+impl MultiLock {
+    /// A lock over `locks`, all of which must be held.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `locks` is empty or names one lock twice (the same name
+    /// on the same client, or on the same server and database with the same key prefix).
+    pub fn new(locks: Vec<Lock>) -> Result<MultiLock> {
+        if locks.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a MultiLock needs at least one lock".into(),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for lock in &locks {
+            // One client always talks to one keyspace, so this also catches a lock given twice.
+            if !seen.insert((lock.keyspace(), lock.keys.hash.clone())) {
+                return Err(Error::InvalidArgument(format!(
+                    "lock `{}` ({} on {}) appears twice in the MultiLock",
+                    lock.name(),
+                    lock.key(),
+                    lock.keyspace()
+                )));
+            }
+        }
+        Ok(MultiLock {
+            members: locks.into(),
+        })
+    }
+
+    /// The member locks, in the order given to [`MultiLock::new`].
+    pub fn locks(&self) -> &[Lock] {
+        &self.members
+    }
+
+    /// Waits until every member is held, then keeps them with their clients' watchdogs while
+    /// the guard lives (each member with its own watchdog lease).
+    ///
+    /// # Errors
+    /// The first member error of the round that failed: [`Error::WouldDeadlock`] (a
+    /// non-reentrant member already held by its owner), [`Error::WrongType`],
+    /// [`Error::Timeout`], [`Error::Redis`], [`Error::Shutdown`]. Whatever that round had taken
+    /// is given back first.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future leaves no member held and nothing renewed; grants that
+    /// arrive after the drop are given back in the background.
+    pub async fn lock(&self) -> Result<MultiLockGuard> {
+        self.acquire(None, Deadline::Forever)
+            .await?
+            .ok_or(Error::Shutdown)
+    }
+
+    /// Waits until every member is held and holds them for `lease`, with no renewal.
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd lease.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
+        self.acquire(Some(lease), Deadline::Forever)
+            .await?
+            .ok_or(Error::Shutdown)
+    }
+
+    /// One round: the guard when every member could be taken, else `None` (and nothing held).
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
+        self.acquire(None, Deadline::Once).await
+    }
+
+    /// Waits at most `wait` for every member (watchdog leases); `None` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd wait.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
+        self.acquire(None, Deadline::after(wait)?).await
+    }
+
+    /// Waits at most `wait` for every member and holds them for `lease` without renewal.
+    ///
+    /// # Errors
+    /// As [`MultiLock::try_lock_for`], plus [`Error::InvalidDuration`] for a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock_for_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<MultiLockGuard>> {
+        self.acquire(Some(lease), Deadline::after(wait)?).await
+    }
+}
+
+impl std::fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("members", &self.members)
+            .finish()
+    }
+}

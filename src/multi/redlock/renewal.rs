@@ -1,0 +1,184 @@
+//! The renewal task of a `RedLockGuard`: every third of the lease, extend the lease on every
+//! node at once and take the lock again on nodes that lost it; lost when a majority no longer
+//! holds it or the validity runs out.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::client::Client;
+use crate::hold::{Hold, Lease};
+use crate::multi::member::{Held, Outcome};
+use crate::node::Renewal;
+
+use super::shared::Shared;
+
+/// What a renewal round came to.
+enum Round {
+    Renewed,
+    /// Fewer than a quorum confirmed, but the validity has not run out: try again sooner.
+    Short,
+    /// Lost, or the guard was released.
+    Stop,
+}
+
+/// One node's part of a renewal round.
+enum Step {
+    Renewed(Arc<Hold>),
+    /// The node answered that our hold is gone.
+    Gone,
+    /// Taken again on a node that did not hold it.
+    Retaken(Held),
+    /// No answer, an error, or (for a node we did not hold) held elsewhere.
+    Failed,
+}
+
+impl Shared {
+    /// One renewal round over every node at once.
+    async fn renew_round(&self) -> Round {
+        let started = Instant::now();
+        let plan: Vec<Option<(Client, Arc<Hold>)>> = {
+            let state = self.state.lock();
+            if state.closed {
+                return Round::Stop;
+            }
+            state
+                .slots
+                .iter()
+                .map(|slot| slot.as_ref().map(|h| (h.client.clone(), h.hold.clone())))
+                .collect()
+        };
+        let steps = join_all(
+            plan.into_iter()
+                .enumerate()
+                .map(|(i, held)| self.renew_node(i, held)),
+        )
+        .await;
+        // Members leave the state under the lock but are dropped after it: dropping a guard
+        // spawns its release.
+        let mut leaving = Vec::new();
+        let (renewed, held, expired) = {
+            let mut state = self.state.lock();
+            if state.closed {
+                // Unlocked meanwhile: whatever was taken again goes back.
+                leaving.extend(steps.into_iter().filter_map(|step| match step {
+                    Step::Retaken(held) => Some(held),
+                    _ => None,
+                }));
+                return Round::Stop;
+            }
+            // Judged before this round's answers can move it.
+            let expired = Instant::now() >= state.valid_until;
+            let mut renewed = 0;
+            for (i, step) in steps.into_iter().enumerate() {
+                match step {
+                    Step::Renewed(hold) => {
+                        hold.renewed(started);
+                        renewed += 1;
+                    }
+                    Step::Gone => {
+                        if let Some(held) = state.slots[i].take() {
+                            held.client.inner.holds.detach(&held.hold);
+                            held.hold
+                                .mark_lost("the key was gone from this RedLock node");
+                            leaving.push(held);
+                        }
+                    }
+                    Step::Retaken(held) => {
+                        if state.slots[i].is_none() {
+                            state.slots[i] = Some(held);
+                            renewed += 1;
+                        } else {
+                            leaving.push(held);
+                        }
+                    }
+                    Step::Failed => {}
+                }
+            }
+            if renewed >= self.quorum && !expired {
+                let until = started + self.lease.saturating_sub(self.drift);
+                if until > state.valid_until {
+                    state.valid_until = until;
+                }
+            }
+            (renewed, state.slots.iter().flatten().count(), expired)
+        };
+        drop(leaving);
+        if expired || self.lost.load(Ordering::Acquire) {
+            self.mark_lost(&format!(
+                "its validity ran out; the last round renewed on {renewed} of {} nodes (quorum {})",
+                self.nodes.len(),
+                self.quorum
+            ));
+            return Round::Stop;
+        }
+        if held < self.quorum {
+            self.mark_lost(&format!(
+                "only {held} of {} nodes still hold it (quorum {})",
+                self.nodes.len(),
+                self.quorum
+            ));
+            return Round::Stop;
+        }
+        if renewed < self.quorum {
+            tracing::warn!(lock = %self.name, renewed, quorum = self.quorum, "RedLock renewal short of a quorum; retrying before the validity runs out");
+            return Round::Short;
+        }
+        Round::Renewed
+    }
+
+    async fn renew_node(&self, i: usize, held: Option<(Client, Arc<Hold>)>) -> Step {
+        let lease_ms = self.lease.as_millis() as u64;
+        let Some((client, hold)) = held else {
+            // A node we do not hold (restarted, or it failed when we acquired): take it again
+            // when it is free, to keep as many nodes as possible behind the lock.
+            let lock = &self.nodes[i];
+            return match lock
+                .attempt_member(Lease::Fixed(self.lease), Some(self.node_timeout))
+                .await
+            {
+                Outcome::Granted(held) => {
+                    tracing::debug!(lock = %self.name, node = i, "RedLock taken again on a node");
+                    Step::Retaken(held)
+                }
+                _ => Step::Failed,
+            };
+        };
+        let batch = [Renewal {
+            hash: &hold.keys.hash,
+            field: &hold.field,
+            // A hold shared with a single-lock guard of the same owner keeps its longer lease.
+            lease_ms: lease_ms.max(hold.lease_ms),
+        }];
+        let reply = tokio::time::timeout(self.settle_timeout, client.inner.node.renew(&batch));
+        match reply.await {
+            Ok(Ok(flags)) if flags == [true] => Step::Renewed(hold),
+            Ok(Ok(_)) => Step::Gone,
+            Ok(Err(e)) => {
+                tracing::debug!(lock = %self.name, node = i, error = %e, "RedLock renewal failed on a node");
+                Step::Failed
+            }
+            Err(_) => {
+                tracing::debug!(lock = %self.name, node = i, "RedLock renewal timed out on a node");
+                Step::Failed
+            }
+        }
+    }
+}
+
+/// Renews every third of the lease until the guard goes or the lock is lost. Holds only a
+/// `Weak`, so a dropped guard (which also aborts this task) ends it.
+pub(super) async fn renew(weak: Weak<Shared>, period: Duration) {
+    let mut pause = period;
+    loop {
+        tokio::time::sleep(pause).await;
+        let Some(shared) = weak.upgrade() else { return };
+        pause = match shared.renew_round().await {
+            Round::Renewed => period,
+            Round::Short => period / 2,
+            Round::Stop => return,
+        };
+    }
+}

@@ -1,0 +1,165 @@
+//! Acquisition rounds: every node at once, a majority with validity left wins, and whatever a
+//! lost round took is given back before the next.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::error::{Error, Result};
+use crate::hold::Lease;
+use crate::lock::Lock;
+use crate::multi::member::{Deadline, Held, Outcome, give_back, jitter};
+
+use super::RedLock;
+use super::fence::raise_fence;
+use super::guard::RedLockGuard;
+use super::shared::Shared;
+
+impl RedLock {
+    /// Rounds until a majority grants the lock or `deadline` ends; `fixed` is a lease without
+    /// renewal, else the watchdog lease applies and the guard renews.
+    pub(super) async fn acquire(
+        &self,
+        fixed: Option<Duration>,
+        deadline: Deadline,
+    ) -> Result<Option<RedLockGuard>> {
+        let settings = self.settings(fixed)?;
+        let nodes: Vec<Lock> = self.nodes.iter().map(Lock::pinned).collect();
+        let n = nodes.len();
+        let fenced = nodes.iter().any(|l| l.fenced);
+        let lease = Lease::Fixed(settings.lease);
+        // Since when no round has found enough nodes answering to form a majority.
+        let mut unreachable_since: Option<Instant> = None;
+        loop {
+            let started = Instant::now();
+            let round = join_all(
+                nodes
+                    .iter()
+                    .map(|lock| lock.attempt_member(lease, Some(settings.node_timeout))),
+            )
+            .await;
+            let tally = Tally::count(&self.name, round);
+            if let Some(e) = tally.fatal {
+                give_back_within(settings.settle_timeout, tally.slots).await;
+                return Err(e);
+            }
+            let slots = tally.slots;
+            let mut granted = tally.acquired >= settings.quorum;
+            let mut token = None;
+            if granted && fenced {
+                token = raise_fence(&slots, settings.quorum, settings.node_timeout).await;
+                granted = token.is_some();
+            }
+            let valid_until = started
+                .checked_add(settings.lease.saturating_sub(settings.drift))
+                .unwrap_or(started);
+            if granted && Instant::now() < valid_until {
+                let shared = Shared::new(
+                    self.name.clone(),
+                    nodes,
+                    &settings,
+                    token,
+                    slots,
+                    valid_until,
+                );
+                return Ok(Some(RedLockGuard::start(shared, settings.renewed)));
+            }
+            give_back_within(settings.settle_timeout, slots).await;
+            if granted {
+                tracing::debug!(lock = %self.name, elapsed = ?started.elapsed(), "RedLock round took the lock too slowly to leave any validity");
+            }
+            let quorum_error = || Error::Quorum {
+                name: self.name.to_string(),
+                nodes: n,
+                needed: settings.quorum,
+                acquired: tally.acquired,
+                held_elsewhere: tally.held_elsewhere,
+                failed: tally.failed,
+            };
+            // Too few answers to form a majority is a failure, not contention. Node timeouts are
+            // short, so one such round may be a hiccup: waiting acquisitions go on, and give up
+            // when their wait ends on such a round or when it has lasted a whole lease.
+            let unreachable = n - tally.failed < settings.quorum;
+            if unreachable {
+                let since = *unreachable_since.get_or_insert(started);
+                if since.elapsed() >= settings.lease {
+                    return Err(quorum_error());
+                }
+            } else {
+                unreachable_since = None;
+            }
+            let Some(left) = deadline.remaining() else {
+                return if unreachable {
+                    Err(quorum_error())
+                } else {
+                    Ok(None)
+                };
+            };
+            let mut pause = jitter(Duration::ZERO, self.retry_delay);
+            if let Some(left) = left {
+                pause = pause.min(left);
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// How the nodes answered one round.
+struct Tally {
+    /// What each node granted, by node index.
+    slots: Vec<Option<Held>>,
+    acquired: usize,
+    held_elsewhere: usize,
+    failed: usize,
+    /// An error no further round can mend: a non-reentrant lock this owner already holds.
+    fatal: Option<Error>,
+}
+
+impl Tally {
+    fn count(name: &str, round: Vec<Outcome>) -> Tally {
+        let mut tally = Tally {
+            slots: Vec::with_capacity(round.len()),
+            acquired: 0,
+            held_elsewhere: 0,
+            failed: 0,
+            fatal: None,
+        };
+        for (i, outcome) in round.into_iter().enumerate() {
+            let mut slot = None;
+            match outcome {
+                Outcome::Granted(held) => {
+                    tally.acquired += 1;
+                    slot = Some(held);
+                }
+                Outcome::HeldElsewhere { .. } => tally.held_elsewhere += 1,
+                Outcome::TimedOut => {
+                    tally.failed += 1;
+                    tracing::debug!(lock = %name, node = i, "RedLock node did not answer in time");
+                }
+                Outcome::Failed(e) => {
+                    tally.failed += 1;
+                    tracing::debug!(lock = %name, node = i, error = %e, "RedLock node failed");
+                    if matches!(e, Error::WouldDeadlock { .. }) {
+                        tally.fatal.get_or_insert(e);
+                    }
+                }
+            }
+            tally.slots.push(slot);
+        }
+        tally
+    }
+}
+
+/// Gives back a failed round's grants, waiting at most `limit`: a node that stops answering
+/// now must not hold up the caller. Releases still running then finish in the background.
+async fn give_back_within(limit: Duration, slots: Vec<Option<Held>>) {
+    let members: Vec<Held> = slots.into_iter().flatten().collect();
+    if tokio::time::timeout(limit, give_back(members))
+        .await
+        .is_err()
+    {
+        tracing::debug!(
+            "RedLock give-back still running after {limit:?}; finishing in the background"
+        );
+    }
+}

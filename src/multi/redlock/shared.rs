@@ -1,0 +1,105 @@
+//! What a `RedLockGuard` and its renewal task share: the nodes, the numbers, what is held on
+//! each node, the validity, and whether the lock is lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::lock::Lock;
+use crate::multi::member::Held;
+
+use super::settings::Settings;
+
+/// What a guard and its renewal task share.
+pub(super) struct Shared {
+    pub(super) name: Arc<str>,
+    /// One lock per node, owner pinned: renewal re-acquires with them.
+    pub(super) nodes: Vec<Lock>,
+    pub(super) quorum: usize,
+    pub(super) lease: Duration,
+    pub(super) drift: Duration,
+    pub(super) node_timeout: Duration,
+    pub(super) settle_timeout: Duration,
+    pub(super) token: Option<u64>,
+    pub(super) state: Mutex<State>,
+    pub(super) lost: AtomicBool,
+    pub(super) lost_notify: Notify,
+}
+
+pub(super) struct State {
+    /// What we hold on each node, by node index.
+    pub(super) slots: Vec<Option<Held>>,
+    pub(super) valid_until: Instant,
+    /// Set by unlock and drop: from then on nothing may be added.
+    pub(super) closed: bool,
+}
+
+impl Shared {
+    pub(super) fn new(
+        name: Arc<str>,
+        nodes: Vec<Lock>,
+        settings: &Settings,
+        token: Option<u64>,
+        slots: Vec<Option<Held>>,
+        valid_until: Instant,
+    ) -> Shared {
+        Shared {
+            name,
+            nodes,
+            quorum: settings.quorum,
+            lease: settings.lease,
+            drift: settings.drift,
+            node_timeout: settings.node_timeout,
+            settle_timeout: settings.settle_timeout,
+            token,
+            state: Mutex::new(State {
+                slots,
+                valid_until,
+                closed: false,
+            }),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+        }
+    }
+
+    pub(super) fn valid_until(&self) -> Instant {
+        self.state.lock().valid_until
+    }
+
+    pub(super) fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() < self.valid_until() {
+            return false;
+        }
+        // Sticky: the caller may already have acted on the loss, so a renewal that lands after
+        // the validity ran out must not bring the guard back.
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::debug!(lock = %self.name, "RedLock validity ran out");
+            self.lost_notify.notify_waiters();
+        }
+        true
+    }
+
+    pub(super) fn mark_lost(&self, why: &str) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(lock = %self.name, "RedLock lost: {why}");
+            self.lost_notify.notify_waiters();
+        }
+    }
+
+    pub(super) fn held_nodes(&self) -> usize {
+        self.state.lock().slots.iter().flatten().count()
+    }
+
+    /// Takes every member out for release and forbids adding new ones.
+    pub(super) fn close(&self) -> Vec<Held> {
+        let mut state = self.state.lock();
+        state.closed = true;
+        state.slots.iter_mut().filter_map(Option::take).collect()
+    }
+}

@@ -1,0 +1,320 @@
+//! RedLock under faults: nodes killed, frozen (SIGSTOP and CLIENT PAUSE) or restarted without
+//! their data, and a holder paused past its validity.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redlease::{Error, RedLock};
+use support::{client_with, exists, key_of, node_locks, patient, pttl, unique_name};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_nodes_two_killed_acquire_and_renew_three_killed_fail_with_quorum() {
+    support::init_tracing();
+    let mut servers = support::start_many(5);
+    let name = unique_name("five");
+    let key = key_of(&name);
+    let lease = Duration::from_millis(900);
+    let redlock = RedLock::new(node_locks(&servers, &name).await)
+        .unwrap()
+        .watchdog_lease(lease);
+    servers[0].kill();
+    servers[1].kill();
+
+    let started = Instant::now();
+    let guard = redlock.lock().await.expect("3 of 5 nodes are up");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(guard.held_nodes(), 3);
+    tokio::time::sleep(lease * 2 + lease / 2).await;
+    assert!(!guard.is_lost(), "renewal on 3 of 5 nodes keeps the lock");
+    assert!(
+        guard.validity() > lease / 3,
+        "validity {:?}",
+        guard.validity()
+    );
+    for server in &servers[2..] {
+        let ttl = pttl(server, &key);
+        assert!(
+            ttl > (lease / 3).as_millis() as i64,
+            "lease renewed: pttl {ttl}"
+        );
+    }
+    guard.unlock().await.unwrap();
+
+    servers[2].kill();
+    let started = Instant::now();
+    let err = redlock
+        .try_lock_for(Duration::from_secs(3))
+        .await
+        .expect_err("2 of 5 nodes cannot form a majority");
+    let took = started.elapsed();
+    match err {
+        Error::Quorum {
+            nodes: 5,
+            needed: 3,
+            acquired: 2,
+            held_elsewhere: 0,
+            failed: 3,
+            ..
+        } => {}
+        other => panic!("expected a quorum error, got {other:?}"),
+    }
+    assert!(
+        took < Duration::from_secs(3),
+        "failed within the wait: {took:?}"
+    );
+    for server in &servers[3..] {
+        assert!(
+            !exists(server, &key),
+            "a failed round left the key on a live node"
+        );
+    }
+}
+
+/// A frozen node (SIGSTOP) costs the round its node timeout, not the pause; once it runs again
+/// it applies the acquire it had queued, and that late grant is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstopped_node_costs_its_timeout_and_its_late_grant_is_released() {
+    support::init_tracing();
+    let servers = support::start_many(3);
+    let name = unique_name("sigstop");
+    let key = key_of(&name);
+    let redlock = RedLock::new(node_locks(&servers, &name).await)
+        .unwrap()
+        .node_timeout(Duration::from_millis(50));
+    servers[2].pause();
+    let started = Instant::now();
+    let guard = redlock.lock_with_lease(Duration::from_secs(10)).await;
+    let took = started.elapsed();
+    let resume_at = Instant::now() + Duration::from_millis(800);
+    tokio::time::sleep_until(resume_at.into()).await;
+    servers[2].resume();
+    let guard = guard.expect("2 of 3 nodes answer");
+    assert!(
+        took < Duration::from_millis(400),
+        "took {took:?}, not about the node timeout"
+    );
+    assert_eq!(guard.held_nodes(), 2);
+    assert!(
+        support::eventually_async(Duration::from_secs(3), || async {
+            !exists(&servers[2], &key)
+        })
+        .await,
+        "the paused node's late grant must be released"
+    );
+    assert!(exists(&servers[0], &key) && exists(&servers[1], &key));
+    guard.unlock().await.unwrap();
+}
+
+/// The same with a pause longer than the client's own command timeout: the acquire's outcome
+/// is never seen, so a release is sent after it blindly, and the node applies both in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_frozen_past_the_client_timeout_is_still_cleaned_up() {
+    support::init_tracing();
+    let servers = support::start_many(3);
+    let name = unique_name("longstop");
+    let key = key_of(&name);
+    let mut ls = Vec::new();
+    for server in &servers {
+        let client = client_with(server, |b| b.timeout(Duration::from_millis(400))).await;
+        ls.push(client.lock(&name).unwrap());
+    }
+    let redlock = RedLock::new(ls).unwrap();
+    servers[0].pause();
+    let started = Instant::now();
+    let guard = redlock.lock_with_lease(Duration::from_secs(10)).await;
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    servers[0].resume();
+    let guard = guard.expect("2 of 3 nodes answer");
+    assert!(took < Duration::from_millis(400), "took {took:?}");
+    assert!(
+        support::eventually_async(Duration::from_secs(3), || async {
+            !exists(&servers[0], &key)
+        })
+        .await,
+        "the frozen node's grant must be released after it resumes"
+    );
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_paused_node_costs_only_its_timeout() {
+    support::init_tracing();
+    let servers = support::start_many(3);
+    let name = unique_name("clientpause");
+    let key = key_of(&name);
+    let redlock = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    servers[1].client_pause(700, true);
+    let started = Instant::now();
+    let guard = redlock
+        .try_lock_for_with_lease(Duration::from_secs(2), Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("2 of 3 nodes answer");
+    let took = started.elapsed();
+    // Default node timeout for a 10 s lease: 50 ms.
+    assert!(took < Duration::from_millis(350), "took {took:?}");
+    assert_eq!(guard.held_nodes(), 2);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        support::eventually_async(Duration::from_secs(3), || async {
+            !exists(&servers[1], &key)
+        })
+        .await,
+        "the paused node's late grant must be released"
+    );
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_node_is_retaken_and_losing_a_majority_resolves_lost() {
+    support::init_tracing();
+    let mut servers = support::start_many(3);
+    let name = unique_name("restart");
+    let key = key_of(&name);
+    let lease = Duration::from_millis(600);
+    let redlock =
+        patient(RedLock::new(node_locks(&servers, &name).await).unwrap()).watchdog_lease(lease);
+    let guard = redlock.lock().await.unwrap();
+    assert_eq!(guard.held_nodes(), 3);
+    let lost = guard.lost();
+    tokio::pin!(lost);
+
+    // One node forgets everything: the other two keep the quorum, renewal goes on, and the
+    // forgetful node is taken again at the next renewal.
+    servers[0].restart();
+    assert!(!exists(&servers[0], &key));
+    assert!(
+        support::eventually_async(Duration::from_secs(3), || async {
+            exists(&servers[0], &key)
+        })
+        .await,
+        "renewal takes the restarted node again"
+    );
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost());
+    assert_eq!(guard.held_nodes(), 3);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(10), &mut lost)
+            .await
+            .is_err()
+    );
+
+    // Two of three forget it: no majority holds it any more.
+    servers[1].kill();
+    servers[2].kill();
+    servers[1].restart();
+    servers[2].restart();
+    let started = Instant::now();
+    tokio::time::timeout(lease * 3, &mut lost)
+        .await
+        .expect("lost() resolves once a majority forgot the lock");
+    assert!(guard.is_lost());
+    eprintln!("lost {:?} after the majority restart", started.elapsed());
+    let err = guard.unlock().await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err:?}");
+    for server in &servers {
+        assert!(!exists(server, &key));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_with_a_frozen_node_is_bounded_and_cleans_up_after_it_resumes() {
+    support::init_tracing();
+    let servers = support::start_many(3);
+    let name = unique_name("frozen-unlock");
+    let key = key_of(&name);
+    let redlock = patient(RedLock::new(node_locks(&servers, &name).await).unwrap());
+    // Lease 2 s: each node gets max(150 ms, 200 ms) to answer a release.
+    let guard = redlock
+        .lock_with_lease(Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(guard.held_nodes(), 3);
+    servers[0].pause();
+    let started = Instant::now();
+    let unlocked = guard.unlock().await;
+    let took = started.elapsed();
+    servers[0].resume();
+    unlocked.expect("2 of 3 released: free for a majority elsewhere");
+    assert!(took < Duration::from_millis(800), "unlock took {took:?}");
+    assert!(!exists(&servers[1], &key) && !exists(&servers[2], &key));
+    assert!(
+        support::eventually_async(Duration::from_secs(1), || async {
+            !exists(&servers[0], &key)
+        })
+        .await,
+        "the frozen node applies the release once it resumes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_frozen_during_renewal_loses_the_lock_and_leaves_nothing() {
+    support::init_tracing();
+    let servers = support::start_many(3);
+    let name = unique_name("frozen-majority");
+    let key = key_of(&name);
+    let lease = Duration::from_millis(600);
+    let redlock =
+        patient(RedLock::new(node_locks(&servers, &name).await).unwrap()).watchdog_lease(lease);
+    let guard = redlock.lock().await.unwrap();
+    // One frozen node: the other two renew.
+    servers[2].pause();
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost(), "2 of 3 keep renewing");
+    // Two frozen: no renewal can reach a majority; the validity runs out.
+    servers[1].pause();
+    let started = Instant::now();
+    tokio::time::timeout(lease * 2, guard.lost())
+        .await
+        .expect("lost() resolves when the validity runs out");
+    assert!(started.elapsed() <= lease + Duration::from_millis(100));
+    let err = guard.unlock().await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err:?}");
+    servers[1].resume();
+    servers[2].resume();
+    // Queued renewals run first, then the releases: nothing survives the unlock.
+    assert!(
+        support::eventually_async(Duration::from_secs(2), || async {
+            servers.iter().all(|s| !exists(s, &key))
+        })
+        .await
+    );
+    tokio::time::sleep(lease).await;
+    assert!(servers.iter().all(|s| !exists(s, &key)));
+}
+
+/// The holder itself stalls past its validity (a GC pause, swap): the guard is lost, and stays
+/// lost even though the renewal task could reach every node again afterwards.
+#[tokio::test(flavor = "current_thread")]
+async fn holder_paused_past_its_validity_stays_lost() {
+    let servers = support::start_many(3);
+    let name = unique_name("gc-pause");
+    let lease = Duration::from_millis(300);
+    let redlock =
+        patient(RedLock::new(node_locks(&servers, &name).await).unwrap()).watchdog_lease(lease);
+    let guard = redlock.lock().await.unwrap();
+    // Blocks the only runtime thread: no renewal can run meanwhile.
+    std::thread::sleep(lease + Duration::from_millis(50));
+    assert!(guard.is_lost());
+    tokio::time::sleep(lease).await;
+    assert!(guard.is_lost(), "a late renewal must not revive the guard");
+    tokio::time::timeout(Duration::from_millis(10), guard.lost())
+        .await
+        .expect("lost() resolves at once");
+    assert!(guard.unlock().await.unwrap_err().is_lease_lost());
+    let other = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    other
+        .try_lock_for(Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("free again")
+        .unlock()
+        .await
+        .unwrap();
+}

@@ -1,0 +1,90 @@
+//! What the server holds, read straight from it for assertions: keys, lock hashes, TTLs,
+//! subscriptions and plain string values. Each call opens its own connection.
+
+use std::time::{Duration, Instant};
+
+use super::{Server, eventually_async};
+
+/// Whether `key` exists.
+pub fn exists(server: &Server, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("EXISTS")
+}
+
+/// How many owners hold the lock hash at `key` (its HLEN; 0 when there is none).
+pub fn owners(server: &Server, key: &str) -> usize {
+    redis::cmd("HLEN")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("HLEN")
+}
+
+/// The TTL of `key` in milliseconds: -1 when it has none, -2 when the key does not exist.
+pub fn pttl(server: &Server, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("PTTL")
+}
+
+/// Checks every 100 ms for `during` that `key` has a TTL of at most `max_ms` and has not expired:
+/// past its first lease, only renewal explains that.
+pub async fn assert_ttl_kept(server: &Server, key: &str, max_ms: i64, during: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < during {
+        let ttl = pttl(server, key);
+        assert!(
+            ttl > 0 && ttl <= max_ms,
+            "PTTL {ttl} after {:?}",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every channel that has a subscriber.
+pub fn channels(server: &Server) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("*")
+        .query(&mut server.conn())
+        .expect("PUBSUB CHANNELS")
+}
+
+/// How many connections subscribe to `channel`.
+pub fn numsub(server: &Server, channel: &str) -> u64 {
+    // The reply repeats the channel name, which need not be UTF-8.
+    let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut server.conn())
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
+/// Waits (at most 5 s) until exactly `n` connections subscribe to `channel`; whether they did.
+pub async fn until_subscribed(server: &Server, channel: &str, n: u64) -> bool {
+    eventually_async(Duration::from_secs(5), || async {
+        numsub(server, channel) == n
+    })
+    .await
+}
+
+/// Sets `key` to the string `value` (a key of the wrong type for a lock, say).
+pub fn set_string(server: &Server, key: &str, value: &str) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query::<()>(&mut server.conn())
+        .expect("SET");
+}
+
+/// The string at `key`, if any.
+pub fn get_string(server: &Server, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("GET")
+}
