@@ -5,14 +5,19 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+use crate::affinity::Placement;
+
 pub const USAGE: &str = "usage: redlease-bench [--quick] [--only W1,W2,...] [--impls redlease,rslock,...]
-                      [--runs N] [--cap SECONDS] [--out PATH]
+                      [--runs N] [--cap SECONDS] [--out PATH] [--workers N] [--placement same|split|none]
   --quick   smoke run with ~1/20 of the counts
   --only    workloads to run (W1..W6; default all)
   --impls   implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs)
   --runs    runs per workload and implementation, median reported (default 3)
   --cap     time cap of one run in seconds (default 120)
   --out     report path (default <workspace>/target/bench-report.md)
+  --workers tokio worker threads per measuring process (default: CPUs left to clients)
+  --placement  same (default): redis-servers and clients pinned to one CPU (stable numbers);
+            split: servers on the first CPU, clients on the others; none: not pinned
 Starts its own 5 redis-servers ($REDLEASE_SERVER_BIN, default redis-server) on loopback.";
 
 pub struct Counts {
@@ -65,6 +70,12 @@ pub struct Config {
     pub runs: usize,
     pub cap: Duration,
     pub out: PathBuf,
+    /// Tokio worker threads of each measuring process (default: the CPUs
+    /// left to the clients).
+    pub workers: Option<usize>,
+    pub placement: Placement,
+    /// How the run was placed on CPUs, for the report.
+    pub placed: String,
     pub counts: Counts,
     /// Child process (internal): the one cell to run, and the servers' URLs.
     pub cell: Option<(String, String)>,
@@ -83,6 +94,9 @@ impl Config {
                 env!("CARGO_MANIFEST_DIR"),
                 "/../target/bench-report.md"
             )),
+            workers: None,
+            placement: Placement::Same,
+            placed: "not pinned".into(),
             counts: Counts::full(),
             cell: None,
             urls: Vec::new(),
@@ -100,6 +114,15 @@ impl Config {
                 "--runs" => cfg.runs = value()?.parse::<usize>()?.max(1),
                 "--cap" => cfg.cap = Duration::from_secs(value()?.parse()?),
                 "--out" => cfg.out = value()?.into(),
+                "--workers" => cfg.workers = Some(value()?.parse::<usize>()?.max(1)),
+                "--placement" => {
+                    cfg.placement = match value()?.as_str() {
+                        "same" => Placement::Same,
+                        "split" => Placement::Split,
+                        "none" => Placement::None,
+                        other => bail!("unknown placement {other}\n{USAGE}"),
+                    }
+                }
                 "--cell" => cfg.cell = Some((value()?, value()?)),
                 "--urls" => cfg.urls = list(&value()?),
                 "-h" | "--help" => bail!("{USAGE}"),
@@ -122,6 +145,8 @@ impl Config {
     /// Arguments that give a child process the same counts, cap and servers.
     pub fn child_args(&self, urls: &[String]) -> Vec<String> {
         let mut args = vec![
+            "--workers".into(),
+            self.workers.unwrap_or(1).to_string(),
             "--cap".into(),
             self.cap.as_secs().to_string(),
             "--urls".into(),

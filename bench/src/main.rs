@@ -3,6 +3,7 @@
 //! private redis-server processes; prints one Markdown table of medians and
 //! ratios and writes it to `target/bench-report.md`.
 
+mod affinity;
 mod alloc;
 mod config;
 mod floor;
@@ -34,9 +35,38 @@ static ALLOC: alloc::Counting = alloc::Counting;
 /// W5 needs five servers; the other workloads use the first.
 const SERVERS: usize = 5;
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let cfg = Config::parse(std::env::args().skip(1))?;
+fn main() -> Result<()> {
+    let mut cfg = Config::parse(std::env::args().skip(1))?;
+    // The parent pins itself, hence the measuring processes it spawns (they
+    // inherit it), and the redis-servers (see affinity.rs).
+    let mut server_cpus = None;
+    let split = match cfg.cell {
+        None => affinity::cpus(cfg.placement),
+        Some(_) => None,
+    };
+    if let Some((servers, clients)) = split {
+        match affinity::pin(&clients) {
+            Ok(()) => {
+                cfg.workers.get_or_insert(clients.len());
+                cfg.placed =
+                    format!("redis-servers pinned to CPU {servers:?}, clients to {clients:?}");
+                server_cpus = Some(servers);
+            }
+            Err(e) => eprintln!("not pinning CPUs: {e}"),
+        }
+    }
+    let workers = *cfg
+        .workers
+        .get_or_insert_with(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    cfg.placed += &format!(", {workers} tokio worker thread(s) per client process");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?
+        .block_on(run(cfg, server_cpus))
+}
+
+async fn run(cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
     let started = Instant::now();
     let load_before = loadavg();
     let (servers, mode) = match &cfg.cell {
@@ -54,7 +84,7 @@ async fn main() -> Result<()> {
         }
         None => {
             let servers = (0..SERVERS)
-                .map(|_| RedisServer::start())
+                .map(|_| RedisServer::start(server_cpus.as_deref()))
                 .collect::<Result<Vec<_>>>()?;
             let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
             let mode = Mode::Parent {
@@ -128,10 +158,12 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
         "# redlease benchmark ({mode})\n\n\
          {runs} run(s) per cell (each a fresh process, cells interleaved), median reported; \
          {cores} cores, loopback, private redis-server {ver}; total {seconds:.0} s; {load}.\n\
+         Placement: {placement}.\n\
          Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
          W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs.\n\n{table}\n{notes}",
         runs = cfg.runs,
-        cores = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        // SAFETY: sysconf has no preconditions.
+        cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) },
         ver = redis_version(),
         w1 = c.w1,
         t2 = c.w2_tasks,
@@ -144,6 +176,7 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
         w6 = c.w6,
         table = report::table(&ctx),
         notes = NOTES,
+        placement = cfg.placed,
     )
 }
 
@@ -197,8 +230,9 @@ Round trips of a redlease tick: as reported by `RenewStats`, and as EVAL/EVALSHA
 counted by the server (INFO commandstats); the server's command count includes the commands \
 run inside the scripts. rlock has one renewal task per guard, so its row counts the renewal \
 script calls over one 5 s renewal period instead of a tick. Peers without renewal: heap only.
-- W5: on 2 cores even the floor fanned out to 5 local servers costs several single-node round \
-trips (5 redis-server processes must each be scheduled), which bounds every RedLock(5) here.
+- W5: with the default placement the 5 servers and the client share one CPU, so a fan-out to \
+5 servers costs the 5 servers' CPU time in series; the floor row \"5 nodes in parallel\" shows \
+that bound for every RedLock(5) here (`--placement split` moves the servers to another CPU).
 - W6: the holder keeps the lock 2–8 ms while the waiter is blocked in its lock call; latency = \
 waiter's lock call returning − holder's unlock call returning.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.

@@ -97,7 +97,11 @@ impl Runner {
                 };
                 match result {
                     Ok(m) => {
-                        eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
+                        let first = m.first().map(|m| {
+                            format!("{} {}", m.metric, crate::report::fmt_value(m.unit, m.value))
+                        });
+                        let secs = started.elapsed().as_secs_f64();
+                        eprintln!(" {secs:.1} s  {}", first.unwrap_or_default());
                         runs[k].push(m);
                     }
                     Err(e) if e.is::<TimedOut>() => {

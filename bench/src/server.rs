@@ -1,6 +1,7 @@
 //! Private redis-server processes on free loopback ports, killed on drop.
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,10 +16,17 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts `redis-server` (or `$REDLEASE_SERVER_BIN`) in the foreground on a free
     /// 127.0.0.1 port, without persistence, and waits until it answers PING.
-    pub fn start() -> Result<Self> {
+    /// Pinned to `cpus` when given.
+    pub fn start(cpus: Option<&[usize]>) -> Result<Self> {
         let bin = std::env::var("REDLEASE_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         let port = free_port()?;
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        if let Some(cpus) = cpus {
+            let cpus = cpus.to_vec();
+            // SAFETY: the hook only makes the sched_setaffinity system call.
+            unsafe { cmd.pre_exec(move || crate::affinity::pin(&cpus)) };
+        }
+        let child = cmd
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--loglevel", "warning", "--maxclients", "10000"])

@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use crate::multi::member::Held;
 
 /// Raises a node's fencing counter to the token a RedLock hands out; see the file's header.
-const RAISE_FENCE: &str = include_str!("raise_fence.lua");
+const RAISE_FENCE: &str = include_str!("../../../lua/raise_fence.lua");
 
 /// The largest fencing counter among the granting nodes, once a majority of nodes have been
 /// raised to it; `None` when too few confirmed.
