@@ -234,6 +234,7 @@ script calls over one 5 s renewal period instead of a tick. Peers without renewa
 5 servers costs the 5 servers' CPU time in series; the floor row \"5 nodes in parallel\" shows \
 that bound for every RedLock(5) here (`--placement split` moves the servers to another CPU).
 - W6: the holder keeps the lock 2–8 ms while the waiter is blocked in its lock call; latency = \
-waiter's lock call returning − holder's unlock call returning.
+waiter's lock call returning − holder's unlock call returning. The floor is also taken after \
+the same 2–8 ms idle gap: an idle machine wakes slowly (VM idle states), which no lock can beat.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

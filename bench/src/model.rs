@@ -101,6 +101,7 @@ pub const FAILED_BATCHES: &str = "failed batches in tick";
 pub const PERIOD_SCRIPTS: &str = "renewal script calls per 5 s period (server)";
 pub const WAKE: &str = "wake-up latency";
 pub const RTT: &str = "EVALSHA round trip";
+pub const RTT_IDLE: &str = "EVALSHA round trip after a 2-8 ms idle gap";
 
 const METRICS: &[&str] = &[
     PAIR,
@@ -121,6 +122,7 @@ const METRICS: &[&str] = &[
     PERIOD_SCRIPTS,
     WAKE,
     RTT,
+    RTT_IDLE,
 ];
 
 const UNITS: &[(Unit, &str)] = &[

@@ -2,8 +2,8 @@
 //! to redlease; peers are compared with redlease, floor rows stand alone).
 
 use crate::model::{
-    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, TICK, TICK_RT, Unit,
-    WAIT_MAX, WAKE,
+    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, RTT_IDLE, TICK, TICK_RT,
+    Unit, WAIT_MAX, WAKE,
 };
 
 /// What the targets need to know about the run.
@@ -105,7 +105,12 @@ impl Context<'_> {
             ("W2", WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
             ("W6", WAKE) => {
                 let f = self.floor(w, RTT);
-                (ratio(f, "floor"), at_most(f, 3.0, "floor"))
+                let idle = self.floor(w, RTT_IDLE);
+                let (r, verdict) = (ratio(f, "floor"), at_most(f, 3.0, "floor"));
+                match idle.map(|i| m.value / i) {
+                    Some(x) => (format!("{r}; {x:.2}× idle floor"), verdict),
+                    None => (r, verdict),
+                }
             }
             (w4, TICK) if w4 == self.w4_target => (String::new(), verdict(m.value <= 1e6, "≤ 1 s")),
             (w4, TICK_RT) if w4 == self.w4_target => {

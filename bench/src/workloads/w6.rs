@@ -17,7 +17,7 @@ use crate::stats::p50_p99;
 
 pub const KEY: &str = "bench:w6";
 
-fn hold_time(round: usize) -> Duration {
+pub fn hold_time(round: usize) -> Duration {
     Duration::from_millis(2 + (round * 5 % 7) as u64)
 }
 
