@@ -12,6 +12,9 @@ use crate::keys::LockKeys;
 use crate::owner::Owner;
 use crate::scripts::Release;
 
+/// The last owner seen through a handle, and its owner field.
+type FieldCache = parking_lot::Mutex<Option<(Owner, Arc<str>)>>;
+
 /// A handle to one named lock of a [`Client`]. Cheap to clone; holds nothing by itself.
 ///
 /// Taking the lock returns a [`LockGuard`]; the lock is released when the guard is unlocked or
@@ -45,7 +48,7 @@ pub struct Lock {
     pub(crate) watchdog_lease: Option<Duration>,
     /// The owner field last computed through this handle (and its clones): a task locking
     /// the same lock again and again formats it once.
-    field_cache: Arc<parking_lot::Mutex<Option<(Owner, Arc<str>)>>>,
+    field_cache: Arc<FieldCache>,
 }
 
 impl Lock {
