@@ -297,29 +297,31 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    fn get(&self) -> &crate::LockGuard {
-        // Invariant: only `unlock` (consuming) and Drop take the guard out.
-        self.inner.as_ref().expect("a live guard")
-    }
+    // `inner` is only taken by `unlock` (which consumes the guard) and by Drop, so it is always
+    // there for these; the fallbacks only keep library code free of panics.
 
     /// See [`crate::LockGuard::fencing_token`].
     pub fn fencing_token(&self) -> Option<u64> {
-        self.get().fencing_token()
+        self.inner.as_ref().and_then(|g| g.fencing_token())
     }
 
     /// See [`crate::LockGuard::is_lost`].
     pub fn is_lost(&self) -> bool {
-        self.get().is_lost()
+        self.inner.as_ref().is_none_or(|g| g.is_lost())
     }
 
     /// See [`crate::LockGuard::valid_until`].
     pub fn valid_until(&self) -> Instant {
-        self.get().valid_until()
+        self.inner
+            .as_ref()
+            .map_or_else(Instant::now, |g| g.valid_until())
     }
 
     /// Blocks until the lease is lost or `timeout` passes; `true` when lost.
     pub fn wait_lost(&self, timeout: Duration) -> bool {
-        let lost = self.get().lost();
+        let Some(lost) = self.inner.as_ref().map(|g| g.lost()) else {
+            return true;
+        };
         self.rt
             .block_on(async { tokio::time::timeout(timeout, lost).await.is_ok() })
     }

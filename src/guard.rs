@@ -24,22 +24,22 @@ use crate::task::FinishOnDrop;
 #[must_use = "if unused the lock is released immediately"]
 pub struct LockGuard {
     client: Client,
-    hold: Option<Arc<Hold>>,
+    hold: Arc<Hold>,
+    /// False once `unlock` took over the release, so Drop does nothing more.
+    armed: bool,
 }
 
 impl LockGuard {
     pub(crate) fn new(client: Client, hold: Arc<Hold>) -> LockGuard {
         LockGuard {
             client,
-            hold: Some(hold),
+            hold,
+            armed: true,
         }
     }
 
     fn hold(&self) -> &Arc<Hold> {
-        // Invariant: `hold` is only taken by `unlock` (which consumes the guard) and `Drop`.
-        self.hold
-            .as_ref()
-            .expect("a live guard always has its hold")
+        &self.hold
     }
 
     /// The lock's name.
@@ -93,16 +93,18 @@ impl LockGuard {
     /// # Cancel safety
     /// Dropping the future still completes the release in the background.
     pub async fn unlock(mut self) -> Result<()> {
-        let Some(hold) = self.hold.take() else {
-            return Ok(());
-        };
+        self.armed = false;
+        let hold = self.hold.clone();
         release(&self.client, &hold).await
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(hold) = self.hold.take() else { return };
+        if !self.armed {
+            return;
+        }
+        let hold = self.hold.clone();
         // Local state first and synchronously, as documented: the release used to do this inside
         // the spawned task, so the watchdog kept renewing a dropped guard's hold until that task
         // ran (forever if the runtime was shutting down and never ran it).
@@ -130,11 +132,9 @@ impl Drop for LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("LockGuard");
-        if let Some(hold) = &self.hold {
-            d.field("name", &hold.keys.name)
-                .field("token", &hold.token)
-                .field("lost", &hold.is_lost());
-        }
+        d.field("name", &self.hold.keys.name)
+            .field("token", &self.hold.token)
+            .field("lost", &self.hold.is_lost());
         d.finish_non_exhaustive()
     }
 }
