@@ -24,34 +24,39 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::runtime::Runtime;
+use tokio::runtime::{Handle, Runtime};
 
 use crate::error::Result;
 use crate::{ClientBuilder, LockStatus, Owner};
 
 /// Owns the private runtime; shuts it down without blocking when the last handle goes.
-struct Rt(Option<Runtime>);
+struct Rt {
+    /// Drives futures on the runtime (a multi-thread runtime's handle can block on them).
+    handle: Handle,
+    /// Only taken by Drop, to shut the runtime down without blocking.
+    runtime: Option<Runtime>,
+}
 
 impl Rt {
-    fn runtime(&self) -> &Runtime {
-        // Invariant: only Drop takes the runtime out.
-        self.0
-            .as_ref()
-            .expect("the runtime lives until the last handle is dropped")
+    fn new(runtime: Runtime) -> Rt {
+        Rt {
+            handle: runtime.handle().clone(),
+            runtime: Some(runtime),
+        }
     }
 
     fn block_on<F: Future>(&self, fut: F) -> F::Output {
-        if tokio::runtime::Handle::try_current().is_ok() {
+        if Handle::try_current().is_ok() {
             panic!("redlease::blocking called from inside an async context; use the async API");
         }
-        self.runtime().block_on(fut)
+        self.handle.block_on(fut)
     }
 }
 
 impl Drop for Rt {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
         }
     }
 }
@@ -84,7 +89,7 @@ impl Client {
             .enable_all()
             .build()
             .map_err(|e| crate::Error::InvalidArgument(format!("cannot start a runtime: {e}")))?;
-        let rt = Arc::new(Rt(Some(runtime)));
+        let rt = Arc::new(Rt::new(runtime));
         let inner = rt.block_on(builder.build())?;
         Ok(Client { inner, rt })
     }
@@ -343,17 +348,17 @@ impl Drop for LockGuard {
         let Some(guard) = self.inner.take() else {
             return;
         };
-        if tokio::runtime::Handle::try_current().is_err() {
+        if Handle::try_current().is_err() {
             // Blocking is this API's contract, and a release spawned in the background would
             // die with the private runtime when the client goes right after the guard (the usual
             // end of `main`), leaving the key held for a whole lease.
-            if let Err(e) = self.rt.runtime().block_on(guard.unlock()) {
+            if let Err(e) = self.rt.handle.block_on(guard.unlock()) {
                 tracing::debug!(error = %e, "release on drop failed");
             }
         } else {
             // Dropped inside some async context (a misuse we must not panic on): fall back to
             // the background release on the private runtime.
-            let _context = self.rt.runtime().enter();
+            let _context = self.rt.handle.enter();
             drop(guard);
         }
     }

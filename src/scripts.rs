@@ -81,30 +81,29 @@ mod tests {
 
     #[test]
     fn acquire_replies_parse() {
+        let parse = |reply: &[i64]| Acquire::parse(reply).ok();
         assert_eq!(
-            Acquire::parse(&[1, 2, 7]).unwrap(),
-            Acquire::Acquired { count: 2, token: 7 }
+            parse(&[1, 2, 7]),
+            Some(Acquire::Acquired { count: 2, token: 7 })
         );
         assert_eq!(
-            Acquire::parse(&[0, 1500]).unwrap(),
-            Acquire::HeldElsewhere {
+            parse(&[0, 1500]),
+            Some(Acquire::HeldElsewhere {
                 ttl: Some(Duration::from_millis(1500))
-            }
+            })
         );
-        assert_eq!(
-            Acquire::parse(&[0, -1]).unwrap(),
-            Acquire::HeldElsewhere { ttl: None }
-        );
-        assert_eq!(Acquire::parse(&[2, 1]).unwrap(), Acquire::AlreadyHeld);
+        assert_eq!(parse(&[0, -1]), Some(Acquire::HeldElsewhere { ttl: None }));
+        assert_eq!(parse(&[2, 1]), Some(Acquire::AlreadyHeld));
         assert!(Acquire::parse(&[9]).is_err());
         assert!(Acquire::parse(&[1, 0, 0]).is_err());
     }
 
     #[test]
     fn release_replies_parse() {
-        assert_eq!(Release::parse(-1).unwrap(), Release::NotHeld);
-        assert_eq!(Release::parse(0).unwrap(), Release::Released);
-        assert_eq!(Release::parse(3).unwrap(), Release::StillHeld(3));
+        let parse = |reply: i64| Release::parse(reply).ok();
+        assert_eq!(parse(-1), Some(Release::NotHeld));
+        assert_eq!(parse(0), Some(Release::Released));
+        assert_eq!(parse(3), Some(Release::StillHeld(3)));
         assert!(Release::parse(-2).is_err());
     }
 }
