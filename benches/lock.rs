@@ -75,29 +75,8 @@ fn benches(c: &mut Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
     contended.bench_function("handoff_8_tasks", |b| {
-        b.to_async(&rt).iter(|| {
-            let client = client.clone();
-            async move {
-                let tasks: Vec<_> = (0..8)
-                    .map(|_| {
-                        let lock = client.lock("bench:contended").expect("name");
-                        tokio::spawn(async move {
-                            for _ in 0..50 {
-                                lock.lock()
-                                    .await
-                                    .expect("lock")
-                                    .unlock()
-                                    .await
-                                    .expect("unlock");
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.expect("task");
-                }
-            }
-        })
+        b.to_async(&rt)
+            .iter(|| tasks_lock_unlock(client.clone(), vec!["bench:contended".into(); 8], 50))
     });
     contended.finish();
 
@@ -106,31 +85,31 @@ fn benches(c: &mut Criterion) {
     many.sample_size(10);
     many.bench_function("64_tasks_64_keys", |b| {
         b.to_async(&rt).iter(|| {
-            let client = client.clone();
-            async move {
-                let tasks: Vec<_> = (0..64)
-                    .map(|i| {
-                        let lock = client.lock(&format!("bench:many:{i}")).expect("name");
-                        tokio::spawn(async move {
-                            for _ in 0..20 {
-                                lock.lock()
-                                    .await
-                                    .expect("lock")
-                                    .unlock()
-                                    .await
-                                    .expect("unlock");
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.expect("task");
-                }
-            }
+            let names = (0..64).map(|i| format!("bench:many:{i}")).collect();
+            tasks_lock_unlock(client.clone(), names, 20)
         })
     });
     many.finish();
     rt.block_on(client.shutdown()).expect("shutdown");
+}
+
+/// One task per name, each doing `rounds` lock+unlock pairs on its lock; waits for all.
+async fn tasks_lock_unlock(client: Client, names: Vec<String>, rounds: usize) {
+    let tasks: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let lock = client.lock(name).expect("name");
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = lock.lock().await.expect("lock");
+                    guard.unlock().await.expect("unlock");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
 }
 
 criterion_group!(lock_benches, benches);

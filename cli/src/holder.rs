@@ -8,7 +8,7 @@ use redlease::{Lock, LockGuard, Owner, RedLock, RedLockGuard};
 
 use crate::args::RunArgs;
 use crate::exit::{self, Failure};
-use crate::nodes::{self, Node, quorum};
+use crate::nodes::{self, Node, down_reasons, quorum};
 
 /// The lock, held.
 pub enum Held {
@@ -120,10 +120,7 @@ fn usable_nodes(nodes: &[Node]) -> Result<Vec<redlease::Client>, Failure> {
     if quorum(up.len()) >= quorum(nodes.len()) {
         return Ok(up);
     }
-    let down: Vec<String> = nodes
-        .iter()
-        .filter_map(|n| n.client.as_ref().err().map(|e| format!("{}: {e}", n.shown)))
-        .collect();
+    let down = down_reasons(nodes);
     Err(Failure::new(
         exit::UNAVAILABLE,
         format!(

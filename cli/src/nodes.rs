@@ -70,10 +70,7 @@ pub fn require_majority(nodes: &[Node]) -> Result<(), Failure> {
             return Err(unreachable(&node.shown, e));
         }
     }
-    let reasons: Vec<String> = nodes
-        .iter()
-        .filter_map(|n| n.client.as_ref().err().map(|e| format!("{}: {e}", n.shown)))
-        .collect();
+    let reasons = down_reasons(nodes);
     Err(Failure::new(
         exit::UNAVAILABLE,
         format!(
@@ -86,6 +83,14 @@ pub fn require_majority(nodes: &[Node]) -> Result<(), Failure> {
 }
 
 /// The failure for a node that could not be connected to.
+/// "url: reason" for every node that could not be reached.
+pub fn down_reasons(nodes: &[Node]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter_map(|n| n.client.as_ref().err().map(|e| format!("{}: {e}", n.shown)))
+        .collect()
+}
+
 pub fn unreachable(shown: &str, error: &redlease::Error) -> Failure {
     Failure::from_error(format_args!("cannot use Redis at {shown}"), error)
 }
