@@ -17,6 +17,12 @@ use crate::task::FinishOnDrop;
 /// message arrives (someone PERSISTed it, or a message was lost).
 const RECHECK_WITHOUT_TTL: Duration = Duration::from_secs(1);
 
+/// How long a waiter may sleep on a holder with remaining lease `ttl` before trying again: just
+/// past the expiry (the unlock message never comes when a lease simply runs out).
+pub(crate) fn nap_for(ttl: Option<Duration>) -> Duration {
+    ttl.map_or(RECHECK_WITHOUT_TTL, |t| t + Duration::from_millis(1))
+}
+
 impl Lock {
     pub(crate) async fn acquire(&self, lease: Lease, wait: Wait) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
@@ -78,7 +84,7 @@ impl Lock {
             };
             // Wake on the unlock message, or when the holder's lease runs out (the message is
             // lost when a lease simply expires), or at our own deadline.
-            let mut nap = ttl.map_or(RECHECK_WITHOUT_TTL, |t| t + Duration::from_millis(1));
+            let mut nap = nap_for(ttl);
             if let Some(left) = remaining {
                 nap = nap.min(left);
             }

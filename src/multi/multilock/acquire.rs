@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::{join_all, select_all};
 
+use crate::acquire::nap_for;
 use crate::client::Client;
 use crate::config::lease_ms;
 use crate::error::{Error, Result};
@@ -16,9 +17,6 @@ use crate::pubsub::Subscription;
 
 use super::{MultiLock, MultiLockGuard};
 
-/// Longest sleep between rounds when a blocking holder's key has no expiry and no unlock message
-/// arrives.
-const RECHECK_WITHOUT_TTL: Duration = Duration::from_secs(1);
 /// Upper bound of the random pause after a lost round, so contenders woken by the same unlock
 /// do not collide again in lockstep.
 const MAX_JITTER: Duration = Duration::from_millis(50);
@@ -155,9 +153,9 @@ async fn wait_for_unlock(
 ) {
     let mut nap = blockers
         .iter()
-        .map(|(_, ttl)| ttl.map_or(RECHECK_WITHOUT_TTL, |t| t + Duration::from_millis(1)))
+        .map(|(_, ttl)| nap_for(*ttl))
         .min()
-        .unwrap_or(RECHECK_WITHOUT_TTL);
+        .unwrap_or_else(|| nap_for(None));
     if let Some(left) = left {
         nap = nap.min(left);
     }
