@@ -79,7 +79,12 @@ impl Lock {
             let Some(sub) = subscription.as_ref() else {
                 // Subscribe only after a failed attempt (the uncontended path stays one round
                 // trip), then try again at once: the unlock may have happened before we listened.
-                subscription = Some(inner.subscriber.subscribe(&self.keys.channel).await?);
+                subscription = Some(
+                    inner
+                        .subscriber
+                        .subscribe(&self.keys.channel_name())
+                        .await?,
+                );
                 continue;
             };
             // Wake on the unlock message, or when the holder's lease runs out (the message is
@@ -123,7 +128,7 @@ impl Lock {
                 .client
                 .inner
                 .subscriber
-                .subscribe(&self.keys.channel)
+                .subscribe(&self.keys.channel_name())
                 .await?;
             *subscription = Some(sub);
         }
@@ -176,7 +181,7 @@ impl Lock {
                         // its grant if there was one and is a no-op otherwise; it and the retry
                         // go out in this order on the new connection.
                         let id = client.inner.request_id();
-                        let _ = node.release(&keys, &field, lease_ms, 1, &id, false).await;
+                        let _ = node.release(&keys, &field, lease_ms, 1, id, false).await;
                         node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
                             .await
                     }

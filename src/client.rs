@@ -58,6 +58,13 @@ pub(crate) struct Inner {
     next_request: AtomicU64,
 }
 
+/// Names one release request (`<client uuid>:<n>`), so a retry of it is recognised.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestId<'a> {
+    pub client: &'a str,
+    pub n: u64,
+}
+
 impl Inner {
     pub fn check_open(&self) -> Result<()> {
         if self.shut_down.load(Ordering::Acquire) {
@@ -79,9 +86,11 @@ impl Inner {
     }
 
     /// A request id unique to this client, for idempotent releases.
-    pub fn request_id(&self) -> String {
-        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.id_text)
+    pub fn request_id(&self) -> RequestId<'_> {
+        RequestId {
+            client: &self.id_text,
+            n: self.next_request.fetch_add(1, Ordering::Relaxed),
+        }
     }
 }
 
@@ -248,7 +257,7 @@ impl Client {
                         &hold.field,
                         hold.lease_ms,
                         guards.max(1),
-                        &id,
+                        id,
                         false,
                     )
                     .await

@@ -13,7 +13,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 #[derive(Default)]
 pub(crate) struct Gates {
-    map: DashMap<Arc<str>, Arc<Gate>>,
+    map: DashMap<Arc<str>, Arc<Gate>, foldhash::fast::RandomState>,
 }
 
 pub(crate) struct Gate {

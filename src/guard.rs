@@ -211,7 +211,7 @@ pub(crate) async fn release_on_server(
         loop {
             match inner
                 .node
-                .release(&keys, &field, lease_ms, holds, &id, attempt > 0)
+                .release(&keys, &field, lease_ms, holds, id, attempt > 0)
                 .await
             {
                 Err(e) if e.is_unavailable() && attempt < inner.config.release_retries => {

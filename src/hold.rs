@@ -158,7 +158,8 @@ pub(crate) enum LocalRelease {
 
 #[derive(Default)]
 pub(crate) struct Holds {
-    map: DashMap<HoldKey, Arc<Hold>>,
+    /// foldhash, not SipHash: every acquisition and release hashes its key here a few times.
+    map: DashMap<HoldKey, Arc<Hold>, foldhash::fast::RandomState>,
 }
 
 impl Holds {

@@ -12,9 +12,6 @@ use crate::keys::LockKeys;
 use crate::owner::Owner;
 use crate::scripts::Release;
 
-/// The last owner seen through a handle, and its owner field.
-type FieldCache = parking_lot::Mutex<Option<(Owner, Arc<str>)>>;
-
 /// A handle to one named lock of a [`Client`]. Cheap to clone; holds nothing by itself.
 ///
 /// Taking the lock returns a [`LockGuard`]; the lock is released when the guard is unlocked or
@@ -46,9 +43,6 @@ pub struct Lock {
     pub(crate) reentrant: bool,
     pub(crate) fenced: bool,
     pub(crate) watchdog_lease: Option<Duration>,
-    /// The owner field last computed through this handle (and its clones): a task locking
-    /// the same lock again and again formats it once.
-    field_cache: Arc<FieldCache>,
 }
 
 impl Lock {
@@ -61,7 +55,6 @@ impl Lock {
             reentrant: true,
             fenced: false,
             watchdog_lease: None,
-            field_cache: Arc::default(),
         })
     }
 
@@ -120,16 +113,7 @@ impl Lock {
     }
 
     pub(crate) fn field(&self) -> Arc<str> {
-        let owner = self.owner();
-        let mut cache = self.field_cache.lock();
-        match &*cache {
-            Some((cached, field)) if *cached == owner => field.clone(),
-            _ => {
-                let field: Arc<str> = owner.field(&self.client.inner.id_text).into();
-                *cache = Some((owner, field.clone()));
-                field
-            }
-        }
+        self.owner().field(&self.client.inner.id_text)
     }
 
     pub(crate) fn watchdog(&self) -> Result<Lease> {

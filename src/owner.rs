@@ -1,6 +1,8 @@
 //! Who holds a lock: the reentrancy identity.
 
+use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity that holds a lock. Acquisitions by the same owner (of the same [`Client`]) re-enter
@@ -53,9 +55,43 @@ impl Owner {
     }
 
     /// The hash field naming this owner of the client `client_id`: `<client uuid>:<owner>`.
-    pub(crate) fn field(&self, client_id: &str) -> String {
-        format!("{client_id}:{self}")
+    ///
+    /// The last one made on each thread is kept: a task that locks again and again (through a
+    /// fresh handle each time, as the docs show) gets it without formatting or allocating.
+    pub(crate) fn field(&self, client_id: &Arc<str>) -> Arc<str> {
+        let make = || -> Arc<str> {
+            use std::fmt::Write as _;
+            let mut field = String::with_capacity(client_id.len() + 24);
+            field.push_str(client_id);
+            field.push(':');
+            // Writing into a String cannot fail.
+            let _ = write!(field, "{self}");
+            field.into()
+        };
+        LAST_FIELD
+            .try_with(|last| {
+                let mut last = last.borrow_mut();
+                match &*last {
+                    // The cache holds the client id alive, so pointer equality cannot be fooled
+                    // by a new client's id allocated at a freed one's address.
+                    Some((id, owner, field)) if Arc::ptr_eq(id, client_id) && owner == self => {
+                        field.clone()
+                    }
+                    _ => {
+                        let field = make();
+                        *last = Some((client_id.clone(), *self, field.clone()));
+                        field
+                    }
+                }
+            })
+            // Thread-local storage already torn down (thread exit): just format it.
+            .unwrap_or_else(|_| make())
     }
+}
+
+thread_local! {
+    /// (client id, owner, field) of the last field made on this thread.
+    static LAST_FIELD: RefCell<Option<(Arc<str>, Owner, Arc<str>)>> = const { RefCell::new(None) };
 }
 
 impl fmt::Display for Owner {

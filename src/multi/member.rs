@@ -250,7 +250,7 @@ fn pipeline(plan: &[Planned], which: &[usize], source: bool) -> redis::Pipeline 
         };
         call.arg(2)
             .arg(&*p.keys.hash)
-            .arg(&p.keys.fence)
+            .arg(p.keys.fence())
             .arg(&*p.field)
             .arg(p.lease_ms)
             .arg(if p.reentrant { "1" } else { "0" })

@@ -133,9 +133,10 @@ async fn listen_to_new_blockers(
     if missing.is_empty() {
         return Ok(false);
     }
-    let subscribed = join_all(missing.iter().map(|&i| {
+    let subscribed = join_all(missing.iter().map(|&i| async move {
         let lock = &members[i].0;
-        lock.client.inner.subscriber.subscribe(&lock.keys.channel)
+        let channel = lock.keys.channel_name();
+        lock.client.inner.subscriber.subscribe(&channel).await
     }))
     .await;
     for (i, sub) in missing.into_iter().zip(subscribed) {

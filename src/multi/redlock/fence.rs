@@ -21,7 +21,7 @@ pub(super) async fn raise_fence(
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(RAISE_FENCE)
             .arg(1)
-            .arg(&held.hold.keys.fence)
+            .arg(held.hold.keys.fence())
             .arg(token);
         let reply = tokio::time::timeout(limit, held.client.inner.node.query::<u64>(&cmd)).await;
         matches!(reply, Ok(Ok(counter)) if counter >= token)
