@@ -89,9 +89,11 @@ impl Owner {
     }
 }
 
+/// (client id, owner, field) of the last field made on a thread.
+type LastField = Option<(Arc<str>, Owner, Arc<str>)>;
+
 thread_local! {
-    /// (client id, owner, field) of the last field made on this thread.
-    static LAST_FIELD: RefCell<Option<(Arc<str>, Owner, Arc<str>)>> = const { RefCell::new(None) };
+    static LAST_FIELD: RefCell<LastField> = const { RefCell::new(None) };
 }
 
 impl fmt::Display for Owner {
