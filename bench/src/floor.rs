@@ -1,14 +1,14 @@
 //! The floor: a bare EVALSHA of a trivial script through redis-rs on a
 //! `ConnectionManager` (the library's connection type), one round trip.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use futures::future::try_join_all;
 use redis::Script;
 use redis::aio::ConnectionManager;
 
-use crate::model::{Measure, RTT, RTT_IDLE};
+use crate::model::{Measure, RTT, RTT_IDLE, RTT_WAKE};
 use crate::stats::p50_p99;
 use crate::workloads::w1;
 
@@ -47,6 +47,48 @@ pub async fn pairs(urls: Vec<String>, n: usize) -> Result<Vec<Measure>> {
     .await?
 }
 
+/// W6's own shape with a trivial script in place of the lock, and no lock at all: after the
+/// idle gap a "holder" task makes one round trip (its unlock; not timed) and then wakes a
+/// "waiter" task, which makes one round trip (its acquisition; timed from the holder's round
+/// trip returning), on the same connection. The least any lock needs in W6 (one round trip
+/// for the waiter), with the machine as cold or warm as it is there.
+async fn wake_shaped(
+    conn: &ConnectionManager,
+    script: &Script,
+    rounds: usize,
+) -> Result<Vec<Duration>> {
+    let (to_waiter, mut waiter_rx) = tokio::sync::mpsc::channel::<Instant>(1);
+    let (to_holder, mut holder_rx) = tokio::sync::mpsc::channel::<Duration>(1);
+    let (mut waiter_conn, waiter_script) = (conn.clone(), script.clone());
+    let waiter = tokio::spawn(async move {
+        while let Some(t0) = waiter_rx.recv().await {
+            waiter_script
+                .invoke_async::<_, i64>(&mut waiter_conn)
+                .await?;
+            if to_holder.send(t0.elapsed()).await.is_err() {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    });
+    let mut conn = conn.clone();
+    let mut lat = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        tokio::time::sleep(crate::workloads::w6::hold_time(round)).await;
+        script.invoke_async::<_, i64>(&mut conn).await?;
+        to_waiter.send(Instant::now()).await?;
+        lat.push(
+            holder_rx
+                .recv()
+                .await
+                .ok_or_else(|| anyhow::anyhow!("floor waiter gone"))?,
+        );
+    }
+    drop(to_waiter);
+    waiter.await??;
+    Ok(lat)
+}
+
 /// `n` single round trips: p50/p99.
 pub async fn round_trip(url: String, n: usize) -> Result<Vec<Measure>> {
     tokio::spawn(async move {
@@ -72,9 +114,12 @@ pub async fn round_trip(url: String, n: usize) -> Result<Vec<Measure>> {
             idle.push(t0.elapsed());
         }
         let (idle50, idle99) = p50_p99(&mut idle);
+        let mut wake = wake_shaped(&conn, &script, n.min(100)).await?;
+        let (wake50, wake99) = p50_p99(&mut wake);
         Ok(vec![
             Measure::dist(RTT, p50, p99),
             Measure::dist(RTT_IDLE, idle50, idle99),
+            Measure::dist(RTT_WAKE, wake50, wake99),
         ])
     })
     .await?

@@ -102,6 +102,8 @@ pub const PERIOD_SCRIPTS: &str = "renewal script calls per 5 s period (server)";
 pub const WAKE: &str = "wake-up latency";
 pub const RTT: &str = "EVALSHA round trip";
 pub const RTT_IDLE: &str = "EVALSHA round trip after a 2-8 ms idle gap";
+pub const RTT_WAKE: &str =
+    "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
 
 const METRICS: &[&str] = &[
     PAIR,
@@ -123,6 +125,7 @@ const METRICS: &[&str] = &[
     WAKE,
     RTT,
     RTT_IDLE,
+    RTT_WAKE,
 ];
 
 const UNITS: &[(Unit, &str)] = &[
