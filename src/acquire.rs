@@ -71,10 +71,16 @@ impl Lock {
             if ticket.is_none() && !reentry {
                 // Contended: from now on take turns with this client's other contenders.
                 let joined = ticket.insert(inner.gates.join(&self.keys.hash));
+                let queued = !joined.is_head();
                 if !self.wait_turn(joined, wait, &mut subscription).await? {
                     return Ok(None);
                 }
-                continue;
+                if queued {
+                    // Our turn came after others had theirs: the lock may well be free now.
+                    continue;
+                }
+                // First in line at once: another attempt right now would meet the same holder
+                // (it cost W6 and W2 a round trip per wait); subscribe first, just below.
             }
             let Some(sub) = subscription.as_ref() else {
                 // Subscribe only after a failed attempt (the uncontended path stays one round
