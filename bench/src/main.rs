@@ -234,7 +234,9 @@ script calls over one 5 s renewal period instead of a tick. Peers without renewa
 5 servers costs the 5 servers' CPU time in series; the floor row \"5 nodes in parallel\" shows \
 that bound for every RedLock(5) here (`--placement split` moves the servers to another CPU).
 - W6: the holder keeps the lock 2–8 ms while the waiter is blocked in its lock call; latency = \
-waiter's lock call returning − holder's unlock call returning. The floor is also taken after \
-the same 2–8 ms idle gap: an idle machine wakes slowly (VM idle states), which no lock can beat.
+waiter's lock call returning − holder's unlock call returning. Its target floor has W6's shape \
+without a lock: after the same 2–8 ms idle gap one task's EVALSHA returns and wakes another task, \
+whose EVALSHA is timed (the least any lock needs: one round trip for the waiter, on a machine as \
+cold as W6's). A lone EVALSHA after the gap and a back-to-back one are shown for scale.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";
