@@ -60,13 +60,8 @@ impl Lock {
                 }
                 Acquire::HeldElsewhere { ttl } => ttl,
             };
-            let remaining = match wait {
-                Wait::Once => return Ok(None),
-                Wait::Forever => None,
-                Wait::Until(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => return Ok(None),
-                },
+            let Some(remaining) = wait.remaining() else {
+                return Ok(None);
             };
             if ticket.is_none() && !reentry {
                 // Contended: from now on take turns with this client's other contenders.

@@ -307,7 +307,7 @@ pub struct LockStatus {
     pub fence: Option<u64>,
 }
 
-/// How long an acquisition may wait.
+/// How long an acquisition may wait (single locks, MultiLock and RedLock alike).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait {
     Once,
@@ -316,7 +316,7 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
-    fn until(wait: Duration) -> Result<Wait> {
+    pub(crate) fn until(wait: Duration) -> Result<Wait> {
         check_duration("wait", wait)?;
         Instant::now()
             .checked_add(wait)
@@ -325,6 +325,19 @@ impl Wait {
                 what: "wait",
                 reason: "overflows the clock".into(),
             })
+    }
+
+    /// Time left for another attempt: `None` when the wait is spent (or was a single try),
+    /// `Some` with `None` inside when unbounded.
+    pub(crate) fn remaining(self) -> Option<Option<Duration>> {
+        match self {
+            Wait::Once => None,
+            Wait::Forever => Some(None),
+            Wait::Until(at) => match at.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Some(Some(left)),
+                _ => None,
+            },
+        }
     }
 }
 

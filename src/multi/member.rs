@@ -14,7 +14,6 @@ use futures_util::future::join_all;
 use redis::{ErrorKind, RedisResult, ServerErrorKind};
 
 use crate::client::Client;
-use crate::config::check_duration;
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, release_on_server};
 use crate::hold::{Hold, Lease};
@@ -336,40 +335,6 @@ pub(crate) async fn give_back(members: Vec<Held>) {
     for (name, result) in names.iter().zip(release_all(members).await) {
         if let Err(e) = result {
             tracing::warn!(lock = %name, error = %e, "could not give back a partial grant; it expires with its lease");
-        }
-    }
-}
-
-/// How long an acquisition may go on.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Deadline {
-    Once,
-    Until(Instant),
-    Forever,
-}
-
-impl Deadline {
-    pub fn after(wait: Duration) -> Result<Deadline> {
-        check_duration("wait", wait)?;
-        Instant::now()
-            .checked_add(wait)
-            .map(Deadline::Until)
-            .ok_or_else(|| Error::InvalidDuration {
-                what: "wait",
-                reason: "overflows the clock".into(),
-            })
-    }
-
-    /// Time left for another round: `None` when the wait is spent (or was a single try), `Some`
-    /// with `None` inside when unbounded.
-    pub fn remaining(self) -> Option<Option<Duration>> {
-        match self {
-            Deadline::Once => None,
-            Deadline::Forever => Some(None),
-            Deadline::Until(at) => match at.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => Some(Some(left)),
-                _ => None,
-            },
         }
     }
 }

@@ -12,7 +12,8 @@ use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::hold::Lease;
 use crate::lock::Lock;
-use crate::multi::member::{Deadline, Held, Outcome, attempt_batch, give_back, jitter};
+use crate::lock::Wait;
+use crate::multi::member::{Held, Outcome, attempt_batch, give_back, jitter};
 use crate::pubsub::Subscription;
 
 use super::{MultiLock, MultiLockGuard};
@@ -29,7 +30,7 @@ impl MultiLock {
     pub(super) async fn acquire(
         &self,
         fixed: Option<Duration>,
-        deadline: Deadline,
+        deadline: Wait,
     ) -> Result<Option<MultiLockGuard>> {
         let mut members = Vec::with_capacity(self.members.len());
         for lock in self.members.iter() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 
-use super::member::Deadline;
+use crate::lock::Wait;
 
 pub use guard::MultiLockGuard;
 
@@ -113,7 +113,7 @@ impl MultiLock {
     /// Cancel-safe: dropping the future leaves no member held and nothing renewed; grants that
     /// arrive after the drop are given back in the background.
     pub async fn lock(&self) -> Result<MultiLockGuard> {
-        self.acquire(None, Deadline::Forever)
+        self.acquire(None, Wait::Forever)
             .await?
             .ok_or(Error::Shutdown)
     }
@@ -126,7 +126,7 @@ impl MultiLock {
     /// # Cancel safety
     /// As [`MultiLock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
-        self.acquire(Some(lease), Deadline::Forever)
+        self.acquire(Some(lease), Wait::Forever)
             .await?
             .ok_or(Error::Shutdown)
     }
@@ -139,7 +139,7 @@ impl MultiLock {
     /// # Cancel safety
     /// As [`MultiLock::lock`].
     pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
-        self.acquire(None, Deadline::Once).await
+        self.acquire(None, Wait::Once).await
     }
 
     /// Waits at most `wait` for every member (watchdog leases); `None` when the wait ran out.
@@ -150,7 +150,7 @@ impl MultiLock {
     /// # Cancel safety
     /// As [`MultiLock::lock`].
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
-        self.acquire(None, Deadline::after(wait)?).await
+        self.acquire(None, Wait::until(wait)?).await
     }
 
     /// Waits at most `wait` for every member and holds them for `lease` without renewal.
@@ -165,7 +165,7 @@ impl MultiLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<MultiLockGuard>> {
-        self.acquire(Some(lease), Deadline::after(wait)?).await
+        self.acquire(Some(lease), Wait::until(wait)?).await
     }
 }
 

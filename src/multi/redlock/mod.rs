@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::owner::Owner;
 
-use super::member::Deadline;
+use crate::lock::Wait;
 use settings::{DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, check_nodes};
 
 pub use guard::RedLockGuard;
@@ -214,7 +214,7 @@ impl RedLock {
     /// Cancel-safe: dropping the future leaves no node held and no renewal running; grants
     /// that arrive after the drop are given back in the background.
     pub async fn lock(&self) -> Result<RedLockGuard> {
-        self.acquire(None, Deadline::Forever)
+        self.acquire(None, Wait::Forever)
             .await?
             .ok_or(Error::Shutdown)
     }
@@ -228,7 +228,7 @@ impl RedLock {
     /// # Cancel safety
     /// As [`RedLock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
-        self.acquire(Some(lease), Deadline::Forever)
+        self.acquire(Some(lease), Wait::Forever)
             .await?
             .ok_or(Error::Shutdown)
     }
@@ -243,7 +243,7 @@ impl RedLock {
     /// # Cancel safety
     /// As [`RedLock::lock`].
     pub async fn try_lock(&self) -> Result<Option<RedLockGuard>> {
-        self.acquire(None, Deadline::Once).await
+        self.acquire(None, Wait::Once).await
     }
 
     /// Rounds until a majority grants the lock (renewed) or `wait` is spent (`None`).
@@ -256,7 +256,7 @@ impl RedLock {
     /// # Cancel safety
     /// As [`RedLock::lock`].
     pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<RedLockGuard>> {
-        self.acquire(None, Deadline::after(wait)?).await
+        self.acquire(None, Wait::until(wait)?).await
     }
 
     /// Rounds until a majority grants the lock for `lease` (no renewal) or `wait` is spent.
@@ -271,7 +271,7 @@ impl RedLock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(lease), Deadline::after(wait)?).await
+        self.acquire(Some(lease), Wait::until(wait)?).await
     }
 }
 

@@ -8,7 +8,8 @@ use futures_util::future::join_all;
 use crate::error::{Error, Result};
 use crate::hold::Lease;
 use crate::lock::Lock;
-use crate::multi::member::{Deadline, Held, Outcome, give_back, jitter};
+use crate::lock::Wait;
+use crate::multi::member::{Held, Outcome, give_back, jitter};
 
 use super::RedLock;
 use super::fence::raise_fence;
@@ -21,7 +22,7 @@ impl RedLock {
     pub(super) async fn acquire(
         &self,
         fixed: Option<Duration>,
-        deadline: Deadline,
+        deadline: Wait,
     ) -> Result<Option<RedLockGuard>> {
         let settings = self.settings(fixed)?;
         let nodes: Vec<Lock> = self.nodes.iter().map(Lock::pinned).collect();
