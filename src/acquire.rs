@@ -237,16 +237,31 @@ impl Lock {
             });
             return Err(Error::Shutdown);
         }
+        Ok(self.register(field, lease, lease_ms, count, token, started))
+    }
+
+    /// Registers a grant with the client (reentrancy, watchdog) and builds its guard; shared by
+    /// single locks and the members of MultiLock and RedLock.
+    pub(crate) fn register(
+        &self,
+        field: Arc<str>,
+        lease: Lease,
+        lease_ms: u64,
+        count: u32,
+        token: u64,
+        started: Instant,
+    ) -> LockGuard {
+        let inner = &self.client.inner;
         let drift = inner.config.drift(lease.duration());
         let token = self.fenced.then_some(token);
         let keys = self.keys.clone();
-        let (hash, field_key) = (keys.hash.clone(), field.clone());
-        let (hold, fresh) = inner.holds.granted(&hash, &field_key, count, || {
+        let field_key = field.clone();
+        let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, count, || {
             Hold::new(keys, field, lease, lease_ms, token, drift, started)
         });
         if fresh {
             inner.watchdog_adopt(lease);
         }
-        Ok(LockGuard::new(self.client.clone(), hold))
+        LockGuard::new(self.client.clone(), hold)
     }
 }

@@ -38,8 +38,12 @@ impl LockGuard {
         }
     }
 
-    fn hold(&self) -> &Arc<Hold> {
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
         &self.hold
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     /// The lock's name.

@@ -16,23 +16,15 @@ use redis::{ErrorKind, RedisResult, ServerErrorKind};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, release_on_server};
-use crate::hold::{Hold, Lease};
+use crate::hold::Lease;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::scripts::{self, Acquire};
 use crate::task::FinishOnDrop;
 
-/// One member granted to a combined guard: the guard (which releases on drop) and its hold (for
-/// renewal and validity).
-pub(crate) struct Held {
-    pub guard: LockGuard,
-    pub hold: Arc<Hold>,
-    pub client: Client,
-}
-
 /// What one attempt on one member came to.
 pub(crate) enum Outcome {
-    Granted(Held),
+    Granted(LockGuard),
     HeldElsewhere {
         ttl: Option<Duration>,
     },
@@ -72,34 +64,6 @@ impl Lock {
         let batch = [(self.clone(), lease)];
         let mut outcomes = attempt_batch(&self.client, &batch, limit).await;
         outcomes.pop().unwrap_or(Outcome::TimedOut)
-    }
-
-    /// Records a grant with the client (reentrancy, watchdog) and builds its guard. Mirrors the
-    /// single lock's grant; synchronous, so a cancelled caller cannot leave it half-done.
-    fn grant_member(
-        &self,
-        p: &Planned,
-        lease: Lease,
-        count: u32,
-        token: u64,
-        started: Instant,
-    ) -> Held {
-        let inner = &self.client.inner;
-        let drift = inner.config.drift(lease.duration());
-        let token = self.fenced.then_some(token);
-        let (keys, field, lease_ms) = (self.keys.clone(), p.field.clone(), p.lease_ms);
-        let (hash, field_key) = (keys.hash.clone(), field.clone());
-        let (hold, fresh) = inner.holds.granted(&hash, &field_key, count, || {
-            Hold::new(keys, field, lease, lease_ms, token, drift, started)
-        });
-        if fresh {
-            inner.watchdog_adopt(lease);
-        }
-        Held {
-            guard: LockGuard::new(self.client.clone(), hold.clone()),
-            hold,
-            client: self.client.clone(),
-        }
     }
 }
 
@@ -185,9 +149,14 @@ pub(crate) async fn attempt_batch(
         .into_iter()
         .zip(batch.iter().zip(plan.iter()))
         .map(|(reply, ((lock, lease), p))| match reply {
-            Ok(Acquire::Acquired { count, token }) => {
-                Outcome::Granted(lock.grant_member(p, *lease, count, token, started))
-            }
+            Ok(Acquire::Acquired { count, token }) => Outcome::Granted(lock.register(
+                p.field.clone(),
+                *lease,
+                p.lease_ms,
+                count,
+                token,
+                started,
+            )),
             Ok(Acquire::HeldElsewhere { ttl }) => Outcome::HeldElsewhere { ttl },
             Ok(Acquire::AlreadyHeld) => Outcome::Failed(Error::WouldDeadlock {
                 name: lock.keys.name.to_string(),
@@ -321,17 +290,17 @@ async fn undo(client: &Client, p: &Planned) {
 
 /// Releases members concurrently; one result per member, in order. Every member is attempted
 /// whatever happens to the others.
-pub(crate) async fn release_all(members: Vec<Held>) -> Vec<Result<()>> {
-    join_all(members.into_iter().map(|held| held.guard.unlock())).await
+pub(crate) async fn release_all(members: Vec<LockGuard>) -> Vec<Result<()>> {
+    join_all(members.into_iter().map(LockGuard::unlock)).await
 }
 
 /// Gives back a failed round's grants, logging (not returning) what could not be released: the
 /// caller's error is about the acquisition, and the leases free whatever is left.
-pub(crate) async fn give_back(members: Vec<Held>) {
+pub(crate) async fn give_back(members: Vec<LockGuard>) {
     if members.is_empty() {
         return;
     }
-    let names: Vec<Arc<str>> = members.iter().map(|h| h.hold.keys.name.clone()).collect();
+    let names: Vec<Arc<str>> = members.iter().map(|h| h.hold().keys.name.clone()).collect();
     for (name, result) in names.iter().zip(release_all(members).await) {
         if let Err(e) = result {
             tracing::warn!(lock = %name, error = %e, "could not give back a partial grant; it expires with its lease");

@@ -10,10 +10,11 @@ use crate::acquire::nap_for;
 use crate::client::Client;
 use crate::config::lease_ms;
 use crate::error::{Error, Result};
+use crate::guard::LockGuard;
 use crate::hold::Lease;
 use crate::lock::Lock;
 use crate::lock::Wait;
-use crate::multi::member::{Held, Outcome, attempt_batch, give_back, jitter};
+use crate::multi::member::{Outcome, attempt_batch, give_back, jitter};
 use crate::pubsub::Subscription;
 
 use super::{MultiLock, MultiLockGuard};
@@ -82,7 +83,7 @@ impl MultiLock {
 async fn round(
     members: &[(Lock, Lease)],
     batches: &[Batch],
-) -> (Vec<Held>, Vec<Blocker>, Option<Error>) {
+) -> (Vec<LockGuard>, Vec<Blocker>, Option<Error>) {
     let round = join_all(
         batches
             .iter()

@@ -7,7 +7,8 @@ use std::time::Instant;
 use futures_util::future::select_all;
 
 use crate::error::Result;
-use crate::multi::member::{Held, release_all};
+use crate::guard::LockGuard;
+use crate::multi::member::release_all;
 
 /// Every member of a [`MultiLock`](crate::MultiLock), held together. Release with
 /// [`unlock`](MultiLockGuard::unlock) (errors visible) or by dropping it (background release).
@@ -19,30 +20,30 @@ use crate::multi::member::{Held, release_all};
 /// are spawned on the current runtime.
 #[must_use = "if unused the locks are released immediately"]
 pub struct MultiLockGuard {
-    members: Vec<Held>,
+    members: Vec<LockGuard>,
 }
 
 impl MultiLockGuard {
-    pub(super) fn new(members: Vec<Held>) -> MultiLockGuard {
+    pub(super) fn new(members: Vec<LockGuard>) -> MultiLockGuard {
         MultiLockGuard { members }
     }
 
     /// The member names, in member order.
     pub fn names(&self) -> Vec<&str> {
-        self.members.iter().map(|h| &*h.hold.keys.name).collect()
+        self.members.iter().map(|h| &*h.hold().keys.name).collect()
     }
 
     /// The fencing token of each member (see [`Lock::fenced`]), in member order.
     ///
     /// [`Lock::fenced`]: crate::Lock::fenced
     pub fn fencing_tokens(&self) -> Vec<Option<u64>> {
-        self.members.iter().map(|h| h.hold.token).collect()
+        self.members.iter().map(|h| h.hold().token).collect()
     }
 
     /// Whether any member's lease is known to be lost; then the set is no longer held as a
     /// whole.
     pub fn is_lost(&self) -> bool {
-        self.members.iter().any(|h| h.hold.is_lost())
+        self.members.iter().any(|h| h.hold().is_lost())
     }
 
     /// Resolves when any member's lease is lost (see [`LockGuard::lost`](crate::LockGuard::lost)).
@@ -51,7 +52,7 @@ impl MultiLockGuard {
         let each: Vec<_> = self
             .members
             .iter()
-            .map(|h| Box::pin(h.hold.lost()))
+            .map(|h| Box::pin(h.hold().lost()))
             .collect();
         async move {
             // Never empty: `MultiLock::new` rejects an empty list.
@@ -65,7 +66,7 @@ impl MultiLockGuard {
     pub fn valid_until(&self) -> Instant {
         self.members
             .iter()
-            .map(|h| h.hold.valid_until())
+            .map(|h| h.hold().valid_until())
             .min()
             .unwrap_or_else(Instant::now)
     }
@@ -91,7 +92,7 @@ impl MultiLockGuard {
     /// As [`MultiLockGuard::unlock`].
     pub async fn unlock_each(mut self) -> Vec<Result<()>> {
         let members = std::mem::take(&mut self.members);
-        let names: Vec<Arc<str>> = members.iter().map(|h| h.hold.keys.name.clone()).collect();
+        let names: Vec<Arc<str>> = members.iter().map(|h| h.hold().keys.name.clone()).collect();
         let results = release_all(members).await;
         for (name, result) in names.iter().zip(&results) {
             if let Err(e) = result {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::multi::member::Held;
+use crate::guard::LockGuard;
 
 /// Raises a node's fencing counter to the token a RedLock hands out; see the file's header.
 const RAISE_FENCE: &str = include_str!("../../../lua/raise_fence.lua");
@@ -12,18 +12,22 @@ const RAISE_FENCE: &str = include_str!("../../../lua/raise_fence.lua");
 /// The largest fencing counter among the granting nodes, once a majority of nodes have been
 /// raised to it; `None` when too few confirmed.
 pub(super) async fn raise_fence(
-    slots: &[Option<Held>],
+    slots: &[Option<LockGuard>],
     quorum: usize,
     limit: Duration,
 ) -> Option<u64> {
-    let token = slots.iter().flatten().filter_map(|h| h.hold.token).max()?;
+    let token = slots
+        .iter()
+        .flatten()
+        .filter_map(|h| h.hold().token)
+        .max()?;
     let raised = join_all(slots.iter().flatten().map(|held| async move {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(RAISE_FENCE)
             .arg(1)
-            .arg(held.hold.keys.fence())
+            .arg(held.hold().keys.fence())
             .arg(token);
-        let reply = tokio::time::timeout(limit, held.client.inner.node.query::<u64>(&cmd)).await;
+        let reply = tokio::time::timeout(limit, held.client().inner.node.query::<u64>(&cmd)).await;
         matches!(reply, Ok(Ok(counter)) if counter >= token)
     }))
     .await;

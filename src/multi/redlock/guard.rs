@@ -130,7 +130,7 @@ impl RedLockGuard {
         // A node that does not answer in time counts as failed; its release goes on in the
         // background.
         let results = join_all(members.into_iter().map(|member| async move {
-            match tokio::time::timeout(settle, member.guard.unlock()).await {
+            match tokio::time::timeout(settle, member.unlock()).await {
                 Ok(result) => result,
                 Err(_) => Err(Error::Timeout {
                     operation: "release",

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use crate::client::Client;
+use crate::guard::LockGuard;
 use crate::hold::{Hold, Lease};
-use crate::multi::member::{Held, Outcome};
+use crate::multi::member::Outcome;
 use crate::node::Renewal;
 
 use super::shared::Shared;
@@ -30,7 +31,7 @@ enum Step {
     /// The node answered that our hold is gone.
     Gone,
     /// Taken again on a node that did not hold it.
-    Retaken(Held),
+    Retaken(LockGuard),
     /// No answer, an error, or (for a node we did not hold) held elsewhere.
     Failed,
 }
@@ -47,7 +48,10 @@ impl Shared {
             state
                 .slots
                 .iter()
-                .map(|slot| slot.as_ref().map(|h| (h.client.clone(), h.hold.clone())))
+                .map(|slot| {
+                    slot.as_ref()
+                        .map(|h| (h.client().clone(), h.hold().clone()))
+                })
                 .collect()
         };
         let steps = join_all(
@@ -80,8 +84,8 @@ impl Shared {
                     }
                     Step::Gone => {
                         if let Some(held) = state.slots[i].take() {
-                            held.client.inner.holds.detach(&held.hold);
-                            held.hold
+                            held.client().inner.holds.detach(held.hold());
+                            held.hold()
                                 .mark_lost("the key was gone from this RedLock node");
                             leaving.push(held);
                         }

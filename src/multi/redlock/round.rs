@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
+use crate::guard::LockGuard;
 use crate::hold::Lease;
 use crate::lock::Lock;
 use crate::lock::Wait;
-use crate::multi::member::{Held, Outcome, give_back, jitter};
+use crate::multi::member::{Outcome, give_back, jitter};
 
 use super::RedLock;
 use super::fence::raise_fence;
@@ -108,7 +109,7 @@ impl RedLock {
 /// How the nodes answered one round.
 struct Tally {
     /// What each node granted, by node index.
-    slots: Vec<Option<Held>>,
+    slots: Vec<Option<LockGuard>>,
     acquired: usize,
     held_elsewhere: usize,
     failed: usize,
@@ -153,8 +154,8 @@ impl Tally {
 
 /// Gives back a failed round's grants, waiting at most `limit`: a node that stops answering
 /// now must not hold up the caller. Releases still running then finish in the background.
-async fn give_back_within(limit: Duration, slots: Vec<Option<Held>>) {
-    let members: Vec<Held> = slots.into_iter().flatten().collect();
+async fn give_back_within(limit: Duration, slots: Vec<Option<LockGuard>>) {
+    let members: Vec<LockGuard> = slots.into_iter().flatten().collect();
     if tokio::time::timeout(limit, give_back(members))
         .await
         .is_err()

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::guard::LockGuard;
 use crate::lock::Lock;
-use crate::multi::member::Held;
 
 use super::settings::Settings;
 
@@ -31,7 +31,7 @@ pub(super) struct Shared {
 
 pub(super) struct State {
     /// What we hold on each node, by node index.
-    pub(super) slots: Vec<Option<Held>>,
+    pub(super) slots: Vec<Option<LockGuard>>,
     pub(super) valid_until: Instant,
     /// Set by unlock and drop: from then on nothing may be added.
     pub(super) closed: bool,
@@ -43,7 +43,7 @@ impl Shared {
         nodes: Vec<Lock>,
         settings: &Settings,
         token: Option<u64>,
-        slots: Vec<Option<Held>>,
+        slots: Vec<Option<LockGuard>>,
         valid_until: Instant,
     ) -> Shared {
         Shared {
@@ -97,7 +97,7 @@ impl Shared {
     }
 
     /// Takes every member out for release and forbids adding new ones.
-    pub(super) fn close(&self) -> Vec<Held> {
+    pub(super) fn close(&self) -> Vec<LockGuard> {
         let mut state = self.state.lock();
         state.closed = true;
         state.slots.iter_mut().filter_map(Option::take).collect()
