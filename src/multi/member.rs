@@ -137,7 +137,9 @@ pub(crate) async fn attempt_batch(
         Err(e) => {
             if outcome_unknown(&e) && plan.iter().any(|p| p.fresh) {
                 let (client, plan) = (client.clone(), plan.clone());
-                tokio::spawn(async move { undo_unanswered(&client, &plan).await });
+                // Tracked like every other give-back, so `Client::shutdown` waits for it.
+                let background = client.inner.background.clone();
+                background.spawn(async move { undo_unanswered(&client, &plan).await });
             }
             return batch
                 .iter()
