@@ -246,23 +246,18 @@ impl Client {
         {
             tracing::warn!("shutdown: background releases still running after the timeout");
         }
-        let releases = self.inner.holds.drain().into_iter().map(|(hold, guards)| {
-            let inner = &self.inner;
-            async move {
-                let id = inner.request_id();
-                inner
-                    .node
-                    .release(
-                        &hold.keys,
-                        &hold.field,
-                        hold.lease_ms,
-                        guards.max(1),
-                        id,
-                        false,
-                    )
+        // The usual release path, retries on a dropped connection included; everything the
+        // server counts for each hold goes (adopted holds too).
+        let releases = self
+            .inner
+            .holds
+            .drain()
+            .into_iter()
+            .map(|(hold, guards)| async move {
+                let holds = hold.server_count(guards.max(1));
+                crate::guard::release_on_server(self, &hold.keys, &hold.field, hold.lease_ms, holds)
                     .await
-            }
-        });
+            });
         let first_error = futures_util::future::join_all(releases)
             .await
             .into_iter()

@@ -179,7 +179,7 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<LocalRelease> {
 async fn release_remotely(client: &Client, hold: &Arc<Hold>, local: LocalRelease) -> Result<()> {
     let inner = &client.inner;
     let holds = match local {
-        LocalRelease::Last => hold.last_release_count(),
+        LocalRelease::Last => hold.server_count(1),
         _ => 1,
     };
     match release_on_server(client, &hold.keys, &hold.field, hold.lease_ms, holds).await? {

@@ -103,9 +103,10 @@ impl Hold {
         false
     }
 
-    /// Holds to give back on the server with the last guard: its own and any adopted ones.
-    pub fn last_release_count(&self) -> u32 {
-        1 + self.orphans.load(Ordering::Acquire)
+    /// What the server counts for this hold while `guards` guards live: one per guard, plus
+    /// any adopted ones. The last guard (or shutdown) gives back all of it.
+    pub fn server_count(&self, guards: u32) -> u32 {
+        guards + self.orphans.load(Ordering::Acquire)
     }
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
