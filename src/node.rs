@@ -82,12 +82,7 @@ impl Node {
     ) -> Result<Acquire> {
         let bytes = 2 * keys.hash.len() + field.len() + 32;
         let mut cmd = evalsha(&scripts::ACQUIRE, 2, 4, bytes);
-        cmd.arg(&*keys.hash)
-            .arg(keys.fence())
-            .arg(field)
-            .arg(lease_ms)
-            .arg(if reentrant { "1" } else { "0" })
-            .arg(if fenced { "1" } else { "0" });
+        acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
         // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
         // owner already holds the lock).
@@ -130,15 +125,18 @@ impl Node {
 
     /// Renews a batch of leases in one round trip; one flag per lock, in order.
     pub async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
-        let mut call = scripts::RENEW.prepare_invoke();
+        let bytes: usize = batch.iter().map(|r| r.hash.len() + r.field.len() + 8).sum();
+        let mut cmd = evalsha(&scripts::RENEW, batch.len(), 2 * batch.len(), bytes);
+        // KEYS: the hashes; ARGV: field and lease of each, in the same order.
         for r in batch {
-            call.key(r.hash).arg(r.field).arg(r.lease_ms);
+            cmd.arg(r.hash);
         }
-        let reply: Vec<i64> = once_more_if_dropped(|| {
-            let (mut conn, call) = (self.conn.clone(), &call);
-            async move { bounded("renew", "", self.timeout, call.invoke_async(&mut conn)).await }
-        })
-        .await?;
+        for r in batch {
+            cmd.arg(r.field).arg(r.lease_ms);
+        }
+        let reply: Vec<i64> = self
+            .eval_retried("renew", "", &scripts::RENEW, &cmd)
+            .await?;
         if reply.len() != batch.len() {
             return Err(Error::Protocol {
                 script: "renew",
@@ -149,17 +147,20 @@ impl Node {
     }
 
     pub async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
-        let mut call = scripts::FORCE_RELEASE.prepare_invoke();
-        call.key(&*keys.hash).key(keys.channel());
-        let reply: i64 = once_more_if_dropped(|| {
-            let (mut conn, call) = (self.conn.clone(), &call);
-            async move {
-                let request = call.invoke_async(&mut conn);
-                bounded("force unlock", &keys.hash, self.timeout, request).await
-            }
-        })
-        .await?;
+        let mut cmd = evalsha(&scripts::FORCE_RELEASE, 2, 0, 2 * keys.hash.len() + 8);
+        cmd.arg(&*keys.hash).arg(keys.channel());
+        let reply: i64 = self
+            .eval_retried("force unlock", &keys.hash, &scripts::FORCE_RELEASE, &cmd)
+            .await?;
         Ok(reply == 1)
+    }
+
+    /// Raises the lock's fencing counter to at least `token` (RedLock); the counter after.
+    pub async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<u64> {
+        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 1, keys.hash.len() + 16);
+        cmd.arg(keys.fence()).arg(token);
+        self.eval_retried("raise fence", &keys.hash, &scripts::RAISE_FENCE, &cmd)
+            .await
     }
 
     /// Owners, remaining lease and fencing counter, read in one pipelined round trip.
@@ -168,14 +169,8 @@ impl Node {
         pipe.hgetall(&*keys.hash)
             .pttl(&*keys.hash)
             .get(keys.fence());
-        let (owners, ttl, fence) = once_more_if_dropped(|| {
-            let (mut conn, pipe) = (self.conn.clone(), &pipe);
-            async move {
-                let query = pipe.query_async::<(Vec<(String, u64)>, i64, Option<u64>)>(&mut conn);
-                bounded("inspect", &keys.hash, self.timeout, query).await
-            }
-        })
-        .await?;
+        let (owners, ttl, fence): (Vec<(String, u64)>, i64, Option<u64>) =
+            self.query_pipeline("inspect", &keys.hash, &pipe).await?;
         Ok(Snapshot {
             owners,
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
@@ -187,11 +182,17 @@ impl Node {
     pub async fn hold_count(&self, keys: &LockKeys, field: &str) -> Result<u32> {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&*keys.hash).arg(field);
-        let count = once_more_if_dropped(|| {
-            let (mut conn, cmd) = (self.conn.clone(), &cmd);
+        let cmd = &cmd;
+        let count: Option<u32> = once_more_if_dropped(|| {
+            let mut conn = self.conn.clone();
             async move {
-                let query = cmd.query_async::<Option<u32>>(&mut conn);
-                bounded("hold count", &keys.hash, self.timeout, query).await
+                bounded(
+                    "hold count",
+                    &keys.hash,
+                    self.timeout,
+                    cmd.query_async(&mut conn),
+                )
+                .await
             }
         })
         .await?;
@@ -209,14 +210,67 @@ impl Node {
     pub async fn query_pipeline<T: FromRedisValue>(
         &self,
         operation: &'static str,
+        key: &str,
         pipe: &redis::Pipeline,
     ) -> Result<T> {
         once_more_if_dropped(|| {
             let mut conn = self.conn.clone();
-            async move { bounded(operation, "", self.timeout, pipe.query_async(&mut conn)).await }
+            async move { bounded(operation, key, self.timeout, pipe.query_async(&mut conn)).await }
         })
         .await
     }
+
+    /// Runs an `evalsha` command, loading the script once when the server does not know it
+    /// (NOSCRIPT: first use, or a server restarted or flushed since).
+    async fn eval<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        limit: Duration,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        match bounded(operation, key, limit, cmd.query_async(&mut conn)).await {
+            Err(Error::Redis { source, .. })
+                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                bounded(operation, key, limit, script.load_async(&mut conn)).await?;
+                bounded(operation, key, limit, cmd.query_async(&mut conn)).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`eval`](Node::eval) with the node's timeout, once more after a dropped connection: for
+    /// scripts whose repetition is harmless (renew, force unlock, raise fence).
+    async fn eval_retried<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        once_more_if_dropped(|| self.eval(operation, key, self.timeout, script, cmd)).await
+    }
+}
+
+/// Appends the keys and arguments of `acquire.lua` to a command that already names the script
+/// (`EVALSHA <sha> 2` or `EVAL <source> 2`).
+pub(crate) fn acquire_args(
+    cmd: &mut redis::Cmd,
+    keys: &LockKeys,
+    field: &str,
+    lease_ms: u64,
+    reentrant: bool,
+    fenced: bool,
+) {
+    cmd.arg(&*keys.hash)
+        .arg(keys.fence())
+        .arg(field)
+        .arg(lease_ms)
+        .arg(if reentrant { "1" } else { "0" })
+        .arg(if fenced { "1" } else { "0" });
 }
 
 /// Runs `request`, and once more if it failed on a dropped connection.
@@ -248,30 +302,6 @@ fn evalsha(script: &redis::Script, nkeys: usize, args: usize, bytes: usize) -> r
     let mut cmd = redis::Cmd::with_capacity(3 + nkeys + args, 48 + bytes);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(nkeys);
     cmd
-}
-
-impl Node {
-    /// Runs an `evalsha` command, loading the script once when the server does not know it
-    /// (NOSCRIPT: first use, or a server restarted or flushed since).
-    async fn eval<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        limit: Duration,
-        script: &redis::Script,
-        cmd: &redis::Cmd,
-    ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        match bounded(operation, key, limit, cmd.query_async(&mut conn)).await {
-            Err(Error::Redis { source, .. })
-                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                bounded(operation, key, limit, script.load_async(&mut conn)).await?;
-                bounded(operation, key, limit, cmd.query_async(&mut conn)).await
-            }
-            other => other,
-        }
-    }
 }
 
 /// Bounds a Redis future by the configured timeout and types its error.

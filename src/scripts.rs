@@ -10,14 +10,17 @@ use redis::Script;
 
 use crate::error::{Error, Result};
 
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+/// `acquire.lua` itself: MultiLock batches fall back to `EVAL` with it (see `multi/member.rs`).
+pub(crate) const ACQUIRE_SOURCE: &str = include_str!("../lua/acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/force_release.lua")));
+pub(crate) static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/raise_fence.lua")));
 
 /// What `acquire.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

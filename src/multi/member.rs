@@ -19,6 +19,7 @@ use crate::guard::{LockGuard, release_on_server};
 use crate::hold::Lease;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
+use crate::node::acquire_args;
 use crate::scripts::{self, Acquire};
 use crate::task::FinishOnDrop;
 
@@ -168,9 +169,6 @@ pub(crate) async fn attempt_batch(
         .collect()
 }
 
-/// The acquire script's source, for batches that meet an empty script cache.
-const ACQUIRE_SOURCE: &str = include_str!("../../lua/acquire.lua");
-
 /// Sends the batch as one pipeline of `EVALSHA acquire`. Calls that meet `NOSCRIPT` (a fresh or
 /// restarted server) are sent again, together, as `EVAL` with the source, which also caches the
 /// script: one extra round trip rather than two.
@@ -178,14 +176,14 @@ async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Resu
     let node = &client.inner.node;
     let everything: Vec<usize> = (0..plan.len()).collect();
     let mut replies: Vec<RedisResult<Vec<i64>>> = node
-        .query_pipeline("acquire", &pipeline(plan, &everything, false))
+        .query_pipeline("acquire", "", &pipeline(plan, &everything, false))
         .await?;
     let missing: Vec<usize> = (0..replies.len())
         .filter(|&i| matches!(&replies[i], Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
         .collect();
     if !missing.is_empty() {
         let again: Vec<RedisResult<Vec<i64>>> = node
-            .query_pipeline("acquire", &pipeline(plan, &missing, true))
+            .query_pipeline("acquire", "", &pipeline(plan, &missing, true))
             .await?;
         for (i, reply) in missing.into_iter().zip(again) {
             replies[i] = reply;
@@ -213,18 +211,21 @@ fn pipeline(plan: &[Planned], which: &[usize], source: bool) -> redis::Pipeline 
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for p in which.iter().map(|&i| &plan[i]) {
-        let call = if source {
-            pipe.cmd("EVAL").arg(ACQUIRE_SOURCE)
-        } else {
-            pipe.cmd("EVALSHA").arg(scripts::ACQUIRE.get_hash())
+        let (command, script) = match source {
+            true => ("EVAL", scripts::ACQUIRE_SOURCE),
+            false => ("EVALSHA", scripts::ACQUIRE.get_hash()),
         };
-        call.arg(2)
-            .arg(&*p.keys.hash)
-            .arg(p.keys.fence())
-            .arg(&*p.field)
-            .arg(p.lease_ms)
-            .arg(if p.reentrant { "1" } else { "0" })
-            .arg(if p.fenced { "1" } else { "0" });
+        let mut cmd = redis::cmd(command);
+        cmd.arg(script).arg(2);
+        acquire_args(
+            &mut cmd,
+            &p.keys,
+            &p.field,
+            p.lease_ms,
+            p.reentrant,
+            p.fenced,
+        );
+        pipe.add_command(cmd);
     }
     pipe
 }

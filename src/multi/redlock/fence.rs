@@ -6,9 +6,6 @@ use futures_util::future::join_all;
 
 use crate::guard::LockGuard;
 
-/// Raises a node's fencing counter to the token a RedLock hands out; see the file's header.
-const RAISE_FENCE: &str = include_str!("../../../lua/raise_fence.lua");
-
 /// The largest fencing counter among the granting nodes, once a majority of nodes have been
 /// raised to it; `None` when too few confirmed.
 pub(super) async fn raise_fence(
@@ -22,12 +19,8 @@ pub(super) async fn raise_fence(
         .filter_map(|h| h.hold().token)
         .max()?;
     let raised = join_all(slots.iter().flatten().map(|held| async move {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(RAISE_FENCE)
-            .arg(1)
-            .arg(held.hold().keys.fence())
-            .arg(token);
-        let reply = tokio::time::timeout(limit, held.client().inner.node.query::<u64>(&cmd)).await;
+        let node = &held.client().inner.node;
+        let reply = tokio::time::timeout(limit, node.raise_fence(&held.hold().keys, token)).await;
         matches!(reply, Ok(Ok(counter)) if counter >= token)
     }))
     .await;
