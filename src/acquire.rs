@@ -28,7 +28,7 @@ impl Lock {
         let inner = &self.client.inner;
         inner.check_open()?;
         let field = self.field();
-        let lease_ms = lease.duration().as_millis() as u64;
+        let lease_ms = lease.ms();
         let mut subscription = None;
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
         // for us would deadlock). Others join it only when this client already has contenders
@@ -49,9 +49,7 @@ impl Lock {
             let started = Instant::now();
             let ttl = match self.attempt(&field, lease_ms, reentry).await? {
                 Acquire::Acquired { count, token } => {
-                    return self
-                        .grant(field, lease, lease_ms, count, token, started)
-                        .map(Some);
+                    return self.grant(field, lease, count, token, started).map(Some);
                 }
                 Acquire::AlreadyHeld => {
                     return Err(Error::WouldDeadlock {
@@ -80,12 +78,7 @@ impl Lock {
             let Some(sub) = subscription.as_ref() else {
                 // Subscribe only after a failed attempt (the uncontended path stays one round
                 // trip), then try again at once: the unlock may have happened before we listened.
-                subscription = Some(
-                    inner
-                        .subscriber
-                        .subscribe(&self.keys.channel_name())
-                        .await?,
-                );
+                subscription = Some(self.subscribe().await?);
                 continue;
             };
             // Wake on the unlock message, or when the holder's lease runs out (the message is
@@ -108,6 +101,12 @@ impl Lock {
         }
     }
 
+    /// Listens for this lock's unlock messages.
+    pub(crate) async fn subscribe(&self) -> Result<Subscription> {
+        let channel = self.keys.channel_name();
+        self.client.inner.subscriber.subscribe(&channel).await
+    }
+
     /// Waits until `ticket` is at the head of this client's local queue for the lock. False
     /// when the caller's wait ran out first. A single attempt (`Wait::Once`) never queues.
     async fn wait_turn(
@@ -125,13 +124,7 @@ impl Lock {
         if subscription.is_none() {
             // Stay subscribed while queued, so the channel is not dropped and re-made at every
             // hand-off between local waiters.
-            let sub = self
-                .client
-                .inner
-                .subscriber
-                .subscribe(&self.keys.channel_name())
-                .await?;
-            *subscription = Some(sub);
+            *subscription = Some(self.subscribe().await?);
         }
         tokio::select! {
             _ = ticket.wait_head() => Ok(true),
@@ -223,7 +216,6 @@ impl Lock {
         &self,
         field: Arc<str>,
         lease: Lease,
-        lease_ms: u64,
         count: u32,
         token: u64,
         started: Instant,
@@ -233,11 +225,11 @@ impl Lock {
             // Granted while the client shut down: nothing would renew it, so give it back.
             let (client, keys) = (self.client.clone(), self.keys.clone());
             inner.background.spawn(async move {
-                let _ = release_on_server(&client, &keys, &field, lease_ms, 1).await;
+                let _ = release_on_server(&client, &keys, &field, lease.ms(), 1).await;
             });
             return Err(Error::Shutdown);
         }
-        Ok(self.register(field, lease, lease_ms, count, token, started))
+        Ok(self.register(field, lease, count, token, started))
     }
 
     /// Registers a grant with the client (reentrancy, watchdog) and builds its guard; shared by
@@ -246,7 +238,6 @@ impl Lock {
         &self,
         field: Arc<str>,
         lease: Lease,
-        lease_ms: u64,
         count: u32,
         token: u64,
         started: Instant,
@@ -257,7 +248,7 @@ impl Lock {
         let keys = self.keys.clone();
         let field_key = field.clone();
         let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, count, || {
-            Hold::new(keys, field, lease, lease_ms, token, drift, started)
+            Hold::new(keys, field, lease, token, drift, started)
         });
         if fresh {
             inner.watchdog_adopt(lease);

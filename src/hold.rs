@@ -26,10 +26,21 @@ pub(crate) enum Lease {
 }
 
 impl Lease {
+    /// A fixed lease, checked: at least 1 ms, at most [`MAX_DURATION`](crate::config::MAX_DURATION).
+    pub fn fixed(lease: Duration) -> crate::error::Result<Lease> {
+        crate::config::lease_ms("lease", lease)?;
+        Ok(Lease::Fixed(lease))
+    }
+
     pub fn duration(self) -> Duration {
         match self {
             Lease::Watchdog(d) | Lease::Fixed(d) => d,
         }
+    }
+
+    /// The lease in milliseconds, as the scripts take it (checked leases fit easily).
+    pub fn ms(self) -> u64 {
+        self.duration().as_millis() as u64
     }
 }
 
@@ -55,7 +66,6 @@ impl Hold {
         keys: Arc<LockKeys>,
         field: Arc<str>,
         lease: Lease,
-        lease_ms: u64,
         token: Option<u64>,
         drift: Duration,
         started: Instant,
@@ -64,7 +74,7 @@ impl Hold {
             keys,
             field,
             lease,
-            lease_ms,
+            lease_ms: lease.ms(),
             token,
             drift,
             guards: AtomicU32::new(1),

@@ -149,8 +149,7 @@ impl Lock {
     /// # Cancel safety
     /// As [`Lock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        lease_ms("lease", lease)?;
-        self.acquire(Lease::Fixed(lease), Wait::Forever)
+        self.acquire(Lease::fixed(lease)?, Wait::Forever)
             .await?
             .ok_or(Error::Shutdown)
     }
@@ -191,8 +190,7 @@ impl Lock {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<LockGuard>> {
-        lease_ms("lease", lease)?;
-        self.acquire(Lease::Fixed(lease), Wait::until(wait)?).await
+        self.acquire(Lease::fixed(lease)?, Wait::until(wait)?).await
     }
 
     /// Whether anybody holds the lock.

@@ -108,7 +108,7 @@ pub(crate) async fn attempt_batch(
                 fresh: inner.holds.get(&lock.keys.hash, &field).is_none(),
                 keys: lock.keys.clone(),
                 field,
-                lease_ms: lease.duration().as_millis() as u64,
+                lease_ms: lease.ms(),
                 reentrant: lock.reentrant,
                 fenced: lock.fenced,
             }
@@ -152,14 +152,9 @@ pub(crate) async fn attempt_batch(
         .into_iter()
         .zip(batch.iter().zip(plan.iter()))
         .map(|(reply, ((lock, lease), p))| match reply {
-            Ok(Acquire::Acquired { count, token }) => Outcome::Granted(lock.register(
-                p.field.clone(),
-                *lease,
-                p.lease_ms,
-                count,
-                token,
-                started,
-            )),
+            Ok(Acquire::Acquired { count, token }) => {
+                Outcome::Granted(lock.register(p.field.clone(), *lease, count, token, started))
+            }
             Ok(Acquire::HeldElsewhere { ttl }) => Outcome::HeldElsewhere { ttl },
             Ok(Acquire::AlreadyHeld) => Outcome::Failed(Error::WouldDeadlock {
                 name: lock.keys.name.to_string(),

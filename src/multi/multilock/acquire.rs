@@ -8,7 +8,6 @@ use futures_util::future::{join_all, select_all};
 
 use crate::acquire::nap_for;
 use crate::client::Client;
-use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Lease;
@@ -36,10 +35,7 @@ impl MultiLock {
         let mut members = Vec::with_capacity(self.members.len());
         for lock in self.members.iter() {
             let lease = match fixed {
-                Some(lease) => {
-                    lease_ms("lease", lease)?;
-                    Lease::Fixed(lease)
-                }
+                Some(lease) => Lease::fixed(lease)?,
                 None => lock.watchdog()?,
             };
             members.push((lock.pinned(), lease));
@@ -135,12 +131,7 @@ async fn listen_to_new_blockers(
     if missing.is_empty() {
         return Ok(false);
     }
-    let subscribed = join_all(missing.iter().map(|&i| async move {
-        let lock = &members[i].0;
-        let channel = lock.keys.channel_name();
-        lock.client.inner.subscriber.subscribe(&channel).await
-    }))
-    .await;
+    let subscribed = join_all(missing.iter().map(|&i| members[i].0.subscribe())).await;
     for (i, sub) in missing.into_iter().zip(subscribed) {
         waits[i] = Some(sub?);
     }
