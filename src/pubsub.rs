@@ -7,7 +7,7 @@
 //! since messages may have been lost meanwhile.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ pub(crate) struct Subscriber {
     sink: watch::Sender<Option<PubSubSink>>,
     reader: Mutex<Option<AbortOnDrop>>,
     /// Set by `stop`: no reader may be started again.
-    stopped: std::sync::atomic::AtomicBool,
+    stopped: AtomicBool,
     weak_self: Weak<Subscriber>,
 }
 
@@ -113,7 +113,7 @@ impl Subscriber {
             commands: tokio::sync::Mutex::new(()),
             sink: watch::channel(None).0,
             reader: Mutex::new(None),
-            stopped: std::sync::atomic::AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
             weak_self: weak_self.clone(),
         })
     }
@@ -190,7 +190,7 @@ impl Subscriber {
     async fn live_sink(&self) -> Result<PubSubSink> {
         {
             let mut reader = self.reader.lock();
-            if self.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            if self.stopped.load(Ordering::Acquire) {
                 return Err(Error::Shutdown);
             }
             if reader.is_none() {
@@ -213,8 +213,7 @@ impl Subscriber {
     /// Stops the reader task (client shutdown).
     pub fn stop(&self) {
         let mut reader = self.reader.lock();
-        self.stopped
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.stopped.store(true, Ordering::Release);
         reader.take();
         drop(reader);
         self.sink.send_replace(None);
