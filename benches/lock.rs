@@ -26,7 +26,7 @@ fn runtime() -> Runtime {
 
 fn benches(c: &mut Criterion) {
     let rt = runtime();
-    let (client, mut conn) = rt.block_on(async {
+    let (client, conn) = rt.block_on(async {
         let client = Client::connect(&url())
             .await
             .expect("connect to $REDIS_URL");
@@ -51,13 +51,6 @@ fn benches(c: &mut Criterion) {
         })
     });
     floor.finish();
-    // Warm the script cache so NOSCRIPT never shows in the numbers.
-    rt.block_on(async {
-        script
-            .invoke_async::<_, i64>(&mut conn)
-            .await
-            .expect("evalsha")
-    });
 
     let mut uncontended = c.benchmark_group("uncontended");
     let lock = client.lock("bench:uncontended").expect("name");
@@ -74,27 +67,27 @@ fn benches(c: &mut Criterion) {
     contended
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
+    let names = vec!["bench:contended".to_string(); 8];
     contended.bench_function("handoff_8_tasks", |b| {
         b.to_async(&rt)
-            .iter(|| tasks_lock_unlock(client.clone(), vec!["bench:contended".into(); 8], 50))
+            .iter(|| tasks_lock_unlock(client.clone(), &names, 50))
     });
     contended.finish();
 
     let mut many = c.benchmark_group("many_keys");
     many.throughput(Throughput::Elements(64 * 20));
     many.sample_size(10);
+    let names: Vec<String> = (0..64).map(|i| format!("bench:many:{i}")).collect();
     many.bench_function("64_tasks_64_keys", |b| {
-        b.to_async(&rt).iter(|| {
-            let names = (0..64).map(|i| format!("bench:many:{i}")).collect();
-            tasks_lock_unlock(client.clone(), names, 20)
-        })
+        b.to_async(&rt)
+            .iter(|| tasks_lock_unlock(client.clone(), &names, 20))
     });
     many.finish();
     rt.block_on(client.shutdown()).expect("shutdown");
 }
 
 /// One task per name, each doing `rounds` lock+unlock pairs on its lock; waits for all.
-async fn tasks_lock_unlock(client: Client, names: Vec<String>, rounds: usize) {
+async fn tasks_lock_unlock(client: Client, names: &[String], rounds: usize) {
     let tasks: Vec<_> = names
         .iter()
         .map(|name| {

@@ -40,7 +40,7 @@ pub fn pin(cpus: &[usize]) -> io::Result<()> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Placement {
     Same,
     Split,

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use crate::affinity::Placement;
+use crate::model::family;
 
 pub const USAGE: &str = "usage: redlease-bench [--quick] [--only W1,W2,...] [--impls redlease,rslock,...]
                       [--runs N] [--cap SECONDS] [--out PATH] [--workers N] [--placement same|split|none]
@@ -137,7 +138,7 @@ impl Config {
 
     pub fn wants(&self, workload: &str) -> bool {
         match &self.cell {
-            Some((w, _)) => w.split_whitespace().next() == Some(workload),
+            Some((w, _)) => family(w) == workload,
             None => self.only.is_empty() || self.only.iter().any(|w| w == workload),
         }
     }
@@ -145,13 +146,14 @@ impl Config {
     /// Arguments that give a child process the same counts, cap and servers.
     pub fn child_args(&self, urls: &[String]) -> Vec<String> {
         let mut args = vec![
-            "--workers".into(),
-            self.workers.unwrap_or(1).to_string(),
             "--cap".into(),
             self.cap.as_secs().to_string(),
             "--urls".into(),
             urls.join(","),
         ];
+        if let Some(workers) = self.workers {
+            args.extend(["--workers".into(), workers.to_string()]);
+        }
         if self.quick {
             args.push("--quick".into());
         }

@@ -48,15 +48,17 @@ pub async fn pairs(urls: Vec<String>, n: usize) -> Result<Vec<Measure>> {
 }
 
 /// W6's own shape with a trivial script in place of the lock, and no lock at all: after the
-/// idle gap a "holder" task makes one round trip (its unlock; not timed) and then wakes a
-/// "waiter" task, which makes one round trip (its acquisition; timed from the holder's round
-/// trip returning), on the same connection. The least any lock needs in W6 (one round trip
-/// for the waiter), with the machine as cold or warm as it is there.
+/// idle gap W6's holder keeps the lock (2-8 ms) a "holder" task makes one round trip (its
+/// unlock) and then wakes a "waiter" task, which makes one round trip (its acquisition), on
+/// the same connection. Returns the holder's round trips (the machine goes idle in the gap,
+/// and waking it costs more than a back-to-back call) and the waiter's, timed from the
+/// holder's round trip returning: the least any lock needs in W6 (one round trip for the
+/// waiter), with the machine as cold or warm as it is there.
 async fn wake_shaped(
     conn: &ConnectionManager,
     script: &Script,
     rounds: usize,
-) -> Result<Vec<Duration>> {
+) -> Result<(Vec<Duration>, Vec<Duration>)> {
     let (to_waiter, mut waiter_rx) = tokio::sync::mpsc::channel::<Instant>(1);
     let (to_holder, mut holder_rx) = tokio::sync::mpsc::channel::<Duration>(1);
     let (mut waiter_conn, waiter_script) = (conn.clone(), script.clone());
@@ -72,12 +74,16 @@ async fn wake_shaped(
         anyhow::Ok(())
     });
     let mut conn = conn.clone();
-    let mut lat = Vec::with_capacity(rounds);
+    let mut idle = Vec::with_capacity(rounds);
+    let mut wake = Vec::with_capacity(rounds);
     for round in 0..rounds {
         tokio::time::sleep(crate::workloads::w6::hold_time(round)).await;
+        let t0 = Instant::now();
         script.invoke_async::<_, i64>(&mut conn).await?;
-        to_waiter.send(Instant::now()).await?;
-        lat.push(
+        let returned = Instant::now();
+        idle.push(returned - t0);
+        to_waiter.send(returned).await?;
+        wake.push(
             holder_rx
                 .recv()
                 .await
@@ -86,10 +92,11 @@ async fn wake_shaped(
     }
     drop(to_waiter);
     waiter.await??;
-    Ok(lat)
+    Ok((idle, wake))
 }
 
-/// `n` single round trips: p50/p99.
+/// `n` single round trips: p50/p99; then (at most 100 rounds) the same round trip in W6's
+/// shape (see `wake_shaped`).
 pub async fn round_trip(url: String, n: usize) -> Result<Vec<Measure>> {
     tokio::spawn(async move {
         let mut conn = connect(&url).await?;
@@ -104,17 +111,8 @@ pub async fn round_trip(url: String, n: usize) -> Result<Vec<Measure>> {
             lat.push(t0.elapsed());
         }
         let (p50, p99) = p50_p99(&mut lat);
-        // The same round trip after the idle gap W6's holder keeps the lock (2-8 ms): the
-        // machine goes idle in between, and waking it costs more than a back-to-back call.
-        let mut idle = Vec::with_capacity(n.min(100));
-        for round in 0..n.min(100) {
-            tokio::time::sleep(crate::workloads::w6::hold_time(round)).await;
-            let t0 = Instant::now();
-            script.invoke_async::<_, i64>(&mut conn).await?;
-            idle.push(t0.elapsed());
-        }
+        let (mut idle, mut wake) = wake_shaped(&conn, &script, n.min(100)).await?;
         let (idle50, idle99) = p50_p99(&mut idle);
-        let mut wake = wake_shaped(&conn, &script, n.min(100)).await?;
         let (wake50, wake99) = p50_p99(&mut wake);
         Ok(vec![
             Measure::dist(RTT, p50, p99),

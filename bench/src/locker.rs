@@ -13,6 +13,10 @@ pub const LEASE: Duration = Duration::from_secs(10);
 pub trait AsyncLocker: Send + Sync + 'static {
     type Guard: Send + 'static;
 
+    /// Most lock / unlock calls a workload may have in flight at once on
+    /// this implementation (when the workload itself chooses how many).
+    const MAX_IN_FLIGHT: usize = usize::MAX;
+
     /// Waits until `key` is held (each implementation's own blocking acquire).
     fn lock(&self, key: &str) -> impl Future<Output = Result<Self::Guard>> + Send;
 

@@ -190,18 +190,16 @@ fn loadavg() -> String {
 }
 
 fn redis_version() -> String {
-    std::process::Command::new(
-        std::env::var("REDLEASE_SERVER_BIN").unwrap_or_else(|_| "redis-server".into()),
-    )
-    .arg("--version")
-    .output()
-    .ok()
-    .and_then(|o| String::from_utf8(o.stdout).ok())
-    .and_then(|s| {
-        s.split_whitespace()
-            .find_map(|w| w.strip_prefix("v=").map(String::from))
-    })
-    .unwrap_or_else(|| "?".into())
+    std::process::Command::new(server::server_bin())
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| {
+            s.split_whitespace()
+                .find_map(|w| w.strip_prefix("v=").map(String::from))
+        })
+        .unwrap_or_else(|| "?".into())
 }
 
 const NOTES: &str = "\

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use anyhow::{Context, Result};
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Unit {
     /// A duration in microseconds.
@@ -82,58 +84,64 @@ impl fmt::Display for TimedOut {
 
 impl std::error::Error for TimedOut {}
 
+/// First word of an implementation name: "rslock RedLock(5)" -> "rslock".
+pub fn family(implementation: &str) -> &str {
+    implementation.split_whitespace().next().unwrap_or("")
+}
+
+/// Declares the metric names and `METRICS`, the list of them all, which maps a
+/// name read back from a child process to its constant.
+macro_rules! metrics {
+    ($($name:ident = $text:expr;)*) => {
+        $(pub const $name: &str = $text;)*
+        const METRICS: &[&str] = &[$($name),*];
+    };
+}
+
 // Metric names, shared by the workloads and the report.
-pub const PAIR: &str = "lock+unlock latency";
-pub const PAIRS_PER_SEC: &str = "lock+unlock pairs/s";
-pub const ACQ_PER_SEC: &str = "acquisitions/s";
-pub const COUNTER: &str = "final counter";
-pub const HANDOFFS: &str = "handoffs between tasks";
-pub const WAIT: &str = "lock wait";
-pub const WAIT_MAX: &str = "max lock wait";
-pub const HELD: &str = "locks held";
-pub const MEM: &str = "client heap per held lock";
-pub const TICK: &str = "renewal tick time";
-pub const TICK_RT: &str = "tick round trips (RenewStats)";
-pub const TICK_SCRIPTS: &str = "tick script calls seen by server";
-pub const TICK_CMDS: &str = "tick commands seen by server (incl. in scripts)";
-pub const LOST: &str = "locks lost in tick";
-pub const FAILED_BATCHES: &str = "failed batches in tick";
-pub const PERIOD_SCRIPTS: &str = "renewal script calls per 5 s period (server)";
-pub const WAKE: &str = "wake-up latency";
-pub const RTT: &str = "EVALSHA round trip";
-pub const RTT_IDLE: &str = "EVALSHA round trip after a 2-8 ms idle gap";
-pub const RTT_WAKE: &str =
-    "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
+metrics! {
+    PAIR = "lock+unlock latency";
+    PAIRS_PER_SEC = "lock+unlock pairs/s";
+    ACQ_PER_SEC = "acquisitions/s";
+    COUNTER = "final counter";
+    HANDOFFS = "handoffs between tasks";
+    WAIT = "lock wait";
+    WAIT_MAX = "max lock wait";
+    HELD = "locks held";
+    MEM = "client heap per held lock";
+    TICK = "renewal tick time";
+    TICK_RT = "tick round trips (RenewStats)";
+    TICK_SCRIPTS = "tick script calls seen by server";
+    TICK_CMDS = "tick commands seen by server (incl. in scripts)";
+    LOST = "locks lost in tick";
+    FAILED_BATCHES = "failed batches in tick";
+    PERIOD_SCRIPTS = "renewal script calls per 5 s period (server)";
+    WAKE = "wake-up latency";
+    RTT = "EVALSHA round trip";
+    RTT_IDLE = "EVALSHA round trip after a 2-8 ms idle gap";
+    RTT_WAKE = "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
+}
 
-const METRICS: &[&str] = &[
-    PAIR,
-    PAIRS_PER_SEC,
-    ACQ_PER_SEC,
-    COUNTER,
-    HANDOFFS,
-    WAIT,
-    WAIT_MAX,
-    HELD,
-    MEM,
-    TICK,
-    TICK_RT,
-    TICK_SCRIPTS,
-    TICK_CMDS,
-    LOST,
-    FAILED_BATCHES,
-    PERIOD_SCRIPTS,
-    WAKE,
-    RTT,
-    RTT_IDLE,
-    RTT_WAKE,
-];
+impl Unit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Micros => "us",
+            Unit::PerSec => "per_s",
+            Unit::Count => "count",
+            Unit::Bytes => "bytes",
+        }
+    }
 
-const UNITS: &[(Unit, &str)] = &[
-    (Unit::Micros, "us"),
-    (Unit::PerSec, "per_s"),
-    (Unit::Count, "count"),
-    (Unit::Bytes, "bytes"),
-];
+    pub fn parse(name: &str) -> Option<Unit> {
+        match name {
+            "us" => Some(Unit::Micros),
+            "per_s" => Some(Unit::PerSec),
+            "count" => Some(Unit::Count),
+            "bytes" => Some(Unit::Bytes),
+            _ => None,
+        }
+    }
+}
 
 /// Line prefix of a measure printed by a child process.
 pub const MEASURE_LINE: &str = "MEASURE";
@@ -141,34 +149,44 @@ pub const MEASURE_LINE: &str = "MEASURE";
 impl Measure {
     /// `MEASURE<TAB>metric<TAB>unit<TAB>value<TAB>p99` (p99 empty when none).
     pub fn to_line(&self) -> String {
-        let unit = UNITS.iter().find(|u| u.0 == self.unit).map_or("?", |u| u.1);
         let p99 = self.p99.map(|p| p.to_string()).unwrap_or_default();
         format!(
-            "{MEASURE_LINE}\t{}\t{unit}\t{}\t{p99}",
-            self.metric, self.value
+            "{MEASURE_LINE}\t{}\t{}\t{}\t{p99}",
+            self.metric,
+            self.unit.name(),
+            self.value
         )
     }
 
-    pub fn from_line(line: &str) -> Option<Measure> {
-        let mut f = line
-            .strip_prefix(MEASURE_LINE)?
-            .strip_prefix('\t')?
-            .split('\t');
-        let name = f.next()?;
-        let metric = *METRICS.iter().find(|m| **m == name)?;
-        let unit_name = f.next()?;
-        let unit = UNITS.iter().find(|u| u.1 == unit_name)?.0;
-        let value = f.next()?.parse().ok()?;
-        let p99 = f
-            .next()
-            .filter(|s| !s.is_empty())
-            .and_then(|s| s.parse().ok());
-        Some(Measure {
-            metric,
-            unit,
-            value,
-            p99,
-        })
+    /// Parses a line of `to_line`; an unknown metric or unit is an error.
+    pub fn from_line(line: &str) -> Result<Measure> {
+        let parse = || -> Result<Measure> {
+            let mut f = line
+                .strip_prefix(MEASURE_LINE)
+                .and_then(|l| l.strip_prefix('\t'))
+                .context("no MEASURE prefix")?
+                .split('\t');
+            let name = f.next().context("no metric")?;
+            let metric = *METRICS
+                .iter()
+                .find(|m| **m == name)
+                .with_context(|| format!("unknown metric {name:?} (not in model::METRICS)"))?;
+            let unit_name = f.next().context("no unit")?;
+            let unit =
+                Unit::parse(unit_name).with_context(|| format!("unknown unit {unit_name:?}"))?;
+            let value = f.next().context("no value")?.parse()?;
+            let p99 = match f.next().filter(|s| !s.is_empty()) {
+                Some(p) => Some(p.parse()?),
+                None => None,
+            };
+            Ok(Measure {
+                metric,
+                unit,
+                value,
+                p99,
+            })
+        };
+        parse().with_context(|| format!("unparsable measure line {line:?}"))
     }
 }
 
@@ -178,16 +196,24 @@ mod tests {
 
     #[test]
     fn measure_lines_round_trip() {
-        for m in [
-            Measure::dist(PAIR, 31.5, 80.25),
-            Measure::new(COUNTER, Unit::Count, 4000.0),
-        ] {
-            let back = Measure::from_line(&m.to_line()).expect("parses");
-            assert_eq!(
-                (back.metric, back.unit, back.value, back.p99),
-                (m.metric, m.unit, m.value, m.p99)
-            );
+        let units = [Unit::Micros, Unit::PerSec, Unit::Count, Unit::Bytes];
+        for unit in units {
+            assert_eq!(Unit::parse(unit.name()), Some(unit));
         }
-        assert!(Measure::from_line("MEASURE\tnope\tus\t1\t").is_none());
+        for &metric in METRICS {
+            for m in [
+                Measure::dist(metric, 31.5, 80.25),
+                Measure::new(metric, units[metric.len() % units.len()], 4000.0),
+            ] {
+                let back = Measure::from_line(&m.to_line()).expect("parses");
+                assert_eq!(
+                    (back.metric, back.unit, back.value, back.p99),
+                    (m.metric, m.unit, m.value, m.p99)
+                );
+            }
+        }
+        assert!(Measure::from_line("MEASURE\tnope\tus\t1\t").is_err());
+        assert!(Measure::from_line("MEASURE\tlock wait\tfurlongs\t1\t").is_err());
+        assert!(Measure::from_line("MEASURE\tlock wait\tus\tx\t").is_err());
     }
 }

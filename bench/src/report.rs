@@ -69,35 +69,18 @@ pub fn table(ctx: &Context) -> String {
     ]);
     out += "|---|---|---|---:|---:|---|---|\n";
     for e in ctx.entries {
+        // A row without a measure: the text goes in the value column.
+        let note = |text: &str| row(&[&e.workload, &e.implementation, "—", text, "", "", ""]);
         let text = match &e.outcome {
             Outcome::Measured { runs, measures } => measures
                 .iter()
                 .map(|m| measure_row(ctx, e, m, *runs))
                 .collect(),
-            Outcome::NotApplicable(why) => row(&[
-                &e.workload,
-                &e.implementation,
-                "—",
-                &format!("n/a: {why}"),
-                "",
-                "",
-                "",
-            ]),
-            Outcome::TimedOut(cap) => {
-                let text = format!("timed out (cap {} s per run)", cap.as_secs());
-                row(&[&e.workload, &e.implementation, "—", &text, "", "", ""])
-            }
+            Outcome::NotApplicable(why) => note(&format!("n/a: {why}")),
+            Outcome::TimedOut(cap) => note(&format!("timed out (cap {} s per run)", cap.as_secs())),
             Outcome::Failed(err) => {
                 let err = err.replace('|', "/").replace('\n', " ");
-                row(&[
-                    &e.workload,
-                    &e.implementation,
-                    "—",
-                    &format!("failed: {err}"),
-                    "",
-                    "",
-                    "",
-                ])
+                note(&format!("failed: {err}"))
             }
         };
         out += &text;

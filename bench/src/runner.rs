@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{COUNTER, Entry, Measure, Outcome, TimedOut};
+use crate::model::{COUNTER, Entry, MEASURE_LINE, Measure, Outcome, TimedOut, family};
 use crate::server::RedisServer;
 use crate::stats::median;
 
@@ -45,7 +45,7 @@ pub struct Runner {
 
 impl Runner {
     pub fn wants(&self, implementation: &str) -> bool {
-        let family = implementation.split_whitespace().next().unwrap_or("");
+        let family = family(implementation);
         family == "floor" || self.impls.is_empty() || self.impls.iter().any(|i| i == family)
     }
 
@@ -171,8 +171,8 @@ impl Runner {
                 return Err(TimedOut.into());
             } else if let Some(err) = line.strip_prefix(ERROR_LINE) {
                 anyhow::bail!("{}", err.trim());
-            } else if let Some(m) = Measure::from_line(line) {
-                measures.push(m);
+            } else if line.starts_with(MEASURE_LINE) {
+                measures.push(Measure::from_line(line)?);
             }
         }
         if !out.status.success() || measures.is_empty() {

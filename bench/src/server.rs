@@ -7,6 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+/// The redis-server executable: `$REDLEASE_SERVER_BIN`, default `redis-server`.
+pub fn server_bin() -> String {
+    std::env::var("REDLEASE_SERVER_BIN").unwrap_or_else(|_| "redis-server".into())
+}
+
 pub struct RedisServer {
     /// None for a server started by another process (see `attach`).
     child: Option<Child>,
@@ -18,7 +23,7 @@ impl RedisServer {
     /// 127.0.0.1 port, without persistence, and waits until it answers PING.
     /// Pinned to `cpus` when given.
     pub fn start(cpus: Option<&[usize]>) -> Result<Self> {
-        let bin = std::env::var("REDLEASE_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        let bin = server_bin();
         let port = free_port()?;
         let mut cmd = Command::new(&bin);
         if let Some(cpus) = cpus {

@@ -1,9 +1,14 @@
 //! Which implementation runs which workload, with what; and why not.
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
 
 use crate::config::Counts;
 use crate::floor;
+use crate::locker::{AsyncLocker, SyncLocker};
+use crate::model::Measure;
 use crate::peers::redisson::{Redisson, RedissonRedLock};
 use crate::peers::redlock::Redlock;
 use crate::peers::rlock::Rlock;
@@ -22,138 +27,139 @@ fn no_redlease(r: &mut Runner, workload: &str, implementation: &str) {
     );
 }
 
+/// A workload every implementation runs the same way on the first server:
+/// its async driver, and its sync one (OS threads) for `redlock`.
+trait Workload: Copy {
+    async fn run<L: AsyncLocker>(self, l: Arc<L>, url: &str) -> Result<Vec<Measure>>;
+
+    async fn run_sync<L: SyncLocker>(
+        self,
+        l: Arc<L>,
+        url: &str,
+        deadline: Instant,
+    ) -> Result<Vec<Measure>>;
+}
+
+/// Lock+unlock pairs.
+#[derive(Clone, Copy)]
+struct W1(usize);
+
+/// Tasks, rounds.
+#[derive(Clone, Copy)]
+struct W2(usize, usize);
+
+/// Tasks, rounds.
+#[derive(Clone, Copy)]
+struct W3(usize, usize);
+
+/// Handoffs.
+#[derive(Clone, Copy)]
+struct W6(usize);
+
+impl Workload for W1 {
+    async fn run<L: AsyncLocker>(self, l: Arc<L>, _: &str) -> Result<Vec<Measure>> {
+        w1::run(l, self.0).await
+    }
+
+    async fn run_sync<L: SyncLocker>(self, l: Arc<L>, _: &str, d: Instant) -> Result<Vec<Measure>> {
+        w1::run_sync(l, self.0, d).await
+    }
+}
+
+impl Workload for W2 {
+    async fn run<L: AsyncLocker>(self, l: Arc<L>, url: &str) -> Result<Vec<Measure>> {
+        w2::run(l, url, self.0, self.1).await
+    }
+
+    async fn run_sync<L: SyncLocker>(
+        self,
+        l: Arc<L>,
+        url: &str,
+        d: Instant,
+    ) -> Result<Vec<Measure>> {
+        w2::run_sync(l, url, self.0, self.1, d).await
+    }
+}
+
+impl Workload for W3 {
+    async fn run<L: AsyncLocker>(self, l: Arc<L>, _: &str) -> Result<Vec<Measure>> {
+        w3::run(l, self.0, self.1).await
+    }
+
+    async fn run_sync<L: SyncLocker>(self, l: Arc<L>, _: &str, d: Instant) -> Result<Vec<Measure>> {
+        w3::run_sync(l, self.0, self.1, d).await
+    }
+}
+
+impl Workload for W6 {
+    async fn run<L: AsyncLocker>(self, l: Arc<L>, _: &str) -> Result<Vec<Measure>> {
+        w6::run(l, self.0).await
+    }
+
+    async fn run_sync<L: SyncLocker>(self, l: Arc<L>, _: &str, d: Instant) -> Result<Vec<Measure>> {
+        w6::run_sync(l, self.0, d).await
+    }
+}
+
+/// `w` on the first server for redlease, rslock, redlock, rlock and redisson,
+/// in that order.
+async fn single_server<W: Workload>(r: &mut Runner, name: &str, w: W) {
+    let url = r.url(0);
+    #[cfg(feature = "redlease")]
+    r.measure(name, "redlease", |_| {
+        let url = url.clone();
+        async move {
+            let l = Arc::new(crate::redlease_impl::Redlease::new(&url).await?);
+            w.run(l, &url).await
+        }
+    })
+    .await;
+    #[cfg(not(feature = "redlease"))]
+    no_redlease(r, name, "redlease");
+    r.measure(name, "rslock", |_| {
+        let url = url.clone();
+        async move {
+            let l = Arc::new(Rslock::new(std::slice::from_ref(&url)));
+            w.run(l, &url).await
+        }
+    })
+    .await;
+    r.measure(name, "redlock", |d| {
+        let url = url.clone();
+        async move {
+            let l = Arc::new(Redlock::new(std::slice::from_ref(&url)));
+            w.run_sync(l, &url, d).await
+        }
+    })
+    .await;
+    r.measure(name, "rlock", |_| {
+        let url = url.clone();
+        async move { w.run(Arc::new(Rlock::new(&url).await?), &url).await }
+    })
+    .await;
+    r.measure(name, "redisson", |_| {
+        let url = url.clone();
+        async move { w.run(Arc::new(Redisson::new(&url).await?), &url).await }
+    })
+    .await;
+}
+
 pub async fn w1(r: &mut Runner, c: &Counts) {
     let (url, n) = (r.url(0), c.w1);
     r.measure("W1", "floor (2 EVALSHA)", |_| {
         floor::pairs(vec![url.clone()], n)
     })
     .await;
-    #[cfg(feature = "redlease")]
-    r.measure("W1", "redlease", |_| {
-        let url = url.clone();
-        async move {
-            w1::run(
-                Arc::new(crate::redlease_impl::Redlease::new(&url).await?),
-                n,
-            )
-            .await
-        }
-    })
-    .await;
-    #[cfg(not(feature = "redlease"))]
-    no_redlease(r, "W1", "redlease");
-    r.measure("W1", "rslock", |_| {
-        w1::run(Arc::new(Rslock::new(std::slice::from_ref(&url))), n)
-    })
-    .await;
-    r.measure("W1", "redlock", |d| {
-        w1::run_sync(Arc::new(Redlock::new(std::slice::from_ref(&url))), n, d)
-    })
-    .await;
-    r.measure("W1", "rlock", |_| {
-        let url = url.clone();
-        async move { w1::run(Arc::new(Rlock::new(&url).await?), n).await }
-    })
-    .await;
-    r.measure("W1", "redisson", |_| {
-        let url = url.clone();
-        async move { w1::run(Arc::new(Redisson::new(&url).await?), n).await }
-    })
-    .await;
+    single_server(r, "W1", W1(n)).await;
 }
 
 pub async fn w2(r: &mut Runner, c: &Counts) {
-    let (url, t, n) = (r.url(0), c.w2_tasks, c.w2_rounds);
-    #[cfg(feature = "redlease")]
-    r.measure("W2", "redlease", |_| {
-        let url = url.clone();
-        async move {
-            w2::run(
-                Arc::new(crate::redlease_impl::Redlease::new(&url).await?),
-                &url,
-                t,
-                n,
-            )
-            .await
-        }
-    })
-    .await;
-    #[cfg(not(feature = "redlease"))]
-    no_redlease(r, "W2", "redlease");
-    r.measure("W2", "rslock", |_| {
-        let url = url.clone();
-        async move {
-            w2::run(
-                Arc::new(Rslock::new(std::slice::from_ref(&url))),
-                &url,
-                t,
-                n,
-            )
-            .await
-        }
-    })
-    .await;
-    r.measure("W2", "redlock", |d| {
-        let url = url.clone();
-        async move {
-            w2::run_sync(
-                Arc::new(Redlock::new(std::slice::from_ref(&url))),
-                &url,
-                t,
-                n,
-                d,
-            )
-            .await
-        }
-    })
-    .await;
-    r.measure("W2", "rlock", |_| {
-        let url = url.clone();
-        async move { w2::run(Arc::new(Rlock::new(&url).await?), &url, t, n).await }
-    })
-    .await;
-    r.measure("W2", "redisson", |_| {
-        let url = url.clone();
-        async move { w2::run(Arc::new(Redisson::new(&url).await?), &url, t, n).await }
-    })
-    .await;
+    single_server(r, "W2", W2(c.w2_tasks, c.w2_rounds)).await;
 }
 
+/// redisson fails W3: more tasks than its connection pool (see the report's notes).
 pub async fn w3(r: &mut Runner, c: &Counts) {
-    let (url, t, n) = (r.url(0), c.w3_tasks, c.w3_rounds);
-    #[cfg(feature = "redlease")]
-    r.measure("W3", "redlease", |_| {
-        let url = url.clone();
-        async move {
-            w3::run(
-                Arc::new(crate::redlease_impl::Redlease::new(&url).await?),
-                t,
-                n,
-            )
-            .await
-        }
-    })
-    .await;
-    #[cfg(not(feature = "redlease"))]
-    no_redlease(r, "W3", "redlease");
-    r.measure("W3", "rslock", |_| {
-        w3::run(Arc::new(Rslock::new(std::slice::from_ref(&url))), t, n)
-    })
-    .await;
-    r.measure("W3", "redlock", |d| {
-        w3::run_sync(Arc::new(Redlock::new(std::slice::from_ref(&url))), t, n, d)
-    })
-    .await;
-    r.measure("W3", "rlock", |_| {
-        let url = url.clone();
-        async move { w3::run(Arc::new(Rlock::new(&url).await?), t, n).await }
-    })
-    .await;
-    r.measure("W3", "redisson", |_| {
-        let url = url.clone();
-        async move { w3::run(Arc::new(Redisson::new(&url).await?), t, n).await }
-    })
-    .await;
+    single_server(r, "W3", W3(c.w3_tasks, c.w3_rounds)).await;
 }
 
 pub fn w4_label(n: usize) -> String {
@@ -186,17 +192,13 @@ pub async fn w4(r: &mut Runner, c: &Counts) {
         .await;
         r.not_applicable(&w, "rslock", "no watchdog: `using()` renews one lock per running routine, one EXTEND round trip per lock; heap below is for plain held guards");
         r.measure(&w, "rslock", |_| {
-            w4::memory_only(
-                Arc::new(Rslock::new(std::slice::from_ref(&url))),
-                n,
-                w4::WORKERS,
-            )
+            w4::memory_only(Arc::new(Rslock::new(std::slice::from_ref(&url))), n)
         })
         .await;
         r.not_applicable(&w, "redisson", "no usable watchdog: `lock()` takes the fixed 30 s lease (watchdog starts only for lease 0, which expires the key at once); heap below is for plain held locks");
         r.measure(&w, "redisson", |_| {
             let url = url.clone();
-            async move { w4::memory_only(Arc::new(Redisson::new(&url).await?), n, 8).await }
+            async move { w4::memory_only(Arc::new(Redisson::new(&url).await?), n).await }
         })
         .await;
         r.not_applicable(
@@ -263,41 +265,10 @@ pub async fn w5(r: &mut Runner, c: &Counts) {
 }
 
 pub async fn w6(r: &mut Runner, c: &Counts) {
-    let (url, n) = (r.url(0), c.w6);
+    let url = r.url(0);
     r.measure("W6", "floor (1 EVALSHA)", |_| {
         floor::round_trip(url.clone(), c.rtt)
     })
     .await;
-    #[cfg(feature = "redlease")]
-    r.measure("W6", "redlease", |_| {
-        let url = url.clone();
-        async move {
-            w6::run(
-                Arc::new(crate::redlease_impl::Redlease::new(&url).await?),
-                n,
-            )
-            .await
-        }
-    })
-    .await;
-    #[cfg(not(feature = "redlease"))]
-    no_redlease(r, "W6", "redlease");
-    r.measure("W6", "rslock", |_| {
-        w6::run(Arc::new(Rslock::new(std::slice::from_ref(&url))), n)
-    })
-    .await;
-    r.measure("W6", "redlock", |d| {
-        w6::run_sync(Arc::new(Redlock::new(std::slice::from_ref(&url))), n, d)
-    })
-    .await;
-    r.measure("W6", "rlock", |_| {
-        let url = url.clone();
-        async move { w6::run(Arc::new(Rlock::new(&url).await?), n).await }
-    })
-    .await;
-    r.measure("W6", "redisson", |_| {
-        let url = url.clone();
-        async move { w6::run(Arc::new(Redisson::new(&url).await?), n).await }
-    })
-    .await;
+    single_server(r, "W6", W6(c.w6)).await;
 }

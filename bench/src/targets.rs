@@ -3,7 +3,7 @@
 
 use crate::model::{
     ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, RTT_WAKE, TICK, TICK_RT,
-    Unit, WAIT_MAX, WAKE,
+    Unit, WAIT_MAX, WAKE, family,
 };
 
 /// What the targets need to know about the run.
@@ -13,10 +13,6 @@ pub struct Context<'a> {
     pub expected_counter: f64,
     /// The W4 workload label the W4 targets apply to (the larger size).
     pub w4_target: String,
-}
-
-fn family(implementation: &str) -> &str {
-    implementation.split_whitespace().next().unwrap_or("")
 }
 
 /// The same variant of another family: "rslock RedLock(5)" -> "redlease RedLock(5)".

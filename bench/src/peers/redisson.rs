@@ -33,6 +33,10 @@ impl Redisson {
 impl AsyncLocker for Redisson {
     type Guard = AsyncRLock;
 
+    /// Its connection pool holds 10 connections: with more acquisitions in
+    /// flight, pool waits time out after 3 s.
+    const MAX_IN_FLIGHT: usize = 8;
+
     async fn lock(&self, key: &str) -> Result<AsyncRLock> {
         let lock = self.client.get_lock(key);
         lock.lock().await?;
@@ -71,17 +75,17 @@ impl RedissonRedLock {
 
     fn object(&self, key: &str) -> Arc<AsyncRRedLock> {
         let mut locks = self.locks.lock().expect("poisoned");
-        locks
-            .entry(key.to_owned())
-            .or_insert_with(|| {
-                let lease = RedissonConfig::default().watchdog_timeout; // as get_red_lock
-                Arc::new(AsyncRRedLock::new(
-                    self.managers.clone(),
-                    key.to_owned(),
-                    lease,
-                ))
-            })
-            .clone()
+        if let Some(lock) = locks.get(key) {
+            return lock.clone();
+        }
+        let lease = RedissonConfig::default().watchdog_timeout; // as get_red_lock
+        let lock = Arc::new(AsyncRRedLock::new(
+            self.managers.clone(),
+            key.to_owned(),
+            lease,
+        ));
+        locks.insert(key.to_owned(), lock.clone());
+        lock
     }
 }
 

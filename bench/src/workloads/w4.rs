@@ -14,8 +14,9 @@ use crate::locker::AsyncLocker;
 use crate::model::{HELD, MEM, Measure, PERIOD_SCRIPTS, Unit};
 use crate::server::{Counters, RedisServer};
 
-/// Concurrent acquisitions / releases while building up the held set.
-pub const WORKERS: usize = 64;
+/// Concurrent acquisitions / releases while building up the held set (fewer
+/// when the implementation allows fewer: `AsyncLocker::MAX_IN_FLIGHT`).
+const WORKERS: usize = 64;
 
 pub struct Held<G> {
     pub guards: Vec<G>,
@@ -24,11 +25,8 @@ pub struct Held<G> {
 
 /// Acquires `n` distinct locks; heap growth over the acquisition, guards
 /// included, divided by `n`.
-pub async fn hold_many<L: AsyncLocker>(
-    l: Arc<L>,
-    n: usize,
-    workers: usize,
-) -> Result<Held<L::Guard>> {
+pub async fn hold_many<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Held<L::Guard>> {
+    let workers = WORKERS.min(L::MAX_IN_FLIGHT);
     super::warm_up(&*l, "bench:w4:warm").await?;
     let before = live_bytes();
     let mut guards = Vec::with_capacity(n);
@@ -55,11 +53,8 @@ pub async fn hold_many<L: AsyncLocker>(
     })
 }
 
-pub async fn release_all<L: AsyncLocker>(
-    l: Arc<L>,
-    guards: Vec<L::Guard>,
-    workers: usize,
-) -> Result<()> {
+pub async fn release_all<L: AsyncLocker>(l: Arc<L>, guards: Vec<L::Guard>) -> Result<()> {
+    let workers = WORKERS.min(L::MAX_IN_FLIGHT);
     let mut chunks: Vec<Vec<L::Guard>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, g) in guards.into_iter().enumerate() {
         chunks[i % workers].push(g);
@@ -97,16 +92,11 @@ pub async fn server_counts<T>(
     Ok((t, counts))
 }
 
-/// Peers without a watchdog: heap per held lock only. `workers` concurrent
-/// acquisitions (redisson fails with more tasks than its pool of 10).
-pub async fn memory_only<L: AsyncLocker>(
-    l: Arc<L>,
-    n: usize,
-    workers: usize,
-) -> Result<Vec<Measure>> {
-    let held = hold_many(l.clone(), n, workers).await?;
+/// Peers without a watchdog: heap per held lock only.
+pub async fn memory_only<L: AsyncLocker>(l: Arc<L>, n: usize) -> Result<Vec<Measure>> {
+    let held = hold_many(l.clone(), n).await?;
     let bytes = held.bytes_per_lock;
-    release_all(l.clone(), held.guards, workers).await?;
+    release_all(l.clone(), held.guards).await?;
     l.close().await;
     Ok(vec![
         Measure::new(HELD, Unit::Count, n as f64),
@@ -122,7 +112,7 @@ pub async fn rlock(
     n: usize,
 ) -> Result<Vec<Measure>> {
     const PERIOD: Duration = Duration::from_secs(5);
-    let held = hold_many(l.clone(), n, WORKERS).await?;
+    let held = hold_many(l.clone(), n).await?;
     // Renewals come in bursts one period after the acquisitions: start the
     // window half a period later so that it does not cut a burst in two.
     tokio::time::sleep(PERIOD / 2).await;
@@ -133,7 +123,7 @@ pub async fn rlock(
     })
     .await?;
     let window = started.elapsed().as_secs_f64();
-    release_all(l.clone(), held.guards, WORKERS).await?;
+    release_all(l.clone(), held.guards).await?;
     l.close().await;
     Ok(vec![
         Measure::new(HELD, Unit::Count, n as f64),
@@ -155,14 +145,14 @@ pub async fn redlease(
     use crate::model::{FAILED_BATCHES, LOST, TICK, TICK_CMDS, TICK_RT, TICK_SCRIPTS};
     use crate::stats::micros;
 
-    let held = hold_many(l.clone(), n, WORKERS).await?;
+    let held = hold_many(l.clone(), n).await?;
     let tick = async {
         let t0 = Instant::now();
         let stats = l.renew_now().await?;
         Ok((stats, t0.elapsed()))
     };
     let ((stats, wall), counts) = server_counts(server, tick).await?;
-    release_all(l.clone(), held.guards, WORKERS).await?;
+    release_all(l.clone(), held.guards).await?;
     l.close().await;
     ensure!(
         stats.locks >= n,
