@@ -7,8 +7,8 @@ use std::time::Duration;
 use redlease::{Lock, LockGuard, Owner, RedLock, RedLockGuard};
 
 use crate::args::RunArgs;
-use crate::exit::{self, Failure};
-use crate::nodes::{self, Node, down_reasons, quorum};
+use crate::exit::Failure;
+use crate::nodes::{self, quorum};
 
 /// The lock, held.
 pub enum Held {
@@ -55,7 +55,7 @@ pub async fn acquire(args: &RunArgs) -> Result<Option<Held>, Failure> {
         return acquire_redlock(args).await;
     }
     let client = nodes::connect_one(&args.target).await?;
-    let lock = configure(client.lock(&args.name), args)?
+    let lock = configure(nodes::lock_on(&client, &args.name)?, args)
         // One explicit owner: the hold must not depend on which task happens to run this.
         .with_owner(Owner::new());
     let acquired = match args.wait {
@@ -69,21 +69,32 @@ pub async fn acquire(args: &RunArgs) -> Result<Option<Held>, Failure> {
         .map_err(|e| Failure::from_error(format_args!("lock \"{}\" on {shown}", args.name), &e))
 }
 
-fn configure(lock: redlease::Result<Lock>, args: &RunArgs) -> Result<Lock, Failure> {
-    Ok(lock
-        .map_err(|e| Failure::from_error("bad lock name", &e))?
-        .fenced(args.fenced)
-        .watchdog_lease(args.lease))
+fn configure(lock: Lock, args: &RunArgs) -> Lock {
+    lock.fenced(args.fenced).watchdog_lease(args.lease)
 }
 
-/// Redlock over every `--url`.
+/// Redlock over every `--url`. A majority must be reachable now; the nodes that are down still
+/// count toward the quorum, which is a majority of every node given.
 async fn acquire_redlock(args: &RunArgs) -> Result<Option<Held>, Failure> {
     let nodes = nodes::connect_all(&args.target).await;
-    let usable = usable_nodes(&nodes)?;
-    let locks = usable
-        .iter()
-        .map(|client| configure(client.lock(&args.name), args))
-        .collect::<Result<Vec<_>, _>>()?;
+    nodes::require_majority(&nodes)?;
+    let down = nodes::down_reasons(&nodes);
+    if args.verbose && !down.is_empty() {
+        eprintln!(
+            "redlease: {} of {} Redis nodes are down ({}); they still count: the lock needs {} of \
+             all {}",
+            down.len(),
+            nodes.len(),
+            down.join("; "),
+            quorum(nodes.len()),
+            nodes.len()
+        );
+    }
+    let clients = nodes::keep_votes(&args.target, nodes).await?;
+    let locks = nodes::locks(&clients, &args.name)?
+        .into_iter()
+        .map(|lock| configure(lock, args))
+        .collect();
     let redlock = RedLock::new(locks)
         .map_err(|e| Failure::from_error("bad --url list", &e))?
         .with_owner(Owner::new())
@@ -104,31 +115,4 @@ async fn acquire_redlock(args: &RunArgs) -> Result<Option<Held>, Failure> {
 /// script cache, so it gets a tenth of the lease, capped by `--timeout`.
 fn node_timeout(args: &RunArgs) -> Duration {
     (args.lease / 10).min(args.target.timeout)
-}
-
-/// The connected nodes, when they can form a majority of ALL the nodes given.
-///
-/// A RedLock counts its majority over the nodes it has a client for, and a node that cannot be
-/// connected to has none. Leaving it out is safe only while a majority of the remaining nodes
-/// is still a majority of all of them: with an odd number of nodes, one may be down.
-fn usable_nodes(nodes: &[Node]) -> Result<Vec<redlease::Client>, Failure> {
-    nodes::require_majority(nodes)?;
-    let up: Vec<redlease::Client> = nodes
-        .iter()
-        .filter_map(|n| n.client.as_ref().ok().cloned())
-        .collect();
-    if quorum(up.len()) >= quorum(nodes.len()) {
-        return Ok(up);
-    }
-    let down = down_reasons(nodes);
-    Err(Failure::new(
-        exit::UNAVAILABLE,
-        format!(
-            "{} of {} Redis nodes are down ({}); redlease can take a Redlock with at most one \
-             node down, and only with an odd number of nodes",
-            down.len(),
-            nodes.len(),
-            down.join("; ")
-        ),
-    ))
 }

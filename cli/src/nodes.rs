@@ -1,6 +1,8 @@
-//! Connecting to the Redis node(s) named on the command line.
+//! Connecting to the Redis node(s) named on the command line, and asking them about a lock.
 
-use redlease::Client;
+use std::future::Future;
+
+use redlease::{Client, ClientBuilder, Lock};
 use tokio::task::JoinSet;
 
 use crate::args::Target;
@@ -10,7 +12,16 @@ use crate::exit::{self, Failure};
 pub struct Node {
     /// The URL with any password hidden, for messages.
     pub shown: String,
+    /// The URL as given, to connect again.
+    url: String,
     pub client: Result<Client, redlease::Error>,
+}
+
+/// One node's answer to a question about a lock: its error as text when it had none.
+pub struct Answer<T> {
+    /// The URL with any password hidden, for messages.
+    pub shown: String,
+    pub result: Result<T, String>,
 }
 
 /// How many of `n` nodes make a majority.
@@ -18,14 +29,19 @@ pub fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
+/// A client for `url` with the prefix and timeout of `target`.
+fn builder(target: &Target, url: &str) -> ClientBuilder {
+    Client::builder(url)
+        .prefix(target.prefix.clone())
+        .timeout(target.timeout)
+}
+
 /// Connects to every URL concurrently; the result keeps the order of the URLs.
 pub async fn connect_all(target: &Target) -> Vec<Node> {
     let urls = target.urls();
     let mut tasks = JoinSet::new();
     for (i, url) in urls.iter().enumerate() {
-        let builder = Client::builder(url.clone())
-            .prefix(target.prefix.clone())
-            .timeout(target.timeout);
+        let builder = builder(target, url);
         tasks.spawn(async move { (i, builder.build().await) });
     }
     let mut clients: Vec<Option<Result<Client, redlease::Error>>> =
@@ -36,16 +52,17 @@ pub async fn connect_all(target: &Target) -> Vec<Node> {
             clients[i] = Some(client);
         }
     }
-    urls.iter()
+    urls.into_iter()
         .zip(clients)
         .map(|(url, client)| Node {
-            shown: redact(url),
+            shown: redact(&url),
             client: client.unwrap_or_else(|| {
                 Err(redlease::Error::InvalidArgument(format!(
                     "connecting to {} panicked",
-                    redact(url)
+                    redact(&url)
                 )))
             }),
+            url,
         })
         .collect()
 }
@@ -59,40 +76,161 @@ pub async fn connect_one(target: &Target) -> Result<Client, Failure> {
     node.client.map_err(|e| unreachable(&node.shown, &e))
 }
 
+/// A client for every node, for a Redlock: a node that could not be connected to gets one that
+/// connects on first use. A Redlock's quorum is a majority of the clients it is given, so
+/// leaving such a node out would shrink the majority needed; with its client it keeps its
+/// vote (a "no" while it is down, a "yes" once it is back).
+pub async fn keep_votes(target: &Target, nodes: Vec<Node>) -> Result<Vec<Client>, Failure> {
+    let mut clients = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let client = match node.client {
+            Ok(client) => client,
+            Err(_) => builder(target, &node.url)
+                .lazy(true)
+                .build()
+                .await
+                .map_err(|e| unreachable(&node.shown, &e))?,
+        };
+        clients.push(client);
+    }
+    Ok(clients)
+}
+
 /// Checks that a majority of the nodes answered; the error names every failed node.
 pub fn require_majority(nodes: &[Node]) -> Result<(), Failure> {
-    let reachable = nodes.iter().filter(|n| n.client.is_ok()).count();
-    if reachable >= quorum(nodes.len()) {
-        return Ok(());
-    }
     if let [node] = nodes {
         if let Err(e) = &node.client {
             return Err(unreachable(&node.shown, e));
         }
     }
-    let reasons = down_reasons(nodes);
+    let reachable = nodes.iter().filter(|n| n.client.is_ok()).count();
+    majority(reachable, nodes.len(), "reachable", &down_reasons(nodes))
+}
+
+/// Checks that a majority of the nodes answered a question; the error names every node that
+/// did not.
+pub fn require_answers<T>(answers: &[Answer<T>]) -> Result<(), Failure> {
+    let answered = answers.iter().filter(|a| a.result.is_ok()).count();
+    let reasons: Vec<String> = answers
+        .iter()
+        .filter_map(|a| a.result.as_ref().err().map(|e| reason(&a.shown, e)))
+        .collect();
+    majority(answered, answers.len(), "answered", &reasons)
+}
+
+/// Fails (exit 69) unless `ok` of `total` nodes is a majority; `what` the `ok` ones did,
+/// `reasons` why the others did not.
+fn majority(ok: usize, total: usize, what: &str, reasons: &[String]) -> Result<(), Failure> {
+    if ok >= quorum(total) {
+        return Ok(());
+    }
     Err(Failure::new(
         exit::UNAVAILABLE,
         format!(
-            "only {reachable} of {} Redis nodes reachable, {} needed ({})",
-            nodes.len(),
-            quorum(nodes.len()),
+            "only {ok} of {total} Redis nodes {what}, {} needed ({})",
+            quorum(total),
             reasons.join("; ")
         ),
     ))
 }
 
-/// The failure for a node that could not be connected to.
 /// "url: reason" for every node that could not be reached.
 pub fn down_reasons(nodes: &[Node]) -> Vec<String> {
     nodes
         .iter()
-        .filter_map(|n| n.client.as_ref().err().map(|e| format!("{}: {e}", n.shown)))
+        .filter_map(|n| n.client.as_ref().err().map(|e| reason(&n.shown, e)))
         .collect()
 }
 
+fn reason(shown: &str, error: impl std::fmt::Display) -> String {
+    format!("{shown}: {error}")
+}
+
+/// The failure for a node that could not be connected to.
 pub fn unreachable(shown: &str, error: &redlease::Error) -> Failure {
     Failure::from_error(format_args!("cannot use Redis at {shown}"), error)
+}
+
+/// The lock `name` on `client`. The one place a lock name is checked (the library refuses an
+/// empty, too long or `}`-led one), so a bad name is the same usage error in every subcommand.
+pub fn lock_on(client: &Client, name: &str) -> Result<Lock, Failure> {
+    client
+        .lock(name)
+        .map_err(|e| Failure::from_error("bad lock name", &e))
+}
+
+/// The lock `name` on each client; a bad name fails on the first.
+pub fn locks<'a>(
+    clients: impl IntoIterator<Item = &'a Client>,
+    name: &str,
+) -> Result<Vec<Lock>, Failure> {
+    clients
+        .into_iter()
+        .map(|client| lock_on(client, name))
+        .collect()
+}
+
+/// The lock `name` on each node that could be connected to, in the order of the nodes (`None`
+/// for a node that is down).
+pub fn node_locks(nodes: &[Node], name: &str) -> Result<Vec<Option<Lock>>, Failure> {
+    let mut up = locks(nodes.iter().filter_map(|n| n.client.as_ref().ok()), name)?.into_iter();
+    Ok(nodes
+        .iter()
+        .map(|n| n.client.as_ref().ok().and_then(|_| up.next()))
+        .collect())
+}
+
+/// Asks every node at once, `query` doing the asking on the node's lock (from [`node_locks`]);
+/// the answers keep the order of the nodes, a down node's being why it is down. With a single
+/// node there is nothing to show beside its error, so any error ends the command.
+pub async fn ask_each<T, F, Fut>(
+    nodes: &[Node],
+    locks: Vec<Option<Lock>>,
+    query: F,
+) -> Result<Vec<Answer<T>>, Failure>
+where
+    F: Fn(Lock) -> Fut,
+    Fut: Future<Output = redlease::Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut tasks = JoinSet::new();
+    for (i, lock) in locks.into_iter().enumerate() {
+        if let Some(lock) = lock {
+            let asking = query(lock);
+            tasks.spawn(async move { (i, asking.await) });
+        }
+    }
+    let mut replies: Vec<Option<redlease::Result<T>>> = nodes.iter().map(|_| None).collect();
+    while let Some(joined) = tasks.join_next().await {
+        // A query task only panics on a bug in the library; its node shows as failed.
+        if let Ok((i, reply)) = joined {
+            replies[i] = Some(reply);
+        }
+    }
+    let single = nodes.len() == 1;
+    nodes
+        .iter()
+        .zip(replies)
+        .map(|(node, reply)| {
+            let result = match (&node.client, reply) {
+                (Err(e), _) => Err(e.to_string()),
+                (Ok(_), Some(Ok(value))) => Ok(value),
+                (Ok(_), Some(Err(e))) if single => return Err(unreachable(&node.shown, &e)),
+                (Ok(_), Some(Err(e))) => Err(e.to_string()),
+                (Ok(_), None) if single => {
+                    return Err(Failure::new(
+                        exit::SOFTWARE,
+                        format!("asking {} panicked", node.shown),
+                    ));
+                }
+                (Ok(_), None) => Err("asking it panicked".to_owned()),
+            };
+            Ok(Answer {
+                shown: node.shown.clone(),
+                result,
+            })
+        })
+        .collect()
 }
 
 /// `redis://user:secret@host` → `redis://user:***@host`, so passwords stay out of logs.

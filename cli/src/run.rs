@@ -156,11 +156,7 @@ async fn finish(
             ),
         )),
         Err(e) => {
-            eprintln!(
-                "redlease: could not release lock \"{}\" ({e}); it expires within {}",
-                args.name,
-                format_duration(args.lease)
-            );
+            release_failed(args, &e);
             Ok(code)
         }
         Ok(()) => {
@@ -178,12 +174,17 @@ async fn finish(
 /// Gives the lock back when the command could not be run or watched; errors only reported.
 async fn release(args: &RunArgs, held: Held) {
     if let Err(e) = held.unlock().await {
-        eprintln!(
-            "redlease: could not release lock \"{}\" ({e}); it expires within {}",
-            args.name,
-            format_duration(args.lease)
-        );
+        release_failed(args, &e);
     }
+}
+
+/// Reports a release that failed; the lock is then left to expire.
+fn release_failed(args: &RunArgs, error: &redlease::Error) {
+    eprintln!(
+        "redlease: could not release lock \"{}\" ({error}); it expires within {}",
+        args.name,
+        format_duration(args.lease)
+    );
 }
 
 /// The one-line failure for a lock not acquired within `--wait`.

@@ -9,46 +9,29 @@ use serde_json::{Value, json};
 
 use crate::args::StatusArgs;
 use crate::exit::Failure;
-use crate::nodes::{self, Node, quorum};
+use crate::nodes::{self, Answer, quorum};
 use crate::output;
 
-/// One node's answer.
-struct NodeView {
-    shown: String,
-    status: Result<LockStatus, String>,
-}
+/// One node's answer (with a single node, every error ends the command instead).
+type NodeView = Answer<LockStatus>;
 
-impl NodeView {
-    fn held(&self) -> bool {
-        matches!(&self.status, Ok(s) if !s.owners.is_empty())
-    }
+fn held(view: &NodeView) -> bool {
+    matches!(&view.result, Ok(s) if !s.owners.is_empty())
 }
 
 pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     let nodes = nodes::connect_all(&args.target).await;
     nodes::require_majority(&nodes)?;
-    let mut views = Vec::with_capacity(nodes.len());
-    let mut key = String::new();
-    for node in &nodes {
-        let (view, node_key) = inspect(node, &args.name, nodes.len() == 1).await?;
-        key = node_key.unwrap_or(key);
-        views.push(view);
-    }
-    let answered = views.iter().filter(|v| v.status.is_ok()).count();
-    if answered < quorum(views.len()) {
-        let reasons: Vec<String> = views
-            .iter()
-            .filter_map(|v| v.status.as_ref().err().map(|e| format!("{}: {e}", v.shown)))
-            .collect();
-        return Err(Failure::new(
-            crate::exit::UNAVAILABLE,
-            format!(
-                "only {answered} of {} Redis nodes answered ({})",
-                views.len(),
-                reasons.join("; ")
-            ),
-        ));
-    }
+    let locks = nodes::node_locks(&nodes, &args.name)?;
+    // The same on every node: the name and prefix make it.
+    let key = locks
+        .iter()
+        .flatten()
+        .next()
+        .map(|lock| lock.key().to_owned())
+        .unwrap_or_default();
+    let views = nodes::ask_each(&nodes, locks, |lock| async move { lock.status().await }).await?;
+    nodes::require_answers(&views)?;
     if args.json {
         output::line(to_json(&args.name, &key, &views));
     } else {
@@ -57,45 +40,13 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// Asks one node. With a single node every error ends the command; with several a failed
-/// node is shown as such.
-async fn inspect(
-    node: &Node,
-    name: &str,
-    only: bool,
-) -> Result<(NodeView, Option<String>), Failure> {
-    let client = match &node.client {
-        Ok(client) => client,
-        Err(e) => {
-            let view = NodeView {
-                shown: node.shown.clone(),
-                status: Err(e.to_string()),
-            };
-            return Ok((view, None));
-        }
-    };
-    let lock = client
-        .lock(name)
-        .map_err(|e| Failure::from_error("bad lock name", &e))?;
-    let status = match lock.status().await {
-        Ok(status) => Ok(status),
-        Err(e) if only => return Err(nodes::unreachable(&node.shown, &e)),
-        Err(e) => Err(e.to_string()),
-    };
-    let view = NodeView {
-        shown: node.shown.clone(),
-        status,
-    };
-    Ok((view, Some(lock.key().to_owned())))
-}
-
 /// How long a majority of the nodes still hold the lock: the quorum-th longest remaining lease
 /// among the holding nodes. For one node, simply its remaining lease.
 fn majority_lease(views: &[NodeView]) -> Option<Duration> {
     let mut leases: Vec<Duration> = views
         .iter()
-        .filter(|v| v.held())
-        .filter_map(|v| v.status.as_ref().ok()?.remaining_lease)
+        .filter(|v| held(v))
+        .filter_map(|v| v.result.as_ref().ok()?.remaining_lease)
         .collect();
     leases.sort_unstable_by(|a, b| b.cmp(a));
     leases.get(quorum(views.len()) - 1).copied()
@@ -104,14 +55,14 @@ fn majority_lease(views: &[NodeView]) -> Option<Duration> {
 fn highest_fence(views: &[NodeView]) -> Option<u64> {
     views
         .iter()
-        .filter_map(|v| v.status.as_ref().ok()?.fence)
+        .filter_map(|v| v.result.as_ref().ok()?.fence)
         .max()
 }
 
 /// Every owner field seen, with its largest hold count and on how many nodes it holds.
 fn owners(views: &[NodeView]) -> BTreeMap<String, (u64, usize)> {
     let mut all = BTreeMap::new();
-    for status in views.iter().filter_map(|v| v.status.as_ref().ok()) {
+    for status in views.iter().filter_map(|v| v.result.as_ref().ok()) {
         for (owner, holds) in &status.owners {
             let entry = all.entry(owner.clone()).or_insert((0, 0));
             entry.0 = entry.0.max(*holds);
@@ -126,14 +77,14 @@ fn ms(d: Option<Duration>) -> Value {
 }
 
 fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
-    let nodes_held = views.iter().filter(|v| v.held()).count();
+    let nodes_held = views.iter().filter(|v| held(v)).count();
     let owners: Vec<Value> = owners(views)
         .into_iter()
         .map(|(owner, (holds, nodes))| json!({"owner": owner, "holds": holds, "nodes": nodes}))
         .collect();
     let per_node: Vec<Value> = views
         .iter()
-        .map(|v| match &v.status {
+        .map(|v| match &v.result {
             Ok(s) => json!({
                 "url": v.shown,
                 "reachable": true,
@@ -160,7 +111,7 @@ fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
 
 fn to_text(name: &str, key: &str, views: &[NodeView]) -> String {
     let mut out = format!("lock   {name}\nkey    {key}\n");
-    let nodes_held = views.iter().filter(|v| v.held()).count();
+    let nodes_held = views.iter().filter(|v| held(v)).count();
     let held = nodes_held >= quorum(views.len());
     let state = if views.len() == 1 {
         if held { "held" } else { "free" }.to_owned()
@@ -196,7 +147,7 @@ fn to_text(name: &str, key: &str, views: &[NodeView]) -> String {
 }
 
 fn node_line(v: &NodeView) -> String {
-    match &v.status {
+    match &v.result {
         Err(e) => format!("unreachable: {e}"),
         Ok(s) if s.owners.is_empty() => format!("free, fence {}", fence_text(s.fence)),
         Ok(s) => format!(

@@ -11,32 +11,22 @@ pub async fn unlock(args: UnlockArgs) -> Result<u8, Failure> {
     let nodes = nodes::connect_all(&args.target).await;
     nodes::require_majority(&nodes)?;
     let single = nodes.len() == 1;
+    let locks = nodes::node_locks(&nodes, &args.name)?;
     // Every reachable node is freed, even when some are down: a majority freed frees the lock.
-    let mut results = Vec::with_capacity(nodes.len());
-    for node in &nodes {
-        let outcome = match &node.client {
-            Err(e) => Err(e.to_string()),
-            Ok(client) => {
-                let lock = client
-                    .lock(&args.name)
-                    .map_err(|e| Failure::from_error("bad lock name", &e))?;
-                match lock.force_unlock().await {
-                    Ok(was_held) => Ok(was_held),
-                    Err(e) if single => return Err(nodes::unreachable(&node.shown, &e)),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        };
-        results.push((node.shown.clone(), outcome));
-    }
-    let freed = results.iter().filter(|(_, r)| r.is_ok()).count();
-    let was_held = results.iter().any(|(_, r)| matches!(r, Ok(true)));
+    let results = nodes::ask_each(
+        &nodes,
+        locks,
+        |lock| async move { lock.force_unlock().await },
+    )
+    .await?;
+    let freed = results.iter().filter(|a| a.result.is_ok()).count();
+    let was_held = results.iter().any(|a| matches!(a.result, Ok(true)));
     if args.json {
         let per_node: Vec<_> = results
             .iter()
-            .map(|(url, r)| match r {
-                Ok(held) => json!({"url": url, "was_held": held}),
-                Err(e) => json!({"url": url, "error": e}),
+            .map(|a| match &a.result {
+                Ok(held) => json!({"url": a.shown, "was_held": held}),
+                Err(e) => json!({"url": a.shown, "error": e}),
             })
             .collect();
         output::line(json!({"name": args.name, "was_held": was_held, "nodes": per_node}));
@@ -48,13 +38,13 @@ pub async fn unlock(args: UnlockArgs) -> Result<u8, Failure> {
         };
         output::line(format_args!("lock \"{}\" {what}", args.name));
         if !single {
-            for (url, r) in &results {
-                let line = match r {
+            for a in &results {
+                let line = match &a.result {
                     Ok(true) => "deleted".to_owned(),
                     Ok(false) => "was free".to_owned(),
                     Err(e) => format!("failed: {e}"),
                 };
-                output::line(format_args!("node  {url}  {line}"));
+                output::line(format_args!("node  {}  {line}", a.shown));
             }
         }
     }

@@ -8,7 +8,8 @@ mod common;
 use std::fs;
 
 use common::{
-    LIMIT, Running, Scratch, dead_url, finish, redlease, rl, rl_nodes, status_json, until_stopped,
+    LIMIT, Running, Scratch, dead_url, finish, redlease, rl, rl_nodes, status_json,
+    status_json_nodes, until_stopped,
 };
 use serde_json::Value;
 use support::{Server, unique_name};
@@ -86,9 +87,7 @@ fn several_urls_run_a_redlock_held_by_a_majority() {
     let sub = "run --lease 2s";
     let mut holder = Running::spawn(rl_nodes(&urls, sub, &name, &["sh", "-c", &body]));
     holder.wait_for(&dir, "started");
-    let status: Value =
-        serde_json::from_str(&finish(rl_nodes(&urls, "status --json", &name, &[])).stdout())
-            .expect("status JSON");
+    let status = status_json_nodes(&urls, &name);
     assert_eq!(status["held"], true, "{status}");
     assert_eq!(status["nodes_held"], 3, "{status}");
     // One node down of three is still a majority, and the lock is held there.
@@ -109,9 +108,51 @@ fn several_urls_run_a_redlock_held_by_a_majority() {
         assert_eq!(out.code(), Some(69), "{sub}: {out:?}");
         assert!(out.stderr().contains(&down1), "{out:?}");
     }
-    let out = finish(rl_nodes(&partial, "status --json", &name, &[]));
-    let status: Value = serde_json::from_str(&out.stdout()).unwrap();
+    let status = status_json_nodes(&partial, &name);
     assert_eq!(status["nodes"][2]["reachable"], false, "{status}");
+}
+
+#[test]
+fn four_urls_with_one_down_still_take_a_redlock() {
+    let servers = support::start_many(3);
+    let mut urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let down = dead_url();
+    urls.push(down.clone());
+    let name = unique_name("redlock4");
+    let dir = Scratch::new("redlock4");
+    let body = until_stopped(&dir);
+    // The down node keeps its vote: the quorum is 3 of all 4, which the 3 live ones make.
+    let mut holder = Running::spawn(rl_nodes(
+        &urls,
+        "run --lease 2s",
+        &name,
+        &["sh", "-c", &body],
+    ));
+    holder.wait_for(&dir, "started");
+    let status = status_json_nodes(&urls, &name);
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["quorum"], 3, "{status}");
+    assert_eq!(status["nodes_held"], 3, "{status}");
+    assert_eq!(status["nodes"][3]["reachable"], false, "{status}");
+    let busy = finish(rl_nodes(&urls, "run --wait 300ms", &name, &["true"]));
+    assert_eq!(busy.code(), Some(75), "{busy:?}");
+    fs::write(dir.path("stop"), "").unwrap();
+    let done = holder.finish(LIMIT);
+    assert_eq!(done.code(), Some(0), "{done:?}");
+    assert_eq!(status_json_nodes(&urls, &name)["nodes_held"], 0);
+
+    // Verbose says which node is down and that it still counts.
+    let out = finish(rl_nodes(&urls, "run -v", &name, &["sh", "-c", "echo ran"]));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout(), "ran\n", "{out:?}");
+    assert!(out.stderr().contains(&down), "{out:?}");
+    assert!(out.stderr().contains("3 of all 4"), "{out:?}");
+
+    // Two of four down: 2 reachable is no majority of 4, refused at once.
+    let half = [urls[0].clone(), urls[1].clone(), down.clone(), dead_url()];
+    let out = finish(rl_nodes(&half, "run", &name, &["true"]));
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(out.stderr().contains(&down), "{out:?}");
 }
 
 #[test]

@@ -186,8 +186,14 @@ pub fn until_stopped(dir: &Scratch) -> String {
     )
 }
 
+/// `redlease status --json` on one server, parsed; the command must succeed.
 pub fn status_json(server: &Server, name: &str) -> Value {
-    let out = finish(rl(&server.url(), "status --json", name, &[]));
+    status_json_nodes(&[server.url()], name)
+}
+
+/// [`status_json`] with one `--url` per node.
+pub fn status_json_nodes(urls: &[String], name: &str) -> Value {
+    let out = finish(rl_nodes(urls, "status --json", name, &[]));
     assert_eq!(out.code(), Some(0), "status failed: {out:?}");
     serde_json::from_str(&out.stdout()).expect("status --json prints JSON")
 }
