@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use redlease::{Client, Error, Lock, LockGuard, MAX_DURATION};
 use support::{
-    Server, client, clients, exists, get_string, set_string, take_and_release, unique_name,
-    unlock_channel, until_subscribed,
+    Server, client, clients, exists, get_string, set_string, spawn_waiter, take_and_release,
+    unique_name, unlock_channel, until_subscribed, woken_after_unlock,
 };
 
 /// Everything in the database: (DBSIZE, sorted keys with their types).
@@ -254,17 +254,10 @@ async fn odd_but_valid_names_work() {
             "{name:?}: another client got in"
         );
         // A waiter on the same name is woken through its (oddly named) channel.
-        let waiting = {
-            let rival = rival.clone();
-            tokio::spawn(async move { rival.lock().await.unwrap().unlock().await.unwrap() })
-        };
+        let waiting = spawn_waiter(rival.clone());
         let subscribed = until_subscribed(&server, &unlock_channel(lock.key()), 1).await;
         assert!(subscribed, "{name:?}: the waiter did not subscribe");
-        guard.unlock().await.unwrap();
-        tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .unwrap_or_else(|_| panic!("{name:?}: the waiter was not woken"))
-            .unwrap();
+        woken_after_unlock(guard, waiting, Duration::from_secs(5)).await;
         assert!(!lock.is_locked().await.unwrap(), "{name:?}");
     }
     assert_eq!(a.held_count(), 0);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use redlease::blocking::Client;
-use support::{Server, unique_name};
+use support::{Server, read_counter, unique_name};
 
 #[test]
 fn same_thread_reenters_other_thread_is_excluded() {
@@ -82,11 +82,7 @@ fn threads_exclude_each_other_on_a_shared_counter() {
     for t in threads {
         t.join().unwrap();
     }
-    let total: u64 = redis::cmd("GET")
-        .arg(&counter_key)
-        .query(&mut server.conn())
-        .unwrap();
-    assert_eq!(total, 100);
+    assert_eq!(read_counter(&server, &counter_key), 100);
 }
 
 #[test]

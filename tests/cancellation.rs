@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use redlease::{Client, Lock};
 use support::{
-    Server, channels, client, clients, eventually_async, exists, unique_name, until_free,
-    woken_after_unlock,
+    Server, channels, client, clients, eventually_async, exists, spawn_waiter, unique_name,
+    until_free, until_no_channels, with_precise_timeout, woken_after_unlock,
 };
 
 /// After the holder releases, nothing of the cancelled waiter may appear: the key stays absent
@@ -27,10 +27,7 @@ async fn assert_nothing_left(server: &Server, waiter: &Client, key: &str) {
         "the key reappeared after the cancelled acquisition"
     );
     assert_eq!(waiter.held_count(), 0);
-    let unsubscribed = eventually_async(Duration::from_secs(2), || async {
-        channels(server).is_empty()
-    })
-    .await;
+    let unsubscribed = until_no_channels(server, Duration::from_secs(2)).await;
     assert!(unsubscribed, "left subscribed: {:?}", channels(server));
 }
 
@@ -91,21 +88,6 @@ async fn aborted_lock_task_leaves_no_hold_and_no_renewal() {
     assert_nothing_left(&server, &waiter, lock.key()).await;
 }
 
-/// Like `tokio::time::timeout`, but precise below a millisecond (tokio's timer wheel rounds up
-/// to whole milliseconds, which would let almost every attempt finish): a plain thread sleeps
-/// for `budget` and then cancels `fut` by winning the race.
-async fn with_precise_timeout<T>(budget: Duration, fut: impl Future<Output = T>) -> Option<T> {
-    let (fire, fired) = tokio::sync::oneshot::channel::<()>();
-    std::thread::spawn(move || {
-        std::thread::sleep(budget);
-        let _ = fire.send(());
-    });
-    tokio::select! {
-        out = fut => Some(out),
-        _ = fired => None,
-    }
-}
-
 /// The nasty case: the future is dropped while the acquire request is on the wire, so the
 /// server may grant the lock to a caller who is gone. That grant must be given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,18 +125,49 @@ async fn lock_tasks_aborted_around_grant_time_leave_nothing() {
     let server = Server::start();
     let client = client(&server).await;
     let lock = client.lock(&unique_name("abort-race")).unwrap();
+    // How long a task takes to get and give back the free lock here: the abort budgets straddle
+    // it, so that some tasks are aborted before the grant and some after, however loaded the
+    // machine is.
+    let mut took = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        spawn_waiter(lock.clone()).await.unwrap();
+        took.push(started.elapsed());
+    }
+    took.sort();
+    // A low quantile: the first, cold attempts are the slowest.
+    let max_budget = (2 * took[2]).max(Duration::from_micros(300));
+    let (mut completed, mut aborted) = (0, 0);
     for _ in 0..100 {
-        let task = {
+        let mut task = {
             let lock = lock.clone();
             tokio::spawn(async move {
                 let guard = lock.lock().await.unwrap();
                 guard.unlock().await.unwrap();
             })
         };
-        tokio::time::sleep(Duration::from_micros(rand::random_range(0..300))).await;
-        task.abort();
-        let _ = task.await;
+        // Aborted after `budget`, timed precisely: tokio's sleep would round it up to a whole
+        // millisecond, by which time almost every task has finished.
+        let budget = rand::random_range(Duration::ZERO..max_budget);
+        let joined = match with_precise_timeout(budget, &mut task).await {
+            Some(joined) => joined,
+            None => {
+                task.abort();
+                task.await
+            }
+        };
+        match joined {
+            Ok(()) => completed += 1,
+            Err(e) if e.is_cancelled() => aborted += 1,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     }
+    eprintln!("{completed} tasks completed, {aborted} aborted (budgets below {max_budget:?})");
+    assert!(aborted > 0, "no task was aborted; the test proves nothing");
+    assert!(
+        completed > 0,
+        "no task got the lock before its abort; the grant-time race was never reached"
+    );
     assert_left_clean(&client, &lock).await;
 }
 
@@ -207,14 +220,7 @@ async fn cancelled_waiter_does_not_swallow_the_wake_up() {
         let lock = waiters.lock(&name).unwrap();
         tokio::spawn(async move { lock.lock().await.map(std::mem::forget) })
     };
-    let second = {
-        let lock = waiters.lock(&name).unwrap();
-        tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            guard.unlock().await.unwrap();
-            Instant::now()
-        })
-    };
+    let second = spawn_waiter(waiters.lock(&name).unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
@@ -242,10 +248,7 @@ async fn waiters_cancelled_while_subscribing_leave_no_channel() {
         locks.push(lock);
     }
     assert_eq!(waiters.held_count(), 0);
-    let clean = eventually_async(Duration::from_secs(3), || async {
-        channels(&server).is_empty()
-    })
-    .await;
+    let clean = until_no_channels(&server, Duration::from_secs(3)).await;
     let left = channels(&server);
     assert!(clean, "{} channels left subscribed: {:?}", left.len(), left);
     for guard in held {

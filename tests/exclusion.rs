@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use redlease::Client;
 use support::{
-    Server, channels, client, connect, eventually_async, increment_unprotected, join_within,
-    read_counter, unique_name, unique_names,
+    Server, channels, client, clients, connect, increment_unprotected, join_within, read_counter,
+    unique_name, unique_names, until_no_channels,
 };
 
 const WORKER_LEASE: Duration = Duration::from_secs(1);
@@ -196,10 +196,7 @@ async fn storm_of_32_workers_on_5_names_leaves_no_channel_and_no_hold() {
     let server = Server::start();
     let names = unique_names("storm", 5);
     let inside: Arc<Vec<AtomicBool>> = Arc::new((0..5).map(|_| AtomicBool::new(false)).collect());
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(client(&server).await);
-    }
+    let clients = clients::<4>(&server).await;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for worker in 0..32 {
@@ -215,6 +212,8 @@ async fn storm_of_32_workers_on_5_names_leaves_no_channel_and_no_hold() {
                     "two holders of {} at once",
                     names[i]
                 );
+                // Stay inside across a suspension point, so another holder could run meanwhile.
+                tokio::task::yield_now().await;
                 inside[i].store(false, Ordering::SeqCst);
                 guard.unlock().await.unwrap();
             }
@@ -234,10 +233,7 @@ async fn storm_of_32_workers_on_5_names_leaves_no_channel_and_no_hold() {
     for c in &clients {
         assert_eq!(c.held_count(), 0, "a hold survived the storm");
     }
-    let clean = eventually_async(Duration::from_secs(3), || async {
-        channels(&server).is_empty()
-    })
-    .await;
+    let clean = until_no_channels(&server, Duration::from_secs(3)).await;
     assert!(clean, "leftover channels: {:?}", channels(&server));
     for c in &clients {
         for n in &names {

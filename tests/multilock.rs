@@ -7,13 +7,18 @@ use std::time::{Duration, Instant};
 
 use redlease::{Client, Error, Lock, MultiLock, Owner};
 use support::{
-    Server, client, client_with_lease, clients, exists, increment_unprotected, join_within,
-    read_counter, set_string, unique_name, unique_names,
+    Server, client, clients, exists, increment_unprotected, join_within, key_of, node_locks,
+    node_locks_with, read_counter, set_string, unique_name, unique_names, with_precise_timeout,
 };
 use tokio::sync::Barrier;
 
 fn locks(client: &Client, names: &[String]) -> Vec<Lock> {
     names.iter().map(|n| client.lock(n).unwrap()).collect()
+}
+
+/// Whether no lock of `names` (default prefix) has a key on `server`.
+fn all_free(server: &Server, names: &[String]) -> bool {
+    names.iter().all(|n| !exists(server, &key_of(n)))
 }
 
 /// Ten contenders race one `try_lock` each for three locks of one server: exactly one wins
@@ -91,13 +96,9 @@ async fn ten_racing_try_locks_on_ten_clients_have_one_winner() {
 #[tokio::test]
 async fn held_across_three_servers_other_owner_fails_twice_and_owner_reenters() {
     let servers = support::start_many(3);
-    let mut a_locks = Vec::new();
-    let mut b_locks = Vec::new();
     let name = unique_name("across");
-    for server in &servers {
-        a_locks.push(client(server).await.lock(&name).unwrap());
-        b_locks.push(client(server).await.lock(&name).unwrap());
-    }
+    let a_locks = node_locks(&servers, &name).await;
+    let b_locks = node_locks(&servers, &name).await;
     let a = MultiLock::new(a_locks.clone()).unwrap();
     let b = MultiLock::new(b_locks).unwrap();
     let guard = a.lock().await.unwrap();
@@ -137,8 +138,8 @@ async fn failed_attempt_leaves_nothing_held() {
     let multi = MultiLock::new(locks(&mine, &names)).unwrap();
 
     assert!(multi.try_lock().await.unwrap().is_none());
-    assert!(!exists(&server, mine.lock(&names[0]).unwrap().key()));
-    assert!(!exists(&server, mine.lock(&names[2]).unwrap().key()));
+    assert!(!exists(&server, &key_of(&names[0])));
+    assert!(!exists(&server, &key_of(&names[2])));
     assert_eq!(mine.held_count(), 0);
 
     let started = Instant::now();
@@ -151,8 +152,8 @@ async fn failed_attempt_leaves_nothing_held() {
     );
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert!(started.elapsed() < Duration::from_millis(900));
-    assert!(!exists(&server, mine.lock(&names[0]).unwrap().key()));
-    assert!(!exists(&server, mine.lock(&names[2]).unwrap().key()));
+    assert!(!exists(&server, &key_of(&names[0])));
+    assert!(!exists(&server, &key_of(&names[2])));
     assert_eq!(mine.held_count(), 0);
     blocker.unlock().await.unwrap();
 }
@@ -200,11 +201,10 @@ async fn member_error_is_returned_after_giving_back_the_rest() {
 async fn watchdog_keeps_every_member_past_its_lease() {
     let servers = support::start_many(2);
     let name = unique_name("watchdog");
-    let mut ls = Vec::new();
-    for server in &servers {
-        let client = client_with_lease(server, Duration::from_millis(600)).await;
-        ls.push(client.lock(&name).unwrap());
-    }
+    let ls = node_locks_with(&servers, &name, |b| {
+        b.watchdog_lease(Duration::from_millis(600))
+    })
+    .await;
     let guard = MultiLock::new(ls.clone()).unwrap().lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!guard.is_lost());
@@ -239,11 +239,7 @@ async fn fixed_lease_expires_and_the_guard_is_lost() {
     assert!(started.elapsed() >= Duration::from_millis(250));
     assert!(guard.is_lost());
     assert!(
-        support::eventually(Duration::from_secs(1), || {
-            names
-                .iter()
-                .all(|n| !exists(&server, client.lock(n).unwrap().key()))
-        }),
+        support::eventually(Duration::from_secs(1), || all_free(&server, &names)),
         "keys expire with the lease"
     );
     assert!(guard.unlock().await.unwrap_err().is_lease_lost());
@@ -306,14 +302,13 @@ async fn cancelled_acquisitions_leave_nothing_held() {
     // waiting.
     for i in 0..60u64 {
         let limit = Duration::from_micros(50 + i * 97);
-        let _ = tokio::time::timeout(limit, multi.lock()).await;
+        let outcome = with_precise_timeout(limit, multi.lock()).await;
+        assert!(outcome.is_none(), "lock() returned while a member was held");
     }
     blocker.unlock().await.unwrap();
     assert!(
         support::eventually_async(Duration::from_secs(3), || async {
-            names
-                .iter()
-                .all(|n| !exists(&server, mine.lock(n).unwrap().key()))
+            all_free(&server, &names)
         })
         .await,
         "a cancelled acquisition left a member held"

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redlease::{Error, Lock, RedLock};
 use support::{
     client, exists, increment_unprotected, join_within, key_of, node_locks, owners, patient,
-    read_counter, set_string, unique_name,
+    read_counter, set_string, unique_name, until_gone, with_precise_timeout,
 };
 
 #[tokio::test]
@@ -19,7 +19,7 @@ async fn three_nodes_one_held_elsewhere_acquires_two_held_elsewhere_fails() {
     let name = unique_name("majority");
     let key = key_of(&name);
     let theirs = node_locks(&servers, &name).await;
-    let redlock = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    let redlock = support::redlock(&servers, &name).await;
     assert_eq!(redlock.quorum(), 2);
 
     let blocker0 = theirs[0].lock().await.unwrap();
@@ -60,7 +60,7 @@ async fn three_nodes_one_held_elsewhere_acquires_two_held_elsewhere_fails() {
 async fn fixed_lease_validity_runs_out_and_the_guard_is_lost() {
     let servers = support::start_many(3);
     let name = unique_name("validity");
-    let redlock = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    let redlock = support::redlock(&servers, &name).await;
     let lease = Duration::from_millis(500);
     let started = Instant::now();
     let guard = redlock.lock_with_lease(lease).await.unwrap();
@@ -94,7 +94,7 @@ async fn reentrant_acquisition_counts_on_every_node() {
     for lock in &ls {
         assert_eq!(lock.hold_count().await.unwrap(), 2);
     }
-    let other = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    let other = support::redlock(&servers, &name).await;
     assert!(other.try_lock().await.unwrap().is_none());
     inner.unlock().await.unwrap();
     for lock in &ls {
@@ -143,7 +143,7 @@ async fn fenced_tokens_increase_across_holders_with_uneven_counters() {
     second.unlock().await.unwrap();
     blocker.unlock().await.unwrap();
 
-    let unfenced = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    let unfenced = support::redlock(&servers, &name).await;
     let guard = unfenced.lock().await.unwrap();
     assert_eq!(guard.fencing_token(), None);
     guard.unlock().await.unwrap();
@@ -203,18 +203,13 @@ async fn dropped_guard_stops_renewing_and_releases_everywhere() {
     let servers = support::start_many(3);
     let name = unique_name("drop");
     let key = key_of(&name);
-    let redlock = RedLock::new(node_locks(&servers, &name).await)
-        .unwrap()
+    let redlock = support::redlock(&servers, &name)
+        .await
         .watchdog_lease(Duration::from_millis(300));
     let guard = redlock.lock().await.unwrap();
     drop(guard);
     // Released by the drop itself, long before the lease would end.
-    assert!(
-        support::eventually_async(Duration::from_millis(250), || async {
-            servers.iter().all(|s| !exists(s, &key))
-        })
-        .await
-    );
+    assert!(until_gone(&servers, &key, Duration::from_millis(250)).await);
     // And nothing renews or re-takes it afterwards.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(servers.iter().all(|s| !exists(s, &key)));
@@ -233,12 +228,16 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
     let theirs = node_locks(&servers, &name).await;
     let blocker0 = theirs[0].lock().await.unwrap();
     let blocker1 = theirs[1].lock().await.unwrap();
-    let redlock = RedLock::new(node_locks(&servers, &name).await)
-        .unwrap()
+    let redlock = support::redlock(&servers, &name)
+        .await
         .retry_delay(Duration::from_millis(2));
     for i in 0..60u64 {
         let limit = Duration::from_micros(50 + i * 97);
-        let _ = tokio::time::timeout(limit, redlock.lock()).await;
+        let outcome = with_precise_timeout(limit, redlock.lock()).await;
+        assert!(
+            outcome.is_none(),
+            "lock() returned while two of three nodes were held elsewhere"
+        );
     }
     assert!(
         support::eventually_async(Duration::from_secs(3), || async {

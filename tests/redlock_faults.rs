@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, RedLock};
-use support::{client_with, exists, key_of, node_locks, patient, pttl, unique_name};
+use support::{exists, key_of, node_locks_with, patient, pttl, unique_name, until_gone};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_two_killed_acquire_and_renew_three_killed_fail_with_quorum() {
@@ -15,8 +15,8 @@ async fn five_nodes_two_killed_acquire_and_renew_three_killed_fail_with_quorum()
     let name = unique_name("five");
     let key = key_of(&name);
     let lease = Duration::from_millis(900);
-    let redlock = RedLock::new(node_locks(&servers, &name).await)
-        .unwrap()
+    let redlock = support::redlock(&servers, &name)
+        .await
         .watchdog_lease(lease);
     servers[0].kill();
     servers[1].kill();
@@ -83,8 +83,8 @@ async fn sigstopped_node_costs_its_timeout_and_its_late_grant_is_released() {
     let servers = support::start_many(3);
     let name = unique_name("sigstop");
     let key = key_of(&name);
-    let redlock = RedLock::new(node_locks(&servers, &name).await)
-        .unwrap()
+    let redlock = support::redlock(&servers, &name)
+        .await
         .node_timeout(Duration::from_millis(50));
     servers[2].pause();
     let started = Instant::now();
@@ -100,10 +100,7 @@ async fn sigstopped_node_costs_its_timeout_and_its_late_grant_is_released() {
     );
     assert_eq!(guard.held_nodes(), 2);
     assert!(
-        support::eventually_async(Duration::from_secs(3), || async {
-            !exists(&servers[2], &key)
-        })
-        .await,
+        until_gone(&servers[2..=2], &key, Duration::from_secs(3)).await,
         "the paused node's late grant must be released"
     );
     assert!(exists(&servers[0], &key) && exists(&servers[1], &key));
@@ -118,11 +115,7 @@ async fn node_frozen_past_the_client_timeout_is_still_cleaned_up() {
     let servers = support::start_many(3);
     let name = unique_name("longstop");
     let key = key_of(&name);
-    let mut ls = Vec::new();
-    for server in &servers {
-        let client = client_with(server, |b| b.timeout(Duration::from_millis(400))).await;
-        ls.push(client.lock(&name).unwrap());
-    }
+    let ls = node_locks_with(&servers, &name, |b| b.timeout(Duration::from_millis(400))).await;
     let redlock = RedLock::new(ls).unwrap();
     servers[0].pause();
     let started = Instant::now();
@@ -133,10 +126,7 @@ async fn node_frozen_past_the_client_timeout_is_still_cleaned_up() {
     let guard = guard.expect("2 of 3 nodes answer");
     assert!(took < Duration::from_millis(400), "took {took:?}");
     assert!(
-        support::eventually_async(Duration::from_secs(3), || async {
-            !exists(&servers[0], &key)
-        })
-        .await,
+        until_gone(&servers[0..=0], &key, Duration::from_secs(3)).await,
         "the frozen node's grant must be released after it resumes"
     );
     guard.unlock().await.unwrap();
@@ -148,7 +138,7 @@ async fn client_paused_node_costs_only_its_timeout() {
     let servers = support::start_many(3);
     let name = unique_name("clientpause");
     let key = key_of(&name);
-    let redlock = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    let redlock = support::redlock(&servers, &name).await;
     servers[1].client_pause(700, true);
     let started = Instant::now();
     let guard = redlock
@@ -162,10 +152,7 @@ async fn client_paused_node_costs_only_its_timeout() {
     assert_eq!(guard.held_nodes(), 2);
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(
-        support::eventually_async(Duration::from_secs(3), || async {
-            !exists(&servers[1], &key)
-        })
-        .await,
+        until_gone(&servers[1..=1], &key, Duration::from_secs(3)).await,
         "the paused node's late grant must be released"
     );
     guard.unlock().await.unwrap();
@@ -178,8 +165,7 @@ async fn restarted_node_is_retaken_and_losing_a_majority_resolves_lost() {
     let name = unique_name("restart");
     let key = key_of(&name);
     let lease = Duration::from_millis(600);
-    let redlock =
-        patient(RedLock::new(node_locks(&servers, &name).await).unwrap()).watchdog_lease(lease);
+    let redlock = patient(support::redlock(&servers, &name).await).watchdog_lease(lease);
     let guard = redlock.lock().await.unwrap();
     assert_eq!(guard.held_nodes(), 3);
     let lost = guard.lost();
@@ -229,7 +215,7 @@ async fn unlock_with_a_frozen_node_is_bounded_and_cleans_up_after_it_resumes() {
     let servers = support::start_many(3);
     let name = unique_name("frozen-unlock");
     let key = key_of(&name);
-    let redlock = patient(RedLock::new(node_locks(&servers, &name).await).unwrap());
+    let redlock = patient(support::redlock(&servers, &name).await);
     // Lease 2 s: each node gets max(150 ms, 200 ms) to answer a release.
     let guard = redlock
         .lock_with_lease(Duration::from_secs(2))
@@ -245,10 +231,7 @@ async fn unlock_with_a_frozen_node_is_bounded_and_cleans_up_after_it_resumes() {
     assert!(took < Duration::from_millis(800), "unlock took {took:?}");
     assert!(!exists(&servers[1], &key) && !exists(&servers[2], &key));
     assert!(
-        support::eventually_async(Duration::from_secs(1), || async {
-            !exists(&servers[0], &key)
-        })
-        .await,
+        until_gone(&servers[0..=0], &key, Duration::from_secs(1)).await,
         "the frozen node applies the release once it resumes"
     );
 }
@@ -260,8 +243,7 @@ async fn majority_frozen_during_renewal_loses_the_lock_and_leaves_nothing() {
     let name = unique_name("frozen-majority");
     let key = key_of(&name);
     let lease = Duration::from_millis(600);
-    let redlock =
-        patient(RedLock::new(node_locks(&servers, &name).await).unwrap()).watchdog_lease(lease);
+    let redlock = patient(support::redlock(&servers, &name).await).watchdog_lease(lease);
     let guard = redlock.lock().await.unwrap();
     // One frozen node: the other two renew.
     servers[2].pause();
@@ -279,12 +261,7 @@ async fn majority_frozen_during_renewal_loses_the_lock_and_leaves_nothing() {
     servers[1].resume();
     servers[2].resume();
     // Queued renewals run first, then the releases: nothing survives the unlock.
-    assert!(
-        support::eventually_async(Duration::from_secs(2), || async {
-            servers.iter().all(|s| !exists(s, &key))
-        })
-        .await
-    );
+    assert!(until_gone(&servers, &key, Duration::from_secs(2)).await);
     tokio::time::sleep(lease).await;
     assert!(servers.iter().all(|s| !exists(s, &key)));
 }
@@ -296,8 +273,7 @@ async fn holder_paused_past_its_validity_stays_lost() {
     let servers = support::start_many(3);
     let name = unique_name("gc-pause");
     let lease = Duration::from_millis(300);
-    let redlock =
-        patient(RedLock::new(node_locks(&servers, &name).await).unwrap()).watchdog_lease(lease);
+    let redlock = patient(support::redlock(&servers, &name).await).watchdog_lease(lease);
     let guard = redlock.lock().await.unwrap();
     // Blocks the only runtime thread: no renewal can run meanwhile.
     std::thread::sleep(lease + Duration::from_millis(50));
@@ -308,7 +284,7 @@ async fn holder_paused_past_its_validity_stays_lost() {
         .await
         .expect("lost() resolves at once");
     assert!(guard.unlock().await.unwrap_err().is_lease_lost());
-    let other = RedLock::new(node_locks(&servers, &name).await).unwrap();
+    let other = support::redlock(&servers, &name).await;
     other
         .try_lock_for(Duration::from_secs(1))
         .await

@@ -9,7 +9,8 @@ use std::time::Duration;
 use redlease::{Client, Error};
 use support::{
     Server, assert_ttl_kept, client_with_lease, exists, get_string, locked_out, set_string,
-    spawn_waiter, unique_name, unlock_channel, until_subscribed, woken_after_unlock,
+    spawn_waiter, take_and_release, unique_name, unlock_channel, until_subscribed,
+    woken_after_unlock,
 };
 
 /// A Valkey server, or `None` after printing why the test is skipped.
@@ -49,14 +50,7 @@ async fn valkey_lock_reenter_and_unlock() {
     assert!(lock.is_locked().await.unwrap());
     g1.unlock().await.unwrap();
     assert!(!exists(&server, lock.key()));
-    let g = b
-        .lock(&name)
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .expect("free");
-    g.unlock().await.unwrap();
+    take_and_release(&b.lock(&name).unwrap()).await;
     assert_eq!(a.held_count() + b.held_count(), 0);
 }
 

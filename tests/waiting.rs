@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{
-    Server, channels, client, clients, eventually_async, join_within, key_of, numsub, spawn_waiter,
-    unique_name, unlock_channel, until_subscribed, woken_after_unlock,
+    Server, channels, client, clients, join_within, key_of, spawn_waiter, unique_name,
+    unlock_channel, until_subscribed, woken_after_unlock,
 };
 
 /// Waits until `n` connections listen on the unlock channel of `key`.
@@ -140,18 +140,18 @@ async fn waiters_in_other_clients_all_get_the_lock_in_turn() {
     let name = unique_name("clients");
     let holder = client(&server).await;
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
-    let mut tasks = Vec::new();
-    let mut clients = Vec::new();
-    for _ in 0..5 {
-        let c = client(&server).await;
-        let lock = c.lock(&name).unwrap();
-        clients.push(c);
-        tasks.push(tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            guard.unlock().await.unwrap();
-        }));
-    }
+    let waiters = clients::<5>(&server).await;
+    let tasks: Vec<_> = waiters
+        .iter()
+        .map(|c| {
+            let lock = c.lock(&name).unwrap();
+            tokio::spawn(async move {
+                let guard = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                guard.unlock().await.unwrap();
+            })
+        })
+        .collect();
     until_waiting(&server, &key_of(&name), 5).await;
     let start = Instant::now();
     held.unlock().await.unwrap();
@@ -161,7 +161,7 @@ async fn waiters_in_other_clients_all_get_the_lock_in_turn() {
         "{:?}",
         start.elapsed()
     );
-    for c in &clients {
+    for c in &waiters {
         assert_eq!(c.held_count(), 0);
     }
 }
@@ -181,10 +181,7 @@ async fn waiter_unsubscribes_once_it_has_the_lock() {
     held.unlock().await.unwrap();
     let guard = waiting.await.unwrap();
     let channel = unlock_channel(lock.key());
-    let left = eventually_async(Duration::from_secs(2), || async {
-        numsub(&server, &channel) == 0
-    })
-    .await;
+    let left = until_subscribed(&server, &channel, 0).await;
     assert!(left, "still subscribed: {:?}", channels(&server));
     guard.unlock().await.unwrap();
 }

@@ -54,11 +54,26 @@ pub async fn client_with_lease(server: &Server, lease: Duration) -> Client {
 
 /// One lock on `name` per server, each through a fresh client: the nodes of a RedLock.
 pub async fn node_locks(servers: &[Server], name: &str) -> Vec<Lock> {
-    let mut locks = Vec::new();
+    node_locks_with(servers, name, |b| b).await
+}
+
+/// [`node_locks`] with `settings` applied to every client's builder:
+/// `node_locks_with(&servers, &name, |b| b.timeout(Duration::from_millis(400)))`.
+pub async fn node_locks_with(
+    servers: &[Server],
+    name: &str,
+    settings: impl Fn(ClientBuilder) -> ClientBuilder,
+) -> Vec<Lock> {
+    let mut locks = Vec::with_capacity(servers.len());
     for server in servers {
-        locks.push(client(server).await.lock(name).unwrap());
+        locks.push(client_with(server, &settings).await.lock(name).unwrap());
     }
     locks
+}
+
+/// A RedLock on `name` over `servers`, one fresh client (default settings) per server.
+pub async fn redlock(servers: &[Server], name: &str) -> RedLock {
+    RedLock::new(node_locks(servers, name).await).expect("a valid RedLock node list")
 }
 
 /// `redlock` with a node timeout loose enough that every live node answers even on a loaded

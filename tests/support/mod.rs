@@ -8,8 +8,9 @@
 //! - `server`: [`Server`], a private redis-server (or valkey-server) to start, kill, restart,
 //!   freeze and thaw.
 //! - `probe`: what a server holds, read straight from it: [`exists`], [`owners`], [`pttl`],
-//!   [`channels`], [`until_subscribed`], ...
-//! - `locks`: [`client`]s of a server, and the lock moves tests repeat: [`spawn_waiter`],
+//!   [`channels`], [`until_subscribed`], [`until_gone`], [`until_no_channels`], ...
+//! - `locks`: [`client`]s of a server, the nodes of a RedLock ([`node_locks`], [`redlock`]),
+//!   and the lock moves tests repeat: [`spawn_waiter`],
 //!   [`woken_after_unlock`], [`try_lock_retrying`], [`join_within`], the unprotected counter
 //!   of the exclusion tests ([`increment_unprotected`], [`read_counter`]), ...
 //!
@@ -33,12 +34,12 @@ mod server;
 pub use binary::{server_flavor, valkey_binary};
 pub use locks::{
     client, client_with, client_with_lease, clients, connect, increment_unprotected, join_within,
-    key_of, locked_out, node_locks, patient, read_counter, spawn_waiter, take_and_release,
-    try_lock_retrying, unlock_channel, until_free, woken_after_unlock,
+    key_of, locked_out, node_locks, node_locks_with, patient, read_counter, redlock, spawn_waiter,
+    take_and_release, try_lock_retrying, unlock_channel, until_free, woken_after_unlock,
 };
 pub use probe::{
-    assert_ttl_kept, channels, exists, get_string, numsub, owners, pttl, set_string,
-    until_subscribed,
+    assert_ttl_kept, channels, exists, get_string, numsub, owners, pttl, set_string, until_gone,
+    until_no_channels, until_subscribed,
 };
 pub use server::{Builder, Server};
 
@@ -52,7 +53,7 @@ const POLL_EVERY: Duration = Duration::from_millis(10);
 
 /// Starts `n` independent servers (e.g. Redlock masters), each on its own port and dir.
 pub fn start_many(n: usize) -> Vec<Server> {
-    Server::start_many(n)
+    (0..n).map(|_| Server::start()).collect()
 }
 
 /// Installs a `tracing` subscriber once per test binary: filter from `RUST_LOG` (default
@@ -126,6 +127,21 @@ where
         tokio::time::sleep(POLL_EVERY).await;
     }
     cond().await
+}
+
+/// Like `tokio::time::timeout`, but precise below a millisecond (tokio's timer wheel rounds up
+/// to whole milliseconds, which would let almost every attempt finish): a plain thread sleeps
+/// for `budget` and then cancels `fut` by winning the race. `None` when `fut` was cancelled.
+pub async fn with_precise_timeout<T>(budget: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    let (fire, fired) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        std::thread::sleep(budget);
+        let _ = fire.send(());
+    });
+    tokio::select! {
+        out = fut => Some(out),
+        _ = fired => None,
+    }
 }
 
 /// Upper bound on poll rounds, so a loop ends even if the clock misbehaves.

@@ -72,6 +72,20 @@ pub async fn until_subscribed(server: &Server, channel: &str, n: u64) -> bool {
     .await
 }
 
+/// Waits (at most `within`) until `key` exists on none of `servers`; whether it went. For one
+/// server: `until_gone(std::slice::from_ref(&server), ..)`.
+pub async fn until_gone(servers: &[Server], key: &str, within: Duration) -> bool {
+    eventually_async(within, || async {
+        servers.iter().all(|server| !exists(server, key))
+    })
+    .await
+}
+
+/// Waits (at most `within`) until no channel of `server` has a subscriber; whether that came.
+pub async fn until_no_channels(server: &Server, within: Duration) -> bool {
+    eventually_async(within, || async { channels(server).is_empty() }).await
+}
+
 /// Sets `key` to the string `value` (a key of the wrong type for a lock, say).
 pub fn set_string(server: &Server, key: &str, value: &str) {
     redis::cmd("SET")

@@ -104,11 +104,6 @@ impl Server {
         Builder::default()
     }
 
-    /// `n` independent servers (e.g. Redlock masters).
-    pub fn start_many(n: usize) -> Vec<Server> {
-        (0..n).map(|_| Server::start()).collect()
-    }
-
     /// A Valkey server when a binary is found (see [`valkey_binary`]), else `None`: the caller
     /// prints a skip line and returns.
     pub fn start_valkey() -> Option<Server> {
@@ -193,7 +188,6 @@ impl Server {
     }
 
     /// `CLIENT PAUSE ms ALL` (every command waits) or `WRITE` (writes wait, reads answer).
-    /// An ALL pause cannot be ended early; a WRITE pause ends with [`Server::client_unpause`].
     pub fn client_pause(&self, ms: u64, all: bool) {
         redis::cmd("CLIENT")
             .arg("PAUSE")
@@ -201,13 +195,6 @@ impl Server {
             .arg(if all { "ALL" } else { "WRITE" })
             .query::<()>(&mut self.conn())
             .expect("CLIENT PAUSE failed");
-    }
-
-    pub fn client_unpause(&self) {
-        redis::cmd("CLIENT")
-            .arg("UNPAUSE")
-            .query::<()>(&mut self.conn())
-            .expect("CLIENT UNPAUSE failed");
     }
 
     /// A fresh sync connection for assertions, with 5 s read/write timeouts.
