@@ -49,7 +49,7 @@ impl Lock {
             let started = Instant::now();
             let ttl = match self.attempt(&field, lease_ms, reentry).await? {
                 Acquire::Acquired { count, token } => {
-                    return self.grant(field, lease, count, token, started).map(Some);
+                    return self.register(field, lease, count, token, started).map(Some);
                 }
                 Acquire::AlreadyHeld => {
                     return Err(Error::WouldDeadlock {
@@ -210,9 +210,14 @@ impl Lock {
         }
     }
 
-    /// Records a grant locally (reentrancy, watchdog) and builds its guard. Synchronous, so a
-    /// cancelled caller cannot leave the local state half-done.
-    fn grant(
+    /// Registers a grant with the client (reentrancy, watchdog) and builds its guard; shared by
+    /// single locks and the members of MultiLock and RedLock. Synchronous, so a cancelled caller
+    /// cannot leave the local state half-done.
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`] when the client shut down while the grant was on its way: nothing
+    /// would renew it, so it is given back.
+    pub(crate) fn register(
         &self,
         field: Arc<str>,
         lease: Lease,
@@ -222,27 +227,12 @@ impl Lock {
     ) -> Result<LockGuard> {
         let inner: &Arc<Inner> = &self.client.inner;
         if inner.check_open().is_err() {
-            // Granted while the client shut down: nothing would renew it, so give it back.
             let (client, keys) = (self.client.clone(), self.keys.clone());
             inner.background.spawn(async move {
                 let _ = release_on_server(&client, &keys, &field, lease.ms(), 1).await;
             });
             return Err(Error::Shutdown);
         }
-        Ok(self.register(field, lease, count, token, started))
-    }
-
-    /// Registers a grant with the client (reentrancy, watchdog) and builds its guard; shared by
-    /// single locks and the members of MultiLock and RedLock.
-    pub(crate) fn register(
-        &self,
-        field: Arc<str>,
-        lease: Lease,
-        count: u32,
-        token: u64,
-        started: Instant,
-    ) -> LockGuard {
-        let inner = &self.client.inner;
         let drift = inner.config.drift(lease.duration());
         let token = self.fenced.then_some(token);
         let keys = self.keys.clone();
@@ -253,6 +243,6 @@ impl Lock {
         if fresh {
             inner.watchdog_adopt(lease);
         }
-        LockGuard::new(self.client.clone(), hold)
+        Ok(LockGuard::new(self.client.clone(), hold))
     }
 }

@@ -153,7 +153,10 @@ pub(crate) async fn attempt_batch(
         .zip(batch.iter().zip(plan.iter()))
         .map(|(reply, ((lock, lease), p))| match reply {
             Ok(Acquire::Acquired { count, token }) => {
-                Outcome::Granted(lock.register(p.field.clone(), *lease, count, token, started))
+                match lock.register(p.field.clone(), *lease, count, token, started) {
+                    Ok(guard) => Outcome::Granted(guard),
+                    Err(e) => Outcome::Failed(e),
+                }
             }
             Ok(Acquire::HeldElsewhere { ttl }) => Outcome::HeldElsewhere { ttl },
             Ok(Acquire::AlreadyHeld) => Outcome::Failed(Error::WouldDeadlock {
