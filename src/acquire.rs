@@ -5,12 +5,13 @@ use std::time::{Duration, Instant};
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
-use crate::gate::Ticket;
+use crate::gate::{Handover, Ticket};
 use crate::guard::{LockGuard, release_on_server};
 use crate::hold::{Hold, Lease};
 use crate::lock::{Lock, Wait};
+use crate::node::{Latch, ReleaseArgs, Successor};
 use crate::pubsub::Subscription;
-use crate::scripts::Acquire;
+use crate::scripts::{Acquire, Release};
 use crate::task::FinishOnDrop;
 
 /// How long to sleep between attempts when the holder's key has no expiry and no unlock
@@ -23,12 +24,22 @@ pub(crate) fn nap_for(ttl: Option<Duration>) -> Duration {
     ttl.map_or(RECHECK_WITHOUT_TTL, |t| t + Duration::from_millis(1))
 }
 
+/// Whether a head of this client's queue should skip asking Redis and go straight to offering
+/// to take the lock over: when the lock was last handed to another waiter of this client, which
+/// therefore holds it. Its release hands it on to us, or frees it and wakes us directly (`gate.rs`),
+/// so the attempt could only fail. Never for a single attempt.
+fn skip_attempt(ticket: Option<&Ticket<'_>>, wait: Wait) -> bool {
+    !matches!(wait, Wait::Once) && ticket.is_some_and(|t| t.gate.handing_over())
+}
+
 impl Lock {
     pub(crate) async fn acquire(&self, lease: Lease, wait: Wait) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.check_open()?;
         let field = self.field();
         let lease_ms = lease.ms();
+        // This owner's releases of the lock still in flight come first (see `sequence.rs`).
+        inner.releases.settled(&self.keys.hash, &field).await;
         let mut subscription = None;
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
         // for us would deadlock). Others join it only when this client already has contenders
@@ -43,21 +54,27 @@ impl Lock {
                 return Ok(None);
             }
         }
+        // Whether to ask Redis now, or only wait for our turn to be handed the lock.
+        let mut try_now = !skip_attempt(ticket.as_ref(), wait);
+        let mut ttl = None;
         loop {
             // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
             inner.check_open()?;
-            let started = Instant::now();
-            let ttl = match self.attempt(&field, lease_ms, reentry).await? {
-                Acquire::Acquired { count, token } => {
-                    return self.register(field, lease, count, token, started).map(Some);
-                }
-                Acquire::AlreadyHeld => {
-                    return Err(Error::WouldDeadlock {
-                        name: self.keys.name.to_string(),
-                    });
-                }
-                Acquire::HeldElsewhere { ttl } => ttl,
-            };
+            if try_now {
+                let started = Instant::now();
+                ttl = match self.attempt(&field, lease_ms, reentry).await? {
+                    Acquire::Acquired { count, token } => {
+                        return self.register(field, lease, count, token, started).map(Some);
+                    }
+                    Acquire::AlreadyHeld => {
+                        return Err(Error::WouldDeadlock {
+                            name: self.keys.name.to_string(),
+                        });
+                    }
+                    Acquire::HeldElsewhere { ttl } => ttl,
+                };
+            }
+            try_now = true;
             let Some(remaining) = wait.remaining() else {
                 return Ok(None);
             };
@@ -70,6 +87,7 @@ impl Lock {
                 }
                 if queued {
                     // Our turn came after others had theirs: the lock may well be free now.
+                    try_now = !skip_attempt(Some(joined), wait);
                     continue;
                 }
                 // First in line at once: another attempt right now would meet the same holder
@@ -78,7 +96,7 @@ impl Lock {
             let Some(sub) = subscription.as_ref() else {
                 // Subscribe only after a failed attempt (the uncontended path stays one round
                 // trip), then try again at once: the unlock may have happened before we listened.
-                subscription = Some(self.subscribe().await?);
+                subscription = Some(self.subscribe(false).await?);
                 continue;
             };
             // Wake on the unlock message, or when the holder's lease runs out (the message is
@@ -93,18 +111,57 @@ impl Lock {
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                _ = sub.notified() => {}
-                _ = local_release => {}
-                _ = tokio::time::sleep(nap) => {}
+            // As this client's head, offer to take the lock over from a local holder's release.
+            let mut offered = ticket.as_ref().map(|t| {
+                t.offer(Successor {
+                    field: field.clone(),
+                    lease_ms,
+                    fenced: self.fenced,
+                })
+            });
+            let handed = async {
+                match offered.as_mut() {
+                    Some(offered) => offered.answered().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let answer = tokio::select! {
+                biased;
+                answer = handed => Some(answer),
+                _ = sub.notified() => None,
+                _ = local_release => None,
+                _ = tokio::time::sleep(nap) => None,
+            };
+            let answer = match (answer, offered) {
+                (Some(answer), _) => Some(answer),
+                // Taken meanwhile: the release's answer is on its way, and may be the lock.
+                (None, Some(offered)) => offered.withdraw().await,
+                (None, None) => None,
+            };
+            match answer {
+                Some(Handover::Granted { token, sent }) => {
+                    return self.register(field, lease, 1, token, sent).map(Some);
+                }
+                Some(Handover::Unknown) => {
+                    // The release failed unanswered: it may have handed us the lock. We held
+                    // nothing before, so giving back one hold is exact either way.
+                    let keys = &self.keys;
+                    let _ = release_on_server(&self.client, keys, &field, lease_ms, 1).await;
+                }
+                Some(Handover::Declined) | None => {}
             }
         }
     }
 
-    /// Listens for this lock's unlock messages.
-    pub(crate) async fn subscribe(&self) -> Result<Subscription> {
+    /// Listens for this lock's unlock messages; `heed_own`: this client's own too (see
+    /// `pubsub.rs`).
+    pub(crate) async fn subscribe(&self, heed_own: bool) -> Result<Subscription> {
         let channel = self.keys.channel_name();
-        self.client.inner.subscriber.subscribe(&channel).await
+        self.client
+            .inner
+            .subscriber
+            .subscribe(&channel, heed_own)
+            .await
     }
 
     /// Waits until `ticket` is at the head of this client's local queue for the lock. False
@@ -124,7 +181,7 @@ impl Lock {
         if subscription.is_none() {
             // Stay subscribed while queued, so the channel is not dropped and re-made at every
             // hand-off between local waiters.
-            *subscription = Some(self.subscribe().await?);
+            *subscription = Some(self.subscribe(false).await?);
         }
         tokio::select! {
             _ = ticket.wait_head() => Ok(true),
@@ -175,7 +232,17 @@ impl Lock {
                         // its grant if there was one and is a no-op otherwise; it and the retry
                         // go out in this order on the new connection.
                         let id = client.inner.request_id();
-                        let _ = node.release(&keys, &field, lease_ms, 1, id, false).await;
+                        let undo = ReleaseArgs {
+                            field: &field,
+                            lease_ms,
+                            holds: 1,
+                            latch: Latch::Always,
+                            successor: None,
+                        };
+                        if let Ok(Release::Released) = node.release(&keys, &undo, id, false).await {
+                            // It had been granted: our queued waiters hear of it only here.
+                            client.inner.gates.released(&keys.hash);
+                        }
                         node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
                             .await
                     }

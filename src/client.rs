@@ -16,6 +16,7 @@ use crate::hold::Holds;
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::pubsub::Subscriber;
+use crate::sequence::Releases;
 use crate::task::AbortOnDrop;
 use crate::watchdog::{self, RenewStats};
 
@@ -47,6 +48,8 @@ pub(crate) struct Inner {
     pub node: Node,
     pub holds: Holds,
     pub gates: Gates,
+    /// Guard releases in flight, which the same owner's acquisitions wait for.
+    pub releases: Arc<Releases>,
     /// Background releases and give-backs, which `shutdown` waits for.
     pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
@@ -147,14 +150,20 @@ impl ClientBuilder {
         self.config.validate()?;
         let node = Node::connect(&self.url, self.config.timeout, self.lazy).await?;
         let id = Uuid::new_v4();
+        let id_text: Arc<str> = id.to_string().into();
         let inner = Arc::new(Inner {
             id,
-            id_text: id.to_string().into(),
-            subscriber: Subscriber::new(node.redis_client().clone(), self.config.timeout),
+            id_text: id_text.clone(),
+            subscriber: Subscriber::new(
+                node.redis_client().clone(),
+                self.config.timeout,
+                id_text.clone(),
+            ),
             config: self.config,
             node,
             holds: Holds::default(),
             gates: Gates::default(),
+            releases: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),
             watchdog_lease_ms: AtomicU64::new(u64::MAX),

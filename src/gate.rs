@@ -5,11 +5,26 @@
 //! starve. With it, this client's contenders for one lock line up FIFO and only the head asks
 //! Redis; the holder asking again queues at the back. The gate is never held while the lock
 //! is held, and Redis alone decides who holds the lock: the gate only orders local attempts.
+//!
+//! Hand-over: the waiting head leaves an [`Offer`] at the gate. A release of this client that
+//! frees the lock takes it and asks `release.lua` to give the lock straight to the head: no
+//! unlock message, no acquire round trip, and the lock is never free in between. The script
+//! does so only while no other client listens for the lock, and the gate allows at most
+//! [`HANDOVERS_IN_A_ROW`] in a row, so other clients' waiters are not starved by a busy one.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use dashmap::DashMap;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+
+use crate::node::Successor;
+
+/// Consecutive hand-overs of one lock within this client before a release frees it for
+/// everyone again (a backstop: the script already declines when another client listens).
+pub(crate) const HANDOVERS_IN_A_ROW: u32 = 64;
 
 #[derive(Default)]
 pub(crate) struct Gates {
@@ -20,6 +35,33 @@ pub(crate) struct Gate {
     head: Arc<Semaphore>,
     /// Woken by this client's own full releases: faster than the pub/sub round.
     pub released: Notify,
+    /// The waiting head's offer to take the lock over from a releasing holder.
+    offer: Mutex<Option<Offer>>,
+    handed_in_a_row: AtomicU32,
+}
+
+/// The waiting head's offer: who it is, and where to tell it what became of the offer.
+pub(crate) struct Offer {
+    pub successor: Successor,
+    pub reply: oneshot::Sender<Handover>,
+}
+
+/// What became of a taken offer.
+#[derive(Debug)]
+pub(crate) enum Handover {
+    /// The lock is the waiter's: count 1, fencing token, and when the request that granted it
+    /// was sent (its lease runs from no earlier than that).
+    Granted { token: u64, sent: Instant },
+    /// The release did not hand it over (freed it for everyone, or there was nothing to free).
+    Declined,
+    /// The release failed without an answer: the waiter may or may not hold the lock.
+    Unknown,
+}
+
+/// An offer left at the gate; dropping it withdraws it.
+pub(crate) struct Offered {
+    gate: Arc<Gate>,
+    reply: oneshot::Receiver<Handover>,
 }
 
 /// A contender's place in its lock's local queue; leaving is dropping it.
@@ -40,6 +82,8 @@ impl Gates {
                 Arc::new(Gate {
                     head: Arc::new(Semaphore::new(1)),
                     released: Notify::new(),
+                    offer: Mutex::new(None),
+                    handed_in_a_row: AtomicU32::new(0),
                 })
             })
             .clone();
@@ -71,7 +115,27 @@ impl Gates {
     /// Tells this client's head contender of `key` that the lock was just freed.
     pub fn released(&self, key: &Arc<str>) {
         if let Some(gate) = self.map.get(key) {
+            gate.handed_in_a_row.store(0, Ordering::Relaxed);
             gate.released.notify_one();
+        }
+    }
+
+    /// Takes the waiting head's offer for `key`, if there is one and the in-a-row bound allows
+    /// another hand-over. The caller must answer it (see [`Handover`]).
+    pub fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
+        let gate = self.map.get(key)?;
+        if gate.handed_in_a_row.load(Ordering::Relaxed) >= HANDOVERS_IN_A_ROW {
+            return None;
+        }
+        let offer = gate.offer.lock().take()?;
+        // A head that stopped waiting without withdrawing (cannot happen; Offered withdraws).
+        (!offer.reply.is_closed()).then_some(offer)
+    }
+
+    /// Counts a hand-over towards the in-a-row bound.
+    pub fn handed_over(&self, key: &Arc<str>) {
+        if let Some(gate) = self.map.get(key) {
+            gate.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -81,11 +145,57 @@ impl Ticket<'_> {
         self.permit.is_some()
     }
 
+    /// Leaves the head's offer to take the lock over (replacing none: one head, one offer).
+    pub fn offer(&self, successor: Successor) -> Offered {
+        let (tx, rx) = oneshot::channel();
+        *self.gate.offer.lock() = Some(Offer {
+            successor,
+            reply: tx,
+        });
+        Offered {
+            gate: self.gate.clone(),
+            reply: rx,
+        }
+    }
+
     /// Waits to become the head. Cancel-safe: dropping the future keeps the queue intact.
     pub async fn wait_head(&mut self) {
         if self.permit.is_none() {
             // The semaphore is never closed, so an error cannot happen; stay non-head if it did.
             self.permit = self.gate.head.clone().acquire_owned().await.ok();
+        }
+    }
+}
+
+impl Gate {
+    /// Whether this client's last release of the lock handed it to one of its waiters.
+    pub fn handing_over(&self) -> bool {
+        self.handed_in_a_row.load(Ordering::Relaxed) > 0
+    }
+}
+
+impl Offered {
+    /// Resolves when a release answered the offer (never, until one takes it).
+    pub async fn answered(&mut self) -> Handover {
+        (&mut self.reply).await.unwrap_or(Handover::Unknown)
+    }
+
+    /// Withdraws the offer. `None` if no release took it; else what became of it (waiting for
+    /// the release's answer: the lock may already be ours).
+    pub async fn withdraw(mut self) -> Option<Handover> {
+        if self.gate.offer.lock().take().is_some() {
+            return None;
+        }
+        Some(self.answered().await)
+    }
+}
+
+impl Drop for Offered {
+    fn drop(&mut self) {
+        // Still there: nobody took it. Taken: the releaser finds our receiver gone and gives
+        // the lock back.
+        if !self.reply.is_terminated() {
+            self.gate.offer.lock().take();
         }
     }
 }

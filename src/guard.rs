@@ -6,9 +6,12 @@ use std::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::gate::{Handover, Offer};
 use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
+use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
+use crate::sequence::Releasing;
 use crate::task::FinishOnDrop;
 
 /// One hold of a lock. Release it with [`unlock`](LockGuard::unlock), which reports errors;
@@ -159,8 +162,9 @@ pub(crate) async fn release(client: &Client, hold: &Arc<Hold>) -> Result<()> {
     released
 }
 
-/// The synchronous half of [`release`]: one guard fewer in the registry.
-fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<LocalRelease> {
+/// The synchronous half of [`release`]: one guard fewer in the registry, and the release
+/// registered as in flight before the owner can ask for the lock again (`sequence.rs`).
+fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, Releasing)> {
     let inner = &client.inner;
     match inner.holds.release(hold) {
         LocalRelease::Detached => {
@@ -171,34 +175,52 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<LocalRelease> {
                 name: hold.keys.name.to_string(),
             })
         }
-        other => Ok(other),
+        other => Ok((other, inner.releases.start(&hold.keys.hash, &hold.field))),
     }
 }
 
-/// The server half of [`release`], after [`release_locally`] succeeded.
-async fn release_remotely(client: &Client, hold: &Arc<Hold>, local: LocalRelease) -> Result<()> {
+/// The server half of [`release`], after [`release_locally`] succeeded. The last hold goes to
+/// this client's waiting head, if there is one (see `gate.rs`).
+async fn release_remotely(
+    client: &Client,
+    hold: &Arc<Hold>,
+    (local, releasing): (LocalRelease, Releasing),
+) -> Result<()> {
     let inner = &client.inner;
-    let holds = match local {
-        LocalRelease::Last => hold.server_count(1),
-        _ => 1,
+    let (holds, offer) = match local {
+        LocalRelease::Last => (
+            hold.server_count(1),
+            inner.gates.take_offer(&hold.keys.hash),
+        ),
+        _ => (1, None),
     };
-    match release_on_server(client, &hold.keys, &hold.field, hold.lease_ms, holds).await? {
+    let request = Request {
+        keys: hold.keys.clone(),
+        field: hold.field.clone(),
+        lease_ms: hold.lease_ms,
+        holds,
+        latch: Latch::WhileHeld,
+    };
+    match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
             hold.mark_lost("the hold was gone from the server at release");
             Err(Error::LeaseLost {
                 name: hold.keys.name.to_string(),
             })
         }
-        Release::Released => {
-            inner.gates.released(&hold.keys.hash);
+        Release::Released => Ok(()),
+        Release::HandedOver { .. } => {
+            inner.gates.handed_over(&hold.keys.hash);
             Ok(())
         }
         Release::StillHeld(_) => Ok(()),
     }
 }
 
-/// Sends one release with a fresh request id, retrying on a lost reply (the script makes the
-/// retry idempotent). Finishes in the background if the caller stops waiting.
+/// Gives back `holds` holds of `field` outside a guard (abandoned grants, shutdown, a lock
+/// released by name): the release writes its latch every time, so a retry is harmless even if
+/// the owner takes the lock again meanwhile. Retries on a lost reply; finishes in the background
+/// if the caller stops waiting.
 pub(crate) async fn release_on_server(
     client: &Client,
     keys: &Arc<LockKeys>,
@@ -206,27 +228,99 @@ pub(crate) async fn release_on_server(
     lease_ms: u64,
     holds: u32,
 ) -> Result<Release> {
+    let request = Request {
+        keys: keys.clone(),
+        field: field.clone(),
+        lease_ms,
+        holds,
+        latch: Latch::Always,
+    };
+    send(client, request, None, None).await
+}
+
+/// One release as sent, owned so that it can finish in the background.
+struct Request {
+    keys: Arc<LockKeys>,
+    field: Arc<str>,
+    lease_ms: u64,
+    holds: u32,
+    latch: Latch,
+}
+
+/// Sends one release with a fresh request id, retrying on a lost reply (the script makes the
+/// retry harmless), then answers `offer` and ends `releasing`. Finishes in the background if
+/// the caller stops waiting, so the waiter offered the lock always hears what became of it.
+async fn send(
+    client: &Client,
+    request: Request,
+    offer: Option<Offer>,
+    releasing: Option<Releasing>,
+) -> Result<Release> {
     let tracker = client.inner.background.clone();
-    let (client, keys, field) = (client.clone(), keys.clone(), field.clone());
-    let request = async move {
+    let client = client.clone();
+    let work = async move {
         let inner = &client.inner;
         let id = inner.request_id();
+        let sent = Instant::now();
+        let args = ReleaseArgs {
+            field: &request.field,
+            lease_ms: request.lease_ms,
+            holds: request.holds,
+            latch: request.latch,
+            successor: offer.as_ref().map(|o| o.successor.clone()),
+        };
         let mut attempt = 0;
-        loop {
+        let outcome = loop {
             match inner
                 .node
-                .release(&keys, &field, lease_ms, holds, id, attempt > 0)
+                .release(&request.keys, &args, id, attempt > 0)
                 .await
             {
                 Err(e) if e.is_unavailable() && attempt < inner.config.release_retries => {
                     attempt += 1;
-                    tracing::debug!(lock = %keys.name, error = %e, attempt, "retrying release");
+                    tracing::debug!(lock = %request.keys.name, error = %e, attempt, "retrying release");
                 }
-                outcome => return outcome,
+                outcome => break outcome,
             }
+        };
+        drop(releasing);
+        if let Ok(Release::Released) = outcome {
+            // Our waiters ignore our own unlock messages (`pubsub.rs`): tell them here.
+            inner.gates.released(&request.keys.hash);
         }
+        if let Some(offer) = offer {
+            answer(&client, &request.keys, offer, &outcome, sent);
+        }
+        outcome
     };
-    FinishOnDrop::new(request, |_| async {})
+    FinishOnDrop::new(work, |_| async {})
         .tracked(&tracker)
         .await
+}
+
+/// Tells the waiter that offered to take the lock over what became of it. A waiter that has
+/// stopped waiting cannot take a grant: it is given back.
+fn answer(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    offer: Offer,
+    outcome: &Result<Release>,
+    sent: Instant,
+) {
+    let answer = match outcome {
+        Ok(Release::HandedOver { token }) => Handover::Granted {
+            token: *token,
+            sent,
+        },
+        Ok(_) => Handover::Declined,
+        Err(_) => Handover::Unknown,
+    };
+    let maybe_granted = !matches!(answer, Handover::Declined);
+    if offer.reply.send(answer).is_err() && maybe_granted {
+        let (client2, keys, successor) = (client.clone(), keys.clone(), offer.successor);
+        client.inner.background.spawn(async move {
+            tracing::debug!(lock = %keys.name, "the waiter handed the lock stopped waiting; giving it back");
+            let _ = release_on_server(&client2, &keys, &successor.field, successor.lease_ms, 1).await;
+        });
+    }
 }

@@ -144,6 +144,7 @@ mod node;
 mod owner;
 mod pubsub;
 mod scripts;
+mod sequence;
 mod task;
 mod watchdog;
 

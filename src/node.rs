@@ -5,6 +5,7 @@
 //! without touching it.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -20,6 +21,33 @@ pub(crate) struct Renewal<'a> {
     pub hash: &'a str,
     pub field: &'a str,
     pub lease_ms: u64,
+}
+
+/// When `release.lua` writes the latch that makes a retry of the release harmless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Latch {
+    /// Every time: give-backs, which may race the owner's own acquisitions.
+    Always,
+    /// Only while holds remain: a guard's release, during which the owner cannot take the lock
+    /// again (`sequence.rs`), so a retry that finds the field gone knows it was released.
+    WhileHeld,
+}
+
+/// A waiter of this client to hand the lock to if this release frees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Successor {
+    pub field: Arc<str>,
+    pub lease_ms: u64,
+    pub fenced: bool,
+}
+
+/// One release request, as `release.lua` takes it.
+pub(crate) struct ReleaseArgs<'a> {
+    pub field: &'a str,
+    pub lease_ms: u64,
+    pub holds: u32,
+    pub latch: Latch,
+    pub successor: Option<Successor>,
 }
 
 /// The server's view of one lock, for `status` and introspection.
@@ -92,35 +120,50 @@ impl Node {
         Acquire::parse(&reply)
     }
 
-    /// Gives back `holds` holds; `request` makes a retry of the same request harmless.
+    /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless.
     pub async fn release(
         &self,
         keys: &LockKeys,
-        field: &str,
-        lease_ms: u64,
-        holds: u32,
+        release: &ReleaseArgs<'_>,
         request: RequestId<'_>,
         retry: bool,
     ) -> Result<Release> {
-        // The latch must outlive every retry of this request (a few timeouts), and no longer:
-        // every release writes one.
+        // The latch must outlive every retry of this request (a few timeouts), and no longer.
         let latch_ms = (self.timeout.as_millis() as u64)
             .saturating_mul(5)
             .max(5_000);
-        let bytes = 3 * keys.hash.len() + request.client.len() + field.len() + 64;
-        let mut cmd = evalsha(&scripts::RELEASE, 3, 5, bytes);
+        let successor = release.successor.as_ref();
+        let bytes = 4 * keys.hash.len()
+            + request.client.len()
+            + release.field.len()
+            + successor.map_or(0, |s| s.field.len())
+            + 96;
+        let mut cmd = evalsha(&scripts::RELEASE, 4, 10, bytes + request.client.len());
         cmd.arg(&*keys.hash)
             .arg(keys.channel())
             .arg(keys.latch(request.client, request.n))
-            .arg(field)
-            .arg(lease_ms)
+            .arg(keys.fence())
+            .arg(release.field)
+            .arg(release.lease_ms)
             .arg(latch_ms)
-            .arg(holds)
-            .arg(if retry { "1" } else { "0" });
-        let reply: i64 = self
+            .arg(release.holds)
+            .arg(if retry { "1" } else { "0" })
+            .arg(match release.latch {
+                Latch::Always => "1",
+                Latch::WhileHeld => "0",
+            });
+        match successor {
+            Some(s) => cmd
+                .arg(&*s.field)
+                .arg(s.lease_ms)
+                .arg(if s.fenced { "1" } else { "0" }),
+            None => cmd.arg("").arg(0).arg("0"),
+        };
+        cmd.arg(request.client);
+        let reply: Vec<i64> = self
             .eval("release", &keys.hash, self.timeout, &scripts::RELEASE, &cmd)
             .await?;
-        Release::parse(reply)
+        Release::parse(&reply)
     }
 
     /// Renews a batch of leases in one round trip; one flag per lock, in order.

@@ -5,6 +5,11 @@
 //! listeners, which are the head of the lock's local queue (one waiter: one lock was freed, one
 //! waiter can take it) and any MultiLock waiters. After a reconnect every listener is woken,
 //! since messages may have been lost meanwhile.
+//!
+//! A message carries the releasing client's id. A single-lock waiter ignores its own client's
+//! messages: that client's releases wake it directly (`gate.rs`), and the message, arriving a
+//! little later, would only wake whichever waiter is head by then for a useless attempt (and
+//! take it away from its hand-over offer). MultiLock waiters heed every message.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,12 +37,16 @@ pub(crate) struct Subscriber {
     /// Set by `stop`: no reader may be started again.
     stopped: AtomicBool,
     weak_self: Weak<Subscriber>,
+    /// This client's id: the payload of its own unlock messages.
+    own_id: Arc<str>,
 }
 
 struct Channel {
     notify: Notify,
     /// Messages (and reconnects) seen on this channel; listeners compare it with what they saw.
     epoch: AtomicU64,
+    /// The same, without this client's own messages.
+    foreign_epoch: AtomicU64,
     /// Local waiters; changed under `Subscriber::channels`.
     refs: Mutex<usize>,
     /// Whether the server has confirmed our SUBSCRIBE on the live connection.
@@ -53,9 +62,19 @@ impl Channel {
     /// waiters listen, so this still wakes one single-lock waiter per message; waking only one
     /// listener could pick a MultiLock waiter that then fails on another member, leaving the
     /// single-lock head asleep while the lock is free.
-    fn wake(&self) {
+    fn wake(&self, own: bool) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        if !own {
+            self.foreign_epoch.fetch_add(1, Ordering::AcqRel);
+        }
         self.notify.notify_waiters();
+    }
+
+    fn epoch(&self, heed_own: bool) -> u64 {
+        match heed_own {
+            true => self.epoch.load(Ordering::Acquire),
+            false => self.foreign_epoch.load(Ordering::Acquire),
+        }
     }
 }
 
@@ -66,6 +85,8 @@ pub(crate) struct Subscription {
     channel: Arc<Channel>,
     /// The channel's epoch when this waiter last woke (or subscribed).
     seen: AtomicU64,
+    /// Whether this client's own unlock messages wake this waiter.
+    heed_own: bool,
 }
 
 impl Subscription {
@@ -77,7 +98,7 @@ impl Subscription {
             tokio::pin!(notified);
             // Register before reading the epoch so a message in between cannot be missed.
             notified.as_mut().enable();
-            let now = self.channel.epoch.load(Ordering::Acquire);
+            let now = self.channel.epoch(self.heed_own);
             if self.seen.swap(now, Ordering::AcqRel) != now {
                 return;
             }
@@ -105,7 +126,7 @@ impl Drop for Subscription {
 }
 
 impl Subscriber {
-    pub fn new(client: redis::Client, timeout: Duration) -> Arc<Subscriber> {
+    pub fn new(client: redis::Client, timeout: Duration, own_id: Arc<str>) -> Arc<Subscriber> {
         Arc::new_cyclic(|weak_self| Subscriber {
             client,
             timeout,
@@ -115,14 +136,20 @@ impl Subscriber {
             reader: Mutex::new(None),
             stopped: AtomicBool::new(false),
             weak_self: weak_self.clone(),
+            own_id,
         })
     }
 
-    /// Registers a waiter on `name`, subscribing on the server if it is the first.
+    /// Registers a waiter on `name`, subscribing on the server if it is the first; `heed_own`:
+    /// whether this client's own unlock messages wake it.
     ///
     /// # Errors
     /// When the subscriber connection cannot be made or the SUBSCRIBE is not confirmed in time.
-    pub async fn subscribe(self: &Arc<Self>, name: &Arc<str>) -> Result<Subscription> {
+    pub async fn subscribe(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        heed_own: bool,
+    ) -> Result<Subscription> {
         let channel = {
             let mut map = self.channels.lock();
             let channel = map
@@ -131,6 +158,7 @@ impl Subscriber {
                     Arc::new(Channel {
                         notify: Notify::new(),
                         epoch: AtomicU64::new(0),
+                        foreign_epoch: AtomicU64::new(0),
                         refs: Mutex::new(0),
                         subscribed: Mutex::new(false),
                     })
@@ -144,7 +172,8 @@ impl Subscriber {
             subscriber: self.clone(),
             name: name.clone(),
             channel: channel.clone(),
-            seen: AtomicU64::new(channel.epoch.load(Ordering::Acquire)),
+            seen: AtomicU64::new(channel.epoch(heed_own)),
+            heed_own,
         };
         if *channel.subscribed.lock() {
             return Ok(subscription);
@@ -221,13 +250,13 @@ impl Subscriber {
 
     pub fn wake_all(&self) {
         for channel in self.channels.lock().values() {
-            channel.wake();
+            channel.wake(false);
         }
     }
 
-    fn deliver(&self, channel: &str) {
+    fn deliver(&self, channel: &str, payload: &[u8]) {
         if let Some(channel) = self.channels.lock().get(channel) {
-            channel.wake();
+            channel.wake(payload == self.own_id.as_bytes());
         }
     }
 
@@ -292,7 +321,7 @@ async fn run_reader(weak: Weak<Subscriber>) {
             let Some(subscriber) = weak.upgrade() else {
                 return;
             };
-            subscriber.deliver(msg.get_channel_name());
+            subscriber.deliver(msg.get_channel_name(), msg.get_payload_bytes());
         }
         let Some(subscriber) = weak.upgrade() else {
             return;

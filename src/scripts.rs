@@ -58,15 +58,21 @@ pub(crate) enum Release {
     Released,
     /// Holds remain (their number).
     StillHeld(u32),
+    /// The last hold went and the lock was handed to this client's waiter (with this fencing
+    /// token, 0 when unfenced); nobody else was told.
+    HandedOver { token: u64 },
 }
 
 impl Release {
-    pub fn parse(reply: i64) -> Result<Self> {
-        match reply {
-            -1 => Ok(Release::NotHeld),
-            0 => Ok(Release::Released),
-            n if n > 0 => Ok(Release::StillHeld(n.min(u32::MAX as i64) as u32)),
-            _ => Err(protocol("release", &[reply])),
+    pub fn parse(reply: &[i64]) -> Result<Self> {
+        match *reply {
+            [-1, _] => Ok(Release::NotHeld),
+            [0, 0] => Ok(Release::Released),
+            [0, n] if n > 0 => Ok(Release::StillHeld(n.min(u32::MAX as i64) as u32)),
+            [1, token] if token >= 0 => Ok(Release::HandedOver {
+                token: token as u64,
+            }),
+            _ => Err(protocol("release", reply)),
         }
     }
 }
@@ -103,10 +109,13 @@ mod tests {
 
     #[test]
     fn release_replies_parse() {
-        let parse = |reply: i64| Release::parse(reply).ok();
-        assert_eq!(parse(-1), Some(Release::NotHeld));
-        assert_eq!(parse(0), Some(Release::Released));
-        assert_eq!(parse(3), Some(Release::StillHeld(3)));
-        assert!(Release::parse(-2).is_err());
+        let parse = |reply: &[i64]| Release::parse(reply).ok();
+        assert_eq!(parse(&[-1, 0]), Some(Release::NotHeld));
+        assert_eq!(parse(&[0, 0]), Some(Release::Released));
+        assert_eq!(parse(&[0, 3]), Some(Release::StillHeld(3)));
+        assert_eq!(parse(&[1, 9]), Some(Release::HandedOver { token: 9 }));
+        assert!(Release::parse(&[0, -2]).is_err());
+        assert!(Release::parse(&[2, 0]).is_err());
+        assert!(Release::parse(&[0]).is_err());
     }
 }

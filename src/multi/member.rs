@@ -114,6 +114,10 @@ pub(crate) async fn attempt_batch(
             }
         })
         .collect();
+    // This owner's releases of these locks still in flight come first (see `sequence.rs`).
+    for p in plan.iter() {
+        inner.releases.settled(&p.keys.hash, &p.field).await;
+    }
     let started = Instant::now();
     let request = {
         let (client, plan) = (client.clone(), plan.clone());

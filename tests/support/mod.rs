@@ -38,8 +38,8 @@ pub use locks::{
     take_and_release, try_lock_retrying, unlock_channel, until_free, woken_after_unlock,
 };
 pub use probe::{
-    assert_ttl_kept, channels, exists, get_string, numsub, owners, pttl, set_string, until_gone,
-    until_no_channels, until_subscribed,
+    assert_ttl_kept, channels, command_calls, exists, get_string, numsub, owners, pttl, set_string,
+    until_gone, until_no_channels, until_subscribed,
 };
 pub use server::{Builder, Server};
 

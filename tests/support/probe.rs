@@ -102,3 +102,17 @@ pub fn get_string(server: &Server, key: &str) -> Option<String> {
         .query(&mut server.conn())
         .expect("GET")
 }
+
+/// How many times the server ran `command` (lower case), scripts' inner calls included, from
+/// `INFO commandstats`; 0 before its first call.
+pub fn command_calls(server: &Server, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a call count"))
+}

@@ -1,0 +1,226 @@
+//! Hand-over within one client: a release that frees a lock gives it straight to this client's
+//! waiting task (no unlock message, the lock never free in between), unless another client
+//! listens for it; fencing tokens still grow; a waiter that stops waiting as the lock is handed
+//! to it leaves nothing behind.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use support::{
+    Server, client, clients, command_calls, exists, join_within, key_of, owners, pttl, unique_name,
+    unlock_channel, until_gone, until_subscribed,
+};
+
+/// Waits until `n` connections listen for `name`'s unlock messages, and a little more so the
+/// waiters are past their attempts and into their wait.
+async fn until_waiting(server: &Server, name: &str, n: u64) {
+    let channel = unlock_channel(&key_of(name));
+    assert!(
+        until_subscribed(server, &channel, n).await,
+        "{n} waiter(s) never subscribed to {channel}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_a_waiting_task_of_the_same_client() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("handover");
+    for round in 0..3 {
+        let held = client.lock(&name).unwrap().lock().await.unwrap();
+        let waiter = {
+            let lock = client.lock(&name).unwrap();
+            tokio::spawn(async move {
+                let guard = lock.lock().await.unwrap();
+                // Seen from the waiter's own task: it holds exactly one hold.
+                let count = lock.hold_count().await.unwrap();
+                (guard, count)
+            })
+        };
+        until_waiting(&server, &name, 1).await;
+        let published = command_calls(&server, "publish");
+        held.unlock().await.unwrap();
+        let (guard, count) = join_within([waiter], Duration::from_secs(5), "never handed over")
+            .await
+            .remove(0);
+        assert_eq!(count, 1, "round {round}: the waiter's hold count");
+        assert_eq!(
+            command_calls(&server, "publish"),
+            published,
+            "round {round}: a hand-over publishes nothing: the lock was never free"
+        );
+        let key = key_of(&name);
+        assert_eq!(owners(&server, &key), 1, "round {round}: one owner");
+        // The waiter's watchdog lease (30 s) was set by the hand-over itself.
+        assert!(
+            pttl(&server, &key) > 20_000,
+            "round {round}: the waiter's lease"
+        );
+        guard.unlock().await.unwrap();
+        assert!(!exists(&server, &key), "round {round}: released at the end");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_hand_over_while_another_client_waits() {
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("fair");
+    let held = a.lock(&name).unwrap().lock().await.unwrap();
+    let remote = {
+        let lock = b.lock(&name).unwrap();
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    until_waiting(&server, &name, 1).await;
+    let local = {
+        let lock = a.lock(&name).unwrap();
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    until_waiting(&server, &name, 2).await;
+    let published = command_calls(&server, "publish");
+    held.unlock().await.unwrap();
+    join_within(
+        [remote, local],
+        Duration::from_secs(5),
+        "a waiter never got the lock",
+    )
+    .await;
+    // The first release freed the lock and told everybody (the remote waiter listens), instead
+    // of passing it to the local waiter.
+    assert!(
+        command_calls(&server, "publish") > published,
+        "the release published no unlock message"
+    );
+    assert!(!exists(&server, &key_of(&name)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_client_does_not_starve_another_clients_waiter() {
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("starve");
+    let stop = Arc::new(AtomicBool::new(false));
+    // Two tasks of client A take turns on the lock as fast as they can (bounded in rounds).
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let (lock, stop) = (a.lock(&name).unwrap(), stop.clone());
+            tokio::spawn(async move {
+                let mut rounds = 0u32;
+                while !stop.load(Ordering::Relaxed) && rounds < 20_000 {
+                    let guard = lock.lock().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.unlock().await.unwrap();
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let got = b
+        .lock(&name)
+        .unwrap()
+        .try_lock_for(Duration::from_secs(10))
+        .await
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let guard = got.expect("client B's waiter was starved for 10 s by client A's hand-overs");
+    guard.unlock().await.unwrap();
+    let rounds = join_within(busy, Duration::from_secs(10), "a busy task hung").await;
+    assert!(
+        rounds.iter().all(|&r| r > 0),
+        "client A's tasks ran: {rounds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_overs_keep_fencing_tokens_growing() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("fenced-handover");
+    let last_token = Arc::new(AtomicU64::new(0));
+    let published = command_calls(&server, "publish");
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = client.lock(&name).unwrap().fenced(true);
+            let last_token = last_token.clone();
+            tokio::spawn(async move {
+                for _ in 0..50 {
+                    let guard = lock.lock().await.unwrap();
+                    let token = guard.fencing_token().expect("a fenced lock has a token");
+                    // Under the lock nobody else moves `last_token`: a plain load and store.
+                    let before = last_token.load(Ordering::SeqCst);
+                    assert!(token > before, "token {token} after {before}");
+                    tokio::task::yield_now().await;
+                    last_token.store(token, Ordering::SeqCst);
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    join_within(tasks, Duration::from_secs(30), "fenced tasks hung").await;
+    let counter: u64 = redis::cmd("GET")
+        .arg(format!("{}:fence", key_of(&name)))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(
+        counter,
+        last_token.load(Ordering::SeqCst),
+        "the last token is the counter"
+    );
+    assert!(
+        counter >= 200,
+        "200 acquisitions, each with a new token: {counter}"
+    );
+    // Most of the 200 acquisitions came by hand-over, which publishes nothing.
+    let messages = command_calls(&server, "publish") - published;
+    assert!(
+        messages < 100,
+        "{messages} unlock messages for 200 acquisitions"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_as_the_lock_is_handed_to_it_leaves_nothing_behind() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("give-up");
+    let key = key_of(&name);
+    let (mut got, mut gave_up) = (0, 0);
+    for round in 0..60u64 {
+        let held = client.lock(&name).unwrap().lock().await.unwrap();
+        let lock = client.lock(&name).unwrap();
+        // The waiter's patience ends around the moment the holder releases (after 20 ms).
+        let patience = Duration::from_micros(19_000 + (round % 12) * 200);
+        let waiter = tokio::spawn(async move {
+            match tokio::time::timeout(patience, lock.lock()).await {
+                Ok(guard) => {
+                    drop(guard.unwrap());
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        held.unlock().await.unwrap();
+        let took = join_within([waiter], Duration::from_secs(5), "the waiter hung").await[0];
+        if took {
+            got += 1
+        } else {
+            gave_up += 1
+        }
+        // Whatever happened, the lock ends up free (a stray grant would live for its 30 s lease).
+        assert!(
+            until_gone(std::slice::from_ref(&server), &key, Duration::from_secs(5)).await,
+            "round {round}: a hold was left behind (waiter took it: {took})"
+        );
+    }
+    assert!(
+        got > 0 && gave_up > 0,
+        "both paths ran: got {got}, gave up {gave_up}"
+    );
+}
