@@ -208,11 +208,7 @@ async fn release_remotely(
                 name: hold.keys.name.to_string(),
             })
         }
-        Release::Released => Ok(()),
-        Release::HandedOver { .. } => {
-            inner.gates.handed_over(&hold.keys.hash);
-            Ok(())
-        }
+        Release::Released | Release::HandedOver { .. } => Ok(()),
         Release::StillHeld(_) => Ok(()),
     }
 }
@@ -284,9 +280,14 @@ async fn send(
             }
         };
         drop(releasing);
-        if let Ok(Release::Released) = outcome {
-            // Our waiters ignore our own unlock messages (`pubsub.rs`): tell them here.
-            inner.gates.released(&request.keys.hash);
+        match outcome {
+            // Our waiters ignore our own unlock messages (`pubsub.rs`): tell them here. Also
+            // when our hold was gone (expired): the lock may be free, and a head that skipped
+            // its attempt because we held it must look again.
+            Ok(Release::Released | Release::NotHeld) => inner.gates.released(&request.keys.hash),
+            // Before the answer, so the next head already knows a local waiter holds it.
+            Ok(Release::HandedOver { .. }) => inner.gates.handed_over(&request.keys.hash),
+            _ => {}
         }
         if let Some(offer) = offer {
             answer(&client, &request.keys, offer, &outcome, sent);

@@ -61,6 +61,12 @@
 //! unlock message or the holder's remaining lease, whichever comes first. One message wakes
 //! one local waiter. Nothing polls.
 //!
+//! Within one client, waiters for a lock queue FIFO, and a release that frees the lock hands it
+//! straight to the first of them (one script: the holder's field goes, the waiter's comes, with
+//! the waiter's lease and a new fencing token): no unlock message, no acquire round trip after
+//! it, and the lock is never free in between. It does so only while no other client listens for
+//! the lock, and at most 64 times in a row, so other clients' waiters get their turn.
+//!
 //! ## Reentrancy
 //! The owner is the current tokio task (or the current thread outside a task, as in the
 //! [`blocking`] API). The same owner taking the same lock again counts up; each guard counts
@@ -124,8 +130,8 @@
 //! |---|---|---|
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count; PEXPIRE = lease |
 //! | `P:{N}:fence` | string | fencing counter (fenced locks only; never expires) |
-//! | `P:{N}:unlock` | channel | one message on each full release |
-//! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent |
+//! | `P:{N}:unlock` | channel | one message (the releasing client's id) on each release that frees the lock |
+//! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (written only when holds remain, or for a give-back) |
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
