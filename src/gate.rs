@@ -127,9 +127,9 @@ impl Gates {
         if gate.handed_in_a_row.load(Ordering::Relaxed) >= HANDOVERS_IN_A_ROW {
             return None;
         }
-        let offer = gate.offer.lock().take()?;
-        // A head that stopped waiting without withdrawing (cannot happen; Offered withdraws).
-        (!offer.reply.is_closed()).then_some(offer)
+        // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
+        // just after this take is answered in vain, and the releaser gives its grant back.
+        gate.offer.lock().take()
     }
 
     /// Counts a hand-over towards the in-a-row bound.

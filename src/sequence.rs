@@ -107,9 +107,12 @@ mod tests {
         let first = releases.start(&hash, &field);
         let second = releases.start(&hash, &field);
         // Another owner is not held up.
-        tokio::time::timeout(Duration::from_secs(1), releases.settled(&hash, &other))
-            .await
-            .expect("another owner's acquisition must not wait");
+        let other_owner =
+            tokio::time::timeout(Duration::from_secs(1), releases.settled(&hash, &other)).await;
+        assert!(
+            other_owner.is_ok(),
+            "another owner's acquisition must not wait"
+        );
         let waiter = {
             let (releases, hash, field) = (releases.clone(), hash.clone(), field.clone());
             tokio::spawn(async move { releases.settled(&hash, &field).await })
@@ -118,10 +121,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "one release is still in flight");
         drop(second);
-        tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .expect("the last release must wake the waiter")
-            .unwrap();
+        let woken = tokio::time::timeout(Duration::from_secs(1), waiter).await;
+        assert!(
+            matches!(woken, Ok(Ok(()))),
+            "the last release must wake the waiter"
+        );
         assert_eq!(releases.total.load(Ordering::Acquire), 0);
         assert!(releases.map.is_empty());
     }
