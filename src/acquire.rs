@@ -113,11 +113,12 @@ impl Lock {
             };
             // As this client's head, offer to take the lock over from a local holder's release.
             let mut offered = ticket.as_ref().map(|t| {
-                t.offer(Successor {
+                let successor = Successor {
                     field: field.clone(),
                     lease_ms,
                     fenced: self.fenced,
-                })
+                };
+                t.offer(successor, self.give_back_later(&field, lease_ms))
             });
             let handed = async {
                 match offered.as_mut() {
@@ -151,6 +152,24 @@ impl Lock {
                 Some(Handover::Declined) | None => {}
             }
         }
+    }
+
+    /// Gives back one hold of `field` in the background: for a grant handed to a waiter that
+    /// stopped waiting before it read the answer.
+    fn give_back_later(&self, field: &Arc<str>, lease_ms: u64) -> crate::gate::GiveBack {
+        let (client, keys, field) = (self.client.clone(), self.keys.clone(), field.clone());
+        Box::new(move || {
+            // Runs from a drop: without a runtime there is nothing to run on; the lease frees it.
+            let Ok(handle) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let background = client.inner.background.clone();
+            let give_back = async move {
+                tracing::debug!(lock = %keys.name, "handed the lock after it stopped waiting; giving it back");
+                let _ = release_on_server(&client, &keys, &field, lease_ms, 1).await;
+            };
+            drop(background.spawn_on(give_back, &handle));
+        })
     }
 
     /// Listens for this lock's unlock messages; `heed_own`: this client's own too (see

@@ -62,7 +62,12 @@ pub(crate) enum Handover {
 pub(crate) struct Offered {
     gate: Arc<Gate>,
     reply: oneshot::Receiver<Handover>,
+    /// Gives back a grant that arrived after the waiter stopped listening (see `Drop`).
+    give_back: Option<GiveBack>,
 }
+
+/// Gives the lock back on the server on behalf of a waiter that will never use its grant.
+pub(crate) type GiveBack = Box<dyn FnOnce() + Send + Sync>;
 
 /// A contender's place in its lock's local queue; leaving is dropping it.
 pub(crate) struct Ticket<'a> {
@@ -146,7 +151,8 @@ impl Ticket<'_> {
     }
 
     /// Leaves the head's offer to take the lock over (replacing none: one head, one offer).
-    pub fn offer(&self, successor: Successor) -> Offered {
+    /// `give_back` runs if the lock is handed over after the waiter stopped waiting.
+    pub fn offer(&self, successor: Successor, give_back: GiveBack) -> Offered {
         let (tx, rx) = oneshot::channel();
         *self.gate.offer.lock() = Some(Offer {
             successor,
@@ -155,6 +161,7 @@ impl Ticket<'_> {
         Offered {
             gate: self.gate.clone(),
             reply: rx,
+            give_back: Some(give_back),
         }
     }
 
@@ -190,12 +197,31 @@ impl Offered {
     }
 }
 
+impl Handover {
+    /// Whether the waiter may hold the lock after this answer (and must give it back if it
+    /// will not use it).
+    pub fn may_hold(&self) -> bool {
+        !matches!(self, Handover::Declined)
+    }
+}
+
 impl Drop for Offered {
     fn drop(&mut self) {
-        // Still there: nobody took it. Taken: the releaser finds our receiver gone and gives
-        // the lock back.
-        if !self.reply.is_terminated() {
-            self.gate.offer.lock().take();
+        if self.reply.is_terminated() {
+            return; // the answer was read: whoever read it deals with it
+        }
+        // Still at the gate: nobody took it.
+        self.gate.offer.lock().take();
+        // Taken: a releaser that answers after this close finds us gone and gives the lock
+        // back itself; one that answered before (after our last look, e.g. as a timeout around
+        // the wait fired) left a grant that only we know of.
+        self.reply.close();
+        if let Ok(answer) = self.reply.try_recv() {
+            if answer.may_hold() {
+                if let Some(give_back) = self.give_back.take() {
+                    give_back();
+                }
+            }
         }
     }
 }

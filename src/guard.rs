@@ -316,8 +316,8 @@ fn answer(
         Ok(_) => Handover::Declined,
         Err(_) => Handover::Unknown,
     };
-    let maybe_granted = !matches!(answer, Handover::Declined);
-    if offer.reply.send(answer).is_err() && maybe_granted {
+    let may_hold = answer.may_hold();
+    if offer.reply.send(answer).is_err() && may_hold {
         let (client2, keys, successor) = (client.clone(), keys.clone(), offer.successor);
         client.inner.background.spawn(async move {
             tracing::debug!(lock = %keys.name, "the waiter handed the lock stopped waiting; giving it back");

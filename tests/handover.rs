@@ -155,7 +155,10 @@ async fn hand_overs_keep_fencing_tokens_growing() {
                     // Under the lock nobody else moves `last_token`: a plain load and store.
                     let before = last_token.load(Ordering::SeqCst);
                     assert!(token > before, "token {token} after {before}");
-                    tokio::task::yield_now().await;
+                    // Held long enough for the next head to be waiting with its offer when we
+                    // release (a hand-over needs a waiter; with a shorter hold the release can
+                    // land during the next head's attempt, which then publishes).
+                    tokio::time::sleep(Duration::from_millis(2)).await;
                     last_token.store(token, Ordering::SeqCst);
                     guard.unlock().await.unwrap();
                 }
