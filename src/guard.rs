@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::gate::{Handover, Offer};
 use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
-use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
 use crate::sequence::Releasing;
 use crate::task::FinishOnDrop;
@@ -187,19 +186,21 @@ async fn release_remotely(
     (local, releasing): (LocalRelease, Releasing),
 ) -> Result<()> {
     let inner = &client.inner;
-    let (holds, offer) = match local {
-        LocalRelease::Last => (
-            hold.server_count(1),
-            inner.gates.take_offer(&hold.keys.hash),
+    // The last hold goes with the whole field (`unlock.lua`), maybe to our waiting head.
+    let (give, offer) = match local {
+        LocalRelease::Last => (Give::Last, inner.gates.take_offer(&hold.keys.hash)),
+        _ => (
+            Give::Holds {
+                n: 1,
+                lease_ms: hold.lease_ms,
+            },
+            None,
         ),
-        _ => (1, None),
     };
     let request = Request {
         keys: hold.keys.clone(),
         field: hold.field.clone(),
-        lease_ms: hold.lease_ms,
-        holds,
-        latch: Latch::WhileHeld,
+        give,
     };
     match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
@@ -214,9 +215,9 @@ async fn release_remotely(
 }
 
 /// Gives back `holds` holds of `field` outside a guard (abandoned grants, shutdown, a lock
-/// released by name): the release writes its latch every time, so a retry is harmless even if
-/// the owner takes the lock again meanwhile. Retries on a lost reply; finishes in the background
-/// if the caller stops waiting.
+/// released by name): `release.lua` writes its latch every time, so a retry is harmless even if
+/// the owner takes the lock again meanwhile. Retries on a lost reply; finishes in the
+/// background if the caller stops waiting.
 pub(crate) async fn release_on_server(
     client: &Client,
     keys: &Arc<LockKeys>,
@@ -227,9 +228,7 @@ pub(crate) async fn release_on_server(
     let request = Request {
         keys: keys.clone(),
         field: field.clone(),
-        lease_ms,
-        holds,
-        latch: Latch::Always,
+        give: Give::Holds { n: holds, lease_ms },
     };
     send(client, request, None, None).await
 }
@@ -238,9 +237,16 @@ pub(crate) async fn release_on_server(
 struct Request {
     keys: Arc<LockKeys>,
     field: Arc<str>,
-    lease_ms: u64,
-    holds: u32,
-    latch: Latch,
+    give: Give,
+}
+
+/// What a release gives back.
+enum Give {
+    /// A guard's last hold: the whole field (`unlock.lua`, no count read, no latch: the owner
+    /// takes the lock again only after the answer, see `sequence.rs`).
+    Last,
+    /// `n` holds, the lease reset to `lease_ms` if some remain (`release.lua`, with a latch).
+    Holds { n: u32, lease_ms: u64 },
 }
 
 /// Sends one release with a fresh request id, retrying on a lost reply (the script makes the
@@ -258,23 +264,30 @@ async fn send(
         let inner = &client.inner;
         let id = inner.request_id();
         let sent = Instant::now();
-        let args = ReleaseArgs {
-            field: &request.field,
-            lease_ms: request.lease_ms,
-            holds: request.holds,
-            latch: request.latch,
-            successor: offer.as_ref().map(|o| o.successor.clone()),
-        };
+        let (keys, field) = (&request.keys, &request.field);
+        let successor = offer.as_ref().map(|o| &o.successor);
         let mut attempt = 0;
         let outcome = loop {
-            match inner
-                .node
-                .release(&request.keys, &args, id, attempt > 0)
-                .await
-            {
+            // Later attempts are retries of the same request: the scripts make them harmless.
+            let retry = attempt > 0;
+            let sent = match request.give {
+                Give::Last => {
+                    inner
+                        .node
+                        .unlock(keys, field, successor, id.client, retry)
+                        .await
+                }
+                Give::Holds { n, lease_ms } => {
+                    inner
+                        .node
+                        .release(keys, field, lease_ms, n, id, retry)
+                        .await
+                }
+            };
+            match sent {
                 Err(e) if e.is_unavailable() && attempt < inner.config.release_retries => {
                     attempt += 1;
-                    tracing::debug!(lock = %request.keys.name, error = %e, attempt, "retrying release");
+                    tracing::debug!(lock = %keys.name, error = %e, attempt, "retrying release");
                 }
                 outcome => break outcome,
             }

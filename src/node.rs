@@ -23,31 +23,12 @@ pub(crate) struct Renewal<'a> {
     pub lease_ms: u64,
 }
 
-/// When `release.lua` writes the latch that makes a retry of the release harmless.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Latch {
-    /// Every time: give-backs, which may race the owner's own acquisitions.
-    Always,
-    /// Only while holds remain: a guard's release, during which the owner cannot take the lock
-    /// again (`sequence.rs`), so a retry that finds the field gone knows it was released.
-    WhileHeld,
-}
-
 /// A waiter of this client to hand the lock to if this release frees it.
 #[derive(Debug, Clone)]
 pub(crate) struct Successor {
     pub field: Arc<str>,
     pub lease_ms: u64,
     pub fenced: bool,
-}
-
-/// One release request, as `release.lua` takes it.
-pub(crate) struct ReleaseArgs<'a> {
-    pub field: &'a str,
-    pub lease_ms: u64,
-    pub holds: u32,
-    pub latch: Latch,
-    pub successor: Option<Successor>,
 }
 
 /// The server's view of one lock, for `status` and introspection.
@@ -109,22 +90,55 @@ impl Node {
         limit: Duration,
     ) -> Result<Acquire> {
         let bytes = 2 * keys.hash.len() + field.len() + 32;
-        let mut cmd = evalsha(&scripts::ACQUIRE, 2, 4, bytes);
+        let mut cmd = redis::Cmd::with_capacity(8, 64 + bytes);
+        cmd.arg("EVALSHA").arg(scripts::ACQUIRE.get_hash());
         acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
         // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
         // owner already holds the lock).
-        let reply: Vec<i64> = self
+        let reply: redis::Value = self
             .eval("acquire", &keys.hash, limit, &scripts::ACQUIRE, &cmd)
             .await?;
         Acquire::parse(&reply)
     }
 
-    /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless.
+    /// Gives back an owner's last hold (`unlock.lua`): the whole field goes, and the lock to
+    /// `successor` if given and nobody else listens. `retry`: this request was sent before.
+    pub async fn unlock(
+        &self,
+        keys: &LockKeys,
+        field: &str,
+        successor: Option<&Successor>,
+        client_id: &str,
+        retry: bool,
+    ) -> Result<Release> {
+        let bytes = 2 * keys.hash.len() + field.len() + client_id.len() + 16;
+        let fence_key = successor.is_some_and(|s| s.fenced);
+        let mut cmd = evalsha(&scripts::UNLOCK, 1 + usize::from(fence_key), 5, bytes);
+        cmd.arg(&*keys.hash);
+        if fence_key {
+            cmd.arg(keys.fence());
+        }
+        cmd.arg(field)
+            .arg(if retry { "1" } else { "0" })
+            .arg(client_id);
+        if let Some(s) = successor {
+            cmd.arg(&*s.field).arg(s.lease_ms);
+        }
+        let reply: i64 = self
+            .eval("unlock", &keys.hash, self.timeout, &scripts::UNLOCK, &cmd)
+            .await?;
+        Release::parse_unlock(reply)
+    }
+
+    /// Gives back `holds` holds of `field` (`release.lua`); `request` makes a retry of the
+    /// same request harmless (`retry`: this request was sent before).
     pub async fn release(
         &self,
         keys: &LockKeys,
-        release: &ReleaseArgs<'_>,
+        field: &str,
+        lease_ms: u64,
+        holds: u32,
         request: RequestId<'_>,
         retry: bool,
     ) -> Result<Release> {
@@ -132,38 +146,20 @@ impl Node {
         let latch_ms = (self.timeout.as_millis() as u64)
             .saturating_mul(5)
             .max(5_000);
-        let successor = release.successor.as_ref();
-        let bytes = 4 * keys.hash.len()
-            + request.client.len()
-            + release.field.len()
-            + successor.map_or(0, |s| s.field.len())
-            + 96;
-        let mut cmd = evalsha(&scripts::RELEASE, 4, 10, bytes + request.client.len());
+        let bytes = 2 * keys.hash.len() + 2 * request.client.len() + field.len() + 64;
+        let mut cmd = evalsha(&scripts::RELEASE, 2, 6, bytes);
         cmd.arg(&*keys.hash)
-            .arg(keys.channel())
             .arg(keys.latch(request.client, request.n))
-            .arg(keys.fence())
-            .arg(release.field)
-            .arg(release.lease_ms)
+            .arg(field)
+            .arg(lease_ms)
             .arg(latch_ms)
-            .arg(release.holds)
+            .arg(holds)
             .arg(if retry { "1" } else { "0" })
-            .arg(match release.latch {
-                Latch::Always => "1",
-                Latch::WhileHeld => "0",
-            });
-        match successor {
-            Some(s) => cmd
-                .arg(&*s.field)
-                .arg(s.lease_ms)
-                .arg(if s.fenced { "1" } else { "0" }),
-            None => cmd.arg("").arg(0).arg("0"),
-        };
-        cmd.arg(request.client);
-        let reply: Vec<i64> = self
+            .arg(request.client);
+        let reply: i64 = self
             .eval("release", &keys.hash, self.timeout, &scripts::RELEASE, &cmd)
             .await?;
-        Release::parse(&reply)
+        Release::parse_release(reply)
     }
 
     /// Renews a batch of leases in one round trip; one flag per lock, in order.
@@ -298,8 +294,9 @@ impl Node {
     }
 }
 
-/// Appends the keys and arguments of `acquire.lua` to a command that already names the script
-/// (`EVALSHA <sha> 2` or `EVAL <source> 2`).
+/// Appends the key count, keys and arguments of `acquire.lua` to a command that already names
+/// the script (`EVALSHA <sha>` or `EVAL <source>`). The fencing counter is a key only for a
+/// fenced lock: its presence is how the script knows.
 pub(crate) fn acquire_args(
     cmd: &mut redis::Cmd,
     keys: &LockKeys,
@@ -308,12 +305,13 @@ pub(crate) fn acquire_args(
     reentrant: bool,
     fenced: bool,
 ) {
-    cmd.arg(&*keys.hash)
-        .arg(keys.fence())
-        .arg(field)
+    cmd.arg(1 + usize::from(fenced)).arg(&*keys.hash);
+    if fenced {
+        cmd.arg(keys.fence());
+    }
+    cmd.arg(field)
         .arg(lease_ms)
-        .arg(if reentrant { "1" } else { "0" })
-        .arg(if fenced { "1" } else { "0" });
+        .arg(if reentrant { "1" } else { "0" });
 }
 
 /// Runs `request`, and once more if it failed on a dropped connection.

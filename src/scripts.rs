@@ -6,13 +6,15 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, Value};
 
 use crate::error::{Error, Result};
 
 /// `acquire.lua` itself: MultiLock batches fall back to `EVAL` with it (see `multi/member.rs`).
 pub(crate) const ACQUIRE_SOURCE: &str = include_str!("../lua/acquire.lua");
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
+pub(crate) static UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/unlock.lua")));
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
 pub(crate) static RENEW: LazyLock<Script> =
@@ -34,22 +36,35 @@ pub(crate) enum Acquire {
 }
 
 impl Acquire {
-    pub fn parse(reply: &[i64]) -> Result<Self> {
-        match *reply {
-            [1, count, token] if count > 0 && token >= 0 => Ok(Acquire::Acquired {
-                count: count.min(u32::MAX as i64) as u32,
-                token: token as u64,
+    pub fn parse(reply: &Value) -> Result<Self> {
+        let count = |n: i64| n.min(u32::MAX as i64) as u32;
+        match reply {
+            Value::Int(n) if *n >= 1 => Ok(Acquire::Acquired {
+                count: count(*n),
+                token: 0,
             }),
-            [0, ttl] => Ok(Acquire::HeldElsewhere {
-                ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
-            }),
-            [2, _] => Ok(Acquire::AlreadyHeld),
+            Value::Int(0) => Ok(Acquire::AlreadyHeld),
+            Value::Int(n) => {
+                let ttl = -2 - n;
+                Ok(Acquire::HeldElsewhere {
+                    ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
+                })
+            }
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Int(n), Value::Int(token)] if *n >= 1 && *token >= 0 => {
+                    Ok(Acquire::Acquired {
+                        count: count(*n),
+                        token: *token as u64,
+                    })
+                }
+                _ => Err(protocol("acquire", reply)),
+            },
             _ => Err(protocol("acquire", reply)),
         }
     }
 }
 
-/// What `release.lua` answered.
+/// What `unlock.lua` or `release.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
     /// The owner held nothing; nothing changed.
@@ -64,20 +79,30 @@ pub(crate) enum Release {
 }
 
 impl Release {
-    pub fn parse(reply: &[i64]) -> Result<Self> {
-        match *reply {
-            [-1, _] => Ok(Release::NotHeld),
-            [0, 0] => Ok(Release::Released),
-            [0, n] if n > 0 => Ok(Release::StillHeld(n.min(u32::MAX as i64) as u32)),
-            [1, token] if token >= 0 => Ok(Release::HandedOver {
-                token: token as u64,
+    /// `unlock.lua`'s reply.
+    pub fn parse_unlock(reply: i64) -> Result<Self> {
+        match reply {
+            -1 => Ok(Release::NotHeld),
+            0 => Ok(Release::Released),
+            n if n >= 1 => Ok(Release::HandedOver {
+                token: (n - 1) as u64,
             }),
-            _ => Err(protocol("release", reply)),
+            _ => Err(protocol("unlock", &Value::Int(reply))),
+        }
+    }
+
+    /// `release.lua`'s reply.
+    pub fn parse_release(reply: i64) -> Result<Self> {
+        match reply {
+            -1 => Ok(Release::NotHeld),
+            0 => Ok(Release::Released),
+            n if n >= 1 => Ok(Release::StillHeld(n.min(u32::MAX as i64) as u32)),
+            _ => Err(protocol("release", &Value::Int(reply))),
         }
     }
 }
 
-fn protocol(script: &'static str, reply: &[i64]) -> Error {
+fn protocol(script: &'static str, reply: &Value) -> Error {
     Error::Protocol {
         script,
         reply: format!("{reply:?}"),
@@ -90,32 +115,54 @@ mod tests {
 
     #[test]
     fn acquire_replies_parse() {
-        let parse = |reply: &[i64]| Acquire::parse(reply).ok();
+        let parse = |reply: Value| Acquire::parse(&reply).ok();
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         assert_eq!(
-            parse(&[1, 2, 7]),
+            parse(Value::Int(2)),
+            Some(Acquire::Acquired { count: 2, token: 0 })
+        );
+        assert_eq!(
+            parse(pair(2, 7)),
             Some(Acquire::Acquired { count: 2, token: 7 })
         );
         assert_eq!(
-            parse(&[0, 1500]),
+            parse(Value::Int(-1502)),
             Some(Acquire::HeldElsewhere {
                 ttl: Some(Duration::from_millis(1500))
             })
         );
-        assert_eq!(parse(&[0, -1]), Some(Acquire::HeldElsewhere { ttl: None }));
-        assert_eq!(parse(&[2, 1]), Some(Acquire::AlreadyHeld));
-        assert!(Acquire::parse(&[9]).is_err());
-        assert!(Acquire::parse(&[1, 0, 0]).is_err());
+        assert_eq!(
+            parse(Value::Int(-2)),
+            Some(Acquire::HeldElsewhere {
+                ttl: Some(Duration::ZERO)
+            })
+        );
+        assert_eq!(
+            parse(Value::Int(-1)),
+            Some(Acquire::HeldElsewhere { ttl: None })
+        );
+        assert_eq!(parse(Value::Int(0)), Some(Acquire::AlreadyHeld));
+        assert_eq!(parse(pair(0, 7)), None);
+        assert_eq!(parse(pair(1, -1)), None);
+        assert_eq!(parse(Value::Nil), None);
     }
 
     #[test]
     fn release_replies_parse() {
-        let parse = |reply: &[i64]| Release::parse(reply).ok();
-        assert_eq!(parse(&[-1, 0]), Some(Release::NotHeld));
-        assert_eq!(parse(&[0, 0]), Some(Release::Released));
-        assert_eq!(parse(&[0, 3]), Some(Release::StillHeld(3)));
-        assert_eq!(parse(&[1, 9]), Some(Release::HandedOver { token: 9 }));
-        assert!(Release::parse(&[0, -2]).is_err());
-        assert!(Release::parse(&[2, 0]).is_err());
-        assert!(Release::parse(&[0]).is_err());
+        assert_eq!(Release::parse_unlock(-1).ok(), Some(Release::NotHeld));
+        assert_eq!(Release::parse_unlock(0).ok(), Some(Release::Released));
+        assert_eq!(
+            Release::parse_unlock(1).ok(),
+            Some(Release::HandedOver { token: 0 })
+        );
+        assert_eq!(
+            Release::parse_unlock(10).ok(),
+            Some(Release::HandedOver { token: 9 })
+        );
+        assert!(Release::parse_unlock(-2).is_err());
+        assert_eq!(Release::parse_release(-1).ok(), Some(Release::NotHeld));
+        assert_eq!(Release::parse_release(0).ok(), Some(Release::Released));
+        assert_eq!(Release::parse_release(3).ok(), Some(Release::StillHeld(3)));
+        assert!(Release::parse_release(-2).is_err());
     }
 }

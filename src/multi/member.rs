@@ -177,14 +177,14 @@ pub(crate) async fn attempt_batch(
 async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Result<Acquire>>> {
     let node = &client.inner.node;
     let everything: Vec<usize> = (0..plan.len()).collect();
-    let mut replies: Vec<RedisResult<Vec<i64>>> = node
+    let mut replies: Vec<RedisResult<redis::Value>> = node
         .query_pipeline("acquire", "", &pipeline(plan, &everything, false))
         .await?;
     let missing: Vec<usize> = (0..replies.len())
         .filter(|&i| matches!(&replies[i], Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
         .collect();
     if !missing.is_empty() {
-        let again: Vec<RedisResult<Vec<i64>>> = node
+        let again: Vec<RedisResult<redis::Value>> = node
             .query_pipeline("acquire", "", &pipeline(plan, &missing, true))
             .await?;
         for (i, reply) in missing.into_iter().zip(again) {
@@ -218,7 +218,7 @@ fn pipeline(plan: &[Planned], which: &[usize], source: bool) -> redis::Pipeline 
             false => ("EVALSHA", scripts::ACQUIRE.get_hash()),
         };
         let mut cmd = redis::cmd(command);
-        cmd.arg(script).arg(2);
+        cmd.arg(script);
         acquire_args(
             &mut cmd,
             &p.keys,
