@@ -105,52 +105,69 @@ impl Lock {
             if let Some(left) = remaining {
                 nap = nap.min(left);
             }
-            let local_release = async {
-                match ticket.as_ref() {
-                    Some(ticket) => ticket.gate.released.notified().await,
-                    None => std::future::pending().await,
-                }
-            };
-            // As this client's head, offer to take the lock over from a local holder's release.
-            let mut offered = ticket.as_ref().map(|t| {
-                let successor = Successor {
-                    field: field.clone(),
-                    lease_ms,
-                    fenced: self.fenced,
-                };
-                t.offer(successor, self.give_back_later(&field, lease_ms))
-            });
-            let handed = async {
-                match offered.as_mut() {
-                    Some(offered) => offered.answered().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let answer = tokio::select! {
-                biased;
-                answer = handed => Some(answer),
-                _ = sub.notified() => None,
-                _ = local_release => None,
-                _ = tokio::time::sleep(nap) => None,
-            };
-            let answer = match (answer, offered) {
-                (Some(answer), _) => Some(answer),
-                // Taken meanwhile: the release's answer is on its way, and may be the lock.
-                (None, Some(offered)) => offered.withdraw().await,
-                (None, None) => None,
-            };
-            match answer {
-                Some(Handover::Granted { token, sent }) => {
-                    return self.register(field, lease, 1, token, sent).map(Some);
-                }
-                Some(Handover::Unknown) => {
-                    // The release failed unanswered: it may have handed us the lock. We held
-                    // nothing before, so giving back one hold is exact either way.
-                    let keys = &self.keys;
-                    let _ = release_on_server(&self.client, keys, &field, lease_ms, 1).await;
-                }
-                Some(Handover::Declined) | None => {}
+            if let Some(guard) = self.nap(ticket.as_ref(), sub, &field, lease, nap).await? {
+                return Ok(Some(guard));
             }
+        }
+    }
+
+    /// One wait between attempts, at most `nap` long: until an unlock message, a release by
+    /// this client, or (as this client's head) a release of this client that hands us the
+    /// lock, which is then ours without another attempt.
+    async fn nap(
+        &self,
+        ticket: Option<&Ticket<'_>>,
+        sub: &Subscription,
+        field: &Arc<str>,
+        lease: Lease,
+        nap: Duration,
+    ) -> Result<Option<LockGuard>> {
+        let lease_ms = lease.ms();
+        let local_release = async {
+            match ticket {
+                Some(ticket) => ticket.gate.released.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        // As this client's head, offer to take the lock over from a local holder's release.
+        let mut offered = ticket.map(|t| {
+            let successor = Successor {
+                field: field.clone(),
+                lease_ms,
+                fenced: self.fenced,
+            };
+            t.offer(successor, self.give_back_later(field, lease_ms))
+        });
+        let handed = async {
+            match offered.as_mut() {
+                Some(offered) => offered.answered().await,
+                None => std::future::pending().await,
+            }
+        };
+        let answer = tokio::select! {
+            biased;
+            answer = handed => Some(answer),
+            _ = sub.notified() => None,
+            _ = local_release => None,
+            _ = tokio::time::sleep(nap) => None,
+        };
+        let answer = match (answer, offered) {
+            (Some(answer), _) => Some(answer),
+            // Taken meanwhile: the release's answer is on its way, and may be the lock.
+            (None, Some(offered)) => offered.withdraw().await,
+            (None, None) => None,
+        };
+        match answer {
+            Some(Handover::Granted { token, sent }) => self
+                .register(field.clone(), lease, 1, token, sent)
+                .map(Some),
+            Some(Handover::Unknown) => {
+                // The release failed unanswered: it may have handed us the lock. We held
+                // nothing before, so giving back one hold is exact either way.
+                let _ = release_on_server(&self.client, &self.keys, field, lease_ms, 1).await;
+                Ok(None)
+            }
+            Some(Handover::Declined) | None => Ok(None),
         }
     }
 
