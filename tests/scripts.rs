@@ -1,0 +1,261 @@
+//! The Lua scripts' contracts, called directly on a real server: the answers the client relies
+//! on, and above all what a retried call (after a lost reply) does. A lost reply cannot be
+//! produced on demand through the library, so the retry paths are driven here by sending the
+//! same request twice, exactly as `guard.rs` does after a dropped connection.
+
+mod support;
+
+use redis::{Connection, Script, Value};
+
+use support::{Server, command_calls, owners, pttl};
+
+fn acquire() -> Script {
+    Script::new(include_str!("../lua/acquire.lua"))
+}
+
+fn unlock() -> Script {
+    Script::new(include_str!("../lua/unlock.lua"))
+}
+
+fn release() -> Script {
+    Script::new(include_str!("../lua/release.lua"))
+}
+
+const HASH: &str = "t:{lock}";
+const FENCE: &str = "t:{lock}:fence";
+const CLIENT: &str = "client-a";
+
+fn acquire_as(conn: &mut Connection, field: &str, lease_ms: u64) -> Value {
+    acquire()
+        .key(HASH)
+        .arg(field)
+        .arg(lease_ms)
+        .arg("1")
+        .invoke(conn)
+        .unwrap()
+}
+
+fn unlock_as(conn: &mut Connection, field: &str, retry: bool, successor: Option<&str>) -> i64 {
+    let script = unlock();
+    let mut call = script.key(HASH);
+    call.arg(field)
+        .arg(if retry { "1" } else { "0" })
+        .arg(CLIENT);
+    if let Some(successor) = successor {
+        call.arg(successor).arg(20_000);
+    }
+    call.invoke(conn).unwrap()
+}
+
+fn release_as(conn: &mut Connection, field: &str, holds: u32, request: u64, retry: bool) -> i64 {
+    release()
+        .key(HASH)
+        .key(format!("{HASH}:latch:{CLIENT}:{request}"))
+        .arg(field)
+        .arg(30_000)
+        .arg(10_000)
+        .arg(holds)
+        .arg(if retry { "1" } else { "0" })
+        .arg(CLIENT)
+        .invoke(conn)
+        .unwrap()
+}
+
+fn count_of(conn: &mut Connection, field: &str) -> Option<i64> {
+    redis::cmd("HGET").arg(HASH).arg(field).query(conn).unwrap()
+}
+
+#[test]
+fn acquire_answers_count_owner_conflict_and_remaining_lease() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    assert_eq!(acquire_as(&mut conn, "a:1", 30_000), Value::Int(1));
+    assert_eq!(acquire_as(&mut conn, "a:1", 30_000), Value::Int(2));
+    // Another owner learns the remaining lease, encoded as -2 - pttl.
+    let Value::Int(n) = acquire_as(&mut conn, "b:1", 30_000) else {
+        panic!("an integer reply")
+    };
+    let ttl = -2 - n;
+    assert!((25_000..=30_000).contains(&ttl), "remaining lease {ttl}");
+    // No expiry at all is -1.
+    redis::cmd("PERSIST").arg(HASH).exec(&mut conn).unwrap();
+    assert_eq!(acquire_as(&mut conn, "b:1", 30_000), Value::Int(-1));
+    // Non-reentrant re-entry by the holder: 0, and nothing changes.
+    let again: Value = acquire()
+        .key(HASH)
+        .arg("a:1")
+        .arg(30_000)
+        .arg("0")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(again, Value::Int(0));
+    assert_eq!(count_of(&mut conn, "a:1"), Some(2));
+    // A fenced lock passes the counter as a second key and gets the token with the count.
+    let fenced: Value = acquire()
+        .key("t:{other}")
+        .key("t:{other}:fence")
+        .arg("a:1")
+        .arg(30_000)
+        .arg("1")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(fenced, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+}
+
+#[test]
+fn a_retried_unlock_reports_the_first_attempts_release_and_changes_nothing() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    acquire_as(&mut conn, "a:1", 30_000);
+    let published = command_calls(&server, "publish");
+    assert_eq!(unlock_as(&mut conn, "a:1", false, None), 0, "released");
+    assert_eq!(
+        command_calls(&server, "publish"),
+        published + 1,
+        "one message"
+    );
+    // The retry (the first reply was lost) finds the field gone: released, no second message.
+    assert_eq!(unlock_as(&mut conn, "a:1", true, None), 0, "the retry");
+    assert_eq!(command_calls(&server, "publish"), published + 1);
+    // A first attempt that finds nothing says so.
+    assert_eq!(unlock_as(&mut conn, "a:1", false, None), -1, "not held");
+}
+
+#[test]
+fn unlock_gives_back_the_whole_field_whatever_its_count() {
+    // The client sends unlock.lua for its last hold only; a larger count on the server is a
+    // grant it gave up on (and is giving back too).
+    let server = Server::start();
+    let mut conn = server.conn();
+    acquire_as(&mut conn, "a:1", 30_000);
+    acquire_as(&mut conn, "a:1", 30_000);
+    assert_eq!(unlock_as(&mut conn, "a:1", false, None), 0);
+    assert_eq!(owners(&server, HASH), 0);
+}
+
+#[test]
+fn a_retried_hand_over_reports_the_same_grant() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    // Fenced: the first holder took token 1.
+    let first: Value = acquire()
+        .key(HASH)
+        .key(FENCE)
+        .arg("a:1")
+        .arg(30_000)
+        .arg("1")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    let handed = |conn: &mut Connection, retry: bool| -> i64 {
+        unlock()
+            .key(HASH)
+            .key(FENCE)
+            .arg("a:1")
+            .arg(if retry { "1" } else { "0" })
+            .arg(CLIENT)
+            .arg("a:2")
+            .arg(20_000)
+            .invoke(conn)
+            .unwrap()
+    };
+    let published = command_calls(&server, "publish");
+    // Nobody listens: handed to a:2 with token 2 (reply 1 + token).
+    assert_eq!(handed(&mut conn, false), 3);
+    assert_eq!(count_of(&mut conn, "a:2"), Some(1));
+    assert_eq!(count_of(&mut conn, "a:1"), None);
+    let ttl = pttl(&server, HASH);
+    assert!(
+        (15_000..=20_000).contains(&ttl),
+        "the successor's lease: {ttl}"
+    );
+    // The retry reports the same hand-over and token, and does not hand over again.
+    assert_eq!(handed(&mut conn, true), 3);
+    assert_eq!(command_calls(&server, "publish"), published, "never free");
+    let counter: i64 = redis::cmd("GET").arg(FENCE).query(&mut conn).unwrap();
+    assert_eq!(counter, 2, "one new token");
+    // Unfenced, no successor field: a retry after the successor released reports a release.
+    assert_eq!(unlock_as(&mut conn, "a:2", false, None), 0);
+    assert_eq!(unlock_as(&mut conn, "a:1", true, Some("a:2")), 0);
+}
+
+#[test]
+fn no_hand_over_while_another_client_listens() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        let mut pubsub = server.conn();
+        redis::cmd("SUBSCRIBE")
+            .arg(format!("{HASH}:unlock"))
+            .exec(&mut pubsub)
+            .unwrap();
+        listeners.push(pubsub);
+    }
+    acquire_as(&mut conn, "a:1", 30_000);
+    assert_eq!(
+        unlock_as(&mut conn, "a:1", false, Some("a:2")),
+        0,
+        "released"
+    );
+    assert_eq!(owners(&server, HASH), 0, "the successor was not given it");
+}
+
+#[test]
+fn a_retried_release_returns_the_first_answer_and_gives_back_once() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    for _ in 0..3 {
+        acquire_as(&mut conn, "a:1", 30_000);
+    }
+    assert_eq!(release_as(&mut conn, "a:1", 1, 7, false), 2);
+    // The same request again (its reply was lost): the same answer, still 2 holds.
+    assert_eq!(release_as(&mut conn, "a:1", 1, 7, true), 2);
+    assert_eq!(count_of(&mut conn, "a:1"), Some(2));
+    // A new request gives back the rest; its retry does not report "not held".
+    let published = command_calls(&server, "publish");
+    assert_eq!(release_as(&mut conn, "a:1", 2, 8, false), 0);
+    assert_eq!(release_as(&mut conn, "a:1", 2, 8, true), 0);
+    assert_eq!(command_calls(&server, "publish"), published + 1);
+    assert_eq!(owners(&server, HASH), 0);
+    // Nothing held: -1, and that answer is latched too.
+    assert_eq!(release_as(&mut conn, "a:1", 1, 9, false), -1);
+    acquire_as(&mut conn, "a:1", 30_000);
+    assert_eq!(
+        release_as(&mut conn, "a:1", 1, 9, true),
+        -1,
+        "latched answer"
+    );
+    assert_eq!(
+        count_of(&mut conn, "a:1"),
+        Some(1),
+        "the new hold is untouched"
+    );
+}
+
+#[test]
+fn scripts_leave_keys_of_another_type_alone() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    redis::cmd("SET")
+        .arg(HASH)
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    let acquired: redis::RedisResult<Value> = acquire()
+        .key(HASH)
+        .arg("a:1")
+        .arg(30_000)
+        .arg("1")
+        .invoke(&mut conn);
+    assert!(acquired.is_err(), "acquire on a string: {acquired:?}");
+    let unlocked: redis::RedisResult<i64> = unlock()
+        .key(HASH)
+        .arg("a:1")
+        .arg("0")
+        .arg(CLIENT)
+        .invoke(&mut conn);
+    assert!(unlocked.is_err(), "unlock on a string: {unlocked:?}");
+    let value: String = redis::cmd("GET").arg(HASH).query(&mut conn).unwrap();
+    assert_eq!(value, "x");
+}
