@@ -1,52 +1,108 @@
--- release.lua: give back some holds of an owner (a guard's release while more holds remain, a
--- grant given up on, shutdown); on the last one delete the owner's field and wake waiters.
--- A guard's last hold goes through unlock.lua instead.
+-- release.lua: give back holds; on the last one delete the owner's field and wake waiters, or
+-- hand the lock straight to a waiter of the releasing client.
 --
 -- KEYS[1]  lock hash            P:{N}
 -- KEYS[2]  release latch        P:{N}:latch:<request id>  (makes a retried release idempotent)
+-- KEYS[3]  fencing counter      P:{N}:fence  (given only when handing over to a fenced waiter)
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in milliseconds, applied again when holds remain
 -- ARGV[3]  latch lifetime in milliseconds
--- ARGV[4]  how many holds to give back
--- ARGV[5]  '1' when this request id was sent before (a retry after a lost reply), else '0'
--- ARGV[6]  the releasing client's id (the unlock message, as in unlock.lua)
+-- ARGV[4]  how many holds to give back (a guard's own; all of them at client shutdown)
+-- ARGV[5]  mode: 'r' when this request was sent before (a retry after a lost reply), and 'a'
+--          when the latch is written whatever happens (give-backs, which may race the owner's
+--          own acquisitions); '-' for neither. Without 'a' the latch is written only when holds
+--          remain: a guard's last release, during which the client never lets the owner take
+--          the lock again (`sequence.rs`), so a retry that finds the field gone knows the first
+--          attempt released it.
+-- ARGV[6]  the releasing client's id: the unlock message, so that client's waiters can ignore
+--          it (they hear of their own client's releases directly)
+-- ARGV[7]  hand-over (optional): owner field of the releasing client's first waiter
+-- ARGV[8]  hand-over (optional): that waiter's lease in milliseconds
 --
 -- Returns
 --   -1       the owner holds nothing (never held, expired, or force-unlocked); nothing changed
 --   0        the last hold was released: the field is gone and one message was published
 --   n > 0    n holds remain; the expiry was raised to ARGV[2] if it was shorter
--- A retry with the same request id returns the first call's answer and changes nothing: the
--- latch is written every time, as a give-back may race the owner's own acquisitions.
+--   -2 - t   the last hold was released and the lock handed to ARGV[7] (count 1, lease
+--            ARGV[8], fencing token t, 0 when unfenced); nothing published, the lock never free
+-- A retry with the same request id returns the first call's answer and changes nothing.
 -- A lock key of another type fails with WRONGTYPE before anything is written.
+--
+-- Counts, not "delete the field": a larger count than the client's may be a grant a cancelled
+-- caller is giving back by itself (`acquire.rs`); deleting it would let that give-back take the
+-- owner's next hold instead.
+--
+-- Why this shape: every key and argument, and a table reply, costs the server about as much as
+-- a command (see acquire.lua), so a guard's release sends 2 keys and 6 arguments and gets an
+-- integer.
+
+local mode = ARGV[5]
+local retry = mode == 'r' or mode == 'ra'
+local always = mode == 'a' or mode == 'ra'
 
 -- Only a retry can find its latch: the first attempt skips the lookup.
-if ARGV[5] == '1' then
+if retry then
     local done = redis.call('GET', KEYS[2])
     if done then
         return tonumber(done)
     end
 end
 
-local reply
 local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
 if not held then
-    reply = -1
-else
-    local count = held - tonumber(ARGV[4])
-    if count > 0 then
-        redis.call('HSET', KEYS[1], ARGV[1], count)
-        -- Reset the lease, but never shorten it (see acquire.lua).
-        if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-            redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if retry and not always then
+        -- A guard's last hold leaves no latch: the first attempt ran. The waiter it was handing
+        -- to is still waiting for this answer, so that waiter's field can only come from it.
+        if ARGV[7] and redis.call('HEXISTS', KEYS[1], ARGV[7]) == 1 then
+            local token = 0
+            if KEYS[3] then
+                token = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+            end
+            return -2 - token
         end
-        reply = count
+        return 0
+    end
+    if always then
+        redis.call('SET', KEYS[2], -1, 'PX', ARGV[3])
+    end
+    return -1
+end
+
+local reply
+local count = held - tonumber(ARGV[4])
+if count > 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], count)
+    -- Reset the lease, but never shorten it (see acquire.lua).
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    end
+    reply = count
+else
+    -- The channel's name follows the keys' naming (`keys.rs`); a channel is not a key, so
+    -- deriving it here is fine in Redis Cluster, and cheaper than another argument.
+    local channel = KEYS[1] .. ':unlock'
+    -- Hand over only while nobody else listens: the waiter's own client is the channel's one
+    -- subscriber. Another client's waiter gets the usual release and message instead.
+    local handover = ARGV[7] ~= nil and redis.call('PUBSUB', 'NUMSUB', channel)[2] <= 1
+    local token = 0
+    if handover and KEYS[3] then
+        -- pcall: a damaged counter must not keep the lock from being released; it only spoils
+        -- the hand-over.
+        token = redis.pcall('INCR', KEYS[3])
+        handover = type(token) == 'number'
+    end
+    -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    if handover then
+        redis.call('HSET', KEYS[1], ARGV[7], '1')
+        redis.call('PEXPIRE', KEYS[1], ARGV[8])
+        reply = -2 - token
     else
-        -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.
-        redis.call('HDEL', KEYS[1], ARGV[1])
-        -- The channel's name follows the keys' naming (see unlock.lua).
-        redis.call('PUBLISH', KEYS[1] .. ':unlock', ARGV[6])
+        redis.call('PUBLISH', channel, ARGV[6])
         reply = 0
     end
 end
-redis.call('SET', KEYS[2], reply, 'PX', ARGV[3])
+if count > 0 or always then
+    redis.call('SET', KEYS[2], reply, 'PX', ARGV[3])
+end
 return reply

@@ -9,7 +9,7 @@ use crate::gate::{Handover, Ticket};
 use crate::guard::{LockGuard, release_on_server};
 use crate::hold::{Hold, Lease};
 use crate::lock::{Lock, Wait};
-use crate::node::Successor;
+use crate::node::{Latch, ReleaseArgs, Successor};
 use crate::pubsub::Subscription;
 use crate::scripts::{Acquire, Release};
 use crate::task::FinishOnDrop;
@@ -268,7 +268,14 @@ impl Lock {
                         // its grant if there was one and is a no-op otherwise; it and the retry
                         // go out in this order on the new connection.
                         let id = client.inner.request_id();
-                        let undo = node.release(&keys, &field, lease_ms, 1, id, false).await;
+                        let undo = ReleaseArgs {
+                            field: &field,
+                            lease_ms,
+                            holds: 1,
+                            latch: Latch::Always,
+                            successor: None,
+                        };
+                        let undo = node.release(&keys, &undo, id, false).await;
                         if let Ok(Release::Released) = undo {
                             // It had been granted: our queued waiters hear of it only here.
                             client.inner.gates.released(&keys.hash);

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::gate::{Handover, Offer};
 use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
+use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
 use crate::sequence::Releasing;
 use crate::task::FinishOnDrop;
@@ -186,21 +187,20 @@ async fn release_remotely(
     (local, releasing): (LocalRelease, Releasing),
 ) -> Result<()> {
     let inner = &client.inner;
-    // The last hold goes with the whole field (`unlock.lua`), maybe to our waiting head.
-    let (give, offer) = match local {
-        LocalRelease::Last => (Give::Last, inner.gates.take_offer(&hold.keys.hash)),
-        _ => (
-            Give::Holds {
-                n: 1,
-                lease_ms: hold.lease_ms,
-            },
-            None,
+    let (holds, offer) = match local {
+        // Every hold the server counts for us goes, maybe to our waiting head.
+        LocalRelease::Last => (
+            hold.server_count(1),
+            inner.gates.take_offer(&hold.keys.hash),
         ),
+        _ => (1, None),
     };
     let request = Request {
         keys: hold.keys.clone(),
         field: hold.field.clone(),
-        give,
+        lease_ms: hold.lease_ms,
+        holds,
+        latch: Latch::WhileHeld,
     };
     match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
@@ -215,7 +215,7 @@ async fn release_remotely(
 }
 
 /// Gives back `holds` holds of `field` outside a guard (abandoned grants, shutdown, a lock
-/// released by name): `release.lua` writes its latch every time, so a retry is harmless even if
+/// released by name): the release writes its latch every time, so a retry is harmless even if
 /// the owner takes the lock again meanwhile. Retries on a lost reply; finishes in the
 /// background if the caller stops waiting.
 pub(crate) async fn release_on_server(
@@ -228,7 +228,9 @@ pub(crate) async fn release_on_server(
     let request = Request {
         keys: keys.clone(),
         field: field.clone(),
-        give: Give::Holds { n: holds, lease_ms },
+        lease_ms,
+        holds,
+        latch: Latch::Always,
     };
     send(client, request, None, None).await
 }
@@ -237,16 +239,9 @@ pub(crate) async fn release_on_server(
 struct Request {
     keys: Arc<LockKeys>,
     field: Arc<str>,
-    give: Give,
-}
-
-/// What a release gives back.
-enum Give {
-    /// A guard's last hold: the whole field (`unlock.lua`, no count read, no latch: the owner
-    /// takes the lock again only after the answer, see `sequence.rs`).
-    Last,
-    /// `n` holds, the lease reset to `lease_ms` if some remain (`release.lua`, with a latch).
-    Holds { n: u32, lease_ms: u64 },
+    lease_ms: u64,
+    holds: u32,
+    latch: Latch,
 }
 
 /// Sends one release with a fresh request id, retrying on a lost reply (the script makes the
@@ -264,27 +259,18 @@ async fn send(
         let inner = &client.inner;
         let id = inner.request_id();
         let sent = Instant::now();
-        let (keys, field) = (&request.keys, &request.field);
-        let successor = offer.as_ref().map(|o| &o.successor);
+        let keys = &request.keys;
+        let args = ReleaseArgs {
+            field: &request.field,
+            lease_ms: request.lease_ms,
+            holds: request.holds,
+            latch: request.latch,
+            successor: offer.as_ref().map(|o| &o.successor),
+        };
         let mut attempt = 0;
         let outcome = loop {
-            // Later attempts are retries of the same request: the scripts make them harmless.
-            let retry = attempt > 0;
-            let sent = match request.give {
-                Give::Last => {
-                    inner
-                        .node
-                        .unlock(keys, field, successor, id.client, retry)
-                        .await
-                }
-                Give::Holds { n, lease_ms } => {
-                    inner
-                        .node
-                        .release(keys, field, lease_ms, n, id, retry)
-                        .await
-                }
-            };
-            match sent {
+            // Later attempts are retries of the same request: the script makes them harmless.
+            match inner.node.release(keys, &args, id, attempt > 0).await {
                 Err(e) if e.is_unavailable() && attempt < inner.config.release_retries => {
                     attempt += 1;
                     tracing::debug!(lock = %keys.name, error = %e, attempt, "retrying release");

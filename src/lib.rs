@@ -131,7 +131,7 @@
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count; PEXPIRE = lease |
 //! | `P:{N}:fence` | string | fencing counter (fenced locks only; never expires) |
 //! | `P:{N}:unlock` | channel | one message (the releasing client's id) on each release that frees the lock |
-//! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (`release.lua`: a release that leaves holds, or a give-back; a guard's last release, `unlock.lua`, writes none) |
+//! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (written when holds remain, or for a give-back) |
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 

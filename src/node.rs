@@ -23,6 +23,26 @@ pub(crate) struct Renewal<'a> {
     pub lease_ms: u64,
 }
 
+/// When `release.lua` writes the latch that makes a retry of the release harmless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Latch {
+    /// Every time: give-backs, which may race the owner's own acquisitions.
+    Always,
+    /// Only while holds remain: a guard's release, during which the owner cannot take the lock
+    /// again (`sequence.rs`), so a retry that finds the field gone knows it was released.
+    WhileHeld,
+}
+
+/// One release request, as `release.lua` takes it.
+pub(crate) struct ReleaseArgs<'a> {
+    pub field: &'a str,
+    pub lease_ms: u64,
+    pub holds: u32,
+    pub latch: Latch,
+    /// This client's waiting head, to hand the lock to if this release frees it.
+    pub successor: Option<&'a Successor>,
+}
+
 /// A waiter of this client to hand the lock to if this release frees it.
 #[derive(Debug, Clone)]
 pub(crate) struct Successor {
@@ -102,43 +122,12 @@ impl Node {
         Acquire::parse(&reply)
     }
 
-    /// Gives back an owner's last hold (`unlock.lua`): the whole field goes, and the lock to
-    /// `successor` if given and nobody else listens. `retry`: this request was sent before.
-    pub async fn unlock(
-        &self,
-        keys: &LockKeys,
-        field: &str,
-        successor: Option<&Successor>,
-        client_id: &str,
-        retry: bool,
-    ) -> Result<Release> {
-        let bytes = 2 * keys.hash.len() + field.len() + client_id.len() + 16;
-        let fence_key = successor.is_some_and(|s| s.fenced);
-        let mut cmd = evalsha(&scripts::UNLOCK, 1 + usize::from(fence_key), 5, bytes);
-        cmd.arg(&*keys.hash);
-        if fence_key {
-            cmd.arg(keys.fence());
-        }
-        cmd.arg(field)
-            .arg(if retry { "1" } else { "0" })
-            .arg(client_id);
-        if let Some(s) = successor {
-            cmd.arg(&*s.field).arg(s.lease_ms);
-        }
-        let reply: i64 = self
-            .eval("unlock", &keys.hash, self.timeout, &scripts::UNLOCK, &cmd)
-            .await?;
-        Release::parse_unlock(reply)
-    }
-
-    /// Gives back `holds` holds of `field` (`release.lua`); `request` makes a retry of the
-    /// same request harmless (`retry`: this request was sent before).
+    /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless
+    /// (`retry`: this request was sent before).
     pub async fn release(
         &self,
         keys: &LockKeys,
-        field: &str,
-        lease_ms: u64,
-        holds: u32,
+        release: &ReleaseArgs<'_>,
         request: RequestId<'_>,
         retry: bool,
     ) -> Result<Release> {
@@ -146,20 +135,38 @@ impl Node {
         let latch_ms = (self.timeout.as_millis() as u64)
             .saturating_mul(5)
             .max(5_000);
-        let bytes = 2 * keys.hash.len() + 2 * request.client.len() + field.len() + 64;
-        let mut cmd = evalsha(&scripts::RELEASE, 2, 6, bytes);
+        let successor = release.successor;
+        let fence_key = successor.is_some_and(|s| s.fenced);
+        let bytes = 3 * keys.hash.len()
+            + 2 * request.client.len()
+            + release.field.len()
+            + successor.map_or(0, |s| s.field.len())
+            + 80;
+        let mut cmd = evalsha(&scripts::RELEASE, 2 + usize::from(fence_key), 8, bytes);
         cmd.arg(&*keys.hash)
-            .arg(keys.latch(request.client, request.n))
-            .arg(field)
-            .arg(lease_ms)
+            .arg(keys.latch(request.client, request.n));
+        if fence_key {
+            cmd.arg(keys.fence());
+        }
+        let mode = match (retry, release.latch) {
+            (false, Latch::WhileHeld) => "-",
+            (true, Latch::WhileHeld) => "r",
+            (false, Latch::Always) => "a",
+            (true, Latch::Always) => "ra",
+        };
+        cmd.arg(release.field)
+            .arg(release.lease_ms)
             .arg(latch_ms)
-            .arg(holds)
-            .arg(if retry { "1" } else { "0" })
+            .arg(release.holds)
+            .arg(mode)
             .arg(request.client);
+        if let Some(s) = successor {
+            cmd.arg(&*s.field).arg(s.lease_ms);
+        }
         let reply: i64 = self
             .eval("release", &keys.hash, self.timeout, &scripts::RELEASE, &cmd)
             .await?;
-        Release::parse_release(reply)
+        Release::parse(reply)
     }
 
     /// Renews a batch of leases in one round trip; one flag per lock, in order.

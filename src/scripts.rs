@@ -13,8 +13,6 @@ use crate::error::{Error, Result};
 /// `acquire.lua` itself: MultiLock batches fall back to `EVAL` with it (see `multi/member.rs`).
 pub(crate) const ACQUIRE_SOURCE: &str = include_str!("../lua/acquire.lua");
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
-pub(crate) static UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/unlock.lua")));
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
 pub(crate) static RENEW: LazyLock<Script> =
@@ -64,7 +62,7 @@ impl Acquire {
     }
 }
 
-/// What `unlock.lua` or `release.lua` answered.
+/// What `release.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
     /// The owner held nothing; nothing changed.
@@ -79,25 +77,14 @@ pub(crate) enum Release {
 }
 
 impl Release {
-    /// `unlock.lua`'s reply.
-    pub fn parse_unlock(reply: i64) -> Result<Self> {
+    pub fn parse(reply: i64) -> Result<Self> {
         match reply {
             -1 => Ok(Release::NotHeld),
             0 => Ok(Release::Released),
-            n if n >= 1 => Ok(Release::HandedOver {
-                token: (n - 1) as u64,
+            n if n > 0 => Ok(Release::StillHeld(n.min(u32::MAX as i64) as u32)),
+            n => Ok(Release::HandedOver {
+                token: (-2 - n) as u64,
             }),
-            _ => Err(protocol("unlock", &Value::Int(reply))),
-        }
-    }
-
-    /// `release.lua`'s reply.
-    pub fn parse_release(reply: i64) -> Result<Self> {
-        match reply {
-            -1 => Ok(Release::NotHeld),
-            0 => Ok(Release::Released),
-            n if n >= 1 => Ok(Release::StillHeld(n.min(u32::MAX as i64) as u32)),
-            _ => Err(protocol("release", &Value::Int(reply))),
         }
     }
 }
@@ -149,20 +136,11 @@ mod tests {
 
     #[test]
     fn release_replies_parse() {
-        assert_eq!(Release::parse_unlock(-1).ok(), Some(Release::NotHeld));
-        assert_eq!(Release::parse_unlock(0).ok(), Some(Release::Released));
-        assert_eq!(
-            Release::parse_unlock(1).ok(),
-            Some(Release::HandedOver { token: 0 })
-        );
-        assert_eq!(
-            Release::parse_unlock(10).ok(),
-            Some(Release::HandedOver { token: 9 })
-        );
-        assert!(Release::parse_unlock(-2).is_err());
-        assert_eq!(Release::parse_release(-1).ok(), Some(Release::NotHeld));
-        assert_eq!(Release::parse_release(0).ok(), Some(Release::Released));
-        assert_eq!(Release::parse_release(3).ok(), Some(Release::StillHeld(3)));
-        assert!(Release::parse_release(-2).is_err());
+        let parse = |reply| Release::parse(reply).ok();
+        assert_eq!(parse(-1), Some(Release::NotHeld));
+        assert_eq!(parse(0), Some(Release::Released));
+        assert_eq!(parse(3), Some(Release::StillHeld(3)));
+        assert_eq!(parse(-2), Some(Release::HandedOver { token: 0 }));
+        assert_eq!(parse(-11), Some(Release::HandedOver { token: 9 }));
     }
 }
