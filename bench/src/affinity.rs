@@ -40,7 +40,7 @@ pub fn pin(cpus: &[usize]) -> io::Result<()> {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Placement {
     Same,
     Split,

@@ -3,23 +3,51 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use clap::Parser;
 
 use crate::affinity::Placement;
 use crate::model::family;
 
-pub const USAGE: &str = "usage: redlease-bench [--quick] [--only W1,W2,...] [--impls redlease,rslock,...]
-                      [--runs N] [--cap SECONDS] [--out PATH] [--workers N] [--placement same|split|none]
-  --quick   smoke run with ~1/20 of the counts
-  --only    workloads to run (W1..W6; default all)
-  --impls   implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs)
-  --runs    runs per workload and implementation, median reported (default 3)
-  --cap     time cap of one run in seconds (default 120)
-  --out     report path (default <workspace>/target/bench-report.md)
-  --workers tokio worker threads per measuring process (default: CPUs left to clients)
-  --placement  same (default): redis-servers and clients pinned to one CPU (stable numbers);
-            split: servers on the first CPU, clients on the others; none: not pinned
-Starts its own 5 redis-servers ($REDLEASE_SERVER_BIN, default redis-server) on loopback.";
+/// The command line, parsed by clap (`redlease-bench --help`).
+#[derive(Parser)]
+#[command(
+    name = "redlease-bench",
+    about = "Benchmarks redlease against peer crates and the bare EVALSHA floor, in one run.",
+    after_help = "Starts its own 5 redis-servers ($REDLEASE_SERVER_BIN, default redis-server) on loopback."
+)]
+struct Args {
+    /// Smoke run with ~1/20 of the counts.
+    #[arg(long)]
+    quick: bool,
+    /// Workloads to run (W1..W6; default all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs).
+    #[arg(long, value_delimiter = ',')]
+    impls: Vec<String>,
+    /// Runs per workload and implementation; the median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    runs: u16,
+    /// Time cap of one run, in seconds.
+    #[arg(long, default_value_t = 120)]
+    cap: u64,
+    /// Report path [default: <workspace>/target/bench-report.md].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Tokio worker threads per measuring process [default: the CPUs left to clients].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    workers: Option<u16>,
+    /// same: redis-servers and clients pinned to one CPU (stable numbers); split: servers on
+    /// the first CPU, clients on the others; none: not pinned.
+    #[arg(long, value_enum, default_value_t = Placement::Same)]
+    placement: Placement,
+    /// Internal (child process): the one cell to run, WORKLOAD IMPLEMENTATION.
+    #[arg(long, num_args = 2, value_names = ["WORKLOAD", "IMPLEMENTATION"], hide = true)]
+    cell: Option<Vec<String>>,
+    /// Internal (child process): the servers' URLs.
+    #[arg(long, value_delimiter = ',', hide = true)]
+    urls: Vec<String>,
+}
 
 pub struct Counts {
     pub w1: usize,
@@ -84,56 +112,31 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Config> {
-        let mut cfg = Config {
-            quick: false,
-            only: Vec::new(),
-            impls: Vec::new(),
-            runs: 3,
-            cap: Duration::from_secs(120),
-            out: PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../target/bench-report.md"
-            )),
-            workers: None,
-            placement: Placement::Same,
+    /// Parses the command line; `--help` prints the usage and exits.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Config {
+        let args = Args::parse_from(std::iter::once("redlease-bench".to_string()).chain(args));
+        let default_out = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-report.md");
+        Config {
+            quick: args.quick,
+            only: args.only.iter().map(|w| w.trim().to_uppercase()).collect(),
+            impls: args.impls.iter().map(|i| i.trim().to_lowercase()).collect(),
+            runs: usize::from(args.runs),
+            cap: Duration::from_secs(args.cap),
+            out: args.out.unwrap_or_else(|| PathBuf::from(default_out)),
+            workers: args.workers.map(usize::from),
+            placement: args.placement,
             placed: "not pinned".into(),
-            counts: Counts::full(),
-            cell: None,
-            urls: Vec::new(),
-        };
-        let mut args = args.into_iter();
-        while let Some(a) = args.next() {
-            let mut value = || {
-                args.next()
-                    .ok_or_else(|| anyhow::anyhow!("{a} needs a value\n{USAGE}"))
-            };
-            match a.as_str() {
-                "--quick" => cfg.quick = true,
-                "--only" => cfg.only = list(&value()?.to_uppercase()),
-                "--impls" => cfg.impls = list(&value()?.to_lowercase()),
-                "--runs" => cfg.runs = value()?.parse::<usize>()?.max(1),
-                "--cap" => cfg.cap = Duration::from_secs(value()?.parse()?),
-                "--out" => cfg.out = value()?.into(),
-                "--workers" => cfg.workers = Some(value()?.parse::<usize>()?.max(1)),
-                "--placement" => {
-                    cfg.placement = match value()?.as_str() {
-                        "same" => Placement::Same,
-                        "split" => Placement::Split,
-                        "none" => Placement::None,
-                        other => bail!("unknown placement {other}\n{USAGE}"),
-                    }
-                }
-                "--cell" => cfg.cell = Some((value()?, value()?)),
-                "--urls" => cfg.urls = list(&value()?),
-                "-h" | "--help" => bail!("{USAGE}"),
-                other => bail!("unknown argument {other}\n{USAGE}"),
-            }
+            counts: if args.quick {
+                Counts::quick()
+            } else {
+                Counts::full()
+            },
+            cell: args.cell.and_then(|c| match <[String; 2]>::try_from(c) {
+                Ok([workload, implementation]) => Some((workload, implementation)),
+                Err(_) => None,
+            }),
+            urls: args.urls,
         }
-        if cfg.quick {
-            cfg.counts = Counts::quick();
-        }
-        Ok(cfg)
     }
 
     pub fn wants(&self, workload: &str) -> bool {
@@ -159,12 +162,4 @@ impl Config {
         }
         args
     }
-}
-
-fn list(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .map(String::from)
-        .collect()
 }

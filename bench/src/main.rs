@@ -36,7 +36,7 @@ static ALLOC: alloc::Counting = alloc::Counting;
 const SERVERS: usize = 5;
 
 fn main() -> Result<()> {
-    let mut cfg = Config::parse(std::env::args().skip(1))?;
+    let mut cfg = Config::parse(std::env::args().skip(1));
     // The parent pins itself, hence the measuring processes it spawns (they
     // inherit it), and the redis-servers (see affinity.rs).
     let mut server_cpus = None;
