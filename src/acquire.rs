@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::gate::{Handover, Ticket};
-use crate::guard::{LockGuard, release_on_server};
+use crate::guard::{LockGuard, give_back_in_background, release_on_server};
 use crate::hold::{Hold, Lease};
 use crate::lock::{Lock, Wait};
 use crate::node::{Latch, ReleaseArgs, Successor};
@@ -171,21 +171,13 @@ impl Lock {
         }
     }
 
-    /// Gives back one hold of `field` in the background: for a grant handed to a waiter that
-    /// stopped waiting before it read the answer.
+    /// What gives back a grant handed to this waiter after it stopped waiting, before it read
+    /// the answer (see `gate::Offered`).
     fn give_back_later(&self, field: &Arc<str>, lease_ms: u64) -> crate::gate::GiveBack {
         let (client, keys, field) = (self.client.clone(), self.keys.clone(), field.clone());
         Box::new(move || {
-            // Runs from a drop: without a runtime there is nothing to run on; the lease frees it.
-            let Ok(handle) = tokio::runtime::Handle::try_current() else {
-                return;
-            };
-            let background = client.inner.background.clone();
-            let give_back = async move {
-                tracing::debug!(lock = %keys.name, "handed the lock after it stopped waiting; giving it back");
-                let _ = release_on_server(&client, &keys, &field, lease_ms, 1).await;
-            };
-            drop(background.spawn_on(give_back, &handle));
+            let why = "handed the lock after it stopped waiting";
+            give_back_in_background(&client, &keys, &field, lease_ms, why);
         })
     }
 
@@ -331,10 +323,8 @@ impl Lock {
     ) -> Result<LockGuard> {
         let inner: &Arc<Inner> = &self.client.inner;
         if inner.check_open().is_err() {
-            let (client, keys) = (self.client.clone(), self.keys.clone());
-            inner.background.spawn(async move {
-                let _ = release_on_server(&client, &keys, &field, lease.ms(), 1).await;
-            });
+            let why = "granted during shutdown";
+            give_back_in_background(&self.client, &self.keys, &field, lease.ms(), why);
             return Err(Error::Shutdown);
         }
         let drift = inner.config.drift(lease.duration());

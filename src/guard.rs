@@ -317,10 +317,29 @@ fn answer(
     };
     let may_hold = answer.may_hold();
     if offer.reply.send(answer).is_err() && may_hold {
-        let (client2, keys, successor) = (client.clone(), keys.clone(), offer.successor);
-        client.inner.background.spawn(async move {
-            tracing::debug!(lock = %keys.name, "the waiter handed the lock stopped waiting; giving it back");
-            let _ = release_on_server(&client2, &keys, &successor.field, successor.lease_ms, 1).await;
-        });
+        let successor = &offer.successor;
+        let why = "the waiter handed the lock stopped waiting";
+        give_back_in_background(client, keys, &successor.field, successor.lease_ms, why);
     }
+}
+
+/// Gives back one hold of `field` in the background (tracked, so shutdown waits for it): a
+/// grant nobody will use. `why` is logged. Safe from a drop: without a runtime there is nothing
+/// to run on, and the lease frees the key.
+pub(crate) fn give_back_in_background(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    field: &Arc<str>,
+    lease_ms: u64,
+    why: &'static str,
+) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (owner, keys, field) = (client.clone(), keys.clone(), field.clone());
+    let give_back = async move {
+        tracing::debug!(lock = %keys.name, "{why}; giving it back");
+        let _ = release_on_server(&owner, &keys, &field, lease_ms, 1).await;
+    };
+    drop(client.inner.background.spawn_on(give_back, &handle));
 }

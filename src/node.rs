@@ -110,8 +110,8 @@ impl Node {
         limit: Duration,
     ) -> Result<Acquire> {
         let bytes = 2 * keys.hash.len() + field.len() + 32;
-        let mut cmd = redis::Cmd::with_capacity(8, 64 + bytes);
-        cmd.arg("EVALSHA").arg(scripts::ACQUIRE.get_hash());
+        // `acquire_args` writes the key count: how many keys depends on the lock.
+        let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 6, bytes);
         acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
         // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
@@ -347,8 +347,15 @@ where
 /// where `ScriptInvocation` allocates one per argument on the hot path; sizing it up front
 /// saves the buffer's regrowth, which showed in the profile.
 fn evalsha(script: &redis::Script, nkeys: usize, args: usize, bytes: usize) -> redis::Cmd {
-    let mut cmd = redis::Cmd::with_capacity(3 + nkeys + args, 48 + bytes);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(nkeys);
+    let mut cmd = evalsha_without_keys(script, nkeys + args, bytes);
+    cmd.arg(nkeys);
+    cmd
+}
+
+/// `EVALSHA <sha>`, sized for `items` more arguments (the key count included) of `bytes` bytes.
+fn evalsha_without_keys(script: &redis::Script, items: usize, bytes: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(3 + items, 48 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash());
     cmd
 }
 
