@@ -5,34 +5,65 @@
 
 mod support;
 
-use redis::{Connection, Script, Value};
+use redis::{Connection, RedisResult, Script, Value};
 
 use support::{Server, command_calls, owners, pttl};
-
-fn acquire() -> Script {
-    Script::new(include_str!("../lua/acquire.lua"))
-}
-
-fn release() -> Script {
-    Script::new(include_str!("../lua/release.lua"))
-}
 
 const HASH: &str = "t:{lock}";
 const FENCE: &str = "t:{lock}:fence";
 const CLIENT: &str = "client-a";
 
-fn acquire_as(conn: &mut Connection, field: &str, lease_ms: u64) -> Value {
-    acquire()
-        .key(HASH)
-        .arg(field)
-        .arg(lease_ms)
-        .arg("1")
-        .invoke(conn)
-        .unwrap()
+/// `acquire.lua` on `hash` (fenced when `fence` names the counter), lease 30 s.
+fn acquire_call(
+    conn: &mut Connection,
+    (hash, fence): (&str, Option<&str>),
+    field: &str,
+    reentrant: bool,
+) -> RedisResult<Value> {
+    let script = Script::new(include_str!("../lua/acquire.lua"));
+    let mut call = script.key(hash);
+    if let Some(fence) = fence {
+        call.key(fence);
+    }
+    call.arg(field)
+        .arg(30_000)
+        .arg(if reentrant { "1" } else { "0" });
+    call.invoke(conn)
 }
 
-/// A release as `guard.rs` sends it: `mode` '-' (a guard's first attempt), 'r' (its retry), 'a'
-/// or 'ra' (a give-back, latched every time); `successor` the waiter to hand the lock to.
+/// A reentrant, unfenced acquisition of `HASH`.
+fn acquire_as(conn: &mut Connection, field: &str) -> Value {
+    acquire_call(conn, (HASH, None), field, true).unwrap()
+}
+
+/// A release of `HASH` as `guard.rs` sends it: `mode` '-' (a guard's first attempt), 'r' (its
+/// retry), 'a' or 'ra' (a give-back, latched every time); `successor` the waiter to hand the
+/// lock to, and whether it takes a fencing token.
+fn release_call(
+    conn: &mut Connection,
+    field: &str,
+    (holds, request, mode): (u32, u64, &str),
+    successor: Option<(&str, bool)>,
+) -> RedisResult<i64> {
+    let script = Script::new(include_str!("../lua/release.lua"));
+    let mut call = script.key(HASH);
+    call.key(format!("{HASH}:latch:{CLIENT}:{request}"));
+    if let Some((_, true)) = successor {
+        call.key(FENCE);
+    }
+    call.arg(field)
+        .arg(30_000)
+        .arg(10_000)
+        .arg(holds)
+        .arg(mode)
+        .arg(CLIENT);
+    if let Some((successor, _)) = successor {
+        call.arg(successor).arg(20_000);
+    }
+    call.invoke(conn)
+}
+
+/// An unfenced release that must succeed.
 fn release_as(
     conn: &mut Connection,
     field: &str,
@@ -41,19 +72,8 @@ fn release_as(
     mode: &str,
     successor: Option<&str>,
 ) -> i64 {
-    let script = release();
-    let mut call = script.key(HASH);
-    call.key(format!("{HASH}:latch:{CLIENT}:{request}"));
-    call.arg(field)
-        .arg(30_000)
-        .arg(10_000)
-        .arg(holds)
-        .arg(mode)
-        .arg(CLIENT);
-    if let Some(successor) = successor {
-        call.arg(successor).arg(20_000);
-    }
-    call.invoke(conn).unwrap()
+    let successor = successor.map(|s| (s, false));
+    release_call(conn, field, (holds, request, mode), successor).unwrap()
 }
 
 fn count_of(conn: &mut Connection, field: &str) -> Option<i64> {
@@ -64,36 +84,24 @@ fn count_of(conn: &mut Connection, field: &str) -> Option<i64> {
 fn acquire_answers_count_owner_conflict_and_remaining_lease() {
     let server = Server::start();
     let mut conn = server.conn();
-    assert_eq!(acquire_as(&mut conn, "a:1", 30_000), Value::Int(1));
-    assert_eq!(acquire_as(&mut conn, "a:1", 30_000), Value::Int(2));
+    assert_eq!(acquire_as(&mut conn, "a:1"), Value::Int(1));
+    assert_eq!(acquire_as(&mut conn, "a:1"), Value::Int(2));
     // Another owner learns the remaining lease, encoded as -2 - pttl.
-    let Value::Int(n) = acquire_as(&mut conn, "b:1", 30_000) else {
+    let Value::Int(n) = acquire_as(&mut conn, "b:1") else {
         panic!("an integer reply")
     };
     let ttl = -2 - n;
     assert!((25_000..=30_000).contains(&ttl), "remaining lease {ttl}");
     // No expiry at all is -1.
     redis::cmd("PERSIST").arg(HASH).exec(&mut conn).unwrap();
-    assert_eq!(acquire_as(&mut conn, "b:1", 30_000), Value::Int(-1));
+    assert_eq!(acquire_as(&mut conn, "b:1"), Value::Int(-1));
     // Non-reentrant re-entry by the holder: 0, and nothing changes.
-    let again: Value = acquire()
-        .key(HASH)
-        .arg("a:1")
-        .arg(30_000)
-        .arg("0")
-        .invoke(&mut conn)
-        .unwrap();
+    let again = acquire_call(&mut conn, (HASH, None), "a:1", false).unwrap();
     assert_eq!(again, Value::Int(0));
     assert_eq!(count_of(&mut conn, "a:1"), Some(2));
     // A fenced lock passes the counter as a second key and gets the token with the count.
-    let fenced: Value = acquire()
-        .key("t:{other}")
-        .key("t:{other}:fence")
-        .arg("a:1")
-        .arg(30_000)
-        .arg("1")
-        .invoke(&mut conn)
-        .unwrap();
+    let other = ("t:{other}", Some("t:{other}:fence"));
+    let fenced = acquire_call(&mut conn, other, "a:1", true).unwrap();
     assert_eq!(fenced, Value::Array(vec![Value::Int(1), Value::Int(1)]));
 }
 
@@ -101,7 +109,7 @@ fn acquire_answers_count_owner_conflict_and_remaining_lease() {
 fn a_retried_last_release_reports_the_first_attempts_release_and_changes_nothing() {
     let server = Server::start();
     let mut conn = server.conn();
-    acquire_as(&mut conn, "a:1", 30_000);
+    acquire_as(&mut conn, "a:1");
     let published = command_calls(&server, "publish");
     assert_eq!(release_as(&mut conn, "a:1", 1, 1, "-", None), 0, "released");
     assert_eq!(
@@ -131,8 +139,8 @@ fn a_last_release_leaves_holds_it_does_not_know_of() {
     // next hold instead (seen in tests/faults.rs when a release once did).
     let server = Server::start();
     let mut conn = server.conn();
-    acquire_as(&mut conn, "a:1", 30_000);
-    acquire_as(&mut conn, "a:1", 30_000);
+    acquire_as(&mut conn, "a:1");
+    acquire_as(&mut conn, "a:1");
     assert_eq!(
         release_as(&mut conn, "a:1", 1, 1, "-", None),
         1,
@@ -143,7 +151,7 @@ fn a_last_release_leaves_holds_it_does_not_know_of() {
     assert_eq!(count_of(&mut conn, "a:1"), Some(1));
     // The late give-back, then the owner's next hold is untouched by anything that came before.
     assert_eq!(release_as(&mut conn, "a:1", 1, 2, "a", None), 0);
-    assert_eq!(acquire_as(&mut conn, "a:1", 30_000), Value::Int(1));
+    assert_eq!(acquire_as(&mut conn, "a:1"), Value::Int(1));
     assert_eq!(owners(&server, HASH), 1);
 }
 
@@ -152,30 +160,10 @@ fn a_retried_hand_over_reports_the_same_grant() {
     let server = Server::start();
     let mut conn = server.conn();
     // Fenced: the first holder took token 1.
-    let first: Value = acquire()
-        .key(HASH)
-        .key(FENCE)
-        .arg("a:1")
-        .arg(30_000)
-        .arg("1")
-        .invoke(&mut conn)
-        .unwrap();
+    let first = acquire_call(&mut conn, (HASH, Some(FENCE)), "a:1", true).unwrap();
     assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(1)]));
     let handed = |conn: &mut Connection, mode: &str| -> i64 {
-        release()
-            .key(HASH)
-            .key(format!("{HASH}:latch:{CLIENT}:1"))
-            .key(FENCE)
-            .arg("a:1")
-            .arg(30_000)
-            .arg(10_000)
-            .arg(1)
-            .arg(mode)
-            .arg(CLIENT)
-            .arg("a:2")
-            .arg(20_000)
-            .invoke(conn)
-            .unwrap()
+        release_call(conn, "a:1", (1, 1, mode), Some(("a:2", true))).unwrap()
     };
     let published = command_calls(&server, "publish");
     // Nobody listens: handed to a:2 with token 2 (reply -2 - token).
@@ -210,7 +198,7 @@ fn no_hand_over_while_another_client_listens() {
             .unwrap();
         listeners.push(pubsub);
     }
-    acquire_as(&mut conn, "a:1", 30_000);
+    acquire_as(&mut conn, "a:1");
     assert_eq!(release_as(&mut conn, "a:1", 1, 1, "-", Some("a:2")), 0);
     assert_eq!(owners(&server, HASH), 0, "the successor was not given it");
 }
@@ -220,7 +208,7 @@ fn a_retried_give_back_returns_the_first_answer_and_gives_back_once() {
     let server = Server::start();
     let mut conn = server.conn();
     for _ in 0..3 {
-        acquire_as(&mut conn, "a:1", 30_000);
+        acquire_as(&mut conn, "a:1");
     }
     assert_eq!(release_as(&mut conn, "a:1", 1, 7, "a", None), 2);
     // The same request again (its reply was lost): the same answer, still 2 holds.
@@ -234,7 +222,7 @@ fn a_retried_give_back_returns_the_first_answer_and_gives_back_once() {
     assert_eq!(owners(&server, HASH), 0);
     // Nothing held: -1, and that answer is latched too, so its retry cannot take a new hold.
     assert_eq!(release_as(&mut conn, "a:1", 1, 9, "a", None), -1);
-    acquire_as(&mut conn, "a:1", 30_000);
+    acquire_as(&mut conn, "a:1");
     assert_eq!(
         release_as(&mut conn, "a:1", 1, 9, "ra", None),
         -1,
@@ -256,23 +244,9 @@ fn scripts_leave_keys_of_another_type_alone() {
         .arg("x")
         .exec(&mut conn)
         .unwrap();
-    let acquired: redis::RedisResult<Value> = acquire()
-        .key(HASH)
-        .arg("a:1")
-        .arg(30_000)
-        .arg("1")
-        .invoke(&mut conn);
+    let acquired = acquire_call(&mut conn, (HASH, None), "a:1", true);
     assert!(acquired.is_err(), "acquire on a string: {acquired:?}");
-    let released: redis::RedisResult<i64> = release()
-        .key(HASH)
-        .key(format!("{HASH}:latch:{CLIENT}:1"))
-        .arg("a:1")
-        .arg(30_000)
-        .arg(10_000)
-        .arg(1)
-        .arg("-")
-        .arg(CLIENT)
-        .invoke(&mut conn);
+    let released = release_call(&mut conn, "a:1", (1, 1, "-"), None);
     assert!(released.is_err(), "release on a string: {released:?}");
     let value: String = redis::cmd("GET").arg(HASH).query(&mut conn).unwrap();
     assert_eq!(value, "x");
