@@ -14,49 +14,70 @@
 -- A re-entry extends the expiry to ARGV[2] if that is longer.
 -- A lock key of another type fails with WRONGTYPE before anything is written.
 --
+-- Batch (one client's concurrent acquisitions coalesced into one call, `src/batch.rs`):
+-- KEYS[i] and ARGV[3i-2 .. 3i] as above for i = 1..n, unfenced locks only; the reply is a table
+-- of n such integers, in order. An entry that fails answers its error message as a string
+-- instead, and the others go on (every error comes before an entry writes anything).
+--
 -- Why this shape: every key and argument, and a table reply, costs the server about as much as
 -- a command (measured with callgrind on Redis 7.0: ~1.2k instructions per argument, ~6k for a
 -- three-element table against an integer), so the common case sends four and gets an integer.
 
-local fenced = KEYS[2] ~= nil
+local function acquire(hash, fence, field, lease, reentrant)
+    local fenced = fence ~= nil
 
-if redis.call('EXISTS', KEYS[1]) == 0 then
-    local token
-    if fenced then
-        -- INCR first: if the counter key has a wrong type, nothing has been written yet.
-        token = redis.call('INCR', KEYS[2])
-    end
-    redis.call('HSET', KEYS[1], ARGV[1], '1')
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if fenced then
-        return {1, token}
-    end
-    return 1
-end
-
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-    if ARGV[3] == '0' then
-        return 0
-    end
-    local token
-    if fenced then
-        -- Nobody else can have incremented the counter while we hold the lock. Checked before
-        -- any write, so a damaged counter changes nothing.
-        token = tonumber(redis.call('GET', KEYS[2]) or '0')
-        if not token then
-            return redis.error_reply('ERR the fencing counter is not an integer')
+    if redis.call('EXISTS', hash) == 0 then
+        local token
+        if fenced then
+            -- INCR first: if the counter key has a wrong type, nothing has been written yet.
+            token = redis.call('INCR', fence)
         end
+        redis.call('HSET', hash, field, '1')
+        redis.call('PEXPIRE', hash, lease)
+        if fenced then
+            return {1, token}
+        end
+        return 1
     end
-    local count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-    -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
-    -- key expire under the outer hold, whose renewal schedule follows the outer lease.
-    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+
+    if redis.call('HEXISTS', hash, field) == 1 then
+        if reentrant == '0' then
+            return 0
+        end
+        local token
+        if fenced then
+            -- Nobody else can have incremented the counter while we hold the lock. Checked before
+            -- any write, so a damaged counter changes nothing.
+            token = tonumber(redis.call('GET', fence) or '0')
+            if not token then
+                return redis.error_reply('ERR the fencing counter is not an integer')
+            end
+        end
+        local count = redis.call('HINCRBY', hash, field, 1)
+        -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
+        -- key expire under the outer hold, whose renewal schedule follows the outer lease.
+        if redis.call('PTTL', hash) < tonumber(lease) then
+            redis.call('PEXPIRE', hash, lease)
+        end
+        if fenced then
+            return {count, token}
+        end
+        return count
     end
-    if fenced then
-        return {count, token}
-    end
-    return count
+
+    return -2 - redis.call('PTTL', hash)
 end
 
-return -2 - redis.call('PTTL', KEYS[1])
+if #ARGV == 3 then
+    return acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+end
+local replies = {}
+for i = 1, #KEYS do
+    local ok, reply = pcall(acquire, KEYS[i], nil, ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
+    if not ok then
+        -- redis.call raises a table {err = message}; Lua itself raises a string.
+        reply = type(reply) == 'table' and reply.err or tostring(reply)
+    end
+    replies[i] = reply
+end
+return replies

@@ -28,6 +28,11 @@
 -- A retry with the same request id returns the first call's answer and changes nothing.
 -- A lock key of another type fails with WRONGTYPE before anything is written.
 --
+-- Batch (one client's concurrent releases coalesced into one call, `src/batch.rs`): KEYS[2i-1],
+-- KEYS[2i] and ARGV[6i-5 .. 6i] as above for i = 1..n, without hand-over; the reply is a table of
+-- n such integers, in order. An entry that fails answers its error message as a string instead,
+-- and the others go on (every error comes before an entry writes anything).
+--
 -- Counts, not "delete the field": a larger count than the client's may be a grant a cancelled
 -- caller is giving back by itself (`acquire.rs`); deleting it would let that give-back take the
 -- owner's next hold instead.
@@ -36,73 +41,92 @@
 -- a command (see acquire.lua), so a guard's release sends 2 keys and 6 arguments and gets an
 -- integer.
 
-local mode = ARGV[5]
-local retry = mode == 'r' or mode == 'ra'
-local always = mode == 'a' or mode == 'ra'
+local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, client,
+                       successor, successor_lease)
+    local retry = mode == 'r' or mode == 'ra'
+    local always = mode == 'a' or mode == 'ra'
 
--- Only a retry can find its latch: the first attempt skips the lookup.
-if retry then
-    local done = redis.call('GET', KEYS[2])
-    if done then
-        return tonumber(done)
-    end
-end
-
-local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
-if not held then
-    if retry and not always then
-        -- A guard's last hold leaves no latch: the first attempt ran. The waiter it was handing
-        -- to is still waiting for this answer, so that waiter's field can only come from it.
-        if ARGV[7] and redis.call('HEXISTS', KEYS[1], ARGV[7]) == 1 then
-            local token = 0
-            if KEYS[3] then
-                token = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
-            end
-            return -2 - token
+    -- Only a retry can find its latch: the first attempt skips the lookup.
+    if retry then
+        local done = redis.call('GET', latch)
+        if done then
+            return tonumber(done)
         end
-        return 0
     end
-    if always then
-        redis.call('SET', KEYS[2], -1, 'PX', ARGV[3])
+
+    local held = tonumber(redis.call('HGET', hash, field))
+    if not held then
+        if retry and not always then
+            -- A guard's last hold leaves no latch: the first attempt ran. The waiter it was handing
+            -- to is still waiting for this answer, so that waiter's field can only come from it.
+            if successor and redis.call('HEXISTS', hash, successor) == 1 then
+                local token = 0
+                if fence then
+                    token = tonumber(redis.call('GET', fence) or '0') or 0
+                end
+                return -2 - token
+            end
+            return 0
+        end
+        if always then
+            redis.call('SET', latch, -1, 'PX', latch_ms)
+        end
+        return -1
     end
-    return -1
+
+    local reply
+    local count = held - tonumber(holds)
+    if count > 0 then
+        redis.call('HSET', hash, field, count)
+        -- Reset the lease, but never shorten it (see acquire.lua).
+        if redis.call('PTTL', hash) < tonumber(lease) then
+            redis.call('PEXPIRE', hash, lease)
+        end
+        reply = count
+    else
+        -- The channel's name follows the keys' naming (`keys.rs`); a channel is not a key, so
+        -- deriving it here is fine in Redis Cluster, and cheaper than another argument.
+        local channel = hash .. ':unlock'
+        -- Hand over only while nobody else listens: the waiter's own client is the channel's one
+        -- subscriber. Another client's waiter gets the usual release and message instead.
+        local handover = successor ~= nil and redis.call('PUBSUB', 'NUMSUB', channel)[2] <= 1
+        local token = 0
+        if handover and fence then
+            -- pcall: a damaged counter must not keep the lock from being released; it only spoils
+            -- the hand-over.
+            token = redis.pcall('INCR', fence)
+            handover = type(token) == 'number'
+        end
+        -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.
+        redis.call('HDEL', hash, field)
+        if handover then
+            redis.call('HSET', hash, successor, '1')
+            redis.call('PEXPIRE', hash, successor_lease)
+            reply = -2 - token
+        else
+            redis.call('PUBLISH', channel, client)
+            reply = 0
+        end
+    end
+    if count > 0 or always then
+        redis.call('SET', latch, reply, 'PX', latch_ms)
+    end
+    return reply
 end
 
-local reply
-local count = held - tonumber(ARGV[4])
-if count > 0 then
-    redis.call('HSET', KEYS[1], ARGV[1], count)
-    -- Reset the lease, but never shorten it (see acquire.lua).
-    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-        redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    end
-    reply = count
-else
-    -- The channel's name follows the keys' naming (`keys.rs`); a channel is not a key, so
-    -- deriving it here is fine in Redis Cluster, and cheaper than another argument.
-    local channel = KEYS[1] .. ':unlock'
-    -- Hand over only while nobody else listens: the waiter's own client is the channel's one
-    -- subscriber. Another client's waiter gets the usual release and message instead.
-    local handover = ARGV[7] ~= nil and redis.call('PUBSUB', 'NUMSUB', channel)[2] <= 1
-    local token = 0
-    if handover and KEYS[3] then
-        -- pcall: a damaged counter must not keep the lock from being released; it only spoils
-        -- the hand-over.
-        token = redis.pcall('INCR', KEYS[3])
-        handover = type(token) == 'number'
-    end
-    -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.
-    redis.call('HDEL', KEYS[1], ARGV[1])
-    if handover then
-        redis.call('HSET', KEYS[1], ARGV[7], '1')
-        redis.call('PEXPIRE', KEYS[1], ARGV[8])
-        reply = -2 - token
-    else
-        redis.call('PUBLISH', channel, ARGV[6])
-        reply = 0
-    end
+if #ARGV <= 8 then
+    return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
+        ARGV[6], ARGV[7], ARGV[8])
 end
-if count > 0 or always then
-    redis.call('SET', KEYS[2], reply, 'PX', ARGV[3])
+local replies = {}
+for i = 1, #KEYS / 2 do
+    local k, a = 2 * i - 2, 6 * i - 6
+    local ok, reply = pcall(release, KEYS[k + 1], KEYS[k + 2], nil, ARGV[a + 1], ARGV[a + 2],
+        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+    if not ok then
+        -- redis.call raises a table {err = message}; Lua itself raises a string.
+        reply = type(reply) == 'table' and reply.err or tostring(reply)
+    end
+    replies[i] = reply
 end
-return reply
+return replies

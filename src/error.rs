@@ -9,7 +9,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Errors are information: a Redis failure is never turned into "not acquired". Use the `is_*`
 /// predicates rather than matching on variants when you only need the category.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock name is empty or too long.

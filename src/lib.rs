@@ -136,6 +136,7 @@
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
 mod acquire;
+mod batch;
 pub mod blocking;
 mod client;
 mod config;

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, RedisResult};
+use redis::{FromRedisValue, RedisResult, Value};
 
+use crate::batch::{Batcher, Traffic};
 use crate::client::RequestId;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -64,6 +65,34 @@ pub(crate) struct Node {
     conn: ConnectionManager,
     client: redis::Client,
     timeout: Duration,
+    batches: Arc<Batches>,
+}
+
+/// Acquire and release calls made while others are in flight, coalesced (`batch.rs`).
+#[derive(Default)]
+struct Batches {
+    traffic: Traffic,
+    acquires: Arc<Batcher<AcquireEntry>>,
+    releases: Arc<Batcher<ReleaseEntry>>,
+}
+
+/// One acquisition of a batch (unfenced locks only: a fenced one answers a table).
+struct AcquireEntry {
+    hash: Arc<str>,
+    field: Arc<str>,
+    lease_ms: u64,
+    reentrant: bool,
+}
+
+/// One release of a batch (never a hand-over: that one goes alone).
+struct ReleaseEntry {
+    hash: Arc<str>,
+    latch: String,
+    field: Arc<str>,
+    lease_ms: u64,
+    holds: u32,
+    mode: &'static str,
+    client: Arc<str>,
 }
 
 impl Node {
@@ -93,6 +122,7 @@ impl Node {
             conn,
             client,
             timeout,
+            batches: Arc::default(),
         })
     }
 
@@ -100,6 +130,8 @@ impl Node {
         &self.client
     }
 
+    /// Takes (or re-enters) the lock for `field`; coalesced with other calls while some are
+    /// in flight, except for fenced locks.
     pub async fn acquire(
         &self,
         keys: &LockKeys,
@@ -109,17 +141,51 @@ impl Node {
         fenced: bool,
         limit: Duration,
     ) -> Result<Acquire> {
-        let bytes = 2 * keys.hash.len() + field.len() + 32;
-        // `acquire_args` writes the key count: how many keys depends on the lock.
-        let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 6, bytes);
-        acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
+        let (_counted, alone) = self.batches.traffic.enter();
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
         // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
         // owner already holds the lock).
-        let reply: redis::Value = self
-            .eval("acquire", &keys.hash, limit, &scripts::ACQUIRE, &cmd)
-            .await?;
+        let reply = if alone || fenced {
+            let bytes = 2 * keys.hash.len() + field.len() + 32;
+            // `acquire_args` writes the key count: how many keys depends on the lock.
+            let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 6, bytes);
+            acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
+            self.eval("acquire", &keys.hash, limit, &scripts::ACQUIRE, &cmd)
+                .await?
+        } else {
+            let entry = AcquireEntry {
+                hash: keys.hash.clone(),
+                field: field.into(),
+                lease_ms,
+                reentrant,
+            };
+            let node = self.clone();
+            let send = move |batch, limit| async move { node.acquire_batch(batch, limit).await };
+            let batcher = &self.batches.acquires;
+            batcher.call(entry, limit, "acquire", send).await?
+        };
         Acquire::parse(&reply)
+    }
+
+    /// Sends a batch of acquisitions as one `acquire.lua` call; one reply per entry.
+    async fn acquire_batch(&self, batch: Vec<AcquireEntry>, limit: Duration) -> Vec<Result<Value>> {
+        let bytes: usize = batch
+            .iter()
+            .map(|e| e.hash.len() + e.field.len() + 16)
+            .sum();
+        let mut cmd = evalsha(&scripts::ACQUIRE, batch.len(), 3 * batch.len(), bytes);
+        for e in &batch {
+            cmd.arg(&*e.hash);
+        }
+        for e in &batch {
+            cmd.arg(&*e.field)
+                .arg(e.lease_ms)
+                .arg(if e.reentrant { "1" } else { "0" });
+        }
+        let reply = self
+            .eval("acquire", "", limit, &scripts::ACQUIRE, &cmd)
+            .await;
+        split_batch_reply("acquire", reply, batch.iter().map(|e| &*e.hash))
     }
 
     /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless
@@ -136,6 +202,35 @@ impl Node {
             .saturating_mul(5)
             .max(5_000);
         let successor = release.successor;
+        let mode = match (retry, release.latch) {
+            (false, Latch::WhileHeld) => "-",
+            (true, Latch::WhileHeld) => "r",
+            (false, Latch::Always) => "a",
+            (true, Latch::Always) => "ra",
+        };
+        let (_counted, alone) = self.batches.traffic.enter();
+        if !alone && successor.is_none() {
+            let entry = ReleaseEntry {
+                hash: keys.hash.clone(),
+                latch: keys.latch(request.client, request.n).to_string(),
+                field: release.field.into(),
+                lease_ms: release.lease_ms,
+                holds: release.holds,
+                mode,
+                client: request.client.into(),
+            };
+            let node = self.clone();
+            let send = move |batch, _| async move { node.release_batch(batch, latch_ms).await };
+            let batcher = &self.batches.releases;
+            let reply = batcher.call(entry, self.timeout, "release", send).await?;
+            return match reply {
+                Value::Int(n) => Release::parse(n),
+                other => Err(Error::Protocol {
+                    script: "release",
+                    reply: format!("{other:?}"),
+                }),
+            };
+        }
         let fence_key = successor.is_some_and(|s| s.fenced);
         let bytes = 3 * keys.hash.len()
             + 2 * request.client.len()
@@ -148,12 +243,6 @@ impl Node {
         if fence_key {
             cmd.arg(keys.fence());
         }
-        let mode = match (retry, release.latch) {
-            (false, Latch::WhileHeld) => "-",
-            (true, Latch::WhileHeld) => "r",
-            (false, Latch::Always) => "a",
-            (true, Latch::Always) => "ra",
-        };
         cmd.arg(release.field)
             .arg(release.lease_ms)
             .arg(latch_ms)
@@ -167,6 +256,30 @@ impl Node {
             .eval("release", &keys.hash, self.timeout, &scripts::RELEASE, &cmd)
             .await?;
         Release::parse(reply)
+    }
+
+    /// Sends a batch of releases as one `release.lua` call; one reply per entry.
+    async fn release_batch(&self, batch: Vec<ReleaseEntry>, latch_ms: u64) -> Vec<Result<Value>> {
+        let bytes: usize = batch
+            .iter()
+            .map(|e| e.hash.len() + e.latch.len() + e.field.len() + e.client.len() + 40)
+            .sum();
+        let mut cmd = evalsha(&scripts::RELEASE, 2 * batch.len(), 6 * batch.len(), bytes);
+        for e in &batch {
+            cmd.arg(&*e.hash).arg(&e.latch);
+        }
+        for e in &batch {
+            cmd.arg(&*e.field)
+                .arg(e.lease_ms)
+                .arg(latch_ms)
+                .arg(e.holds)
+                .arg(e.mode)
+                .arg(&*e.client);
+        }
+        let reply = self
+            .eval("release", "", self.timeout, &scripts::RELEASE, &cmd)
+            .await;
+        split_batch_reply("release", reply, batch.iter().map(|e| &*e.hash))
     }
 
     /// Renews a batch of leases in one round trip; one flag per lock, in order.
@@ -319,6 +432,41 @@ pub(crate) fn acquire_args(
     cmd.arg(field)
         .arg(lease_ms)
         .arg(if reentrant { "1" } else { "0" });
+}
+
+/// One reply per entry of a batch sent as one script call (see `lua/acquire.lua`): a batch of
+/// one is answered like a single call; a longer one with a table, where a string is the error
+/// of that entry alone. A failure of the call is every entry's failure.
+fn split_batch_reply<'a>(
+    script: &'static str,
+    reply: Result<Value>,
+    hashes: impl ExactSizeIterator<Item = &'a str>,
+) -> Vec<Result<Value>> {
+    let n = hashes.len();
+    match reply {
+        Ok(reply) if n == 1 => vec![Ok(reply)],
+        Ok(Value::Array(replies)) if replies.len() == n => replies
+            .into_iter()
+            .zip(hashes)
+            .map(|(reply, hash)| match reply {
+                Value::BulkString(message) => {
+                    let message = String::from_utf8_lossy(&message);
+                    let (code, detail) = message.split_once(' ').unwrap_or((&message, ""));
+                    let error = redis::make_extension_error(code.into(), Some(detail.into()));
+                    Err(Error::redis(script, hash, error))
+                }
+                reply => Ok(reply),
+            })
+            .collect(),
+        Ok(reply) => {
+            let error = Error::Protocol {
+                script,
+                reply: format!("{reply:?} for a batch of {n}"),
+            };
+            vec![Err(error); n]
+        }
+        Err(e) => vec![Err(e); n],
+    }
 }
 
 /// Runs `request`, and once more if it failed on a dropped connection.

@@ -251,3 +251,83 @@ fn scripts_leave_keys_of_another_type_alone() {
     let value: String = redis::cmd("GET").arg(HASH).query(&mut conn).unwrap();
     assert_eq!(value, "x");
 }
+
+/// Whether `reply` is the error message of one batch entry (a string, `WRONGTYPE …`).
+fn is_wrong_type_message(reply: &Value) -> bool {
+    matches!(reply, Value::BulkString(m) if m.starts_with(b"WRONGTYPE"))
+}
+
+#[test]
+fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
+    // One client's concurrent calls coalesced into one (`src/batch.rs`): the entries run in
+    // order, as the same calls one after another would, and a key of another type fails only
+    // its own entry.
+    let server = Server::start();
+    let mut conn = server.conn();
+    acquire_as(&mut conn, "b:1");
+    let (free, text) = ("t:{free}", "t:{text}");
+    redis::cmd("SET")
+        .arg(text)
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    let acquire = Script::new(include_str!("../lua/acquire.lua"));
+    let mut call = acquire.prepare_invoke();
+    for hash in [HASH, free, text, free] {
+        call.key(hash);
+    }
+    for _ in 0..4 {
+        call.arg("a:1").arg(30_000).arg("1");
+    }
+    let Value::Array(replies) = call.invoke::<Value>(&mut conn).unwrap() else {
+        panic!("a table for a batch")
+    };
+    assert!(
+        matches!(replies[0], Value::Int(n) if n <= -2),
+        "held by b: {replies:?}"
+    );
+    assert_eq!(replies[1], Value::Int(1), "taken");
+    assert!(is_wrong_type_message(&replies[2]), "{replies:?}");
+    assert_eq!(
+        replies[3],
+        Value::Int(2),
+        "re-entered after the entry that failed"
+    );
+    assert_eq!(
+        count_of(&mut conn, "b:1"),
+        Some(1),
+        "the holder's hash untouched"
+    );
+
+    let release = Script::new(include_str!("../lua/release.lua"));
+    let mut call = release.prepare_invoke();
+    for (hash, request) in [(free, 1), (text, 2), (HASH, 3)] {
+        call.key(hash)
+            .key(format!("{hash}:latch:{CLIENT}:{request}"));
+    }
+    for (field, holds) in [("a:1", 1), ("a:1", 1), ("b:1", 1)] {
+        call.arg(field)
+            .arg(30_000)
+            .arg(10_000)
+            .arg(holds)
+            .arg("-")
+            .arg(CLIENT);
+    }
+    let published = command_calls(&server, "publish");
+    let Value::Array(replies) = call.invoke::<Value>(&mut conn).unwrap() else {
+        panic!("a table for a batch")
+    };
+    assert_eq!(
+        replies[0],
+        Value::Int(1),
+        "one hold of two left: {replies:?}"
+    );
+    assert!(is_wrong_type_message(&replies[1]), "{replies:?}");
+    assert_eq!(replies[2], Value::Int(0), "b's last hold released");
+    assert_eq!(owners(&server, HASH), 0, "b's hash gone");
+    assert_eq!(owners(&server, free), 1, "a still holds one");
+    assert!(pttl(&server, free) > 25_000, "the lease kept");
+    assert_eq!(command_calls(&server, "publish"), published + 1);
+    let kept: String = redis::cmd("GET").arg(text).query(&mut conn).unwrap();
+    assert_eq!(kept, "x", "the other type's key untouched");
+}
