@@ -25,6 +25,11 @@ use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 
+/// The most entries one script call carries: a call holds the server (single-threaded) for its
+/// whole run, ~5 µs per entry, so a crowd of callers goes out as several calls (pipelined on
+/// the one connection) rather than as one that makes every other client wait.
+pub(crate) const MAX_BATCH: usize = 64;
+
 /// Counts a node's requests in flight (queued or sent), to tell a lone caller from a crowd.
 #[derive(Debug, Default)]
 pub(crate) struct Traffic(AtomicUsize);
@@ -44,22 +49,6 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// What sends one batch: the entries in queue order and the longest limit among their callers;
-/// answers one reply per entry, in the same order.
-pub(crate) trait SendBatch<E>:
-    FnOnce(Vec<E>, Duration) -> Self::Sent + Send + 'static
-{
-    type Sent: Future<Output = Vec<Result<Value>>> + Send + 'static;
-}
-
-impl<E, S, F> SendBatch<E> for S
-where
-    S: FnOnce(Vec<E>, Duration) -> F + Send + 'static,
-    F: Future<Output = Vec<Result<Value>>> + Send + 'static,
-{
-    type Sent = F;
 }
 
 struct Queued<E> {
@@ -83,17 +72,23 @@ impl<E> Default for Batcher<E> {
 
 impl<E: Send + 'static> Batcher<E> {
     /// Queues `entry` for the next batch and waits up to `limit` for its reply (`operation`
-    /// names it in errors). The first entry of a batch brings the `send` that sends it.
+    /// names it in errors). The first entry of a batch brings the `send` that sends it: it takes
+    /// at most [`MAX_BATCH`] entries in queue order and the longest limit among their callers,
+    /// and answers one reply per entry, in the same order.
     ///
     /// # Errors
     /// [`Error::Timeout`] after `limit`; otherwise whatever `send` answered for this entry.
-    pub async fn call(
+    pub async fn call<S, F>(
         self: &Arc<Self>,
         entry: E,
         limit: Duration,
         operation: &'static str,
-        send: impl SendBatch<E>,
-    ) -> Result<Value> {
+        send: S,
+    ) -> Result<Value>
+    where
+        S: Fn(Vec<E>, Duration) -> F + Send + Sync + 'static,
+        F: Future<Output = Vec<Result<Value>>> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let first = {
             let mut queue = self.queue.lock();
@@ -132,9 +127,27 @@ impl<E: Send + 'static> Batcher<E> {
         }
     }
 
-    /// Sends everything queued as one batch and hands out the replies.
-    async fn flush(&self, send: impl SendBatch<E>) {
-        let queued = std::mem::take(&mut *self.queue.lock());
+    /// Sends everything queued, in calls of at most [`MAX_BATCH`] entries that leave together,
+    /// and hands out the replies.
+    async fn flush<S, F>(&self, send: S)
+    where
+        S: Fn(Vec<E>, Duration) -> F,
+        F: Future<Output = Vec<Result<Value>>>,
+    {
+        let mut queued = std::mem::take(&mut *self.queue.lock());
+        let mut calls = Vec::with_capacity(queued.len().div_ceil(MAX_BATCH));
+        while !queued.is_empty() {
+            let rest = queued.split_off(queued.len().min(MAX_BATCH));
+            calls.push(Self::send_one(std::mem::replace(&mut queued, rest), &send));
+        }
+        futures_util::future::join_all(calls).await;
+    }
+
+    async fn send_one<S, F>(queued: Vec<Queued<E>>, send: &S)
+    where
+        S: Fn(Vec<E>, Duration) -> F,
+        F: Future<Output = Vec<Result<Value>>>,
+    {
         let limit = queued.iter().map(|q| q.limit).max().unwrap_or_default();
         let mut entries = Vec::with_capacity(queued.len());
         let mut waiting = Vec::with_capacity(queued.len());

@@ -64,7 +64,7 @@ pub(crate) struct Inner {
 /// Names one release request (`<client uuid>:<n>`), so a retry of it is recognised.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RequestId<'a> {
-    pub client: &'a str,
+    pub client: &'a Arc<str>,
     pub n: u64,
 }
 

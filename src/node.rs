@@ -36,7 +36,7 @@ pub(crate) enum Latch {
 
 /// One release request, as `release.lua` takes it.
 pub(crate) struct ReleaseArgs<'a> {
-    pub field: &'a str,
+    pub field: &'a Arc<str>,
     pub lease_ms: u64,
     pub holds: u32,
     pub latch: Latch,
@@ -135,7 +135,7 @@ impl Node {
     pub async fn acquire(
         &self,
         keys: &LockKeys,
-        field: &str,
+        field: &Arc<str>,
         lease_ms: u64,
         reentrant: bool,
         fenced: bool,
@@ -155,12 +155,15 @@ impl Node {
         } else {
             let entry = AcquireEntry {
                 hash: keys.hash.clone(),
-                field: field.into(),
+                field: field.clone(),
                 lease_ms,
                 reentrant,
             };
             let node = self.clone();
-            let send = move |batch, limit| async move { node.acquire_batch(batch, limit).await };
+            let send = move |batch, limit| {
+                let node = node.clone();
+                async move { node.acquire_batch(batch, limit).await }
+            };
             let batcher = &self.batches.acquires;
             batcher.call(entry, limit, "acquire", send).await?
         };
@@ -213,14 +216,17 @@ impl Node {
             let entry = ReleaseEntry {
                 hash: keys.hash.clone(),
                 latch: keys.latch(request.client, request.n).to_string(),
-                field: release.field.into(),
+                field: release.field.clone(),
                 lease_ms: release.lease_ms,
                 holds: release.holds,
                 mode,
-                client: request.client.into(),
+                client: request.client.clone(),
             };
             let node = self.clone();
-            let send = move |batch, _| async move { node.release_batch(batch, latch_ms).await };
+            let send = move |batch, _| {
+                let node = node.clone();
+                async move { node.release_batch(batch, latch_ms).await }
+            };
             let batcher = &self.batches.releases;
             let reply = batcher.call(entry, self.timeout, "release", send).await?;
             return match reply {
@@ -243,12 +249,12 @@ impl Node {
         if fence_key {
             cmd.arg(keys.fence());
         }
-        cmd.arg(release.field)
+        cmd.arg(&**release.field)
             .arg(release.lease_ms)
             .arg(latch_ms)
             .arg(release.holds)
             .arg(mode)
-            .arg(request.client);
+            .arg(&**request.client);
         if let Some(s) = successor {
             cmd.arg(&*s.field).arg(s.lease_ms);
         }
