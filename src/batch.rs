@@ -13,6 +13,12 @@
 //! call. Each caller waits for its own reply with its own time limit; the sender runs on by
 //! itself, so a caller that gives up never strands the others (a reply nobody reads is then
 //! lost exactly as a single call's would be when its caller's limit runs out).
+//!
+//! The entries of a batch run one after another in the script, in queue order, exactly as the
+//! same calls sent back to back would; an entry's error (a key of another type) is its own.
+//! Measured with callgrind on redis-server (2,048 lock+unlock pairs): 75k server instructions
+//! per pair sent alone, 52k in batches of 32. One connection to one server is assumed: a Redis
+//! Cluster node would have to batch per hash slot.
 
 use std::future::Future;
 use std::sync::Arc;

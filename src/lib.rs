@@ -67,6 +67,13 @@
 //! it, and the lock is never free in between. It does so only while no other client listens for
 //! the lock, and at most 64 times in a row, so other clients' waiters get their turn.
 //!
+//! ## Many tasks at once
+//! A call made while the client's connection is idle goes out at once. Acquisitions (and
+//! releases) made while others are in flight are sent together, as one script call of up to 64
+//! locks that the server runs one after another: the script's fixed cost is paid once (64
+//! tasks locking a key each ran 1.3–1.6× as many lock/unlock pairs per second as with one call
+//! each; see the README's benchmarks). Each caller still gets its own answer, error and timeout.
+//!
 //! ## Reentrancy
 //! The owner is the current tokio task (or the current thread outside a task, as in the
 //! [`blocking`] API). The same owner taking the same lock again counts up; each guard counts
