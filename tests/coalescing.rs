@@ -1,15 +1,17 @@
 //! One client's concurrent acquire and release calls leave as one script call (`src/batch.rs`):
-//! it happens, the locks stay exclusive, an error stays with its own caller, and a cancelled
-//! caller in a batch leaves nothing behind.
+//! it happens, the locks stay exclusive, an error stays with its own caller, and neither a
+//! cancelled caller, a frozen server nor a restart leaves anything behind.
 
 mod support;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use redlease::{Client, Error};
 use support::{
-    Server, client, command_calls, exists, get_string, increment_unprotected, join_within, key_of,
-    read_counter, set_string, unique_name, unique_names, until_gone,
+    Server, client, client_with, command_calls, exists, get_string, increment_unprotected,
+    join_within, key_of, read_counter, set_string, unique_name, unique_names, until_gone,
 };
 
 const TASKS: usize = 64;
@@ -32,6 +34,16 @@ async fn run_tasks(client: &Client, names: &[String]) {
         }));
     }
     join_within(tasks, Duration::from_secs(60), "a task did not finish").await;
+}
+
+/// Every lock of `names` is released on the server within 5 s (a grant nobody holds is given
+/// back in the background).
+async fn assert_released(server: &Server, names: &[String]) {
+    for name in names {
+        let servers = std::slice::from_ref(server);
+        let gone = until_gone(servers, &key_of(name), Duration::from_secs(5)).await;
+        assert!(gone, "`{name}` left held");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,17 +142,7 @@ async fn a_key_of_another_type_fails_only_its_own_caller_in_a_batch() {
     assert_eq!(get_string(&server, &key_of(&text)).as_deref(), Some("x"));
     let held: Vec<String> = held.into_iter().map(|g| g.name().to_owned()).collect();
     // The guards are dropped: released in the background.
-    for name in &held {
-        assert!(
-            until_gone(
-                std::slice::from_ref(&server),
-                &key_of(name),
-                Duration::from_secs(5)
-            )
-            .await,
-            "`{name}` left held"
-        );
-    }
+    assert_released(&server, &held).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,16 +171,120 @@ async fn callers_cancelled_inside_a_batch_leave_nothing_behind() {
             let _ = task.await;
         }
     }
+    assert_released(&server, &names).await;
+    assert_eq!(client.held_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_grants_that_come_after_the_callers_gave_up_are_given_back() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client_with(&server, |b| b.timeout(Duration::from_millis(500))).await;
+    let names = unique_names("paused", 16);
+    // Scripts loaded, so the calls below are the acquisitions alone.
+    client
+        .lock(&names[0])
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    // Every command waits 1.5 s: the calls (one alone, the rest batched) time out first.
+    server.client_pause(1500, true);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
     for name in &names {
-        assert!(
-            until_gone(
-                std::slice::from_ref(&server),
-                &key_of(name),
-                Duration::from_secs(5)
-            )
-            .await,
-            "`{name}` left held"
+        let lock = client.lock(name).unwrap();
+        tasks.push(tokio::spawn(async move {
+            lock.try_lock().await.map(|g| g.is_some())
+        }));
+    }
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(client.held_count(), 0);
+    // The pause ends at 1.5 s and every queued acquisition runs then: all granted, and every
+    // grant must be given back at once rather than block the lock for its 30 s lease.
+    assert_released(&server, &names).await;
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    // And the owners take their locks normally afterwards, undisturbed by late give-backs.
+    let mut guards = Vec::new();
+    for name in &names {
+        let guard = client.lock(name).unwrap().try_lock().await.unwrap();
+        guards.push(guard.expect("free after the give-back"));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for name in &names {
+        assert_eq!(
+            client.lock(name).unwrap().hold_count().await.unwrap(),
+            1,
+            "`{name}`"
         );
     }
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_calls_recover_from_a_server_restart() {
+    support::init_tracing();
+    let mut server = Server::start();
+    let client = client_with(&server, |b| b.timeout(Duration::from_millis(500))).await;
+    let names = unique_names("restart", 32);
+    let restarted = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for name in &names {
+        let (lock, restarted) = (client.lock(name).unwrap(), restarted.clone());
+        tasks.push(tokio::spawn(async move {
+            // Lock/unlock pairs until 20 have completed after the restart; failures while the
+            // server is down (or its connection is being replaced) are expected.
+            let (mut after, mut failures) = (0, 0);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while after < 20 && Instant::now() < deadline {
+                let outcome = match lock.lock().await {
+                    Ok(guard) => guard.unlock().await,
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(()) if restarted.load(Ordering::Acquire) => after += 1,
+                    Ok(()) => {}
+                    Err(e) => {
+                        assert!(e.is_unavailable() || e.is_lease_lost(), "{e:?}");
+                        failures += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+            (after, failures)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    restarted.store(true, Ordering::Release);
+    let mut failures = 0;
+    for (task, name) in tasks.into_iter().zip(&names) {
+        let (after, failed) = task.await.unwrap();
+        assert_eq!(after, 20, "`{name}` made {after} pairs after the restart");
+        failures += failed;
+    }
+    eprintln!("{failures} failed pairs around the restart");
     assert_eq!(client.held_count(), 0);
+    for name in &names {
+        assert!(!exists(&server, &key_of(name)), "`{name}` left held");
+    }
 }
