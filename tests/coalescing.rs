@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use redlease::{Client, Error};
 use support::{
     Server, client, client_with, command_calls, exists, get_string, increment_unprotected,
-    join_within, key_of, read_counter, set_string, unique_name, unique_names, until_gone,
+    join_within, key_of, read_counter, set_string, take_and_release, unique_name, unique_names,
+    until_gone,
 };
 
 const TASKS: usize = 64;
@@ -96,15 +97,7 @@ async fn a_key_of_another_type_fails_only_its_own_caller_in_a_batch() {
     set_string(&server, &key_of(&text), "x");
     let names = unique_names("fine", 16);
     // Scripts loaded, so that every acquisition below is one call or part of one.
-    client
-        .lock(&names[0])
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&client.lock(&names[0]).unwrap()).await;
     // On this one-thread runtime the first call goes out alone and the others, made while it
     // is in flight, are sent together.
     let before = command_calls(&server, "evalsha");
@@ -182,15 +175,7 @@ async fn batched_grants_that_come_after_the_callers_gave_up_are_given_back() {
     let client = client_with(&server, |b| b.timeout(Duration::from_millis(500))).await;
     let names = unique_names("paused", 16);
     // Scripts loaded, so the calls below are the acquisitions alone.
-    client
-        .lock(&names[0])
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&client.lock(&names[0]).unwrap()).await;
     // Every command waits 1.5 s: the calls (one alone, the rest batched) time out first.
     server.client_pause(1500, true);
     let start = Instant::now();
