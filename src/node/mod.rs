@@ -2,54 +2,29 @@
 //!
 //! This is the only place that knows the connection type. Lock logic calls these methods, so
 //! Redis Cluster or Sentinel can be added here (every script touches one hash-tagged slot)
-//! without touching it.
+//! without touching it. The lock scripts' calls, alone and coalesced, are in `lock_calls.rs`.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, RedisResult, Value};
+use redis::{FromRedisValue, RedisResult};
 
-use crate::batch::{Batcher, Traffic};
-use crate::client::RequestId;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::scripts::{self, Acquire, Release};
+use crate::scripts;
+
+mod lock_calls;
+
+use lock_calls::Batches;
+pub(crate) use lock_calls::{Latch, ReleaseArgs, Successor, acquire_args};
 
 /// One renewal request of the watchdog's batch.
 pub(crate) struct Renewal<'a> {
     pub hash: &'a str,
     pub field: &'a str,
     pub lease_ms: u64,
-}
-
-/// When `release.lua` writes the latch that makes a retry of the release harmless.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Latch {
-    /// Every time: give-backs, which may race the owner's own acquisitions.
-    Always,
-    /// Only while holds remain: a guard's release, during which the owner cannot take the lock
-    /// again (`sequence.rs`), so a retry that finds the field gone knows it was released.
-    WhileHeld,
-}
-
-/// One release request, as `release.lua` takes it.
-pub(crate) struct ReleaseArgs<'a> {
-    pub field: &'a Arc<str>,
-    pub lease_ms: u64,
-    pub holds: u32,
-    pub latch: Latch,
-    /// This client's waiting head, to hand the lock to if this release frees it.
-    pub successor: Option<&'a Successor>,
-}
-
-/// A waiter of this client to hand the lock to if this release frees it.
-#[derive(Debug, Clone)]
-pub(crate) struct Successor {
-    pub field: Arc<str>,
-    pub lease_ms: u64,
-    pub fenced: bool,
 }
 
 /// The server's view of one lock, for `status` and introspection.
@@ -66,33 +41,6 @@ pub(crate) struct Node {
     client: redis::Client,
     timeout: Duration,
     batches: Arc<Batches>,
-}
-
-/// Acquire and release calls made while others are in flight, coalesced (`batch.rs`).
-#[derive(Default)]
-struct Batches {
-    traffic: Traffic,
-    acquires: Arc<Batcher<AcquireEntry>>,
-    releases: Arc<Batcher<ReleaseEntry>>,
-}
-
-/// One acquisition of a batch (unfenced locks only: a fenced one answers a table).
-struct AcquireEntry {
-    hash: Arc<str>,
-    field: Arc<str>,
-    lease_ms: u64,
-    reentrant: bool,
-}
-
-/// One release of a batch (never a hand-over: that one goes alone).
-struct ReleaseEntry {
-    hash: Arc<str>,
-    latch: String,
-    field: Arc<str>,
-    lease_ms: u64,
-    holds: u32,
-    mode: &'static str,
-    client: Arc<str>,
 }
 
 impl Node {
@@ -128,164 +76,6 @@ impl Node {
 
     pub fn redis_client(&self) -> &redis::Client {
         &self.client
-    }
-
-    /// Takes (or re-enters) the lock for `field`; coalesced with other calls while some are
-    /// in flight, except for fenced locks.
-    pub async fn acquire(
-        &self,
-        keys: &LockKeys,
-        field: &Arc<str>,
-        lease_ms: u64,
-        reentrant: bool,
-        fenced: bool,
-        limit: Duration,
-    ) -> Result<Acquire> {
-        let (_counted, alone) = self.batches.traffic.enter();
-        // No blind retry here: a reply lost with its connection leaves the outcome unknown,
-        // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
-        // owner already holds the lock).
-        let reply = if alone || fenced {
-            let bytes = 2 * keys.hash.len() + field.len() + 32;
-            // `acquire_args` writes the key count: how many keys depends on the lock.
-            let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 6, bytes);
-            acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
-            self.eval("acquire", &keys.hash, limit, &scripts::ACQUIRE, &cmd)
-                .await?
-        } else {
-            let entry = AcquireEntry {
-                hash: keys.hash.clone(),
-                field: field.clone(),
-                lease_ms,
-                reentrant,
-            };
-            let node = self.clone();
-            let send = move |batch, limit| {
-                let node = node.clone();
-                async move { node.acquire_batch(batch, limit).await }
-            };
-            let batcher = &self.batches.acquires;
-            batcher.call(entry, limit, "acquire", send).await?
-        };
-        Acquire::parse(&reply)
-    }
-
-    /// Sends a batch of acquisitions as one `acquire.lua` call; one reply per entry.
-    async fn acquire_batch(&self, batch: Vec<AcquireEntry>, limit: Duration) -> Vec<Result<Value>> {
-        let bytes: usize = batch
-            .iter()
-            .map(|e| e.hash.len() + e.field.len() + 16)
-            .sum();
-        let mut cmd = evalsha(&scripts::ACQUIRE, batch.len(), 3 * batch.len(), bytes);
-        for e in &batch {
-            cmd.arg(&*e.hash);
-        }
-        for e in &batch {
-            cmd.arg(&*e.field)
-                .arg(e.lease_ms)
-                .arg(if e.reentrant { "1" } else { "0" });
-        }
-        let reply = self
-            .eval("acquire", "", limit, &scripts::ACQUIRE, &cmd)
-            .await;
-        split_batch_reply("acquire", reply, batch.iter().map(|e| &*e.hash))
-    }
-
-    /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless
-    /// (`retry`: this request was sent before).
-    pub async fn release(
-        &self,
-        keys: &LockKeys,
-        release: &ReleaseArgs<'_>,
-        request: RequestId<'_>,
-        retry: bool,
-    ) -> Result<Release> {
-        // The latch must outlive every retry of this request (a few timeouts), and no longer.
-        let latch_ms = (self.timeout.as_millis() as u64)
-            .saturating_mul(5)
-            .max(5_000);
-        let successor = release.successor;
-        let mode = match (retry, release.latch) {
-            (false, Latch::WhileHeld) => "-",
-            (true, Latch::WhileHeld) => "r",
-            (false, Latch::Always) => "a",
-            (true, Latch::Always) => "ra",
-        };
-        let (_counted, alone) = self.batches.traffic.enter();
-        if !alone && successor.is_none() {
-            let entry = ReleaseEntry {
-                hash: keys.hash.clone(),
-                latch: keys.latch(request.client, request.n).to_string(),
-                field: release.field.clone(),
-                lease_ms: release.lease_ms,
-                holds: release.holds,
-                mode,
-                client: request.client.clone(),
-            };
-            let node = self.clone();
-            let send = move |batch, _| {
-                let node = node.clone();
-                async move { node.release_batch(batch, latch_ms).await }
-            };
-            let batcher = &self.batches.releases;
-            let reply = batcher.call(entry, self.timeout, "release", send).await?;
-            return match reply {
-                Value::Int(n) => Release::parse(n),
-                other => Err(Error::Protocol {
-                    script: "release",
-                    reply: format!("{other:?}"),
-                }),
-            };
-        }
-        let fence_key = successor.is_some_and(|s| s.fenced);
-        let bytes = 3 * keys.hash.len()
-            + 2 * request.client.len()
-            + release.field.len()
-            + successor.map_or(0, |s| s.field.len())
-            + 80;
-        let mut cmd = evalsha(&scripts::RELEASE, 2 + usize::from(fence_key), 8, bytes);
-        cmd.arg(&*keys.hash)
-            .arg(keys.latch(request.client, request.n));
-        if fence_key {
-            cmd.arg(keys.fence());
-        }
-        cmd.arg(&**release.field)
-            .arg(release.lease_ms)
-            .arg(latch_ms)
-            .arg(release.holds)
-            .arg(mode)
-            .arg(&**request.client);
-        if let Some(s) = successor {
-            cmd.arg(&*s.field).arg(s.lease_ms);
-        }
-        let reply: i64 = self
-            .eval("release", &keys.hash, self.timeout, &scripts::RELEASE, &cmd)
-            .await?;
-        Release::parse(reply)
-    }
-
-    /// Sends a batch of releases as one `release.lua` call; one reply per entry.
-    async fn release_batch(&self, batch: Vec<ReleaseEntry>, latch_ms: u64) -> Vec<Result<Value>> {
-        let bytes: usize = batch
-            .iter()
-            .map(|e| e.hash.len() + e.latch.len() + e.field.len() + e.client.len() + 40)
-            .sum();
-        let mut cmd = evalsha(&scripts::RELEASE, 2 * batch.len(), 6 * batch.len(), bytes);
-        for e in &batch {
-            cmd.arg(&*e.hash).arg(&e.latch);
-        }
-        for e in &batch {
-            cmd.arg(&*e.field)
-                .arg(e.lease_ms)
-                .arg(latch_ms)
-                .arg(e.holds)
-                .arg(e.mode)
-                .arg(&*e.client);
-        }
-        let reply = self
-            .eval("release", "", self.timeout, &scripts::RELEASE, &cmd)
-            .await;
-        split_batch_reply("release", reply, batch.iter().map(|e| &*e.hash))
     }
 
     /// Renews a batch of leases in one round trip; one flag per lock, in order.
@@ -417,61 +207,6 @@ impl Node {
         cmd: &redis::Cmd,
     ) -> Result<T> {
         once_more_if_dropped(|| self.eval(operation, key, self.timeout, script, cmd)).await
-    }
-}
-
-/// Appends the key count, keys and arguments of `acquire.lua` to a command that already names
-/// the script (`EVALSHA <sha>` or `EVAL <source>`). The fencing counter is a key only for a
-/// fenced lock: its presence is how the script knows.
-pub(crate) fn acquire_args(
-    cmd: &mut redis::Cmd,
-    keys: &LockKeys,
-    field: &str,
-    lease_ms: u64,
-    reentrant: bool,
-    fenced: bool,
-) {
-    cmd.arg(1 + usize::from(fenced)).arg(&*keys.hash);
-    if fenced {
-        cmd.arg(keys.fence());
-    }
-    cmd.arg(field)
-        .arg(lease_ms)
-        .arg(if reentrant { "1" } else { "0" });
-}
-
-/// One reply per entry of a batch sent as one script call (see `lua/acquire.lua`): a batch of
-/// one is answered like a single call; a longer one with a table, where a string is the error
-/// of that entry alone. A failure of the call is every entry's failure.
-fn split_batch_reply<'a>(
-    script: &'static str,
-    reply: Result<Value>,
-    hashes: impl ExactSizeIterator<Item = &'a str>,
-) -> Vec<Result<Value>> {
-    let n = hashes.len();
-    match reply {
-        Ok(reply) if n == 1 => vec![Ok(reply)],
-        Ok(Value::Array(replies)) if replies.len() == n => replies
-            .into_iter()
-            .zip(hashes)
-            .map(|(reply, hash)| match reply {
-                Value::BulkString(message) => {
-                    let message = String::from_utf8_lossy(&message);
-                    let (code, detail) = message.split_once(' ').unwrap_or((&message, ""));
-                    let error = redis::make_extension_error(code.into(), Some(detail.into()));
-                    Err(Error::redis(script, hash, error))
-                }
-                reply => Ok(reply),
-            })
-            .collect(),
-        Ok(reply) => {
-            let error = Error::Protocol {
-                script,
-                reply: format!("{reply:?} for a batch of {n}"),
-            };
-            vec![Err(error); n]
-        }
-        Err(e) => vec![Err(e); n],
     }
 }
 
