@@ -78,9 +78,9 @@ impl<E> Default for Batcher<E> {
 
 impl<E: Send + 'static> Batcher<E> {
     /// Queues `entry` for the next batch and waits up to `limit` for its reply (`operation`
-    /// names it in errors). The first entry of a batch brings the `send` that sends it: it takes
-    /// at most [`MAX_BATCH`] entries in queue order and the longest limit among their callers,
-    /// and answers one reply per entry, in the same order.
+    /// names it in errors). The first entry of a batch makes (`sender`) the `send` that sends
+    /// it: that takes at most [`MAX_BATCH`] entries in queue order and the longest limit among
+    /// their callers, and answers one reply per entry, in the same order.
     ///
     /// # Errors
     /// [`Error::Timeout`] after `limit`; otherwise whatever `send` answered for this entry.
@@ -89,7 +89,7 @@ impl<E: Send + 'static> Batcher<E> {
         entry: E,
         limit: Duration,
         operation: &'static str,
-        send: S,
+        sender: impl FnOnce() -> S,
     ) -> Result<Value>
     where
         S: Fn(Vec<E>, Duration) -> F + Send + Sync + 'static,
@@ -106,7 +106,7 @@ impl<E: Send + 'static> Batcher<E> {
             queue.len() == 1
         };
         if first {
-            let batcher = self.clone();
+            let (batcher, send) = (self.clone(), sender());
             let flush = async move {
                 // Let every task that is ready to run have its turn first: the ones about to
                 // call join this batch.

@@ -98,13 +98,16 @@ impl Node {
                 lease_ms,
                 reentrant,
             };
-            let node = self.clone();
-            let send = move |batch, limit| {
-                let node = node.clone();
-                async move { node.acquire_batch(batch, limit).await }
+            // Made for the first entry of a batch only: a node's clone allocates.
+            let sender = || {
+                let node = self.clone();
+                move |batch, limit| {
+                    let node = node.clone();
+                    async move { node.acquire_batch(batch, limit).await }
+                }
             };
             let batcher = &self.batches.acquires;
-            batcher.call(entry, limit, "acquire", send).await?
+            batcher.call(entry, limit, "acquire", sender).await?
         };
         Acquire::parse(&reply)
     }
@@ -161,13 +164,15 @@ impl Node {
                 mode,
                 client: request.client.clone(),
             };
-            let node = self.clone();
-            let send = move |batch, _| {
-                let node = node.clone();
-                async move { node.release_batch(batch, latch_ms).await }
+            let sender = || {
+                let node = self.clone();
+                move |batch, _| {
+                    let node = node.clone();
+                    async move { node.release_batch(batch, latch_ms).await }
+                }
             };
             let batcher = &self.batches.releases;
-            let reply = batcher.call(entry, self.timeout, "release", send).await?;
+            let reply = batcher.call(entry, self.timeout, "release", sender).await?;
             return match reply {
                 Value::Int(n) => Release::parse(n),
                 other => Err(Error::Protocol {
