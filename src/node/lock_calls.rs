@@ -98,39 +98,11 @@ impl Node {
                 lease_ms,
                 reentrant,
             };
-            // Made for the first entry of a batch only: a node's clone allocates.
-            let sender = || {
-                let node = self.clone();
-                move |batch, limit| {
-                    let node = node.clone();
-                    async move { node.acquire_batch(batch, limit).await }
-                }
-            };
+            let sender = || self.sender(acquire_batch);
             let batcher = &self.batches.acquires;
             batcher.call(entry, limit, "acquire", sender).await?
         };
         Acquire::parse(&reply)
-    }
-
-    /// Sends a batch of acquisitions as one `acquire.lua` call; one reply per entry.
-    async fn acquire_batch(&self, batch: Vec<AcquireEntry>, limit: Duration) -> Vec<Result<Value>> {
-        let bytes: usize = batch
-            .iter()
-            .map(|e| e.hash.len() + e.field.len() + 16)
-            .sum();
-        let mut cmd = evalsha(&scripts::ACQUIRE, batch.len(), 3 * batch.len(), bytes);
-        for e in &batch {
-            cmd.arg(&*e.hash);
-        }
-        for e in &batch {
-            cmd.arg(&*e.field)
-                .arg(e.lease_ms)
-                .arg(if e.reentrant { "1" } else { "0" });
-        }
-        let reply = self
-            .eval("acquire", "", limit, &scripts::ACQUIRE, &cmd)
-            .await;
-        split_batch_reply("acquire", reply, batch.iter().map(|e| &*e.hash))
     }
 
     /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless
@@ -142,10 +114,6 @@ impl Node {
         request: RequestId<'_>,
         retry: bool,
     ) -> Result<Release> {
-        // The latch must outlive every retry of this request (a few timeouts), and no longer.
-        let latch_ms = (self.timeout.as_millis() as u64)
-            .saturating_mul(5)
-            .max(5_000);
         let successor = release.successor;
         let mode = match (retry, release.latch) {
             (false, Latch::WhileHeld) => "-",
@@ -164,13 +132,7 @@ impl Node {
                 mode,
                 client: request.client.clone(),
             };
-            let sender = || {
-                let node = self.clone();
-                move |batch, _| {
-                    let node = node.clone();
-                    async move { node.release_batch(batch, latch_ms).await }
-                }
-            };
+            let sender = || self.sender(release_batch);
             let batcher = &self.batches.releases;
             let reply = batcher.call(entry, self.timeout, "release", sender).await?;
             return match reply {
@@ -195,7 +157,7 @@ impl Node {
         }
         cmd.arg(&**release.field)
             .arg(release.lease_ms)
-            .arg(latch_ms)
+            .arg(self.latch_ms())
             .arg(release.holds)
             .arg(mode)
             .arg(&**request.client);
@@ -208,29 +170,77 @@ impl Node {
         Release::parse(reply)
     }
 
-    /// Sends a batch of releases as one `release.lua` call; one reply per entry.
-    async fn release_batch(&self, batch: Vec<ReleaseEntry>, latch_ms: u64) -> Vec<Result<Value>> {
-        let bytes: usize = batch
-            .iter()
-            .map(|e| e.hash.len() + e.latch.len() + e.field.len() + e.client.len() + 40)
-            .sum();
-        let mut cmd = evalsha(&scripts::RELEASE, 2 * batch.len(), 6 * batch.len(), bytes);
-        for e in &batch {
-            cmd.arg(&*e.hash).arg(&e.latch);
-        }
-        for e in &batch {
-            cmd.arg(&*e.field)
-                .arg(e.lease_ms)
-                .arg(latch_ms)
-                .arg(e.holds)
-                .arg(e.mode)
-                .arg(&*e.client);
-        }
-        let reply = self
-            .eval("release", "", self.timeout, &scripts::RELEASE, &cmd)
-            .await;
-        split_batch_reply("release", reply, batch.iter().map(|e| &*e.hash))
+    /// How long a release's latch lives: past every retry of the request (a few timeouts), and
+    /// no longer.
+    fn latch_ms(&self) -> u64 {
+        (self.timeout.as_millis() as u64)
+            .saturating_mul(5)
+            .max(5_000)
     }
+
+    /// What sends a batch with `send` on this node; made for a batch's first entry only (a
+    /// node's clone allocates).
+    fn sender<E, F>(
+        &self,
+        send: impl Fn(Node, Vec<E>, Duration) -> F + Send + Sync + 'static,
+    ) -> impl Fn(Vec<E>, Duration) -> F + Send + Sync + 'static {
+        let node = self.clone();
+        move |batch, limit| send(node.clone(), batch, limit)
+    }
+}
+
+/// Sends a batch of acquisitions as one `acquire.lua` call; one reply per entry.
+async fn acquire_batch(
+    node: Node,
+    batch: Vec<AcquireEntry>,
+    limit: Duration,
+) -> Vec<Result<Value>> {
+    let bytes: usize = batch
+        .iter()
+        .map(|e| e.hash.len() + e.field.len() + 16)
+        .sum();
+    let mut cmd = evalsha(&scripts::ACQUIRE, batch.len(), 3 * batch.len(), bytes);
+    for e in &batch {
+        cmd.arg(&*e.hash);
+    }
+    for e in &batch {
+        cmd.arg(&*e.field)
+            .arg(e.lease_ms)
+            .arg(if e.reentrant { "1" } else { "0" });
+    }
+    let reply = node
+        .eval("acquire", "", limit, &scripts::ACQUIRE, &cmd)
+        .await;
+    split_batch_reply("acquire", reply, batch.iter().map(|e| &*e.hash))
+}
+
+/// Sends a batch of releases as one `release.lua` call; one reply per entry.
+async fn release_batch(
+    node: Node,
+    batch: Vec<ReleaseEntry>,
+    limit: Duration,
+) -> Vec<Result<Value>> {
+    let bytes: usize = batch
+        .iter()
+        .map(|e| e.hash.len() + e.latch.len() + e.field.len() + e.client.len() + 40)
+        .sum();
+    let latch_ms = node.latch_ms();
+    let mut cmd = evalsha(&scripts::RELEASE, 2 * batch.len(), 6 * batch.len(), bytes);
+    for e in &batch {
+        cmd.arg(&*e.hash).arg(&e.latch);
+    }
+    for e in &batch {
+        cmd.arg(&*e.field)
+            .arg(e.lease_ms)
+            .arg(latch_ms)
+            .arg(e.holds)
+            .arg(e.mode)
+            .arg(&*e.client);
+    }
+    let reply = node
+        .eval("release", "", limit, &scripts::RELEASE, &cmd)
+        .await;
+    split_batch_reply("release", reply, batch.iter().map(|e| &*e.hash))
 }
 
 /// Appends the key count, keys and arguments of `acquire.lua` to a command that already names
