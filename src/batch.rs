@@ -113,12 +113,9 @@ impl<E: Send + 'static> Batcher<E> {
                 tokio::task::yield_now().await;
                 batcher.flush(send).await;
             };
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn(flush)),
-                // Not reached from the crate's async API; without a runtime to spawn on, send
-                // the batch (of this one entry) from here.
-                Err(_) => flush.await,
-            }
+            // Always inside a tokio runtime here: the crate's async API needs one (its
+            // timeouts too), and the blocking API runs it on its own.
+            drop(tokio::spawn(flush));
         }
         match tokio::time::timeout(limit, answer).await {
             Ok(Ok(reply)) => reply,
