@@ -7,9 +7,10 @@ use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::gate::{Handover, Ticket};
 use crate::guard::{LockGuard, give_back_in_background, release_on_server};
-use crate::hold::{Hold, Lease};
+use crate::hold::{Grant, Hold, Lease};
+use crate::keys::LockKeys;
 use crate::lock::{Lock, Wait};
-use crate::node::{Latch, ReleaseArgs, Successor};
+use crate::node::{Latch, ReleaseArgs, Renewal, Successor};
 use crate::pubsub::Subscription;
 use crate::scripts::{Acquire, Release};
 use crate::task::FinishOnDrop;
@@ -36,8 +37,19 @@ impl Lock {
     pub(crate) async fn acquire(&self, lease: Lease, wait: Wait) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.check_open()?;
-        let field = self.field();
+        let owner = self.owner();
+        let field = owner.field(&inner.id_text);
         let lease_ms = lease.ms();
+        let acquiring = inner.turns.start(&self.keys.hash, &field);
+        if acquiring.first_overlap() && owner.is_implicit() {
+            tracing::warn!(
+                lock = %self.keys.name,
+                %owner,
+                "two acquisitions of one owner are in progress at once: futures polled \
+                 concurrently in one task share its owner and re-enter each other's lock; run \
+                 each under `Lock::run` (its own owner) to exclude them"
+            );
+        }
         // This owner's releases of the lock still in flight come first (see `sequence.rs`).
         inner.releases.settled(&self.keys.hash, &field).await;
         let mut subscription = None;
@@ -61,10 +73,20 @@ impl Lock {
             // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
             inner.check_open()?;
             if try_now {
+                // Held until the grant is registered, so this owner's grants register in the
+                // order the server applied them (`turns.rs`).
+                let _turn = acquiring.turn().await;
                 let started = Instant::now();
                 ttl = match self.attempt(&field, lease_ms, reentry).await? {
                     Acquire::Acquired { count, token } => {
-                        return self.register(field, lease, count, token, started).map(Some);
+                        let grant = Grant::Counted(count);
+                        match self.confirmed(&field, lease, started).await? {
+                            Some(since) => {
+                                return self.register(field, lease, grant, token, since).map(Some);
+                            }
+                            // Spent on arrival and not confirmed: try again, within the wait.
+                            None => Some(Duration::ZERO),
+                        }
                     }
                     Acquire::AlreadyHeld => {
                         return Err(Error::WouldDeadlock {
@@ -158,9 +180,14 @@ impl Lock {
             (None, None) => None,
         };
         match answer {
-            Some(Handover::Granted { token, sent }) => self
-                .register(field.clone(), lease, 1, token, sent)
-                .map(Some),
+            Some(Handover::Granted { token, sent }) => {
+                match self.confirmed(field, lease, sent).await? {
+                    Some(since) => self
+                        .register(field.clone(), lease, Grant::HandedOver, token, since)
+                        .map(Some),
+                    None => Ok(None),
+                }
+            }
             Some(Handover::Unknown) => {
                 // The release failed unanswered: it may have handed us the lock. We held
                 // nothing before, so giving back one hold is exact either way.
@@ -306,6 +333,48 @@ impl Lock {
         }
     }
 
+    /// A grant is handed out only with most of its lease ahead of it. One that arrives with less
+    /// than half left (the server or the network stalled past it: the reply of a `SIGSTOP`ped
+    /// server comes after its resume) is renewed first, and its validity runs from that renewal:
+    /// `Some(start of the validity)`. `None` when it could not be confirmed (the key expired
+    /// meanwhile, or the renewal was slow again); it is then given back, and the caller may try
+    /// again within its wait.
+    ///
+    /// # Cancel safety
+    /// A grant not yet registered when the caller stops waiting is given back in the background.
+    async fn confirmed(
+        &self,
+        field: &Arc<str>,
+        lease: Lease,
+        started: Instant,
+    ) -> Result<Option<Instant>> {
+        let half = lease.duration() / 2;
+        if started.elapsed() < half {
+            return Ok(Some(started));
+        }
+        tracing::debug!(lock = %self.keys.name, "grant arrived with its lease half spent; renewing it before use");
+        let mut unconfirmed = Unconfirmed::new(&self.client, &self.keys, field, lease.ms());
+        let renewing = Instant::now();
+        let renewal = Renewal {
+            hash: &self.keys.hash,
+            field,
+            lease_ms: lease.ms(),
+        };
+        let renewed = self.client.inner.node.renew(std::slice::from_ref(&renewal)).await?;
+        match renewed.first() {
+            Some(true) if renewing.elapsed() < half => {
+                unconfirmed.confirmed();
+                Ok(Some(renewing))
+            }
+            Some(true) => Ok(None),
+            // Expired meanwhile: nothing of it is left to give back.
+            _ => {
+                unconfirmed.confirmed();
+                Ok(None)
+            }
+        }
+    }
+
     /// Registers a grant with the client (reentrancy, watchdog) and builds its guard; shared by
     /// single locks and the members of MultiLock and RedLock. Synchronous, so a cancelled caller
     /// cannot leave the local state half-done.
@@ -317,7 +386,7 @@ impl Lock {
         &self,
         field: Arc<str>,
         lease: Lease,
-        count: u32,
+        grant: Grant,
         token: u64,
         started: Instant,
     ) -> Result<LockGuard> {
@@ -331,12 +400,52 @@ impl Lock {
         let token = self.fenced.then_some(token);
         let keys = self.keys.clone();
         let field_key = field.clone();
-        let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, count, || {
+        let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, grant, || {
             Hold::new(keys, field, lease, token, drift, started)
         });
         if fresh {
             inner.watchdog_adopt(lease);
         }
         Ok(LockGuard::new(self.client.clone(), hold))
+    }
+}
+
+/// A grant on the server that no guard owns yet: given back in the background unless
+/// [`confirmed`](Unconfirmed::confirmed) (registered, or found gone) before it is dropped.
+struct Unconfirmed<'a> {
+    client: &'a crate::Client,
+    keys: &'a Arc<LockKeys>,
+    field: &'a Arc<str>,
+    lease_ms: u64,
+    armed: bool,
+}
+
+impl<'a> Unconfirmed<'a> {
+    fn new(
+        client: &'a crate::Client,
+        keys: &'a Arc<LockKeys>,
+        field: &'a Arc<str>,
+        lease_ms: u64,
+    ) -> Self {
+        Unconfirmed {
+            client,
+            keys,
+            field,
+            lease_ms,
+            armed: true,
+        }
+    }
+
+    fn confirmed(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unconfirmed<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let why = "grant not confirmed";
+            give_back_in_background(self.client, self.keys, self.field, self.lease_ms, why);
+        }
     }
 }

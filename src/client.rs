@@ -18,6 +18,7 @@ use crate::node::Node;
 use crate::pubsub::Subscriber;
 use crate::sequence::Releases;
 use crate::task::AbortOnDrop;
+use crate::turns::Turns;
 use crate::watchdog::{self, RenewStats};
 
 /// A connection to one Redis server plus everything its locks share: the client id that names
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     pub gates: Gates,
     /// Guard releases in flight, which the same owner's acquisitions wait for.
     pub releases: Arc<Releases>,
+    /// Acquisitions in progress, which take turns per (lock, owner).
+    pub turns: Arc<Turns>,
     /// Background releases and give-backs, which `shutdown` waits for.
     pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
@@ -164,6 +167,7 @@ impl ClientBuilder {
             holds: Holds::default(),
             gates: Gates::default(),
             releases: Arc::default(),
+            turns: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),
             watchdog_lease_ms: AtomicU64::new(u64::MAX),

@@ -153,6 +153,16 @@ impl Hold {
     }
 }
 
+/// What the server said about a grant being registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// An acquisition, answered with the owner's hold count after it.
+    Counted(u32),
+    /// A hand-over from a release of this client: the field was absent and is now 1. Any hold of
+    /// ours registered since came after it on the server, so it is joined, never taken for lost.
+    HandedOver,
+}
+
 /// Key of the registry: (lock hash key, owner field).
 type HoldKey = (Arc<str>, Arc<str>);
 
@@ -187,17 +197,24 @@ impl Holds {
     /// Records a grant from the server and returns the hold the new guard belongs to, and
     /// whether it is a new hold.
     ///
-    /// `server_count` tells a re-entry (> 1) from a fresh acquisition (1): when the server says
+    /// The count tells a re-entry (> 1) from a fresh acquisition (1): when the server says
     /// fresh but we still have a hold, that hold's lease was lost behind our back. When our
     /// hold is lost locally (validity ran out) but the server still counts it, the new hold
     /// adopts those server holds, so its last release frees the key.
+    ///
+    /// Exact only when one owner's grants are registered in the order the server applied them:
+    /// the caller holds the owner's turn (`turns.rs`) from sending the request until this call.
     pub fn granted(
         &self,
         hash: &Arc<str>,
         field: &Arc<str>,
-        server_count: u32,
+        grant: Grant,
         make: impl FnOnce() -> Hold,
     ) -> (Arc<Hold>, bool) {
+        let server_count = match grant {
+            Grant::Counted(count) => count,
+            Grant::HandedOver => 1,
+        };
         let fresh = |orphans: u32| {
             let hold = make();
             hold.orphans.store(orphans, Ordering::Release);
@@ -206,7 +223,8 @@ impl Holds {
         match self.map.entry((hash.clone(), field.clone())) {
             Entry::Occupied(mut entry) => {
                 let current = entry.get().clone();
-                if server_count > 1 && !current.is_lost() {
+                let joins = server_count > 1 || grant == Grant::HandedOver;
+                if joins && !current.is_lost() {
                     current.guards.fetch_add(1, Ordering::AcqRel);
                     return (current, false);
                 }

@@ -160,6 +160,7 @@ mod pubsub;
 mod scripts;
 mod sequence;
 mod task;
+mod turns;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder};

@@ -108,8 +108,17 @@ impl Lock {
         &self.client
     }
 
+    /// Who acquires through this handle here: see [`Owner`] for the order of the rules.
     pub(crate) fn owner(&self) -> Owner {
-        self.owner.unwrap_or_else(Owner::current)
+        if let Some(owner) = self.owner {
+            return owner;
+        }
+        let inner = &self.client.inner;
+        let holds = |owner: Owner| {
+            let field = owner.field(&inner.id_text);
+            inner.holds.get(&self.keys.hash, &field).is_some()
+        };
+        crate::owner::scope_owner(holds).unwrap_or_else(Owner::current_task_or_thread)
     }
 
     pub(crate) fn field(&self) -> Arc<str> {

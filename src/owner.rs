@@ -1,17 +1,23 @@
-//! Who holds a lock: the reentrancy identity.
+//! Who holds a lock: the reentrancy identity, and the lock scopes of `Lock::run`.
 
 use std::cell::RefCell;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity that holds a lock. Acquisitions by the same owner (of the same [`Client`]) re-enter
 /// the lock and count up; any other owner is excluded.
 ///
-/// By default the owner is the current tokio task, or the current thread outside a task (the
-/// [`blocking`](crate::blocking) API). An explicit owner from [`Owner::new`] gives real exclusion
-/// between futures that run concurrently inside one task; see the crate docs under
-/// *Reentrancy*.
+/// Which owner an acquisition is made for, first match wins:
+/// 1. an explicit owner given with [`Lock::with_owner`](crate::Lock::with_owner);
+/// 2. inside the body of [`Lock::run`](crate::Lock::run) (a *lock scope*): the nearest enclosing
+///    scope that already holds this lock (so nested acquisitions re-enter), else the innermost
+///    scope (so concurrent bodies exclude each other);
+/// 3. the current tokio task;
+/// 4. the current thread outside a task (the [`blocking`](crate::blocking) API).
+///
+/// See the crate docs under *Owners* for what each re-enters and excludes.
 ///
 /// [`Client`]: crate::Client
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,6 +28,7 @@ enum Kind {
     Task(tokio::task::Id),
     Thread(u64),
     Explicit(u64),
+    Scope(u64),
 }
 
 static NEXT_EXPLICIT: AtomicU64 = AtomicU64::new(1);
@@ -41,12 +48,27 @@ impl Owner {
         ))
     }
 
-    /// The current tokio task, or the current thread when not inside a task.
+    /// The innermost lock scope ([`Lock::run`](crate::Lock::run)) around the caller, else the
+    /// current tokio task, else the current thread.
     pub fn current() -> Owner {
+        if let Ok(owner) = SCOPE.try_with(|scope| scope.owner) {
+            return owner;
+        }
+        Owner::current_task_or_thread()
+    }
+
+    /// The current tokio task, or the current thread when not inside a task.
+    pub(crate) fn current_task_or_thread() -> Owner {
         match tokio::task::try_id() {
             Some(id) => Owner(Kind::Task(id)),
             None => Owner::current_thread(),
         }
+    }
+
+    /// Whether this owner is implied by where the code runs (task, thread, scope), rather than
+    /// given by the caller with [`Owner::new`].
+    pub(crate) fn is_implicit(&self) -> bool {
+        !matches!(self.0, Kind::Explicit(_))
     }
 
     /// The current thread, even inside a tokio task.
@@ -102,6 +124,7 @@ impl fmt::Display for Owner {
             Kind::Task(id) => write!(f, "task-{id}"),
             Kind::Thread(n) => write!(f, "thread-{n}"),
             Kind::Explicit(n) => write!(f, "owner-{n}"),
+            Kind::Scope(n) => write!(f, "scope-{n}"),
         }
     }
 }
@@ -110,4 +133,40 @@ impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Owner({self})")
     }
+}
+
+/// One lock scope: its owner, inside the scope that was current where it began.
+struct Scope {
+    owner: Owner,
+    outer: Option<Arc<Scope>>,
+}
+
+tokio::task_local! {
+    // Task-local, not thread-local: a scope follows its future across worker threads, and a task
+    // spawned from the body is a new task with no scope (its own owner).
+    static SCOPE: Arc<Scope>;
+}
+
+/// Runs `body` as a new lock scope with its own owner, nested in the current one (if any).
+pub(crate) fn in_new_scope<F: Future>(body: F) -> impl Future<Output = F::Output> {
+    let outer = SCOPE.try_with(Arc::clone).ok();
+    let owner = Owner(Kind::Scope(NEXT_EXPLICIT.fetch_add(1, Ordering::Relaxed)));
+    SCOPE.scope(Arc::new(Scope { owner, outer }), body)
+}
+
+/// Inside lock scopes: the owner of the nearest scope for which `holds` is true, else the
+/// innermost scope's owner. `None` outside any scope.
+pub(crate) fn scope_owner(holds: impl Fn(Owner) -> bool) -> Option<Owner> {
+    SCOPE
+        .try_with(|innermost| {
+            let mut scope = Some(innermost);
+            while let Some(current) = scope {
+                if holds(current.owner) {
+                    return current.owner;
+                }
+                scope = current.outer.as_ref();
+            }
+            innermost.owner
+        })
+        .ok()
 }
