@@ -34,7 +34,10 @@ async fn main() -> redlease::Result<()> {
             println!(
                 "[job] step {step}/10 at {:?}, remaining lease {:?}",
                 started.elapsed(),
-                lock.remaining_lease().await.ok().flatten()
+                lock.remaining_lease()
+                    .await
+                    .ok()
+                    .and_then(|left| left.duration())
             );
         }
     };

@@ -360,7 +360,12 @@ impl Lock {
             field,
             lease_ms: lease.ms(),
         };
-        let renewed = self.client.inner.node.renew(std::slice::from_ref(&renewal)).await?;
+        let renewed = self
+            .client
+            .inner
+            .node
+            .renew(std::slice::from_ref(&renewal))
+            .await?;
         match renewed.first() {
             Some(true) if renewing.elapsed() < half => {
                 unconfirmed.confirmed();

@@ -263,7 +263,7 @@ impl Lock {
     ///
     /// # Errors
     /// As [`crate::Lock::remaining_lease`].
-    pub fn remaining_lease(&self) -> Result<Option<Duration>> {
+    pub fn remaining_lease(&self) -> Result<crate::RemainingLease> {
         self.rt.block_on(self.inner.remaining_lease())
     }
 

@@ -121,6 +121,37 @@ impl Error {
         matches!(self, Error::LeaseLost { .. })
     }
 
+    /// True when the lock's key holds a value of another Redis type ([`Error::WrongType`]).
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
+    }
+
+    /// True when a non-reentrant lock was taken again by its holder ([`Error::WouldDeadlock`]).
+    pub fn is_would_deadlock(&self) -> bool {
+        matches!(self, Error::WouldDeadlock { .. })
+    }
+
+    /// True when Redis did not answer within the client's timeout ([`Error::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// True when too few RedLock nodes could be reached for a majority ([`Error::Quorum`]).
+    pub fn is_quorum(&self) -> bool {
+        matches!(self, Error::Quorum { .. })
+    }
+
+    /// True when the client was shut down ([`Error::Shutdown`]).
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, Error::Shutdown)
+    }
+
+    /// True when a script answered something this version does not understand
+    /// ([`Error::Protocol`]): a server or version mismatch.
+    pub fn is_protocol(&self) -> bool {
+        matches!(self, Error::Protocol { .. })
+    }
+
     /// True when the caller does not hold the lock it tried to release.
     pub fn is_not_held(&self) -> bool {
         matches!(self, Error::NotHeld { .. })

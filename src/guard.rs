@@ -89,6 +89,65 @@ impl LockGuard {
         self.hold().valid_until()
     }
 
+    /// Sets the lease of a lock held with a fixed lease to `lease` from now (rslock's and
+    /// node-redlock's `extend`): longer to keep working, or shorter. Re-entries share one lease,
+    /// so it applies to all of this owner's holds of the lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redlease::Lock) -> redlease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = lock.lock_with_lease(Duration::from_secs(5)).await?;
+    /// // ... the work takes longer than planned ...
+    /// guard.extend(Duration::from_secs(5)).await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when the lease was already lost (then nothing is extended);
+    /// [`Error::InvalidArgument`] for a lock kept by the watchdog, which renews it by itself;
+    /// [`Error::InvalidDuration`] for a zero or absurd lease; [`Error::Timeout`] or
+    /// [`Error::Redis`] when Redis fails (the old lease then still runs).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not extend the lease; the guard stays valid either way.
+    pub async fn extend(&self, lease: std::time::Duration) -> Result<()> {
+        let lease_ms = crate::config::lease_ms("lease", lease)?;
+        let hold = self.hold();
+        if matches!(hold.lease, crate::hold::Lease::Watchdog(_)) {
+            return Err(Error::InvalidArgument(format!(
+                "lock `{}` is kept by the watchdog; extend is for locks with a fixed lease",
+                hold.keys.name
+            )));
+        }
+        let lost = || Error::LeaseLost {
+            name: hold.keys.name.to_string(),
+        };
+        if hold.is_lost() {
+            return Err(lost());
+        }
+        let started = Instant::now();
+        let renewal = crate::node::Renewal {
+            hash: &hold.keys.hash,
+            field: &hold.field,
+            lease_ms,
+        };
+        let inner = &self.client.inner;
+        let renewed = inner.node.renew(std::slice::from_ref(&renewal)).await?;
+        if renewed.first() != Some(&true) {
+            hold.mark_lost("the key was gone when its lease was to be extended");
+            inner.holds.detach(hold);
+            return Err(lost());
+        }
+        // Too late to count: the lease may have run out before the extension landed.
+        if hold.is_lost() {
+            return Err(lost());
+        }
+        hold.extended(started, lease, inner.config.drift(lease));
+        Ok(())
+    }
+
     /// Gives back this hold; the key goes (and a waiter is woken) when it was the owner's last.
     ///
     /// # Errors

@@ -100,6 +100,12 @@ impl Hold {
         }
     }
 
+    /// Records a successful extension to `lease`, sent at `started`: the validity follows the
+    /// new lease exactly, shorter or longer.
+    pub fn extended(&self, started: Instant, lease: Duration, drift: Duration) {
+        *self.valid_until.lock() = started + lease.saturating_sub(drift);
+    }
+
     /// Lost when marked so, or once `valid_until` has passed without a successful renewal
     /// (for a fixed lease: once it ran out). Sticky: a late renewal does not bring it back.
     pub fn is_lost(&self) -> bool {

@@ -175,10 +175,24 @@ impl Lock {
         self.acquire(lease, Wait::Once).await
     }
 
-    /// Waits at most `wait` for the lock (watchdog lease); `None` when the wait ran out.
+    /// One attempt with a fixed lease (Redisson's `tryLock(0, lease)`): the guard if the lock
+    /// was free (or already held by this owner), else `None`. No renewal; the lock expires after
+    /// `lease`.
     ///
     /// # Errors
-    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd wait.
+    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd lease.
+    ///
+    /// # Cancel safety
+    /// As [`Lock::lock`].
+    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Lease::fixed(lease)?, Wait::Once).await
+    }
+
+    /// Waits at most `wait` for the lock (watchdog lease); `None` when the wait ran out. A zero
+    /// `wait` makes one attempt, like [`Lock::try_lock`].
+    ///
+    /// # Errors
+    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for an absurd wait.
     ///
     /// # Cancel safety
     /// As [`Lock::lock`].
@@ -187,7 +201,8 @@ impl Lock {
         self.acquire(lease, Wait::until(wait)?).await
     }
 
-    /// Waits at most `wait` for the lock and holds it for `lease` without renewal.
+    /// Waits at most `wait` for the lock and holds it for `lease` without renewal. A zero
+    /// `wait` makes one attempt.
     ///
     /// # Errors
     /// As [`Lock::try_lock_for`], plus [`Error::InvalidDuration`] for a bad lease.
@@ -231,12 +246,18 @@ impl Lock {
         Ok(self.hold_count().await? > 0)
     }
 
-    /// The holder's remaining lease, `None` when the lock is free (or has no expiry).
+    /// The holder's remaining lease, or that the lock is free, or held without expiry (someone
+    /// removed the expiry by hand).
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
-    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        Ok(self.snapshot().await?.ttl)
+    pub async fn remaining_lease(&self) -> Result<RemainingLease> {
+        let snapshot = self.snapshot().await?;
+        Ok(match snapshot.ttl {
+            _ if snapshot.owners.is_empty() => RemainingLease::Free,
+            Some(ttl) => RemainingLease::Expires(ttl),
+            None => RemainingLease::Persistent,
+        })
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. For
@@ -311,6 +332,33 @@ pub struct LockStatus {
     pub fence: Option<u64>,
 }
 
+/// The lease left on a lock, from [`Lock::remaining_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemainingLease {
+    /// Nobody holds the lock.
+    Free,
+    /// Held; the lease runs out after this long unless renewed.
+    Expires(Duration),
+    /// Held with no expiry: somebody removed it by hand (`PERSIST`). It stays until released
+    /// or force-unlocked.
+    Persistent,
+}
+
+impl RemainingLease {
+    /// The time left, when the lock is held with an expiry.
+    pub fn duration(self) -> Option<Duration> {
+        match self {
+            RemainingLease::Expires(left) => Some(left),
+            RemainingLease::Free | RemainingLease::Persistent => None,
+        }
+    }
+
+    /// Whether somebody holds the lock.
+    pub fn is_held(self) -> bool {
+        !matches!(self, RemainingLease::Free)
+    }
+}
+
 /// How long an acquisition may wait (single locks, MultiLock and RedLock alike).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait {
@@ -320,7 +368,11 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
+    /// At most `wait`; a zero wait is one attempt (as Redisson's `tryLock(0, ..)`).
     pub(crate) fn until(wait: Duration) -> Result<Wait> {
+        if wait.is_zero() {
+            return Ok(Wait::Once);
+        }
         check_duration("wait", wait)?;
         Instant::now()
             .checked_add(wait)

@@ -154,23 +154,26 @@ async fn partial_unlock_resets_ttl_to_the_lease() {
     let lease = Duration::from_secs(5);
     let g1 = lock.lock_with_lease(lease).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let left = lock.remaining_lease().await.unwrap().unwrap();
+    let left = lock.remaining_lease().await.unwrap().duration().unwrap();
     assert!(left < Duration::from_millis(4000), "{left:?}");
     let g2 = lock.lock_with_lease(lease).await.unwrap();
-    let left = lock.remaining_lease().await.unwrap().unwrap();
+    let left = lock.remaining_lease().await.unwrap().duration().unwrap();
     assert!(
         left > Duration::from_millis(4800),
         "re-entry resets the TTL: {left:?}"
     );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     g2.unlock().await.unwrap();
-    let left = lock.remaining_lease().await.unwrap().unwrap();
+    let left = lock.remaining_lease().await.unwrap().duration().unwrap();
     assert!(
         left > Duration::from_millis(4800),
         "partial unlock resets the TTL: {left:?}"
     );
     g1.unlock().await.unwrap();
-    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+    assert_eq!(
+        lock.remaining_lease().await.unwrap(),
+        redlease::RemainingLease::Free
+    );
 }
 
 #[tokio::test]
@@ -361,6 +364,7 @@ async fn reentry_with_a_shorter_lease_does_not_shorten_the_outer_hold() {
         .remaining_lease()
         .await
         .unwrap()
+        .duration()
         .unwrap();
     assert!(
         ttl > Duration::from_secs(20),

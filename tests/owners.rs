@@ -19,7 +19,10 @@ async fn locked_increments(lock: &Lock, counter: &str, rounds: usize) -> usize {
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(1)).await;
         let next = value.unwrap_or(0) + 1;
-        client.query::<()>(redis::cmd("SET").arg(counter).arg(next)).await.unwrap();
+        client
+            .query::<()>(redis::cmd("SET").arg(counter).arg(next))
+            .await
+            .unwrap();
         if let Err(e) = guard.unlock().await {
             assert!(e.is_lease_lost(), "unexpected unlock error: {e}");
             false_losses += 1;
@@ -64,7 +67,10 @@ async fn joined_loops_of_one_task_leave_nothing_held() {
 async fn tasks_sharing_an_owner_leave_nothing_held() {
     let server = Server::start();
     let client = support::client(&server).await;
-    let lock = client.lock("shared-owner").unwrap().with_owner(Owner::new());
+    let lock = client
+        .lock("shared-owner")
+        .unwrap()
+        .with_owner(Owner::new());
     let tasks = (0..4).map(|_| {
         let lock = lock.clone();
         tokio::spawn(async move { locked_increments(&lock, "shared-owner:counter", 50).await })
@@ -154,10 +160,16 @@ async fn a_grant_from_a_stalled_server_is_confirmed_before_it_is_returned() {
         .expect("lock() returns once the server resumes")
         .unwrap();
     resume.join().unwrap();
-    assert!(!guard.is_lost(), "lock() returned a guard that was already lost");
+    assert!(
+        !guard.is_lost(),
+        "lock() returned a guard that was already lost"
+    );
     // The watchdog keeps it: still ours after two more leases.
     tokio::time::sleep(2 * lease).await;
-    assert!(!guard.is_lost(), "the watchdog did not keep the returned guard");
+    assert!(
+        !guard.is_lost(),
+        "the watchdog did not keep the returned guard"
+    );
     assert_eq!(support::owners(&server, &support::key_of("stalled")), 1);
     guard.unlock().await.unwrap();
     assert!(!support::exists(&server, &support::key_of("stalled")));

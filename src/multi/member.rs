@@ -157,7 +157,13 @@ pub(crate) async fn attempt_batch(
         .zip(batch.iter().zip(plan.iter()))
         .map(|(reply, ((lock, lease), p))| match reply {
             Ok(Acquire::Acquired { count, token }) => {
-                match lock.register(p.field.clone(), *lease, crate::hold::Grant::Counted(count), token, started) {
+                match lock.register(
+                    p.field.clone(),
+                    *lease,
+                    crate::hold::Grant::Counted(count),
+                    token,
+                    started,
+                ) {
                     Ok(guard) => Outcome::Granted(guard),
                     Err(e) => Outcome::Failed(e),
                 }

@@ -142,10 +142,23 @@ impl MultiLock {
         self.acquire(None, Wait::Once).await
     }
 
+    /// One attempt at every member with a fixed lease (Redisson's `tryLock(0, lease)`); `None`
+    /// when one is held elsewhere (nothing stays held then).
+    ///
+    /// # Errors
+    /// As [`MultiLock::try_lock`], plus [`Error::InvalidDuration`] for a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<MultiLockGuard>> {
+        self.acquire(Some(lease), Wait::Once).await
+    }
+
     /// Waits at most `wait` for every member (watchdog leases); `None` when the wait ran out.
     ///
     /// # Errors
-    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd wait.
+    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for an absurd wait. A zero wait
+    /// makes one attempt.
     ///
     /// # Cancel safety
     /// As [`MultiLock::lock`].

@@ -246,12 +246,25 @@ impl RedLock {
         self.acquire(None, Wait::Once).await
     }
 
+    /// One round with a fixed lease on every node (Redisson's `tryLock(0, lease)`); `None`
+    /// when no majority granted it.
+    ///
+    /// # Errors
+    /// As [`RedLock::try_lock`], plus [`Error::InvalidDuration`] for a bad lease.
+    ///
+    /// # Cancel safety
+    /// As [`RedLock::lock`].
+    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<RedLockGuard>> {
+        self.acquire(Some(lease), Wait::Once).await
+    }
+
     /// Rounds until a majority grants the lock (renewed) or `wait` is spent (`None`).
     ///
     /// # Errors
     /// [`Error::Quorum`] when the wait ends on a round in which too many nodes failed or timed
     /// out to form a majority (rather than `None`, which means the lock is held elsewhere), or
-    /// as [`RedLock::lock`]; plus [`Error::InvalidDuration`] for a zero or absurd wait.
+    /// as [`RedLock::lock`]; plus [`Error::InvalidDuration`] for an absurd wait. A zero
+    /// wait makes one round.
     ///
     /// # Cancel safety
     /// As [`RedLock::lock`].
