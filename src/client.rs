@@ -151,6 +151,9 @@ impl ClientBuilder {
     /// timeout.
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
+        if let Some(risk) = self.config.risks() {
+            tracing::warn!("{risk}");
+        }
         let node = Node::connect(&self.url, self.config.timeout, self.lazy).await?;
         let id = Uuid::new_v4();
         let id_text: Arc<str> = id.to_string().into();

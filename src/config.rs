@@ -20,6 +20,12 @@ pub struct Config {
     pub prefix: String,
     /// Lease of locks taken without an explicit lease; the watchdog renews them every third of it.
     /// Defaults to 30 seconds.
+    ///
+    /// Keep it at least three times [`timeout`](Config::timeout): a renewal may take up to the
+    /// timeout, and one that lands after the lease ran out finds the lock gone. A shorter lease
+    /// is accepted (tests use sub-second leases) and logged as a warning when the client is
+    /// built. A grant that arrives with less than half its lease left is renewed before it is
+    /// handed out, so even then `lock()` never returns a guard that is already lost.
     pub watchdog_lease: Duration,
     /// Limit for connecting and for each command round trip. Defaults to 2 seconds.
     pub timeout: Duration,
@@ -47,6 +53,16 @@ impl Config {
     /// The clock drift allowance for a lease: `lease × drift_factor + 2 ms`.
     pub(crate) fn drift(&self, lease: Duration) -> Duration {
         lease.mul_f64(self.drift_factor.clamp(0.0, 0.5)) + Duration::from_millis(2)
+    }
+
+    /// Settings that work but invite lost leases, as a sentence for the log.
+    pub(crate) fn risks(&self) -> Option<String> {
+        (self.watchdog_lease < self.timeout * 3).then(|| {
+            format!(
+                "watchdog lease {:?} is under three times the timeout {:?}: a slow renewal may land after the lease ran out",
+                self.watchdog_lease, self.timeout
+            )
+        })
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

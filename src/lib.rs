@@ -7,29 +7,37 @@
 //! ```no_run
 //! # async fn demo() -> redlease::Result<()> {
 //! use std::time::Duration;
+//! use redlease::LockOptions;
 //!
 //! let client = redlease::Client::connect("redis://127.0.0.1:6379").await?;
 //! let lock = client.lock("orders:42")?;
 //!
-//! // Wait as long as it takes; the watchdog renews the 30 s lease while `guard` lives.
-//! let guard = lock.lock().await?;
-//! // ... critical section ...
-//! guard.unlock().await?; // errors are reported, e.g. a lease lost meanwhile
+//! // Run a body under the lock: waits as long as it takes, the watchdog renews the 30 s lease
+//! // while the body runs, the lock goes when it ends. The body is its own owner, so this is
+//! // safe inside `join!` and `for_each_concurrent` too.
+//! let total = lock.run(|_held| async { /* critical section */ 42 }).await?;
 //!
-//! // Or: wait at most 200 ms, hold at most 5 s, no renewal.
-//! match lock.try_lock_for_with_lease(Duration::from_millis(200), Duration::from_secs(5)).await? {
-//!     Some(guard) => guard.unlock().await?,
-//!     None => println!("busy"),
+//! // Or: wait at most 200 ms, hold at most 5 s, no renewal; `None` when busy.
+//! let options = LockOptions::new().wait(Duration::from_millis(200)).lease(Duration::from_secs(5));
+//! if lock.try_run(options, |_held| async { /* ... */ }).await?.is_none() {
+//!     println!("busy");
 //! }
+//!
+//! // Guards, for locks that outlive one block of code: unlock reports errors.
+//! let guard = lock.lock().await?;
+//! guard.unlock().await?;
 //! client.shutdown().await?;
+//! # let _ = total;
 //! # Ok(()) }
 //! ```
 //!
 //! ## What you get
 //! - [`Client`]: one connection, one watchdog task and one pub/sub connection shared by all
 //!   its locks. [`blocking::Client`] is the same for synchronous code.
-//! - [`Lock`]: `lock`, `lock_with_lease`, `try_lock`, `try_lock_for`,
-//!   `try_lock_for_with_lease`, `is_locked`, `hold_count`, `remaining_lease`, `force_unlock`.
+//! - [`Lock`]: [`run`](Lock::run) / [`try_run`](Lock::try_run) (a body under the lock, as its
+//!   own owner), `lock`, `lock_with_lease`, `try_lock`, `try_lock_with_lease`, `try_lock_for`,
+//!   `try_lock_for_with_lease`, `try_lock_with(LockOptions)`, `is_locked`, `hold_count`,
+//!   `remaining_lease`, `force_unlock`.
 //! - [`LockGuard`]: `unlock().await`, a non-blocking Drop fallback, [`LockGuard::lost`] (a
 //!   future that resolves when the lease is lost), [`LockGuard::valid_until`] and
 //!   [`LockGuard::fencing_token`].
@@ -74,24 +82,35 @@
 //! tasks locking a key each ran 1.3–1.6× as many lock/unlock pairs per second as with one call
 //! each; see the README's benchmarks). Each caller still gets its own answer, error and timeout.
 //!
-//! ## Reentrancy
-//! The owner is the current tokio task (or the current thread outside a task, as in the
-//! [`blocking`] API). The same owner taking the same lock again counts up; each guard counts
-//! down; the key goes at zero. Another task, thread or client is excluded.
+//! ## Owners: what re-enters, what excludes
+//! A lock is held by an *owner*. The same owner taking the same lock again counts up (each
+//! guard counts down; the key goes at zero); any other owner waits. Which owner an acquisition
+//! is made for, first match wins:
 //!
-//! **Hazard:** futures polled concurrently inside *one* task (`join!`, `select!`,
-//! `FuturesUnordered`) share that task's id, so they re-enter each other's lock and their
-//! critical sections interleave. Give each such future its own [`Owner`]:
+//! | owner | set by | re-enters | excludes |
+//! |---|---|---|---|
+//! | explicit [`Owner`] | [`Lock::with_owner`] | every acquisition through a handle with that owner, from any task | everyone else |
+//! | lock scope | the body of [`Lock::run`] / [`Lock::try_run`] | nested acquisitions inside the body (nested `run`s, `lock()` on any handle of the lock): a scope re-enters a lock that an enclosing scope holds | other bodies, also ones polled concurrently in the same task (`join!`, `select!`, `for_each_concurrent`, `buffer_unordered`), and tasks spawned from the body |
+//! | tokio task | default in async code outside any scope | everything in the task, **including futures polled concurrently in it** | other tasks |
+//! | thread | the [`blocking`] API (and code outside any tokio task) | everything on the thread | other threads |
+//!
+//! **Use [`Lock::run`] in async code.** With the task as the owner, futures polled
+//! concurrently inside *one* task share its id, so they re-enter each other's lock and their
+//! critical sections interleave. redlease cannot tell that from nesting in every case, but it
+//! sees the clearest sign — an acquisition starting while the same owner's other acquisition of
+//! the lock is still in progress (a nested one starts only after the outer one returned) — and
+//! logs a warning once per lock and owner. The server's hold count stays exact either way:
+//! one owner's acquisitions take turns, so its count always equals its live guards.
 //!
 //! ```no_run
 //! # async fn demo(client: redlease::Client) -> redlease::Result<()> {
-//! use redlease::Owner;
-//!
-//! let a = client.lock("stock:move")?.with_owner(Owner::new());
-//! let b = client.lock("stock:move")?.with_owner(Owner::new());
-//! let (ga, gb) = tokio::join!(a.lock(), b.try_lock());
-//! assert!(gb?.is_none()); // real exclusion inside one task
-//! ga?.unlock().await?;
+//! let lock = client.lock("stock:move")?;
+//! let (a, b) = tokio::join!(
+//!     lock.run(|_| async { /* one at a time */ }),
+//!     lock.run(|_| async { /* ... with this one */ }),
+//! );
+//! a?;
+//! b?;
 //! # Ok(()) }
 //! ```
 //!
@@ -117,7 +136,10 @@
 //!   number; the resource rejects writes carrying an older token;
 //! - the **lost-lease signal** ([`LockGuard::lost`]) to stop work promptly;
 //! - the **local validity deadline** ([`LockGuard::valid_until`]): the lease minus a drift
-//!   allowance, measured from the *start* of the last successful acquisition or renewal;
+//!   allowance, measured from the *start* of the last successful acquisition or renewal. A
+//!   guard is never handed out with its validity already spent: a grant that arrives with less
+//!   than half its lease left (a stalled server answering late) is renewed first, and given
+//!   back if that fails;
 //! - independent masters with a quorum (Redlock) where one Redis master is not trusted.
 //!
 //! Without persistence, a Redis restart forgets every lock; with replication, a failover can
