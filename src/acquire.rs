@@ -50,8 +50,8 @@ impl Lock {
                  each under `Lock::run` (its own owner) to exclude them"
             );
         }
-        // This owner's releases of the lock still in flight come first (see `sequence.rs`).
-        inner.releases.settled(&self.keys.hash, &field).await;
+        // This owner's releases of the lock still in flight come first (`turns.rs`).
+        acquiring.settled().await;
         let mut subscription = None;
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
         // for us would deadlock). Others join it only when this client already has contenders

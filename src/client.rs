@@ -16,7 +16,6 @@ use crate::hold::Holds;
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::pubsub::Subscriber;
-use crate::sequence::Releases;
 use crate::task::AbortOnDrop;
 use crate::turns::Turns;
 use crate::watchdog::{self, RenewStats};
@@ -49,9 +48,8 @@ pub(crate) struct Inner {
     pub node: Node,
     pub holds: Holds,
     pub gates: Gates,
-    /// Guard releases in flight, which the same owner's acquisitions wait for.
-    pub releases: Arc<Releases>,
-    /// Acquisitions in progress, which take turns per (lock, owner).
+    /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
+    /// and wait for the owner's releases in flight.
     pub turns: Arc<Turns>,
     /// Background releases and give-backs, which `shutdown` waits for.
     pub background: TaskTracker,
@@ -169,7 +167,6 @@ impl ClientBuilder {
             node,
             holds: Holds::default(),
             gates: Gates::default(),
-            releases: Arc::default(),
             turns: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),

@@ -11,8 +11,8 @@ use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
 use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
-use crate::sequence::Releasing;
 use crate::task::FinishOnDrop;
+use crate::turns::Releasing;
 
 /// One hold of a lock. Release it with [`unlock`](LockGuard::unlock), which reports errors;
 /// dropping it releases in the background instead.
@@ -222,7 +222,7 @@ pub(crate) async fn release(client: &Client, hold: &Arc<Hold>) -> Result<()> {
 }
 
 /// The synchronous half of [`release`]: one guard fewer in the registry, and the release
-/// registered as in flight before the owner can ask for the lock again (`sequence.rs`).
+/// registered as in flight before the owner can ask for the lock again (`turns.rs`).
 fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, Releasing)> {
     let inner = &client.inner;
     match inner.holds.release(hold) {
@@ -234,7 +234,10 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
                 name: hold.keys.name.to_string(),
             })
         }
-        other => Ok((other, inner.releases.start(&hold.keys.hash, &hold.field))),
+        other => Ok((
+            other,
+            inner.turns.start_release(&hold.keys.hash, &hold.field),
+        )),
     }
 }
 

@@ -181,7 +181,6 @@ mod owner;
 mod pubsub;
 mod scope;
 mod scripts;
-mod sequence;
 mod task;
 mod turns;
 mod watchdog;

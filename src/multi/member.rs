@@ -114,9 +114,20 @@ pub(crate) async fn attempt_batch(
             }
         })
         .collect();
-    // This owner's releases of these locks still in flight come first (see `sequence.rs`).
-    for p in plan.iter() {
-        inner.releases.settled(&p.keys.hash, &p.field).await;
+    // As for a single lock (`turns.rs`): wait for this owner's releases of each lock in flight,
+    // and hold each (lock, owner)'s turn until the grants are registered. Turns are taken in
+    // key order, each once, so two batches of one owner cannot wait for each other.
+    let mut order: Vec<&Planned> = plan.iter().collect();
+    order.sort_by(|a, b| (&a.keys.hash, &a.field).cmp(&(&b.keys.hash, &b.field)));
+    order.dedup_by(|a, b| a.keys.hash == b.keys.hash && a.field == b.field);
+    let acquiring: Vec<_> = order
+        .iter()
+        .map(|p| inner.turns.start(&p.keys.hash, &p.field))
+        .collect();
+    let mut _turns = Vec::with_capacity(acquiring.len());
+    for a in &acquiring {
+        a.settled().await;
+        _turns.push(a.turn().await);
     }
     let started = Instant::now();
     let request = {

@@ -19,7 +19,7 @@ pub(crate) enum Latch {
     /// Every time: give-backs, which may race the owner's own acquisitions.
     Always,
     /// Only while holds remain: a guard's release, during which the owner cannot take the lock
-    /// again (`sequence.rs`), so a retry that finds the field gone knows it was released.
+    /// again (`turns.rs`), so a retry that finds the field gone knows it was released.
     WhileHeld,
 }
 
