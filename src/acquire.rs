@@ -6,14 +6,17 @@ use std::time::{Duration, Instant};
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::gate::{Handover, Ticket};
-use crate::guard::{LockGuard, give_back_in_background, release_on_server};
-use crate::hold::{Grant, Hold, Lease};
+use crate::guard::LockGuard;
+use crate::hold::{Grant, Hold};
 use crate::keys::LockKeys;
-use crate::lock::{Lock, Wait};
+use crate::lock::Lock;
 use crate::node::{Latch, ReleaseArgs, Renewal, Successor};
 use crate::pubsub::Subscription;
+use crate::release::{give_back, give_back_in_background};
 use crate::scripts::{Acquire, Release};
 use crate::task::FinishOnDrop;
+use crate::terms::Lease;
+use crate::terms::Wait;
 
 /// How long to sleep between attempts when the holder's key has no expiry and no unlock
 /// message arrives (someone PERSISTed it, or a message was lost).
@@ -191,7 +194,7 @@ impl Lock {
             Some(Handover::Unknown) => {
                 // The release failed unanswered: it may have handed us the lock. We held
                 // nothing before, so giving back one hold is exact either way.
-                let _ = release_on_server(&self.client, &self.keys, field, lease_ms, 1).await;
+                let _ = give_back(&self.client, &self.keys, field, lease_ms, 1).await;
                 Ok(None)
             }
             Some(Handover::Declined) | None => Ok(None),
@@ -318,7 +321,7 @@ impl Lock {
                     return;
                 }
                 tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = release_on_server(&client, &keys, &field, lease_ms, 1).await {
+                if let Err(e) = give_back(&client, &keys, &field, lease_ms, 1).await {
                     tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
                 }
             }

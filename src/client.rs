@@ -62,13 +62,6 @@ pub(crate) struct Inner {
     next_request: AtomicU64,
 }
 
-/// Names one release request (`<client uuid>:<n>`), so a retry of it is recognised.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RequestId<'a> {
-    pub client: &'a Arc<str>,
-    pub n: u64,
-}
-
 impl Inner {
     pub fn check_open(&self) -> Result<()> {
         if self.shut_down.load(Ordering::Acquire) {
@@ -80,8 +73,8 @@ impl Inner {
 
     /// Tells the watchdog about a new hold: only a lease shorter than its current period's
     /// wakes it (waking it for every lock would rescan every hold each time).
-    pub fn watchdog_adopt(&self, lease: crate::hold::Lease) {
-        if let crate::hold::Lease::Watchdog(lease) = lease {
+    pub fn watchdog_adopt(&self, lease: crate::terms::Lease) {
+        if let crate::terms::Lease::Watchdog(lease) = lease {
             let ms = lease.as_millis().min(u64::MAX as u128) as u64;
             if self.watchdog_lease_ms.fetch_min(ms, Ordering::AcqRel) > ms {
                 self.watchdog_wake.notify_one();
@@ -90,8 +83,8 @@ impl Inner {
     }
 
     /// A request id unique to this client, for idempotent releases.
-    pub fn request_id(&self) -> RequestId<'_> {
-        RequestId {
+    pub fn request_id(&self) -> crate::node::RequestId<'_> {
+        crate::node::RequestId {
             client: &self.id_text,
             n: self.next_request.fetch_add(1, Ordering::Relaxed),
         }
@@ -268,8 +261,7 @@ impl Client {
             .into_iter()
             .map(|(hold, guards)| async move {
                 let holds = hold.server_count(guards.max(1));
-                crate::guard::release_on_server(self, &hold.keys, &hold.field, hold.lease_ms, holds)
-                    .await
+                crate::release::give_back(self, &hold.keys, &hold.field, hold.lease_ms, holds).await
             });
         let first_error = futures_util::future::join_all(releases)
             .await

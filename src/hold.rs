@@ -15,34 +15,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::keys::LockKeys;
-
-/// How a hold's lease is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lease {
-    /// Renewed by the watchdog every third of the lease while a guard lives.
-    Watchdog(Duration),
-    /// Expires after the lease; never renewed.
-    Fixed(Duration),
-}
-
-impl Lease {
-    /// A fixed lease, checked: at least 1 ms, at most [`MAX_DURATION`](crate::config::MAX_DURATION).
-    pub fn fixed(lease: Duration) -> crate::error::Result<Lease> {
-        crate::config::lease_ms("lease", lease)?;
-        Ok(Lease::Fixed(lease))
-    }
-
-    pub fn duration(self) -> Duration {
-        match self {
-            Lease::Watchdog(d) | Lease::Fixed(d) => d,
-        }
-    }
-
-    /// The lease in milliseconds, as the scripts take it (checked leases fit easily).
-    pub fn ms(self) -> u64 {
-        self.duration().as_millis() as u64
-    }
-}
+use crate::terms::Lease;
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,

@@ -179,9 +179,11 @@ mod multi;
 mod node;
 mod owner;
 mod pubsub;
+mod release;
 mod scope;
 mod scripts;
 mod task;
+mod terms;
 mod turns;
 mod watchdog;
 

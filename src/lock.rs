@@ -1,16 +1,16 @@
 //! `Lock`: the handle to one named lock, and its public operations.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::client::Client;
-use crate::config::{check_duration, lease_ms};
+use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::Lease;
 use crate::keys::LockKeys;
 use crate::owner::Owner;
 use crate::scripts::Release;
+use crate::terms::{Lease, Wait};
 
 /// A handle to one named lock of a [`Client`]. Cheap to clone; holds nothing by itself.
 ///
@@ -291,8 +291,7 @@ impl Lock {
             lease_ms = hold.lease_ms;
             inner.holds.release(&hold);
         }
-        match crate::guard::release_on_server(&self.client, &self.keys, &field, lease_ms, 1).await?
-        {
+        match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {
             Release::NotHeld => Err(Error::NotHeld {
                 name: self.keys.name.to_string(),
             }),
@@ -356,44 +355,6 @@ impl RemainingLease {
     /// Whether somebody holds the lock.
     pub fn is_held(self) -> bool {
         !matches!(self, RemainingLease::Free)
-    }
-}
-
-/// How long an acquisition may wait (single locks, MultiLock and RedLock alike).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait {
-    Once,
-    Until(Instant),
-    Forever,
-}
-
-impl Wait {
-    /// At most `wait`; a zero wait is one attempt (as Redisson's `tryLock(0, ..)`).
-    pub(crate) fn until(wait: Duration) -> Result<Wait> {
-        if wait.is_zero() {
-            return Ok(Wait::Once);
-        }
-        check_duration("wait", wait)?;
-        Instant::now()
-            .checked_add(wait)
-            .map(Wait::Until)
-            .ok_or_else(|| Error::InvalidDuration {
-                what: "wait",
-                reason: "overflows the clock".into(),
-            })
-    }
-
-    /// Time left for another attempt: `None` when the wait is spent (or was a single try),
-    /// `Some` with `None` inside when unbounded.
-    pub(crate) fn remaining(self) -> Option<Option<Duration>> {
-        match self {
-            Wait::Once => None,
-            Wait::Forever => Some(None),
-            Wait::Until(at) => match at.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => Some(Some(left)),
-                _ => None,
-            },
-        }
     }
 }
 

@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::{Hold, Lease};
-use crate::lock::{Lock, Wait};
+use crate::hold::Hold;
+use crate::lock::Lock;
+use crate::terms::Lease;
+use crate::terms::Wait;
 
 /// How to take a lock: how long to wait, and how the lease is kept.
 ///

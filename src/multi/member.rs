@@ -15,13 +15,13 @@ use redis::{ErrorKind, RedisResult, ServerErrorKind};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::{LockGuard, release_on_server};
-use crate::hold::Lease;
+use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::node::acquire_args;
 use crate::scripts::{self, Acquire};
 use crate::task::FinishOnDrop;
+use crate::terms::Lease;
 
 /// What one attempt on one member came to.
 pub(crate) enum Outcome {
@@ -302,7 +302,7 @@ fn outcome_unknown(e: &Error) -> bool {
 /// connection after the request, so the server applies it after the acquire even when both wait
 /// behind a paused server.
 async fn undo(client: &Client, p: &Planned) {
-    match release_on_server(client, &p.keys, &p.field, p.lease_ms, 1).await {
+    match crate::release::give_back(client, &p.keys, &p.field, p.lease_ms, 1).await {
         Ok(_) => tracing::debug!(lock = %p.keys.name, "gave back an abandoned acquisition"),
         Err(e) => {
             tracing::warn!(lock = %p.keys.name, error = %e, "could not give back an abandoned acquisition; it expires with its lease")

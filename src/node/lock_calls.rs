@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Node, evalsha, evalsha_without_keys};
+use super::{Node, RequestId, evalsha, evalsha_without_keys};
 use crate::batch::{Batcher, Traffic};
-use crate::client::RequestId;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Release};

@@ -20,6 +20,13 @@ mod lock_calls;
 use lock_calls::Batches;
 pub(crate) use lock_calls::{Latch, ReleaseArgs, Successor, acquire_args};
 
+/// Names one release request (`<client uuid>:<n>`), so a retry of it is recognised.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestId<'a> {
+    pub client: &'a Arc<str>,
+    pub n: u64,
+}
+
 /// One renewal request of the watchdog's batch.
 pub(crate) struct Renewal<'a> {
     pub hash: &'a str,

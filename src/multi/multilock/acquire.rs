@@ -10,11 +10,11 @@ use crate::acquire::nap_for;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::Lease;
 use crate::lock::Lock;
-use crate::lock::Wait;
 use crate::multi::member::{Outcome, attempt_batch, give_back, jitter};
 use crate::pubsub::Subscription;
+use crate::terms::Lease;
+use crate::terms::Wait;
 
 use super::{MultiLock, MultiLockGuard};
 

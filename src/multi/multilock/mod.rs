@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 
-use crate::lock::Wait;
+use crate::terms::Wait;
 
 pub use guard::MultiLockGuard;
 

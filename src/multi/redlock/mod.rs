@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::owner::Owner;
 
-use crate::lock::Wait;
+use crate::terms::Wait;
 use settings::{DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, check_nodes};
 
 pub use guard::RedLockGuard;

@@ -10,9 +10,10 @@ use futures_util::future::join_all;
 
 use crate::client::Client;
 use crate::guard::LockGuard;
-use crate::hold::{Hold, Lease};
+use crate::hold::Hold;
 use crate::multi::member::Outcome;
 use crate::node::Renewal;
+use crate::terms::Lease;
 
 use super::shared::Shared;
 

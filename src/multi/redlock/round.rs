@@ -7,10 +7,10 @@ use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::Lease;
 use crate::lock::Lock;
-use crate::lock::Wait;
 use crate::multi::member::{Outcome, give_back, jitter};
+use crate::terms::Lease;
+use crate::terms::Wait;
 
 use super::RedLock;
 use super::fence::raise_fence;
