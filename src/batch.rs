@@ -3,7 +3,7 @@
 //! Why: every `EVALSHA` costs the server ~10k instructions before the script does anything
 //! (argument tables, entering the interpreter, the reply, a GC step; callgrind, Redis 7.0),
 //! about as much as the commands of our scripts, and it costs the client one request through
-//! redis-rs. When many tasks lock and unlock at once (issue 5's W3: 64 tasks, a key each), one
+//! redis-rs. When many tasks lock and unlock at once (64 tasks, a key each), one
 //! call for all of them pays that once.
 //!
 //! When: only while another request of the node is in flight ([`Traffic`]). A request made

@@ -171,6 +171,7 @@ mod client;
 mod config;
 mod error;
 mod gate;
+mod grant;
 mod guard;
 mod hold;
 mod keys;
