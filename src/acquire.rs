@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use crate::error::{Error, Result};
 use crate::gate::{Handover, Ticket};
 use crate::guard::LockGuard;
@@ -13,6 +15,7 @@ use crate::pubsub::Subscription;
 use crate::release::{give_back, give_back_in_background};
 use crate::scripts::{Acquire, Release};
 use crate::task::FinishOnDrop;
+use crate::telemetry;
 use crate::terms::{Lease, Wait};
 
 /// How long to sleep between attempts when the holder's key has no expiry and no unlock
@@ -34,10 +37,43 @@ fn skip_attempt(ticket: Option<&Ticket<'_>>, wait: Wait) -> bool {
 }
 
 impl Lock {
+    /// Takes the lock on `lease` terms, waiting as `wait` allows: the guard, or `None` when the
+    /// wait ran out. Traced as the `acquire` span; a success records the wait and attempts.
     pub(crate) async fn acquire(&self, lease: Lease, wait: Wait) -> Result<Option<LockGuard>> {
+        let span = tracing::debug_span!(
+            "acquire",
+            lock = %self.keys.name,
+            owner = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            wait_ms = tracing::field::Empty,
+        );
+        let called = Instant::now();
+        let mut attempts = 0u32;
+        let acquired = self
+            .wait_for_grant(lease, wait, &mut attempts)
+            .instrument(span.clone())
+            .await;
+        if let Ok(Some(_)) = &acquired {
+            let waited = called.elapsed();
+            span.record("attempts", attempts);
+            span.record("wait_ms", waited.as_secs_f64() * 1e3);
+            telemetry::observe(telemetry::ACQUIRE_WAIT, waited);
+            metrics::histogram!(telemetry::ACQUIRE_ATTEMPTS).record(f64::from(attempts));
+        }
+        acquired
+    }
+
+    /// The acquisition loop: attempt, queue, subscribe, nap, until granted or the wait is spent.
+    async fn wait_for_grant(
+        &self,
+        lease: Lease,
+        wait: Wait,
+        attempts: &mut u32,
+    ) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.check_open()?;
         let owner = self.owner();
+        tracing::Span::current().record("owner", tracing::field::display(&owner));
         let field = owner.field(&inner.id_text);
         let lease_ms = lease.ms();
         let acquiring = inner.turns.start(&self.keys.hash, &field);
@@ -76,6 +112,7 @@ impl Lock {
                 // Held until the grant is registered, so this owner's grants register in the
                 // order the server applied them (`turns.rs`).
                 let _turn = acquiring.turn().await;
+                *attempts += 1;
                 let started = Instant::now();
                 ttl = match self.attempt(&field, lease_ms, reentry).await? {
                     Acquire::Acquired { count, token } => {
@@ -128,6 +165,8 @@ impl Lock {
                 nap = nap.min(left);
             }
             if let Some(guard) = self.nap(ticket.as_ref(), sub, &field, lease, nap).await? {
+                // Handed over by a release of this client: that was the attempt.
+                *attempts += 1;
                 return Ok(Some(guard));
             }
         }

@@ -158,6 +158,7 @@ impl<E: Send + 'static> Batcher<E> {
             entries.push(q.entry);
             waiting.push(q.reply);
         }
+        metrics::histogram!(crate::telemetry::BATCH_SIZE).record(entries.len() as f64);
         let replies = send(entries, limit).await;
         for (waiter, reply) in waiting.into_iter().zip(replies) {
             // A caller that stopped waiting gets nothing, as with a single call.

@@ -30,6 +30,8 @@ pub(crate) struct Hold {
     /// counted; given back with this hold's last guard so the key does not outlive it.
     orphans: AtomicU32,
     valid_until: Mutex<Instant>,
+    /// When the hold was registered, for the hold-time metric.
+    pub granted_at: Instant,
     lost: AtomicBool,
     lost_notify: Notify,
 }
@@ -53,6 +55,7 @@ impl Hold {
             guards: AtomicU32::new(1),
             orphans: AtomicU32::new(0),
             valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
+            granted_at: Instant::now(),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
         }
@@ -104,6 +107,7 @@ impl Hold {
             return false;
         }
         tracing::warn!(lock = %self.keys.name, owner = %self.field, "lease lost: {why}");
+        crate::telemetry::count(crate::telemetry::LEASES_LOST);
         self.lost_notify.notify_waiters();
         true
     }

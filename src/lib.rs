@@ -128,6 +128,28 @@
 //! lock just as the future was dropped — that grant is observed in the background and given
 //! back. Dropping an `unlock()` future still completes the release.
 //!
+//! ## Observability
+//! Metrics go through the [`metrics`](https://docs.rs/metrics) facade: nothing is recorded
+//! until the application installs a recorder (Prometheus, StatsD, ...; see
+//! `examples/prometheus.rs`), and then each update is a few atomic operations. No metric is
+//! labelled by lock name, which would be unbounded; spans carry the name instead.
+//!
+//! | metric | kind | what |
+//! |---|---|---|
+//! | `redlease_acquire_wait_seconds` | histogram | from the call to the grant, for acquisitions that got the lock |
+//! | `redlease_acquire_attempts` | histogram | script attempts one successful acquisition took (hand-overs count as one) |
+//! | `redlease_hold_seconds` | histogram | from the grant to the guard's release |
+//! | `redlease_handovers_total` | counter | releases that handed the lock straight to a waiter of the same client |
+//! | `redlease_leases_lost_total` | counter | holds whose lease was lost while a guard lived |
+//! | `redlease_renewal_lag_seconds` | histogram | how late a watchdog round started after its schedule |
+//! | `redlease_lease_left_at_renewal_seconds` | histogram | the validity a hold had left when its renewal was confirmed: near zero means leases nearly ran out |
+//! | `redlease_batch_size` | histogram | acquisitions or releases coalesced into one script call |
+//! | `redlease_redlock_node_votes_total` | counter | RedLock acquisition answers per node (labels `node`, the node's index, and `vote`: `granted`, `held`, `failed`) |
+//!
+//! Spans (at `DEBUG`, target `redlease`): `acquire` (fields `lock`, `owner`, and on success
+//! `attempts` and `wait_ms`), `release` (`lock`, `owner`, `outcome`), `renew` (one watchdog
+//! round: `locks`, `renewed`, `lost`).
+//!
 //! ## What a lease-based lock can and cannot promise
 //! A lease lock cannot by itself protect a resource from a holder that is paused past its
 //! lease (GC, swap, SIGSTOP, a slow network): when it resumes it may still believe it holds
@@ -184,6 +206,7 @@ mod release;
 mod scope;
 mod scripts;
 mod task;
+mod telemetry;
 mod terms;
 mod turns;
 mod watchdog;

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracing::Instrument;
+
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::gate::{Handover, Offer};
@@ -72,10 +74,15 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
                 name: hold.keys.name.to_string(),
             })
         }
-        other => Ok((
-            other,
-            inner.turns.start_release(&hold.keys.hash, &hold.field),
-        )),
+        other => {
+            if other == LocalRelease::Last {
+                crate::telemetry::observe(crate::telemetry::HOLD_TIME, hold.granted_at.elapsed());
+            }
+            Ok((
+                other,
+                inner.turns.start_release(&hold.keys.hash, &hold.field),
+            ))
+        }
     }
 }
 
@@ -155,6 +162,12 @@ async fn send(
 ) -> Result<Release> {
     let tracker = client.inner.background.clone();
     let client = client.clone();
+    let span = tracing::debug_span!(
+        "release",
+        lock = %request.keys.name,
+        owner = %request.field,
+        outcome = tracing::field::Empty,
+    );
     let work = async move {
         let inner = &client.inner;
         let id = inner.request_id();
@@ -185,14 +198,26 @@ async fn send(
             // its attempt because we held it must look again.
             Ok(Release::Released | Release::NotHeld) => inner.gates.released(&request.keys.hash),
             // Before the answer, so the next head already knows a local waiter holds it.
-            Ok(Release::HandedOver { .. }) => inner.gates.handed_over(&request.keys.hash),
+            Ok(Release::HandedOver { .. }) => {
+                crate::telemetry::count(crate::telemetry::HANDOVERS);
+                inner.gates.handed_over(&request.keys.hash)
+            }
             _ => {}
         }
         if let Some(offer) = offer {
             answer(&client, &request.keys, offer, &outcome, sent);
         }
+        let said = match &outcome {
+            Ok(Release::Released) => "released",
+            Ok(Release::HandedOver { .. }) => "handed over",
+            Ok(Release::StillHeld(_)) => "still held",
+            Ok(Release::NotHeld) => "not held",
+            Err(_) => "failed",
+        };
+        tracing::Span::current().record("outcome", said);
         outcome
-    };
+    }
+    .instrument(span);
     FinishOnDrop::new(work, |_| async {})
         .tracked(&tracker)
         .await

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use tokio::sync::Notify;
 
+use tracing::Instrument;
+
 use crate::client::Inner;
 use crate::hold::Hold;
 use crate::node::Renewal;
@@ -66,9 +68,23 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
             // A new hold arrived; recompute the period (it may be shorter now).
             continue;
         }
+        let due = last_tick + period;
         last_tick = tokio::time::Instant::now();
+        crate::telemetry::observe(
+            crate::telemetry::RENEWAL_LAG,
+            last_tick.saturating_duration_since(due),
+        );
         let Some(inner) = weak.upgrade() else { return };
-        let stats = renew_all(&inner).await;
+        let span = tracing::debug_span!(
+            "renew",
+            locks = tracing::field::Empty,
+            renewed = tracing::field::Empty,
+            lost = tracing::field::Empty
+        );
+        let stats = renew_all(&inner).instrument(span.clone()).await;
+        span.record("locks", stats.locks);
+        span.record("renewed", stats.locks.saturating_sub(stats.lost));
+        span.record("lost", stats.lost);
         if stats.lost > 0 || stats.failed_batches > 0 {
             tracing::debug!(?stats, "watchdog tick");
         }
@@ -118,6 +134,8 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
             Ok(flags) => {
                 for (hold, renewed) in batch.iter().zip(flags) {
                     if renewed {
+                        let left = hold.valid_until().saturating_duration_since(Instant::now());
+                        crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
                         hold.renewed(started);
                     } else {
                         stats.lost += lose(inner, hold, "the key was gone at renewal");

@@ -128,6 +128,13 @@ impl Tally {
         };
         for (i, outcome) in round.into_iter().enumerate() {
             let mut slot = None;
+            let vote = match &outcome {
+                Outcome::Granted(_) => "granted",
+                Outcome::HeldElsewhere { .. } => "held",
+                Outcome::TimedOut | Outcome::Failed(_) => "failed",
+            };
+            metrics::counter!(crate::telemetry::REDLOCK_VOTES, "node" => i.to_string(), "vote" => vote)
+                .increment(1);
             match outcome {
                 Outcome::Granted(held) => {
                     tally.acquired += 1;
