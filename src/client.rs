@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::gate::Gates;
 use crate::hold::Holds;
+use crate::identity::{self, ClientInfo};
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::pubsub::Subscriber;
@@ -42,6 +43,8 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub id: Uuid,
+    /// This process as the client announces itself (`identity.rs`).
+    pub me: ClientInfo,
     /// `id` as text, the prefix of every owner field.
     pub id_text: Arc<str>,
     pub config: Config,
@@ -148,8 +151,18 @@ impl ClientBuilder {
         let node = Node::connect(&self.url, self.config.timeout, self.lazy).await?;
         let id = Uuid::new_v4();
         let id_text: Arc<str> = id.to_string().into();
+        let me = ClientInfo::this_process(&id_text);
+        if !self.lazy {
+            // Announced now so operators see who holds what at once; the watchdog refreshes it.
+            let ttl = self.config.watchdog_lease + Duration::from_secs(1);
+            let announced = identity::announce(&node, &self.config.prefix, &me, ttl).await;
+            if let Err(e) = announced {
+                tracing::warn!(error = %e, "could not announce this client; lock holders will be shown by id only");
+            }
+        }
         let inner = Arc::new(Inner {
             id,
+            me,
             id_text: id_text.clone(),
             subscriber: Subscriber::new(
                 node.redis_client().clone(),
@@ -268,6 +281,10 @@ impl Client {
             .into_iter()
             .find_map(Result::err);
         self.inner.watchdog_task.lock().take();
+        let inner = &self.inner;
+        if let Err(e) = identity::withdraw(&inner.node, &inner.config.prefix, &inner.me).await {
+            tracing::debug!(error = %e, "could not withdraw this client's announcement; it expires");
+        }
         self.inner.subscriber.stop();
         first_error.map_or(Ok(()), Err)
     }

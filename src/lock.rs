@@ -309,9 +309,39 @@ impl Lock {
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
+    ///
+    /// Each holder is named by the process behind it ([`Holder::client`]: host, pid, program)
+    /// when its client announced itself (every client does, while its watchdog runs); that
+    /// costs one more round trip when the lock is held.
     pub async fn status(&self) -> Result<LockStatus> {
         let snap = self.snapshot().await?;
+        let inner = &self.client.inner;
+        let mut ids: Vec<&str> = snap
+            .owners
+            .iter()
+            .map(|(field, _)| crate::identity::client_of(field))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let infos = crate::identity::lookup(&inner.node, &inner.config.prefix, &ids).await?;
+        let holders = snap
+            .owners
+            .iter()
+            .map(|(field, holds)| {
+                let id = crate::identity::client_of(field);
+                let client = ids
+                    .iter()
+                    .position(|known| *known == id)
+                    .and_then(|i| infos.get(i).cloned().flatten());
+                Holder {
+                    field: field.clone(),
+                    holds: *holds,
+                    client,
+                }
+            })
+            .collect();
         Ok(LockStatus {
+            holders,
             owners: snap.owners,
             remaining_lease: snap.ttl,
             fence: snap.fence,
@@ -325,10 +355,24 @@ impl Lock {
 pub struct LockStatus {
     /// Owner fields (`<client uuid>:<owner>`) and their hold counts; empty when free.
     pub owners: Vec<(String, u64)>,
+    /// The same owners, each with the process behind it when known.
+    pub holders: Vec<Holder>,
     /// Remaining lease; `None` when free or without expiry.
     pub remaining_lease: Option<Duration>,
     /// The fencing counter (the last token handed out), when the lock is fenced.
     pub fence: Option<u64>,
+}
+
+/// One owner of a lock, from [`LockStatus::holders`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner field, `<client uuid>:<owner>`.
+    pub field: String,
+    /// Its hold count.
+    pub holds: u64,
+    /// The process behind the client, if it announced itself and is still alive.
+    pub client: Option<crate::identity::ClientInfo>,
 }
 
 /// The lease left on a lock, from [`Lock::remaining_lease`].

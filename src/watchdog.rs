@@ -85,6 +85,12 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
         span.record("locks", stats.locks);
         span.record("renewed", stats.locks.saturating_sub(stats.lost));
         span.record("lost", stats.lost);
+        // Keep this client's announcement alive for three periods past this tick.
+        let ttl = 3 * period + Duration::from_secs(1);
+        let prefix = &inner.config.prefix;
+        if let Err(e) = crate::identity::announce(&inner.node, prefix, &inner.me, ttl).await {
+            tracing::debug!(error = %e, "could not refresh this client's announcement");
+        }
         if stats.lost > 0 || stats.failed_batches > 0 {
             tracing::debug!(?stats, "watchdog tick");
         }

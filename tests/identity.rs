@@ -1,0 +1,58 @@
+//! Who holds a lock: every client announces its process, and `status` names it.
+
+mod support;
+
+use std::time::Duration;
+
+use support::Server;
+
+/// `status` names the holder's host, pid and program, not only its uuid.
+#[tokio::test]
+async fn status_names_the_process_that_holds_the_lock() {
+    let server = Server::start();
+    let [holder, viewer] = support::clients::<2>(&server).await;
+    let guard = holder.lock("who").unwrap().lock().await.unwrap();
+    let status = viewer.lock("who").unwrap().status().await.unwrap();
+    assert_eq!(status.holders.len(), 1);
+    let held = &status.holders[0];
+    assert_eq!(held.holds, 1);
+    assert!(held.field.starts_with(&holder.id().to_string()));
+    let info = held.client.as_ref().expect("the holder announced itself");
+    assert_eq!(info.id, holder.id().to_string());
+    assert_eq!(info.pid, std::process::id());
+    assert_eq!(info.host, gethostname());
+    let program = std::env::current_exe().unwrap();
+    assert_eq!(info.program, program.file_name().unwrap().to_string_lossy());
+    assert!(info.started_ms > 0);
+    guard.unlock().await.unwrap();
+    let free = viewer.lock("who").unwrap().status().await.unwrap();
+    assert!(free.holders.is_empty() && free.owners.is_empty());
+}
+
+/// The announcement is a small key with a lease that the watchdog keeps alive, and shutdown
+/// removes it.
+#[tokio::test]
+async fn the_announcement_lives_while_the_client_does() {
+    let server = Server::start();
+    let lease = Duration::from_millis(600);
+    let client = support::client_with_lease(&server, lease).await;
+    let key = format!("redlease:client:{}", client.id());
+    assert!(support::exists(&server, &key));
+    // Several of its TTLs later it is still there: the watchdog refreshes it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(support::exists(&server, &key), "the watchdog let it expire");
+    let ttl = support::pttl(&server, &key);
+    assert!(
+        ttl > 0 && ttl <= 2_000,
+        "a lease of a few periods, got {ttl} ms"
+    );
+    client.shutdown().await.unwrap();
+    assert!(!support::exists(&server, &key), "shutdown withdraws it");
+}
+
+fn gethostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
