@@ -20,6 +20,7 @@ use crate::release;
 /// the watchdog stops renewing at the last hold) and spawns the release on the runtime that is
 /// current at drop time. Without a runtime the lease frees the key when it runs out.
 #[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
 pub struct LockGuard {
     client: Client,
     hold: Arc<Hold>,

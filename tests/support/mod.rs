@@ -57,10 +57,12 @@ pub fn start_many(n: usize) -> Vec<Server> {
 }
 
 /// Installs a `tracing` subscriber once per test binary: filter from `RUST_LOG` (default
-/// `warn`), output through the test writer so it is captured per test.
+/// `warn`), output through the test writer so it is captured per test. Also installs the
+/// panic hook of [`fail_on_worker_panics`].
 pub fn init_tracing() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
+        fail_on_worker_panics();
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
         // try_init: another harness in the same binary may have installed one already.
@@ -69,6 +71,22 @@ pub fn init_tracing() {
             .with_test_writer()
             .try_init();
     });
+}
+
+/// A panic in a task spawned on a multi-thread runtime's worker is caught by tokio and seen
+/// only by whoever awaits its handle; a background task of the library (a release, the
+/// watchdog) has nobody who does. This hook ends the test binary on such a panic, so it fails
+/// the run instead of passing unseen. Panics on a test's own thread (its assertions, and tasks
+/// of a current-thread runtime) fail that test as usual.
+fn fail_on_worker_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        if std::thread::current().name() == Some("tokio-runtime-worker") {
+            eprintln!("a spawned task panicked on a tokio worker (above): failing the test binary");
+            std::process::exit(101);
+        }
+    }));
 }
 
 /// A lock name no other test (in this or another process) uses: `prefix-pid-n-nanos`.

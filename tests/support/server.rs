@@ -52,6 +52,8 @@ impl Builder {
 
     /// Starts the server and waits until it answers PING. Panics (with the log) on failure.
     pub fn start(self) -> Server {
+        // Every test that starts a server gets the log filter and the worker-panic hook.
+        super::init_tracing();
         let binary = self.binary.unwrap_or_else(default_binary);
         let mut args: Vec<OsString> = [
             "--bind",

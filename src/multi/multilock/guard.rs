@@ -19,6 +19,7 @@ use crate::multi::member::release_all;
 /// As for [`LockGuard`](crate::LockGuard), per member: renewals stop at once and the releases
 /// are spawned on the current runtime.
 #[must_use = "if unused the locks are released immediately"]
+#[clippy::has_significant_drop]
 pub struct MultiLockGuard {
     members: Vec<LockGuard>,
 }

@@ -23,6 +23,7 @@ use super::shared::Shared;
 /// current runtime; without a runtime the leases free the keys. A guard leaked with
 /// `std::mem::forget` is never released and its renewal runs on as long as the runtime does.
 #[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
 pub struct RedLockGuard {
     // Declared first: the renewal stops before anything else is dropped.
     renewal: Option<AbortOnDrop>,
