@@ -1,24 +1,31 @@
 //! One Redis deployment the client talks to, and the typed script calls on it.
 //!
-//! This is the only place that knows the connection type. Lock logic calls these methods, so
-//! Redis Cluster or Sentinel can be added here (every script touches one hash-tagged slot)
-//! without touching it. The lock scripts' calls, alone and coalesced, are in `lock_calls.rs`.
+//! This is the only place that knows the deployment's shape (one server or a Redis Cluster,
+//! `shape.rs`); lock logic calls these methods and never asks which. Every script touches the
+//! keys of one lock, which share its `{name}` hash tag and so one cluster slot; calls that carry
+//! several locks (renewals, coalesced batches) are split by [`Node::shard`] first. The lock
+//! scripts' calls, alone and coalesced, are in `lock_calls.rs`; the subscriber's connection is
+//! in `link.rs`.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, RedisResult};
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts;
 
+mod link;
 mod lock_calls;
+mod shape;
 
+pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
 pub(crate) use lock_calls::{Latch, ReleaseArgs, Successor, acquire_args};
+use shape::Conn;
+pub(crate) use shape::Target;
 
 /// One renewal request of the watchdog's batch.
 pub(crate) struct Renewal<'a> {
@@ -35,10 +42,18 @@ pub(crate) struct Snapshot {
     pub fence: Option<u64>,
 }
 
+/// Which keys one script call may carry together: the keys of one cluster slot (every key on
+/// one server). Ordered, so a list sorted by it is grouped by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub(crate) struct Shard(u16);
+
 #[derive(Clone)]
 pub(crate) struct Node {
-    conn: ConnectionManager,
+    conn: Conn,
+    /// The (first) server named: what identifies the deployment (`multi/` keyspaces).
     client: redis::Client,
+    /// How the subscriber connects to the same deployment.
+    link: Link,
     timeout: Duration,
     batches: Arc<Batches>,
 }
@@ -46,29 +61,14 @@ pub(crate) struct Node {
 impl Node {
     /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
     /// only fails the operations that need it.
-    pub async fn connect(url: &str, timeout: Duration, lazy: bool) -> Result<Node> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::InvalidArgument(format!("bad Redis URL `{url}`: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            // No response timeout here: every call below is bounded by `bounded`, and an
-            // abandoned acquire must be able to wait longer for its reply, to give back a late
-            // grant (see `Lock::attempt`). redis-rs's limit was only a timer around the reply.
-            .set_response_timeout(None)
-            // Reconnection is retried on the next command anyway; a long retry chain would
-            // only stretch the time a caller waits for a down server.
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = if lazy {
-            ConnectionManager::new_lazy_with_config(client.clone(), config)
-                .map_err(|e| Error::redis("connect", "", e))?
-        } else {
-            let connect = ConnectionManager::new_with_config(client.clone(), config);
-            bounded("connect", "", timeout, connect).await?
-        };
+    pub async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
+        let client = shape::server_client(target.first_url()?)?;
+        let link = Link::new(target, timeout)?;
+        let conn = shape::connect(target, timeout, lazy).await?;
         Ok(Node {
             conn,
             client,
+            link,
             timeout,
             batches: Arc::default(),
         })
@@ -78,8 +78,77 @@ impl Node {
         &self.client
     }
 
-    /// Renews a batch of leases in one round trip; one flag per lock, in order.
+    /// How to open a subscriber connection to this deployment.
+    pub fn link(&self) -> Link {
+        self.link.clone()
+    }
+
+    /// The group of keys that `key` may share a script call with.
+    pub fn shard(&self, key: &str) -> Shard {
+        match self.conn {
+            Conn::Server(_) => Shard(0),
+            Conn::Cluster(_) => Shard(shape::slot(key)),
+        }
+    }
+
+    /// The publishing scripts in the variant this deployment's subscriber listens with.
+    fn release_script(&self) -> &'static redis::Script {
+        match self.conn {
+            Conn::Server(_) => &scripts::RELEASE,
+            Conn::Cluster(_) => &shape::sharded::RELEASE,
+        }
+    }
+
+    fn force_release_script(&self) -> &'static redis::Script {
+        match self.conn {
+            Conn::Server(_) => &scripts::FORCE_RELEASE,
+            Conn::Cluster(_) => &shape::sharded::FORCE_RELEASE,
+        }
+    }
+
+    /// Renews a batch of leases; one flag per lock, in order. Locks of one [`Shard`] go in one
+    /// script call; the calls of several shards leave together (pipelined per server).
     pub async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| self.shard(batch[i].hash));
+        let mut groups: Vec<&[usize]> = Vec::new();
+        let mut rest = order.as_slice();
+        while let Some(&first) = rest.first() {
+            let shard = self.shard(batch[first].hash);
+            let len = rest
+                .iter()
+                .position(|&i| self.shard(batch[i].hash) != shard)
+                .unwrap_or(rest.len());
+            let (group, tail) = rest.split_at(len);
+            groups.push(group);
+            rest = tail;
+        }
+        if groups.len() <= 1 {
+            return self.renew_group(batch).await;
+        }
+        let calls = groups.iter().map(|group| {
+            let requests: Vec<Renewal<'_>> = group
+                .iter()
+                .map(|&i| Renewal {
+                    hash: batch[i].hash,
+                    field: batch[i].field,
+                    lease_ms: batch[i].lease_ms,
+                })
+                .collect();
+            async move { self.renew_group(&requests).await }
+        });
+        let replies = futures_util::future::join_all(calls).await;
+        let mut flags = vec![false; batch.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            for (&i, flag) in group.iter().zip(reply?) {
+                flags[i] = flag;
+            }
+        }
+        Ok(flags)
+    }
+
+    /// Renews the leases of one shard in one script call.
+    async fn renew_group(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
         let bytes: usize = batch.iter().map(|r| r.hash.len() + r.field.len() + 8).sum();
         let mut cmd = evalsha(&scripts::RENEW, batch.len(), 2 * batch.len(), bytes);
         // KEYS: the hashes; ARGV: field and lease of each, in the same order.
@@ -102,10 +171,11 @@ impl Node {
     }
 
     pub async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
-        let mut cmd = evalsha(&scripts::FORCE_RELEASE, 2, 0, 2 * keys.hash.len() + 8);
+        let script = self.force_release_script();
+        let mut cmd = evalsha(script, 2, 0, 2 * keys.hash.len() + 8);
         cmd.arg(&*keys.hash).arg(keys.channel());
         let reply: i64 = self
-            .eval_retried("force unlock", &keys.hash, &scripts::FORCE_RELEASE, &cmd)
+            .eval_retried("force unlock", &keys.hash, script, &cmd)
             .await?;
         Ok(reply == 1)
     }
