@@ -35,7 +35,7 @@ mod probe;
 mod server;
 
 pub use binary::{server_flavor, valkey_binary};
-pub use cluster::{Cluster, key_slot};
+pub use cluster::{Cluster, key_slot, shard_numsub};
 pub use locks::{
     client, client_with, client_with_lease, clients, connect, increment_unprotected, join_within,
     key_of, locked_out, node_locks, node_locks_with, patient, read_counter, redlock, spawn_waiter,
