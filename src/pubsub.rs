@@ -265,8 +265,9 @@ impl Subscriber {
     }
 
     /// The server ended the subscription to `name`: when that was not our own leave (the
-    /// channel still has waiters), wake them (a message may have been lost) and subscribe again
-    /// in the background, retrying while the cluster settles.
+    /// channel still has waiters), subscribe again in the background, retrying while the
+    /// cluster settles, then wake the waiters (a message may have been lost meanwhile). Waking
+    /// them at once would only send their attempts into a failover still under way.
     fn unsubscribed(&self, name: &str) {
         let channel = {
             let map = self.channels.lock();
@@ -280,7 +281,6 @@ impl Subscriber {
         };
         tracing::debug!(channel = %channel.0, "subscription ended by the server; subscribing again");
         *channel.1.subscribed.lock() = false;
-        channel.1.wake(false);
         let Some(subscriber) = self.weak_self.upgrade() else {
             return;
         };
@@ -290,8 +290,14 @@ impl Subscriber {
     }
 
     /// Subscribes `name` again after the server dropped it, with backoff, until it is confirmed,
-    /// the channel has no waiters left, or the subscriber stops.
+    /// the channel has no waiters left, or the subscriber stops; then wakes its listeners, who
+    /// look at the lock again (whatever happened, they fall back to their TTL-bounded naps).
     async fn subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
+        self.try_subscribe_again(name, channel).await;
+        channel.wake(false);
+    }
+
+    async fn try_subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
         let mut backoff = Duration::from_millis(20);
         for _ in 0..20 {
             if self.stopped.load(Ordering::Acquire) {
@@ -301,7 +307,7 @@ impl Subscriber {
                 // No live connection: the reader subscribes every channel when it reconnects.
                 return;
             };
-            {
+            let subscribed = {
                 let _serial = self.commands.lock().await;
                 let current = self.channels.lock().get(name).cloned();
                 match current {
@@ -309,18 +315,29 @@ impl Subscriber {
                     _ => return,
                 }
                 if *channel.subscribed.lock() {
-                    return;
+                    true
+                } else {
+                    match bounded("subscribe", name, self.timeout, sink.subscribe(name)).await {
+                        Ok(()) => {
+                            *channel.subscribed.lock() = true;
+                            true
+                        }
+                        Err(e) => {
+                            tracing::debug!(channel = %name, error = %e, "subscribing again failed");
+                            false
+                        }
+                    }
                 }
-                match bounded("subscribe", name, self.timeout, sink.subscribe(name)).await {
+            };
+            if subscribed {
+                // Wake the waiters only once the slot has a live primary again: woken before,
+                // their attempts would fail in the outage.
+                match bounded("subscribe", name, self.timeout, sink.served(name)).await {
                     Ok(()) => {
-                        *channel.subscribed.lock() = true;
-                        // Messages sent while the channel was away are lost: look again.
-                        channel.wake(false);
+                        tracing::debug!(channel = %name, "subscribed again");
                         return;
                     }
-                    Err(e) => {
-                        tracing::debug!(channel = %name, error = %e, "subscribing again failed")
-                    }
+                    Err(e) => tracing::debug!(channel = %name, error = %e, "no primary yet"),
                 }
             }
             tokio::time::sleep(backoff).await;

@@ -41,6 +41,17 @@ async fn until_shard_subscribed(cluster: &Cluster, key: &str, n: u64) -> bool {
     .await
 }
 
+/// Waits (at most 5 s) until `n` connections subscribe to the shard channel of lock `key` over
+/// the whole cluster: after a failover the client may subscribe again on the slot's former
+/// primary, now a replica of the shard, which SPUBLISH reaches too.
+async fn until_shard_subscribed_anywhere(cluster: &Cluster, key: &str, n: u64) -> bool {
+    let channel = unlock_channel(key);
+    support::eventually_async(Duration::from_secs(5), || async {
+        tokio::task::block_in_place(|| cluster.shard_subscribers(&channel)) == n
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_lock_feature_works_on_every_primary() {
     support::init_tracing();
@@ -238,4 +249,154 @@ async fn watchdog_renews_locks_over_many_slots_one_call_per_slot(cluster: &Clust
         guard.unlock().await.unwrap();
     }
     client.shutdown().await.unwrap();
+}
+
+/// A held lock, a waiter of another client on it, and the holder's guard.
+struct Contended {
+    name: String,
+    key: String,
+    held: redlease::LockGuard,
+    waiter: tokio::task::JoinHandle<std::time::Instant>,
+}
+
+async fn contend(cluster: &Cluster, holder: &Client, waiter: &Client, name: &str) -> Contended {
+    let key = key_of(name);
+    let held = holder.lock(name).unwrap().lock().await.unwrap();
+    let waiter = support::spawn_waiter(waiter.lock(name).unwrap());
+    assert!(
+        until_shard_subscribed(cluster, &key, 1).await,
+        "waiter subscribed"
+    );
+    Contended {
+        name: name.to_owned(),
+        key,
+        held,
+        waiter,
+    }
+}
+
+/// After the holder's unlock, the waiter gets the lock within `limit`, much sooner than the
+/// holder's lease (the unlock message reached it on the slot's new primary).
+async fn unlock_wakes(c: Contended, limit: Duration) {
+    assert!(
+        !c.waiter.is_finished(),
+        "{}: the waiter got a held lock",
+        c.name
+    );
+    let woken = support::woken_after_unlock(c.held, c.waiter, Duration::from_secs(15)).await;
+    assert!(
+        woken < limit,
+        "{}: woken {woken:?} after the unlock",
+        c.name
+    );
+}
+
+const HOLDER_LEASE: Duration = Duration::from_secs(6);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_failover_keeps_holders_and_their_waiters_are_still_woken_by_unlock() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let holder = client_with_lease(&cluster, HOLDER_LEASE).await;
+    let waiters = cluster_client(&cluster).await;
+    let names = cluster.names_per_primary("failover", 1);
+    let mut contended = Vec::new();
+    for (name, _) in &names {
+        contended.push(contend(&cluster, &holder, &waiters, name).await);
+    }
+    let moved = &contended[0];
+    let old = cluster.primary_of(&moved.key);
+    let new = cluster.failover(old);
+    assert_eq!(cluster.primary_of(&moved.key), new);
+    // The old primary dropped the shard subscription (SUNSUBSCRIBE); the client subscribes
+    // again on the new one.
+    assert!(
+        until_shard_subscribed_anywhere(&cluster, &moved.key, 1).await,
+        "the waiter subscribed again in the shard"
+    );
+    // Past a lease: the watchdog renewed through the failover.
+    tokio::time::sleep(HOLDER_LEASE + Duration::from_secs(1)).await;
+    for c in &contended {
+        assert!(!c.held.is_lost(), "{} lost", c.name);
+        assert!(
+            support::exists(cluster.server_of(&c.key), &c.key),
+            "{} gone",
+            c.name
+        );
+    }
+    for c in contended {
+        unlock_wakes(c, Duration::from_millis(1_000)).await;
+    }
+    holder.shutdown().await.unwrap();
+    waiters.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_primary_holders_keep_or_lose_visibly_and_waiters_get_the_lock() {
+    support::init_tracing();
+    let mut cluster = Cluster::start();
+    let holder = client_with_lease(&cluster, HOLDER_LEASE).await;
+    let waiters = cluster_client(&cluster).await;
+    let names = cluster.names_per_primary("kill", 1);
+    let mut contended = Vec::new();
+    for (name, _) in &names {
+        contended.push(contend(&cluster, &holder, &waiters, name).await);
+    }
+    // Let the replicas copy the keys, as they would have long since in service.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let victim = contended[0].key.clone();
+    let old = cluster.primary_of(&victim);
+    let replica = cluster.replica_of(old);
+    let killed_at = std::time::Instant::now();
+    cluster.nodes[old].kill();
+    let promoted = tokio::task::block_in_place(|| cluster.until_promoted(replica));
+    eprintln!("replica promoted {:?} after the kill", killed_at.elapsed());
+    assert_eq!(cluster.primary_of(&victim), promoted);
+    for c in contended {
+        if c.held.is_lost() {
+            // The holder was told; the waiter must get the lock once the lease is out.
+            let got = tokio::time::timeout(HOLDER_LEASE + Duration::from_secs(5), c.waiter).await;
+            assert!(
+                got.is_ok(),
+                "{}: lost by its holder, never taken by the waiter",
+                c.name
+            );
+        } else {
+            assert!(
+                until_shard_subscribed_anywhere(&cluster, &c.key, 1).await,
+                "{}: waiter subscribed again in the shard",
+                c.name
+            );
+            unlock_wakes(c, Duration::from_millis(1_000)).await;
+        }
+    }
+    holder.shutdown().await.unwrap();
+    waiters.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_migration_of_a_held_lock_keeps_the_holder_and_wakes_its_waiter() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let holder = client_with_lease(&cluster, Duration::from_secs(3)).await;
+    let waiters = cluster_client(&cluster).await;
+    let (name, from) = cluster.names_per_primary("migrate", 1).remove(0);
+    let c = contend(&cluster, &holder, &waiters, &name).await;
+    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
+    cluster.migrate_slot(key_slot(&c.key), to);
+    assert_eq!(cluster.primary_of(&c.key), to);
+    assert!(
+        support::exists(&cluster.nodes[to], &c.key),
+        "the lock moved with its slot"
+    );
+    assert!(
+        until_shard_subscribed_anywhere(&cluster, &c.key, 1).await,
+        "the waiter subscribed again on the slot's new primary"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!c.held.is_lost(), "renewal followed the slot");
+    assert!(support::exists(&cluster.nodes[to], &c.key));
+    unlock_wakes(c, Duration::from_millis(500)).await;
+    holder.shutdown().await.unwrap();
+    waiters.shutdown().await.unwrap();
 }

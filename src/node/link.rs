@@ -121,6 +121,26 @@ impl Sink {
     }
 }
 
+impl Sink {
+    /// Answers once a live primary serves the slot of `channel`: after a primary died, the
+    /// replica that takes its slots is found by redis-rs's slot refresh, and waiters woken
+    /// before that would only send their attempts into the outage. The probe is a read of a
+    /// key in that slot (the channel's name, which is no key of ours): a node that does not own
+    /// the slot answers MOVED, where a PING would be answered by any node redis-rs falls back
+    /// to when the slot's own connection is gone.
+    pub async fn served(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Sink::Server(_) => Ok(()),
+            Sink::Cluster { conn, .. } => {
+                let mut probe = redis::cmd("EXISTS");
+                probe.arg(channel);
+                let _: i64 = probe.query_async(conn).await?;
+                Ok(())
+            }
+        }
+    }
+}
+
 fn unknown_command(e: &redis::RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
         && e.to_string().contains("unknown command")

@@ -208,26 +208,27 @@ impl Node {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&*keys.hash).arg(field);
         let cmd = &cmd;
-        let count: Option<u32> = once_more_if_dropped(|| {
-            let mut conn = self.conn.clone();
-            async move {
-                bounded(
-                    "hold count",
-                    &keys.hash,
-                    self.timeout,
-                    cmd.query_async(&mut conn),
-                )
-                .await
-            }
-        })
-        .await?;
+        let count: Option<u32> = self
+            .through_transitions(self.timeout, |limit| {
+                once_more_if_dropped(move || {
+                    let mut conn = self.conn.clone();
+                    let hash = &keys.hash;
+                    async move {
+                        bounded("hold count", hash, limit, cmd.query_async(&mut conn)).await
+                    }
+                })
+            })
+            .await?;
         Ok(count.unwrap_or(0))
     }
 
     /// Runs an arbitrary command (tests, tools) with the node's timeout.
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut conn = self.conn.clone();
-        bounded("query", "", self.timeout, cmd.query_async(&mut conn)).await
+        self.through_transitions(self.timeout, |limit| {
+            let mut conn = self.conn.clone();
+            async move { bounded("query", "", limit, cmd.query_async(&mut conn)).await }
+        })
+        .await
     }
 
     /// Runs a pipeline with the node's timeout. Its commands leave back to back on the one
@@ -238,16 +239,61 @@ impl Node {
         key: &str,
         pipe: &redis::Pipeline,
     ) -> Result<T> {
-        once_more_if_dropped(|| {
-            let mut conn = self.conn.clone();
-            async move { bounded(operation, key, self.timeout, pipe.query_async(&mut conn)).await }
+        self.through_transitions(self.timeout, |limit| {
+            once_more_if_dropped(move || {
+                let mut conn = self.conn.clone();
+                async move { bounded(operation, key, limit, pipe.query_async(&mut conn)).await }
+            })
         })
         .await
     }
 
     /// Runs an `evalsha` command, loading the script once when the server does not know it
-    /// (NOSCRIPT: first use, or a server restarted or flushed since).
+    /// (NOSCRIPT: first use, a server restarted or flushed since, or a replica just promoted).
     async fn eval<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        limit: Duration,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        self.through_transitions(limit, |limit| {
+            self.eval_once(operation, key, limit, script, cmd)
+        })
+        .await
+    }
+
+    /// Sends `request` again, until `limit` is spent, while a cluster answers that it did not run
+    /// it because a slot is moving or a primary is being elected (MOVED or ASK that redis-rs's
+    /// own redirects did not settle, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, or READONLY from a
+    /// primary just demoted). Those answers mean the command was not applied, so sending it again
+    /// is safe for every script. One server's answers are returned as they are: a READONLY there
+    /// means the URL names a replica, which waiting does not change.
+    async fn through_transitions<T, F, Fut>(&self, limit: Duration, mut request: F) -> Result<T>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        if matches!(self.conn, Conn::Server(_)) {
+            return request(limit).await;
+        }
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match request(remaining).await {
+                Err(e) if in_transition(&e) && remaining > pause * 2 => {
+                    tracing::debug!(error = %e, "cluster in transition; sending again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn eval_once<T: FromRedisValue>(
         &self,
         operation: &'static str,
         key: &str,
@@ -278,6 +324,26 @@ impl Node {
     ) -> Result<T> {
         once_more_if_dropped(|| self.eval(operation, key, self.timeout, script, cmd)).await
     }
+}
+
+/// Whether a cluster's answer means the command was not run while a slot moves or a primary is
+/// elected (see [`Node::through_transitions`]).
+fn in_transition(e: &Error) -> bool {
+    use redis::ServerErrorKind as Kind;
+    let Error::Redis { source, .. } = e else {
+        return false;
+    };
+    matches!(
+        source.kind(),
+        redis::ErrorKind::Server(
+            Kind::Moved
+                | Kind::Ask
+                | Kind::TryAgain
+                | Kind::ClusterDown
+                | Kind::MasterDown
+                | Kind::ReadOnly
+        )
+    )
 }
 
 /// Runs `request`, and once more if it failed on a dropped connection.

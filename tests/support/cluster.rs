@@ -414,3 +414,26 @@ pub fn shard_numsub(server: &Server, channel: &str) -> u64 {
         .expect("PUBSUB SHARDNUMSUB");
     n
 }
+
+impl Cluster {
+    /// Subscribers of the shard channel `channel` over every node that answers: a shard
+    /// channel's subscribers may sit on the slot's primary or on one of its replicas (a
+    /// SPUBLISH reaches both).
+    pub fn shard_subscribers(&self, channel: &str) -> u64 {
+        self.nodes
+            .iter()
+            .filter_map(|node| {
+                let client = redis::Client::open(node.url()).ok()?;
+                let mut conn = client
+                    .get_connection_with_timeout(Duration::from_millis(300))
+                    .ok()?;
+                let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
+                    .arg("SHARDNUMSUB")
+                    .arg(channel)
+                    .query(&mut conn)
+                    .ok()?;
+                Some(n)
+            })
+            .sum()
+    }
+}
