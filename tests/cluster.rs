@@ -400,3 +400,43 @@ async fn slot_migration_of_a_held_lock_keeps_the_holder_and_wakes_its_waiter() {
     holder.shutdown().await.unwrap();
     waiters.shutdown().await.unwrap();
 }
+
+/// The redis-rs defect the subscriber works around (`src/node/link.rs`), on its own: a RESP3
+/// cluster connection subscribed to a shard channel, the slot's primary fails over, the old
+/// primary sends SUNSUBSCRIBE, and a message published on the new primary never arrives,
+/// because redis-rs dropped the channel from its tracker and does not subscribe it again.
+/// Ignored: it checks the dependency, not redlease (`cargo test --test cluster -- --ignored`
+/// prints what it saw; it fails once redis-rs re-subscribes by itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn redis_rs_keeps_no_shard_subscription_across_a_failover() {
+    use redis::PushKind;
+    let cluster = Cluster::start();
+    let channel = "{repro}channel";
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let client = redis::cluster::ClusterClientBuilder::new(cluster.seeds())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(tx)
+        .build()
+        .unwrap();
+    let mut conn = client.get_async_connection().await.unwrap();
+    conn.ssubscribe(channel).await.unwrap();
+    let old = cluster.primary_of(channel);
+    let new = tokio::task::block_in_place(|| cluster.failover(old));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let receivers: i64 = redis::cmd("SPUBLISH")
+        .arg(channel)
+        .arg("after the failover")
+        .query(&mut cluster.nodes[new].conn())
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut kinds = Vec::new();
+    while let Ok(push) = rx.try_recv() {
+        kinds.push(push.kind);
+    }
+    eprintln!("SPUBLISH reached {receivers} subscriber(s); pushes seen: {kinds:?}");
+    assert!(
+        kinds.contains(&PushKind::SMessage),
+        "redis-rs lost the shard subscription after the failover"
+    );
+}
