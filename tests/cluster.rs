@@ -440,3 +440,60 @@ async fn redis_rs_keeps_no_shard_subscription_across_a_failover() {
         "redis-rs lost the shard subscription after the failover"
     );
 }
+
+/// MultiLock over locks on all three primaries of one cluster client, and a RedLock whose
+/// members are a cluster and two standalone servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multilock_over_primaries_and_redlock_with_a_cluster_member() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let a = cluster_client(&cluster).await;
+    let b = cluster_client(&cluster).await;
+    let names: Vec<String> = cluster
+        .names_per_primary("multi", 1)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let locks = |c: &Client| names.iter().map(|n| c.lock(n).unwrap()).collect::<Vec<_>>();
+    let multi = redlease::MultiLock::new(locks(&a)).unwrap();
+    let guard = multi.lock().await.unwrap();
+    for name in &names {
+        let key = key_of(name);
+        assert!(
+            support::exists(cluster.server_of(&key), &key),
+            "{name} held"
+        );
+        assert!(support::locked_out(&b, name).await);
+    }
+    let other = redlease::MultiLock::new(locks(&b)).unwrap();
+    assert!(other.try_lock().await.unwrap().is_none(), "all or nothing");
+    guard.unlock().await.unwrap();
+    other
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free again")
+        .unlock()
+        .await
+        .unwrap();
+
+    let servers = support::start_many(2);
+    let mut members = vec![cluster_client(&cluster).await];
+    for server in &servers {
+        members.push(support::client(server).await);
+    }
+    let name = &names[0];
+    let redlock =
+        redlease::RedLock::new(members.iter().map(|c| c.lock(name).unwrap()).collect()).unwrap();
+    let guard = redlock.lock().await.unwrap();
+    let key = key_of(name);
+    assert!(
+        support::exists(cluster.server_of(&key), &key),
+        "the cluster member voted"
+    );
+    for server in &servers {
+        assert!(support::exists(server, &key));
+    }
+    guard.unlock().await.unwrap();
+    assert!(!support::exists(cluster.server_of(&key), &key));
+}

@@ -239,6 +239,11 @@ impl Node {
         key: &str,
         pipe: &redis::Pipeline,
     ) -> Result<T> {
+        if let Some(groups) = self.pipeline_groups(pipe) {
+            return self
+                .query_pipeline_split(operation, key, pipe, groups)
+                .await;
+        }
         self.through_transitions(self.timeout, |limit| {
             once_more_if_dropped(move || {
                 let mut conn = self.conn.clone();
@@ -246,6 +251,73 @@ impl Node {
             })
         })
         .await
+    }
+
+    /// On a cluster, the commands of `pipe` grouped by slot (indexes in order), when they span
+    /// more than one: redis-rs sends a pipeline to one node, and a node refuses the keys of
+    /// slots it does not serve (CROSSSLOT, or MOVED).
+    fn pipeline_groups(&self, pipe: &redis::Pipeline) -> Option<Vec<Vec<usize>>> {
+        let Conn::Cluster(_) = self.conn else {
+            return None;
+        };
+        let mut groups: Vec<(Option<u16>, Vec<usize>)> = Vec::new();
+        for (i, cmd) in pipe.cmd_iter().enumerate() {
+            let slot = shape::command_slot(cmd);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        (groups.len() > 1).then(|| groups.into_iter().map(|(_, group)| group).collect())
+    }
+
+    /// Sends each slot's commands of `pipe` as a pipeline of its own, all at once, and answers
+    /// their replies in the order of `pipe`, as one pipeline with `ignore_errors` would: a
+    /// failed command's error is its own reply. A group that fails as a whole fails the call.
+    async fn query_pipeline_split<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        pipe: &redis::Pipeline,
+        groups: Vec<Vec<usize>>,
+    ) -> Result<T> {
+        let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
+        let calls = groups.iter().map(|group| {
+            let mut part = redis::pipe();
+            part.ignore_errors();
+            for &i in group {
+                part.add_command(commands[i].clone());
+            }
+            async move {
+                self.through_transitions(self.timeout, |limit| {
+                    let part = &part;
+                    once_more_if_dropped(move || {
+                        let mut conn = self.conn.clone();
+                        async move {
+                            let query = part.query_async::<Vec<redis::Value>>(&mut conn);
+                            bounded(operation, key, limit, query).await
+                        }
+                    })
+                })
+                .await
+            }
+        });
+        let replies = futures_util::future::join_all(calls).await;
+        let mut values = vec![redis::Value::Nil; commands.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let reply = reply?;
+            if reply.len() != group.len() {
+                return Err(Error::Protocol {
+                    script: operation,
+                    reply: format!("{} replies for a pipeline of {}", reply.len(), group.len()),
+                });
+            }
+            for (&i, value) in group.iter().zip(reply) {
+                values[i] = value;
+            }
+        }
+        redis::from_redis_value(redis::Value::Array(values))
+            .map_err(|e| Error::redis(operation, key, e.into()))
     }
 
     /// Runs an `evalsha` command, loading the script once when the server does not know it

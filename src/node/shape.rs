@@ -178,9 +178,35 @@ pub(crate) fn cluster_builder(seeds: &[String], timeout: Duration) -> Result<Clu
         .max_retry_wait(200))
 }
 
+/// The slot of the key a command is routed by: the first key of `EVAL`/`EVALSHA` (none when it
+/// has no keys), else its first argument. Covers the commands this crate pipelines.
+pub(crate) fn command_slot(cmd: &Cmd) -> Option<u16> {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect();
+    let name = args.first()?;
+    let key = if name.eq_ignore_ascii_case(b"EVAL") || name.eq_ignore_ascii_case(b"EVALSHA") {
+        let keys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+        if keys == 0 {
+            return None;
+        }
+        args.get(3)?
+    } else {
+        args.get(1)?
+    };
+    Some(slot_of_bytes(key))
+}
+
 /// Cluster hash slot of `key` (CRC16 of its hash tag, mod 16384), as the server computes it.
 pub(crate) fn slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
+    slot_of_bytes(key.as_bytes())
+}
+
+fn slot_of_bytes(bytes: &[u8]) -> u16 {
     let tagged = bytes
         .iter()
         .position(|&b| b == b'{')
@@ -270,6 +296,19 @@ mod tests {
             ["redis://u:p@a:1/?protocol=2", "redis://u:p@b:2/?protocol=2"]
         );
         assert!(matches!(Target::parse("redis://a:1"), Target::Server(_)));
+    }
+
+    #[test]
+    fn a_command_is_routed_by_its_first_key() {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg("sha").arg(2).arg("redlease:{foo}").arg("b");
+        assert_eq!(command_slot(&eval), Some(12182));
+        let mut keyless = redis::cmd("EVAL");
+        keyless.arg("return 1").arg(0);
+        assert_eq!(command_slot(&keyless), None);
+        let mut get = redis::cmd("GET");
+        get.arg("x:{foo}:fence");
+        assert_eq!(command_slot(&get), Some(12182));
     }
 
     #[test]
