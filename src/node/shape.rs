@@ -149,7 +149,11 @@ pub(crate) fn server_client(url: &str) -> Result<redis::Client> {
 }
 
 fn bad_url(seeds: &[String], e: redis::RedisError) -> Error {
-    Error::InvalidArgument(format!("bad Redis Cluster seeds {seeds:?}: {e}"))
+    // The seeds are not shown: they may carry a password.
+    Error::InvalidArgument(format!(
+        "bad Redis Cluster seed URLs ({}): {e}",
+        seeds.len()
+    ))
 }
 
 /// redis-rs's limit per request to a cluster node: far beyond any caller's (see below).
