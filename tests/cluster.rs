@@ -526,3 +526,32 @@ async fn multilock_over_primaries_and_redlock_with_a_cluster_member() {
     guard.unlock().await.unwrap();
     assert!(!support::exists(cluster.server_of(&key), &key));
 }
+
+/// A client pointed at a replica by mistake is told so: the READONLY answer comes back as a
+/// Redis error of kind ReadOnly, not as "unavailable" (on a cluster the same answer, from a
+/// primary just demoted, is retried on the new primary instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_answers_with_a_typed_read_only_error() {
+    let primary = support::Server::start();
+    let replica = support::Server::builder()
+        .arg("--replicaof")
+        .arg("127.0.0.1")
+        .arg(primary.port().to_string())
+        .start();
+    let client = support::client(&replica).await;
+    let err = client
+        .lock(&support::unique_name("replica"))
+        .unwrap()
+        .try_lock()
+        .await
+        .expect_err("a replica cannot take a lock");
+    assert!(!err.is_unavailable(), "{err:?}");
+    match &err {
+        redlease::Error::Redis { source, .. } => assert_eq!(
+            source.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "{err:?}"
+        ),
+        other => panic!("expected a READONLY Redis error, got {other:?}"),
+    }
+}
