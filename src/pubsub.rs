@@ -187,7 +187,7 @@ impl Subscriber {
         let mut sink = self.live_sink().await?;
         let _serial = self.commands.lock().await;
         if !*channel.subscribed.lock() {
-            bounded("subscribe", name, self.timeout, sink.subscribe(&**name)).await?;
+            bounded("subscribe", name, self.timeout, sink.subscribe(name)).await?;
             *channel.subscribed.lock() = true;
         }
         Ok(subscription)
@@ -211,8 +211,7 @@ impl Subscriber {
         // channel never subscribed it is a no-op.
         let sink = self.sink.borrow().clone();
         if let Some(mut sink) = sink {
-            if let Err(e) =
-                bounded("unsubscribe", name, self.timeout, sink.unsubscribe(&**name)).await
+            if let Err(e) = bounded("unsubscribe", name, self.timeout, sink.unsubscribe(name)).await
             {
                 tracing::debug!(channel = %name, error = %e, "unsubscribe failed; a reconnect drops it");
             }
@@ -369,7 +368,7 @@ impl Subscriber {
             .map(|(name, channel)| (name.clone(), channel.clone()))
             .collect();
         for (name, channel) in wanted {
-            bounded("subscribe", &name, self.timeout, sink.subscribe(&*name)).await?;
+            bounded("subscribe", &name, self.timeout, sink.subscribe(&name)).await?;
             *channel.subscribed.lock() = true;
         }
         self.sink.send_replace(Some(sink.clone()));

@@ -39,7 +39,8 @@ pub(crate) enum Event {
 /// How to open a subscriber connection.
 #[derive(Clone)]
 pub(crate) enum Link {
-    Server(redis::Client),
+    // Boxed: a `redis::Client` is several times the size of the cluster variant.
+    Server(Box<redis::Client>),
     Cluster {
         seeds: Vec<String>,
         timeout: Duration,
@@ -49,7 +50,7 @@ pub(crate) enum Link {
 impl Link {
     pub fn new(target: &Target, timeout: Duration) -> Result<Link> {
         Ok(match target {
-            Target::Server(url) => Link::Server(server_client(url)?),
+            Target::Server(url) => Link::Server(Box::new(server_client(url)?)),
             Target::Cluster(seeds) => Link::Cluster {
                 seeds: seeds.clone(),
                 timeout,
