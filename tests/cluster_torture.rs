@@ -182,21 +182,22 @@ async fn fenced_locks_hold_their_invariants_under_random_cluster_faults() {
                 }
                 if let Some(node) = killed.take() {
                     // Back as a replica of the primary that took its slots.
-                    cluster.nodes[node].restart();
+                    cluster.restart(node);
                 }
                 let primaries = cluster.primaries();
                 let primary = primaries[dice.below(primaries.len() as u64) as usize];
-                match dice.below(4) {
-                    0 => {
+                // A failover or a kill needs a replica to take over.
+                let replica = cluster.try_replica_of(primary);
+                match (dice.below(4), replica) {
+                    (0, Some(_)) => {
                         cluster.failover(primary);
                     }
-                    1 => {
-                        let replica = cluster.replica_of(primary);
+                    (1, Some(replica)) => {
                         cluster.nodes[primary].kill();
                         cluster.until_promoted(replica);
                         killed = Some(primary);
                     }
-                    2 => {
+                    (2, _) => {
                         let name = &names[dice.below(names.len() as u64) as usize];
                         let key = key_of(name);
                         let from = cluster.primary_of(&key);

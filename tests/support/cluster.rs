@@ -136,18 +136,33 @@ impl Cluster {
 
     /// Index of a replica of the primary at `primary`.
     pub fn replica_of(&self, primary: usize) -> usize {
+        self.try_replica_of(primary)
+            .unwrap_or_else(|| panic!("no replica of {}", self.nodes[primary].port()))
+    }
+
+    /// Index of a replica of the primary at `primary`, if it has one now.
+    pub fn try_replica_of(&self, primary: usize) -> Option<usize> {
         let topology = self.topology();
         let port = self.nodes[primary].port();
-        let id = &topology
-            .iter()
-            .find(|n| n.port == port)
-            .expect("primary")
-            .id;
+        let id = &topology.iter().find(|n| n.port == port)?.id;
         let replica = topology
             .iter()
-            .find(|n| n.primary_id.as_deref() == Some(id))
-            .unwrap_or_else(|| panic!("no replica of {port}"));
-        self.index_of_port(replica.port)
+            .find(|n| n.primary_id.as_deref() == Some(id))?;
+        Some(self.index_of_port(replica.port))
+    }
+
+    /// Starts a killed node again and waits until every node sees it back as a replica with
+    /// its link to its primary up.
+    pub fn restart(&mut self, node: usize) {
+        self.nodes[node].restart();
+        let port = self.nodes[node].port();
+        self.until(|c| {
+            let linked = redis::cmd("INFO")
+                .arg("replication")
+                .query::<String>(&mut c.nodes[node].conn())
+                .is_ok_and(|info| info.contains("master_link_status:up"));
+            linked && c.agreeing(|t| t.iter().any(|n| n.port == port && n.primary_id.is_some()))
+        });
     }
 
     /// `n` lock names for each current primary (name → the primary index), found by hashing
