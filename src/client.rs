@@ -15,13 +15,13 @@ use crate::gate::Gates;
 use crate::hold::Holds;
 use crate::identity::{self, ClientInfo};
 use crate::lock::Lock;
-use crate::node::Node;
+use crate::node::{Node, Target};
 use crate::pubsub::Subscriber;
 use crate::task::AbortOnDrop;
 use crate::turns::Turns;
 use crate::watchdog::{self, RenewStats};
 
-/// A connection to one Redis server plus everything its locks share: the client id that names
+/// A connection to one Redis server (or one Redis Cluster) plus everything its locks share: the client id that names
 /// this process in lock owners, the watchdog and the pub/sub subscriber.
 ///
 /// Cheap to clone: clones share one connection, one watchdog task and one subscriber
@@ -98,7 +98,7 @@ impl Inner {
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ClientBuilder {
-    url: String,
+    target: Target,
     config: Config,
     lazy: bool,
 }
@@ -148,7 +148,7 @@ impl ClientBuilder {
         if let Some(risk) = self.config.risks() {
             tracing::warn!("{risk}");
         }
-        let node = Node::connect(&self.url, self.config.timeout, self.lazy).await?;
+        let node = Node::connect(&self.target, self.config.timeout, self.lazy).await?;
         let id = Uuid::new_v4();
         let id_text: Arc<str> = id.to_string().into();
         let me = ClientInfo::this_process(&id_text);
@@ -164,11 +164,7 @@ impl ClientBuilder {
             id,
             me,
             id_text: id_text.clone(),
-            subscriber: Subscriber::new(
-                node.redis_client().clone(),
-                self.config.timeout,
-                id_text.clone(),
-            ),
+            subscriber: Subscriber::new(node.link(), self.config.timeout, id_text.clone()),
             config: self.config,
             node,
             holds: Holds::default(),
@@ -197,12 +193,65 @@ impl Client {
     }
 
     /// A builder for a client of the server at `url` (`redis://[user:pass@]host:port[/db]`).
+    ///
+    /// A URL of the form `redis+cluster://[user:pass@]host:port[,host:port...]` names a Redis
+    /// Cluster by some of its nodes instead, as [`builder_cluster`](Client::builder_cluster)
+    /// does (the credentials and any `?query` apply to every node).
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
-            url: url.into(),
+            target: Target::parse(&url.into()),
             config: Config::default(),
             lazy: false,
         }
+    }
+
+    /// A builder for a client of a Redis Cluster (or Valkey cluster), given the URLs of one or
+    /// more of its nodes (`redis://[user:pass@]host:port`); the other nodes are found from
+    /// them, and so are later changes of the topology.
+    ///
+    /// Every feature works as on one server. The keys of one lock share its `{name}` hash tag,
+    /// so each script call touches one slot; calls that carry several locks (the watchdog's
+    /// renewals, coalesced acquisitions and releases) are split by slot and pipelined per node.
+    /// Commands go to primaries only. Waiters listen on sharded pub/sub (`SSUBSCRIBE`; Redis 7+
+    /// and Valkey), or on plain pub/sub on older servers, and subscribe again when a slot moves
+    /// or fails over; a message lost meanwhile costs a waiter at most the holder's remaining
+    /// lease. A RedLock over several clusters takes one such client per cluster.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// let client = redlease::Client::builder_cluster([
+    ///     "redis://10.0.0.1:7000",
+    ///     "redis://10.0.0.2:7000",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("orders:42")?.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_cluster<I, S>(seeds: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ClientBuilder {
+            target: Target::Cluster(seeds.into_iter().map(Into::into).collect()),
+            config: Config::default(),
+            lazy: false,
+        }
+    }
+
+    /// Connects to a Redis Cluster with the default [`Config`]; see
+    /// [`builder_cluster`](Client::builder_cluster).
+    ///
+    /// # Errors
+    /// As [`ClientBuilder::build`]; also [`Error::InvalidArgument`] when no seed is given.
+    pub async fn connect_cluster<I, S>(seeds: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::builder_cluster(seeds).build().await
     }
 
     /// A handle to the lock `name`. Nothing is sent to Redis until you use it.

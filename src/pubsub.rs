@@ -10,29 +10,33 @@
 //! messages: that client's releases wake it directly (`gate.rs`), and the message, arriving a
 //! little later, would only wake whichever waiter is head by then for a useless attempt (and
 //! take it away from its hand-over offer). MultiLock waiters heed every message.
+//!
+//! The connection itself comes from `node/link.rs` (one server, or shard channels on a cluster).
+//! When the server ends a subscription nobody asked to end (a cluster slot moved or failed over:
+//! SUNSUBSCRIBE), or a node's connection drops, the channel is subscribed again here and its
+//! listeners are woken, since its messages may have been lost; a waiter's TTL-bounded nap covers
+//! whatever is lost meanwhile.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use parking_lot::Mutex;
-use redis::aio::PubSubSink;
 use tokio::sync::{Notify, watch};
 
 use crate::error::{Error, Result};
-use crate::node::bounded;
+use crate::node::{Event, Link, Sink, bounded};
 use crate::task::AbortOnDrop;
 
 pub(crate) struct Subscriber {
-    client: redis::Client,
+    link: Link,
     timeout: Duration,
     channels: Mutex<HashMap<Arc<str>, Arc<Channel>>>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE so a leave and a join of one channel cannot reorder.
     commands: tokio::sync::Mutex<()>,
     /// The sink of the live connection; `None` while (re)connecting.
-    sink: watch::Sender<Option<PubSubSink>>,
+    sink: watch::Sender<Option<Sink>>,
     reader: Mutex<Option<AbortOnDrop>>,
     /// Set by `stop`: no reader may be started again.
     stopped: AtomicBool,
@@ -126,9 +130,9 @@ impl Drop for Subscription {
 }
 
 impl Subscriber {
-    pub fn new(client: redis::Client, timeout: Duration, own_id: Arc<str>) -> Arc<Subscriber> {
+    pub fn new(link: Link, timeout: Duration, own_id: Arc<str>) -> Arc<Subscriber> {
         Arc::new_cyclic(|weak_self| Subscriber {
-            client,
+            link,
             timeout,
             channels: Mutex::new(HashMap::new()),
             commands: tokio::sync::Mutex::new(()),
@@ -183,7 +187,7 @@ impl Subscriber {
         let mut sink = self.live_sink().await?;
         let _serial = self.commands.lock().await;
         if !*channel.subscribed.lock() {
-            bounded("subscribe", name, self.timeout, sink.subscribe(&**name)).await?;
+            bounded("subscribe", name, self.timeout, sink.subscribe(name)).await?;
             *channel.subscribed.lock() = true;
         }
         Ok(subscription)
@@ -207,8 +211,7 @@ impl Subscriber {
         // channel never subscribed it is a no-op.
         let sink = self.sink.borrow().clone();
         if let Some(mut sink) = sink {
-            if let Err(e) =
-                bounded("unsubscribe", name, self.timeout, sink.unsubscribe(&**name)).await
+            if let Err(e) = bounded("unsubscribe", name, self.timeout, sink.unsubscribe(name)).await
             {
                 tracing::debug!(channel = %name, error = %e, "unsubscribe failed; a reconnect drops it");
             }
@@ -216,7 +219,7 @@ impl Subscriber {
     }
 
     /// The sink of the live connection, starting the reader task on first use.
-    async fn live_sink(&self) -> Result<PubSubSink> {
+    async fn live_sink(&self) -> Result<Sink> {
         {
             let mut reader = self.reader.lock();
             if self.stopped.load(Ordering::Acquire) {
@@ -260,8 +263,103 @@ impl Subscriber {
         }
     }
 
+    /// The server ended the subscription to `name`: when that was not our own leave (the
+    /// channel still has waiters), subscribe again in the background, retrying while the
+    /// cluster settles, then wake the waiters (a message may have been lost meanwhile). Waking
+    /// them at once would only send their attempts into a failover still under way.
+    fn unsubscribed(&self, name: &str) {
+        let channel = {
+            let map = self.channels.lock();
+            let Some((name, channel)) = map.get_key_value(name) else {
+                return;
+            };
+            if *channel.refs.lock() == 0 {
+                return;
+            }
+            (name.clone(), channel.clone())
+        };
+        tracing::debug!(channel = %channel.0, "subscription ended by the server; subscribing again");
+        *channel.1.subscribed.lock() = false;
+        let Some(subscriber) = self.weak_self.upgrade() else {
+            return;
+        };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move { subscriber.subscribe_again(&channel.0, &channel.1).await });
+        }
+    }
+
+    /// Subscribes `name` again after the server dropped it, with backoff, until it is confirmed,
+    /// the channel has no waiters left, or the subscriber stops; then wakes its listeners, who
+    /// look at the lock again (whatever happened, they fall back to their TTL-bounded naps).
+    async fn subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
+        self.try_subscribe_again(name, channel).await;
+        channel.wake(false);
+    }
+
+    async fn try_subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
+        let mut backoff = Duration::from_millis(20);
+        for _ in 0..20 {
+            if self.stopped.load(Ordering::Acquire) {
+                return;
+            }
+            let Some(mut sink) = self.sink.borrow().clone() else {
+                // No live connection: the reader subscribes every channel when it reconnects.
+                return;
+            };
+            let subscribed = {
+                let _serial = self.commands.lock().await;
+                let current = self.channels.lock().get(name).cloned();
+                match current {
+                    Some(c) if Arc::ptr_eq(&c, channel) && *c.refs.lock() > 0 => {}
+                    _ => return,
+                }
+                if *channel.subscribed.lock() {
+                    true
+                } else {
+                    match bounded("subscribe", name, self.timeout, sink.subscribe(name)).await {
+                        Ok(()) => {
+                            *channel.subscribed.lock() = true;
+                            true
+                        }
+                        Err(e) => {
+                            tracing::debug!(channel = %name, error = %e, "subscribing again failed");
+                            false
+                        }
+                    }
+                }
+            };
+            if subscribed {
+                // Wake the waiters only once the slot has a live primary again: woken before,
+                // their attempts would fail in the outage.
+                match bounded("subscribe", name, self.timeout, sink.served(name)).await {
+                    Ok(()) => {
+                        tracing::debug!(channel = %name, "subscribed again");
+                        return;
+                    }
+                    Err(e) => tracing::debug!(channel = %name, error = %e, "no primary yet"),
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// A node's connection dropped (a cluster node; redis-rs reconnects it): every channel may
+    /// have lost messages and subscriptions.
+    fn disconnected(&self) {
+        let channels: Vec<(Arc<str>, Arc<Channel>)> = self
+            .channels
+            .lock()
+            .iter()
+            .map(|(name, channel)| (name.clone(), channel.clone()))
+            .collect();
+        for (name, _) in channels {
+            self.unsubscribed(&name);
+        }
+    }
+
     /// Subscribes every channel that has waiters on a fresh connection.
-    async fn resubscribe(&self, sink: &mut PubSubSink) -> Result<()> {
+    async fn resubscribe(&self, sink: &mut Sink) -> Result<()> {
         let _serial = self.commands.lock().await;
         let wanted: Vec<(Arc<str>, Arc<Channel>)> = self
             .channels
@@ -270,7 +368,7 @@ impl Subscriber {
             .map(|(name, channel)| (name.clone(), channel.clone()))
             .collect();
         for (name, channel) in wanted {
-            bounded("subscribe", &name, self.timeout, sink.subscribe(&*name)).await?;
+            bounded("subscribe", &name, self.timeout, sink.subscribe(&name)).await?;
             *channel.subscribed.lock() = true;
         }
         self.sink.send_replace(Some(sink.clone()));
@@ -290,11 +388,11 @@ async fn run_reader(weak: Weak<Subscriber>) {
             "subscriber connect",
             "",
             subscriber.timeout,
-            subscriber.client.get_async_pubsub(),
+            subscriber.link.connect(),
         )
         .await;
         let (mut sink, mut stream) = match connect {
-            Ok(pubsub) => pubsub.split(),
+            Ok(pair) => pair,
             Err(e) => {
                 tracing::debug!(error = %e, "subscriber connection failed; retrying");
                 drop(subscriber);
@@ -317,11 +415,15 @@ async fn run_reader(weak: Weak<Subscriber>) {
             subscriber.wake_all();
         }
         drop(subscriber);
-        while let Some(msg) = stream.next().await {
+        while let Some(event) = stream.next().await {
             let Some(subscriber) = weak.upgrade() else {
                 return;
             };
-            subscriber.deliver(msg.get_channel_name(), msg.get_payload_bytes());
+            match event {
+                Event::Message { channel, payload } => subscriber.deliver(&channel, &payload),
+                Event::Unsubscribed { channel } => subscriber.unsubscribed(&channel),
+                Event::Disconnected => subscriber.disconnected(),
+            }
         }
         let Some(subscriber) = weak.upgrade() else {
             return;

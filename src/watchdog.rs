@@ -24,7 +24,8 @@ pub(crate) const BATCH: usize = 1000;
 pub struct RenewStats {
     /// Holds the tick tried to renew.
     pub locks: usize,
-    /// Script calls sent (one round trip each, sent concurrently).
+    /// Script calls sent, each of one shard (cluster slot) and at most 1,000 locks; they are
+    /// sent concurrently, so the calls to one server travel pipelined.
     pub round_trips: usize,
     /// Holds found gone or past their validity; their guards are now lost.
     pub lost: usize,
@@ -116,7 +117,23 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
         }
         !lost
     });
-    let batches: Vec<&[Arc<Hold>]> = holds.chunks(BATCH).collect();
+    // One script call carries locks of one shard (a cluster slot) only: group them, then cut
+    // each group into calls of at most BATCH.
+    let node = &inner.node;
+    holds.sort_by_cached_key(|hold| node.shard(&hold.keys.hash));
+    let mut batches: Vec<&[Arc<Hold>]> = Vec::new();
+    let mut rest = holds.as_slice();
+    while let Some(first) = rest.first() {
+        let shard = node.shard(&first.keys.hash);
+        let len = rest
+            .iter()
+            .take(BATCH)
+            .take_while(|hold| node.shard(&hold.keys.hash) == shard)
+            .count();
+        let (batch, tail) = rest.split_at(len);
+        batches.push(batch);
+        rest = tail;
+    }
     let calls = batches.iter().map(|batch| {
         let requests: Vec<Renewal<'_>> = batch
             .iter()

@@ -99,7 +99,8 @@ impl Node {
             };
             let sender = || self.sender(acquire_batch);
             let batcher = &self.batches.acquires;
-            batcher.call(entry, limit, "acquire", sender).await?
+            let shard = self.shard(&keys.hash);
+            batcher.call(entry, shard, limit, "acquire", sender).await?
         };
         Acquire::parse(&reply)
     }
@@ -133,7 +134,10 @@ impl Node {
             };
             let sender = || self.sender(release_batch);
             let batcher = &self.batches.releases;
-            let reply = batcher.call(entry, self.timeout, "release", sender).await?;
+            let shard = self.shard(&keys.hash);
+            let reply = batcher
+                .call(entry, shard, self.timeout, "release", sender)
+                .await?;
             return match reply {
                 Value::Int(n) => Release::parse(n),
                 other => Err(Error::Protocol {
@@ -148,7 +152,8 @@ impl Node {
             + release.field.len()
             + successor.map_or(0, |s| s.field.len())
             + 80;
-        let mut cmd = evalsha(&scripts::RELEASE, 2 + usize::from(fence_key), 8, bytes);
+        let script = self.release_script();
+        let mut cmd = evalsha(script, 2 + usize::from(fence_key), 8, bytes);
         cmd.arg(&*keys.hash)
             .arg(keys.latch(request.client, request.n));
         if fence_key {
@@ -164,7 +169,7 @@ impl Node {
             cmd.arg(&*s.field).arg(s.lease_ms);
         }
         let reply: i64 = self
-            .eval("release", &keys.hash, self.timeout, &scripts::RELEASE, &cmd)
+            .eval("release", &keys.hash, self.timeout, script, &cmd)
             .await?;
         Release::parse(reply)
     }
@@ -224,7 +229,8 @@ async fn release_batch(
         .map(|e| e.hash.len() + e.latch.len() + e.field.len() + e.client.len() + 40)
         .sum();
     let latch_ms = node.latch_ms();
-    let mut cmd = evalsha(&scripts::RELEASE, 2 * batch.len(), 6 * batch.len(), bytes);
+    let script = node.release_script();
+    let mut cmd = evalsha(script, 2 * batch.len(), 6 * batch.len(), bytes);
     for e in &batch {
         cmd.arg(&*e.hash).arg(&e.latch);
     }
@@ -236,9 +242,7 @@ async fn release_batch(
             .arg(e.mode)
             .arg(&*e.client);
     }
-    let reply = node
-        .eval("release", "", limit, &scripts::RELEASE, &cmd)
-        .await;
+    let reply = node.eval("release", "", limit, script, &cmd).await;
     split_batch_reply("release", reply, batch.iter().map(|e| &*e.hash))
 }
 

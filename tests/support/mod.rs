@@ -7,6 +7,8 @@
 //!
 //! - `server`: [`Server`], a private redis-server (or valkey-server) to start, kill, restart,
 //!   freeze and thaw.
+//! - `cluster`: [`Cluster`], six of them formed into a Redis Cluster (3 primaries, 3 replicas),
+//!   with failover, slot migration and the names that hash to each primary.
 //! - `probe`: what a server holds, read straight from it: [`exists`], [`owners`], [`pttl`],
 //!   [`channels`], [`until_subscribed`], [`until_gone`], [`until_no_channels`], ...
 //! - `locks`: [`client`]s of a server, the nodes of a RedLock ([`node_locks`], [`redlock`]),
@@ -26,12 +28,14 @@
 #![allow(dead_code, unused_imports)]
 
 mod binary;
+mod cluster;
 mod host;
 mod locks;
 mod probe;
 mod server;
 
 pub use binary::{server_flavor, valkey_binary};
+pub use cluster::{Cluster, key_slot, shard_numsub};
 pub use locks::{
     client, client_with, client_with_lease, clients, connect, increment_unprotected, join_within,
     key_of, locked_out, node_locks, node_locks_with, patient, read_counter, redlock, spawn_waiter,

@@ -1,0 +1,326 @@
+//! The deployment shape: one standalone server or a Redis Cluster. Everything that differs
+//! between them lives here: how to connect, which connection type carries the commands, how keys
+//! group into shards (cluster slots), and which variant of the publishing scripts runs.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::error::{Error, Result};
+
+/// The URL scheme that names a cluster by its seed nodes:
+/// `redis+cluster://[user:pass@]host:port[,host:port...][/?query]`.
+pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// Where to connect, as the user named it.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// One server: `redis://...`.
+    Server(String),
+    /// A Redis Cluster, by the URLs of some of its nodes (any node will do: the rest are found).
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// Reads a URL: a `redis+cluster://` URL names a cluster, anything else one server.
+    pub fn parse(url: &str) -> Target {
+        match url.strip_prefix(CLUSTER_SCHEME) {
+            Some(rest) => Target::Cluster(split_cluster_url(rest)),
+            None => Target::Server(url.to_owned()),
+        }
+    }
+
+    /// The first URL: what identifies the deployment in messages and keyspace names.
+    pub fn first_url(&self) -> Result<&str> {
+        match self {
+            Target::Server(url) => Ok(url),
+            Target::Cluster(seeds) => seeds.first().map(String::as_str).ok_or_else(|| {
+                Error::InvalidArgument("a Redis Cluster needs at least one seed URL".into())
+            }),
+        }
+    }
+}
+
+/// `a:1,b:2/?x` with the credentials of `user:pass@` → `redis://user:pass@a:1/?x`,
+/// `redis://user:pass@b:2/?x`.
+fn split_cluster_url(rest: &str) -> Vec<String> {
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (credentials, hosts) = match authority.rfind('@') {
+        Some(i) => (&authority[..=i], &authority[i + 1..]),
+        None => ("", authority),
+    };
+    hosts
+        .split(',')
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("redis://{credentials}{host}{path}"))
+        .collect()
+}
+
+/// The connection that carries commands: cheap to clone, reconnects by itself.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Server(ConnectionManager),
+    /// Routes each command to the primary of its key's slot, follows MOVED/ASK, refreshes the
+    /// slot map and reconnects (redis-rs `cluster-async`). Never reads from replicas.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Server(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Opens the command connection to `target`: now, or (`lazy`) on first use.
+pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Conn> {
+    match target {
+        Target::Server(url) => {
+            let client = server_client(url)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                // No response timeout here: every call is bounded by `bounded`, and an
+                // abandoned acquire must be able to wait longer for its reply, to give back a
+                // late grant (see `Lock::attempt`). redis-rs's limit was only a timer around
+                // the reply.
+                .set_response_timeout(None)
+                // Reconnection is retried on the next command anyway; a long retry chain would
+                // only stretch the time a caller waits for a down server.
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500));
+            let conn = if lazy {
+                ConnectionManager::new_lazy_with_config(client, config)
+                    .map_err(|e| Error::redis("connect", "", e))?
+            } else {
+                let connect = ConnectionManager::new_with_config(client, config);
+                super::bounded("connect", "", timeout, connect).await?
+            };
+            Ok(Conn::Server(conn))
+        }
+        Target::Cluster(seeds) => {
+            let client = cluster_builder(seeds, timeout)?
+                .build()
+                .map_err(|e| bad_url(seeds, e))?;
+            let conn = if lazy {
+                // The config replaces the builder's timeouts; the same ones again.
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(timeout)
+                    .set_response_timeout(RESPONSE_TIMEOUT);
+                client.get_pending_async_connection_with_config(config)
+            } else {
+                let connect = client.get_async_connection();
+                super::bounded("connect", "", timeout, connect).await?
+            };
+            Ok(Conn::Cluster(conn))
+        }
+    }
+}
+
+pub(crate) fn server_client(url: &str) -> Result<redis::Client> {
+    redis::Client::open(url)
+        .map_err(|e| Error::InvalidArgument(format!("bad Redis URL `{url}`: {e}")))
+}
+
+fn bad_url(seeds: &[String], e: redis::RedisError) -> Error {
+    // The seeds are not shown: they may carry a password.
+    Error::InvalidArgument(format!(
+        "bad Redis Cluster seed URLs ({}): {e}",
+        seeds.len()
+    ))
+}
+
+/// redis-rs's limit per request to a cluster node: far beyond any caller's (see below).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The cluster settings every connection of the client shares.
+pub(crate) fn cluster_builder(seeds: &[String], timeout: Duration) -> Result<ClusterClientBuilder> {
+    if seeds.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a Redis Cluster needs at least one seed URL".into(),
+        ));
+    }
+    for seed in seeds {
+        server_client(seed)?;
+    }
+    Ok(ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(timeout)
+        // As for one server: each call is bounded by the caller's own limit (`bounded`), and a
+        // request may outlive its caller to give back a late grant. Within that limit redis-rs
+        // retries MOVED, ASK, READONLY and TRYAGAIN after refreshing the slot map, which is what
+        // carries a lock call across a failover or a slot migration.
+        .response_timeout(RESPONSE_TIMEOUT)
+        .overall_response_timeout(None)
+        .retries(16)
+        .min_retry_wait(10)
+        .max_retry_wait(200))
+}
+
+/// The slot of the key a command is routed by: the first key of `EVAL`/`EVALSHA` (none when it
+/// has no keys), else its first argument. Covers the commands this crate pipelines.
+pub(crate) fn command_slot(cmd: &Cmd) -> Option<u16> {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect();
+    let name = args.first()?;
+    let key = if name.eq_ignore_ascii_case(b"EVAL") || name.eq_ignore_ascii_case(b"EVALSHA") {
+        let keys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+        if keys == 0 {
+            return None;
+        }
+        args.get(3)?
+    } else {
+        args.get(1)?
+    };
+    Some(slot_of_bytes(key))
+}
+
+/// Cluster hash slot of `key` (CRC16 of its hash tag, mod 16384), as the server computes it.
+pub(crate) fn slot(key: &str) -> u16 {
+    slot_of_bytes(key.as_bytes())
+}
+
+fn slot_of_bytes(bytes: &[u8]) -> u16 {
+    let tagged = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
+}
+
+/// The scripts that publish unlock messages, in the variant for a cluster: sharded pub/sub
+/// (`SPUBLISH`, `PUBSUB SHARDNUMSUB`), falling back to the plain commands on a server without
+/// them (before Redis 7). Derived from the standalone sources, so both stay one text.
+pub(crate) mod sharded {
+    use std::sync::LazyLock;
+
+    use redis::Script;
+
+    /// Lua helpers put before a script: the sharded command, or the plain one where the server
+    /// does not know it. A plain PUBLISH in a cluster reaches every node; the subscriber falls
+    /// back to SUBSCRIBE on such servers too (`node/link.rs`).
+    const PRELUDE: &str = "\
+local function publish(channel, message)
+    local sent = redis.pcall('SPUBLISH', channel, message)
+    if type(sent) == 'table' and sent.err then
+        return redis.call('PUBLISH', channel, message)
+    end
+    return sent
+end
+local function numsub(channel)
+    local counts = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel)
+    if type(counts) == 'table' and counts.err then
+        counts = redis.call('PUBSUB', 'NUMSUB', channel)
+    end
+    return counts
+end
+";
+
+    /// `source` with its PUBLISH and NUMSUB calls sent through the prelude's helpers.
+    pub(crate) fn variant(source: &str) -> String {
+        let body = source
+            .replace("redis.call('PUBLISH', ", "publish(")
+            .replace("redis.call('PUBSUB', 'NUMSUB', ", "numsub(");
+        format!("{PRELUDE}{body}")
+    }
+
+    pub(crate) static RELEASE: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&variant(include_str!("../../lua/release.lua"))));
+    pub(crate) static FORCE_RELEASE: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&variant(include_str!("../../lua/force_release.lua"))));
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn every_publish_is_rewritten() {
+            for source in [
+                include_str!("../../lua/release.lua"),
+                include_str!("../../lua/force_release.lua"),
+            ] {
+                let rewritten = super::variant(source);
+                let body = &rewritten[super::PRELUDE.len()..];
+                assert!(!body.contains("'PUBLISH'"), "{body}");
+                assert!(!body.contains("'NUMSUB'"), "{body}");
+                assert_ne!(
+                    body, source,
+                    "nothing to rewrite: the helpers would be dead"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_url_names_every_seed_with_shared_credentials() {
+        let Target::Cluster(seeds) = Target::parse("redis+cluster://u:p@a:1,b:2/?protocol=2")
+        else {
+            panic!("not a cluster")
+        };
+        assert_eq!(
+            seeds,
+            ["redis://u:p@a:1/?protocol=2", "redis://u:p@b:2/?protocol=2"]
+        );
+        assert!(matches!(Target::parse("redis://a:1"), Target::Server(_)));
+    }
+
+    #[test]
+    fn a_command_is_routed_by_its_first_key() {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg("sha").arg(2).arg("redlease:{foo}").arg("b");
+        assert_eq!(command_slot(&eval), Some(12182));
+        let mut keyless = redis::cmd("EVAL");
+        keyless.arg("return 1").arg(0);
+        assert_eq!(command_slot(&keyless), None);
+        let mut get = redis::cmd("GET");
+        get.arg("x:{foo}:fence");
+        assert_eq!(command_slot(&get), Some(12182));
+    }
+
+    #[test]
+    fn slot_follows_the_hash_tag() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("redlease:{foo}"), 12182);
+        assert_eq!(slot("x{}y"), slot("x{}y"));
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+    }
+}
