@@ -131,9 +131,18 @@ impl ClientBuilder {
         self
     }
 
-    /// Replaces the whole configuration.
-    pub fn config(mut self, config: Config) -> Self {
-        self.config = config;
+    /// How many times a release is retried when its reply was lost (the retry is idempotent).
+    /// Defaults to 2.
+    pub fn release_retries(mut self, retries: u32) -> Self {
+        self.config.release_retries = retries;
+        self
+    }
+
+    /// Safety margin subtracted from every lease when computing how long a lock is known
+    /// valid, as a fraction of the lease (2 ms are added on top); from 0.0 to below 0.5.
+    /// Defaults to 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
         self
     }
 
@@ -336,6 +345,40 @@ impl Client {
         }
         self.inner.subscriber.stop();
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// The names of the locks that are held now, whose names match the glob `pattern` (`*` for
+    /// all), at most `limit`: a `SCAN` of the server, or of every primary of a cluster, for
+    /// operators (`redlease list`). Not a snapshot: locks taken or released during the scan
+    /// may or may not show.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+    /// for name in client.held_locks("orders:*", 100).await? {
+    ///     let status = client.lock(&name)?.status().await?;
+    ///     println!("{name}: {:?}", status.holders);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] or [`Error::Redis`] when a server fails.
+    pub async fn held_locks(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
+        self.inner.check_open()?;
+        let prefix = &self.inner.config.prefix;
+        let keys = self
+            .inner
+            .node
+            .scan_hashes(&format!("{prefix}:{{{pattern}}}"), limit)
+            .await?;
+        let head = format!("{prefix}:{{");
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|key| key.strip_prefix(&head)?.strip_suffix('}'))
+            .map(str::to_owned)
+            .collect();
+        names.sort_unstable();
+        Ok(names)
     }
 
     /// Sends one raw command with the client's timeout (for tools and tests).

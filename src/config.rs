@@ -10,9 +10,11 @@ use crate::error::{Error, Result};
 /// `Instant` arithmetic on some platforms.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Settings shared by every lock of a [`Client`](crate::Client).
+/// Settings shared by every lock of a [`Client`](crate::Client), as read back from
+/// [`Client::config`](crate::Client::config).
 ///
-/// Build one with [`Client::builder`](crate::Client::builder); every field has a default.
+/// There is one way to set them: the [`ClientBuilder`](crate::ClientBuilder) setter of the same
+/// name (`Client::builder(url).timeout(..).watchdog_lease(..)`); every field has a default.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {

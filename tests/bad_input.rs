@@ -258,3 +258,28 @@ async fn odd_but_valid_names_work() {
     assert_eq!(a.held_count(), 0);
     assert_eq!(b.held_count(), 0);
 }
+
+/// Every setting has one setter on the builder; an out-of-range drift factor is refused at
+/// build, before anything connects.
+#[tokio::test]
+async fn builder_setters_are_checked_at_build() {
+    let server = Server::start();
+    for factor in [0.5, -0.1, f64::NAN] {
+        let built = Client::builder(server.url())
+            .drift_factor(factor)
+            .build()
+            .await;
+        let err = built
+            .err()
+            .expect("an out-of-range drift factor must be refused");
+        assert!(err.is_invalid_input(), "{err}");
+    }
+    let client = Client::builder(server.url())
+        .drift_factor(0.1)
+        .release_retries(0)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(client.config().release_retries, 0);
+    assert!((client.config().drift_factor - 0.1).abs() < f64::EPSILON);
+}

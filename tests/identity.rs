@@ -56,3 +56,34 @@ fn gethostname() -> String {
         .trim()
         .to_owned()
 }
+
+/// `held_locks` lists the held locks by name (glob), not their fence counters or other keys.
+#[tokio::test]
+async fn held_locks_lists_what_is_held() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let a = client
+        .lock("orders:1")
+        .unwrap()
+        .fenced(true)
+        .lock()
+        .await
+        .unwrap();
+    let b = client.lock("orders:2").unwrap().lock().await.unwrap();
+    let c = client.lock("users:1").unwrap().lock().await.unwrap();
+    support::set_string(&server, "redlease:{orders:9}:fence", "4");
+    assert_eq!(
+        client.held_locks("orders:*", 100).await.unwrap(),
+        vec!["orders:1".to_owned(), "orders:2".to_owned()]
+    );
+    assert_eq!(client.held_locks("*", 100).await.unwrap().len(), 3);
+    assert_eq!(
+        client.held_locks("*", 2).await.unwrap().len(),
+        2,
+        "the limit holds"
+    );
+    for guard in [a, b, c] {
+        guard.unlock().await.unwrap();
+    }
+    assert!(client.held_locks("*", 100).await.unwrap().is_empty());
+}

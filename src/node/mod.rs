@@ -19,6 +19,7 @@ use crate::scripts;
 
 mod link;
 mod lock_calls;
+mod scan;
 mod shape;
 
 pub(crate) use link::{Event, Link, Sink};
