@@ -269,9 +269,7 @@ async fn builder_setters_are_checked_at_build() {
             .drift_factor(factor)
             .build()
             .await;
-        let err = built
-            .err()
-            .expect("an out-of-range drift factor must be refused");
+        let err = built.expect_err("an out-of-range drift factor must be refused");
         assert!(err.is_invalid_input(), "{err}");
     }
     let client = Client::builder(server.url())
