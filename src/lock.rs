@@ -310,7 +310,7 @@ impl Lock {
     /// # Errors
     /// As [`Lock::is_locked`].
     ///
-    /// Each holder is named by the process behind it ([`Holder::client`]: host, pid, program)
+    /// Also counts the clients waiting for the lock. Each holder is named by the process behind it ([`Holder::client`]: host, pid, program)
     /// when its client announced itself (every client does, while its watchdog runs); that
     /// costs one more round trip when the lock is held.
     pub async fn status(&self) -> Result<LockStatus> {
@@ -323,7 +323,12 @@ impl Lock {
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        let infos = crate::identity::lookup(&inner.node, &inner.config.prefix, &ids).await?;
+        let channel = self.keys.channel_name();
+        let (infos, listening) = futures_util::future::try_join(
+            crate::identity::lookup(&inner.node, &inner.config.prefix, &ids),
+            inner.node.listeners(&channel),
+        )
+        .await?;
         let holders = snap
             .owners
             .iter()
@@ -342,6 +347,7 @@ impl Lock {
             .collect();
         Ok(LockStatus {
             holders,
+            listening_clients: listening,
             owners: snap.owners,
             remaining_lease: snap.ttl,
             fence: snap.fence,
@@ -357,6 +363,9 @@ pub struct LockStatus {
     pub owners: Vec<(String, u64)>,
     /// The same owners, each with the process behind it when known.
     pub holders: Vec<Holder>,
+    /// Clients with a waiter listening for this lock's release: each client listens on one
+    /// connection however many of its tasks wait.
+    pub listening_clients: u64,
     /// Remaining lease; `None` when free or without expiry.
     pub remaining_lease: Option<Duration>,
     /// The fencing counter (the last token handed out), when the lock is fenced.

@@ -26,9 +26,24 @@ async fn held_locks_and_holders_on_every_primary() {
         .as_ref()
         .expect("named on a cluster too");
     assert_eq!(holder.pid, std::process::id());
+    let waiters = Client::builder_cluster(cluster.seeds())
+        .build()
+        .await
+        .unwrap();
+    let waiter = support::spawn_waiter(waiters.lock(&names[0].0).unwrap());
+    let lock = client.lock(&names[0].0).unwrap();
+    let listening = support::eventually_async(std::time::Duration::from_secs(5), || async {
+        lock.status().await.unwrap().listening_clients == 1
+    })
+    .await;
+    assert!(
+        listening,
+        "the other client's waiter listens in the lock's shard"
+    );
     for guard in guards {
         guard.unlock().await.unwrap();
     }
+    support::join_within([waiter], std::time::Duration::from_secs(5), "woken").await;
     assert!(client.held_locks("ops*", 100).await.unwrap().is_empty());
     client.shutdown().await.unwrap();
 }

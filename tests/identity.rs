@@ -24,7 +24,19 @@ async fn status_names_the_process_that_holds_the_lock() {
     let program = std::env::current_exe().unwrap();
     assert_eq!(info.program, program.file_name().unwrap().to_string_lossy());
     assert!(info.started_ms > 0);
+    assert_eq!(status.listening_clients, 0);
+    // Two tasks of one client wait: one listening client.
+    let waiters: Vec<_> = (0..2)
+        .map(|_| support::spawn_waiter(viewer.lock("who").unwrap()))
+        .collect();
+    let lock = viewer.lock("who").unwrap();
+    let listening = support::eventually_async(Duration::from_secs(5), || async {
+        lock.status().await.unwrap().listening_clients == 1
+    })
+    .await;
+    assert!(listening, "one client waits");
     guard.unlock().await.unwrap();
+    support::join_within(waiters, Duration::from_secs(5), "the waiters get it").await;
     let free = viewer.lock("who").unwrap().status().await.unwrap();
     assert!(free.holders.is_empty() && free.owners.is_empty());
 }
