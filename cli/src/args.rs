@@ -67,6 +67,24 @@ The holder is not told at once: its watchdog finds the lock gone at the next ren
 third of its lease), and `redlease run` then stops its command and exits 70. A fenced lock's
 counter is kept, so the next holder still gets a greater token.";
 
+const LIST_EXAMPLES: &str = "\
+Examples:
+  redlease list
+  redlease list 'orders:*'
+  redlease list --json | jq '.locks[] | {name, host: .holders[0].client.host}'
+
+Scans the server (every primary of a cluster) for held locks; on a busy server the scan is
+not a snapshot. Exit status: 0, or 69 when Redis is unreachable.";
+
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  redlease watch nightly-report
+  redlease watch --json --count 2 nightly-report    # stop after two events
+
+The first line is the state at the start (free or held); then one line per change, seen by
+looking every --interval. A lease that expires shows as `released`: from outside, a lost
+lease and a release look the same. Exit status: 0, or 69 when Redis is unreachable.";
+
 /// Distributed locks on Redis from the shell: run a command under a lock, inspect or free one.
 #[derive(Debug, Parser)]
 #[command(name = "redlease", version, after_help = MAIN_EXAMPLES)]
@@ -91,6 +109,13 @@ pub enum Command {
     /// Delete a lock whoever holds it (for operators).
     #[command(after_help = UNLOCK_EXAMPLES)]
     Unlock(UnlockArgs),
+    /// List the locks held now: holder (host, pid, program), holds, lease left, waiting
+    /// clients, fence.
+    #[command(after_help = LIST_EXAMPLES)]
+    List(ListArgs),
+    /// Print one line per change of a lock's state (held, released, handed over, recounted).
+    #[command(after_help = WATCH_EXAMPLES)]
+    Watch(WatchArgs),
 }
 
 /// Where the locks live; shared by every subcommand.
@@ -189,6 +214,42 @@ pub struct UnlockArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Name of the lock.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// List at most N locks.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub limit: usize,
+    /// Only locks whose names match this glob (`*`, `?`, `[abc]`).
+    #[arg(value_name = "PATTERN", default_value = "*")]
+    pub pattern: String,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print one JSON object per event instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Time between two looks at the lock.
+    #[arg(long, value_name = "DUR", default_value = "100ms", value_parser = parse_positive)]
+    pub interval: Duration,
+    /// Stop after N events (the first line counts).
+    #[arg(long, value_name = "N")]
+    pub count: Option<usize>,
+    /// Stop after DUR. Default: until Ctrl-C.
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_positive)]
+    pub duration: Option<Duration>,
     /// Name of the lock.
     #[arg(value_name = "NAME")]
     pub name: String,

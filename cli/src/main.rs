@@ -11,12 +11,14 @@ mod args;
 mod child;
 mod exit;
 mod holder;
+mod list;
 mod nodes;
 mod output;
 mod run;
 mod signals;
 mod status;
 mod unlock;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -52,6 +54,8 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Unlock(args) => unlock::unlock(args).await,
+            Command::List(args) => list::list(args).await,
+            Command::Watch(args) => watch::watch(args).await,
         }
     });
     match outcome {

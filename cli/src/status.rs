@@ -72,6 +72,17 @@ fn owners(views: &[NodeView]) -> BTreeMap<String, (u64, usize)> {
     all
 }
 
+/// The process behind `owner`, as its client announced itself on any node.
+fn process_of<'a>(views: &'a [NodeView], owner: &str) -> Option<&'a redlease::ClientInfo> {
+    views
+        .iter()
+        .filter_map(|v| v.result.as_ref().ok())
+        .flat_map(|s| s.holders.iter())
+        .find(|h| h.field == owner)?
+        .client
+        .as_ref()
+}
+
 fn ms(d: Option<Duration>) -> Value {
     d.map_or(Value::Null, |d| json!(d.as_millis() as u64))
 }
@@ -80,7 +91,13 @@ fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
     let nodes_held = views.iter().filter(|v| held(v)).count();
     let owners: Vec<Value> = owners(views)
         .into_iter()
-        .map(|(owner, (holds, nodes))| json!({"owner": owner, "holds": holds, "nodes": nodes}))
+        .map(|(owner, (holds, nodes))| {
+            let client = process_of(views, &owner).map(|c| {
+                json!({"id": c.id, "host": c.host, "pid": c.pid, "program": c.program,
+                       "started_ms": c.started_ms, "version": c.version})
+            });
+            json!({"owner": owner, "holds": holds, "nodes": nodes, "client": client})
+        })
         .collect();
     let per_node: Vec<Value> = views
         .iter()
@@ -92,6 +109,7 @@ fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
                 "owners": s.owners.iter().map(|(o, h)| json!({"owner": o, "holds": h})).collect::<Vec<_>>(),
                 "remaining_lease_ms": ms(s.remaining_lease),
                 "fence": s.fence,
+                "listening_clients": s.listening_clients,
             }),
             Err(e) => json!({"url": v.shown, "reachable": false, "error": e}),
         })
@@ -128,6 +146,18 @@ fn to_text(name: &str, key: &str, views: &[NodeView]) -> String {
     if views.len() == 1 {
         for (owner, (holds, _)) in owners(views) {
             out += &format!("owner  {owner} ({holds} {})\n", plural(holds, "hold"));
+            if let Some(c) = process_of(views, &owner) {
+                out += &format!("by     {}:{} {}\n", c.host, c.pid, c.program);
+            }
+        }
+        if let Some(Ok(s)) = views.first().map(|v| &v.result) {
+            if s.listening_clients > 0 {
+                out += &format!(
+                    "wait   {} {}\n",
+                    s.listening_clients,
+                    plural(s.listening_clients, "client")
+                );
+            }
         }
     }
     if held {

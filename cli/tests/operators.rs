@@ -167,3 +167,86 @@ fn help_has_examples_and_usage_errors_exit_64() {
     let out = finish(redlease(&["run", "--lease", "ten", "L", "true"]));
     assert_eq!(out.code(), Some(64), "bad duration: {out:?}");
 }
+
+/// `status` names the holder's process; `list` shows every held lock with its holder.
+#[test]
+fn status_and_list_name_the_holding_process() {
+    let server = Server::start();
+    let name = unique_name("listed");
+    let other = unique_name("listed-other");
+    let dir = Scratch::new("listed");
+    let body = until_stopped(&dir);
+    let mut run = Running::spawn(rl(
+        &server.url(),
+        "run --lease 10s",
+        &name,
+        &["sh", "-c", &body],
+    ));
+    run.wait_for(&dir, "started");
+    common::hold_elsewhere(&server, &other);
+    let held = status_json(&server, &name);
+    let client = &held["owners"][0]["client"];
+    assert_eq!(client["pid"], run.pid(), "{held}");
+    assert_eq!(client["program"], "redlease", "{held}");
+    let text = finish(rl(&server.url(), "status", &name, &[])).stdout();
+    assert!(text.contains(&format!(":{} redlease", run.pid())), "{text}");
+
+    let out = finish(redlease(&["list", "--url", &server.url(), "--json"]));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let listed: Value = serde_json::from_str(&out.stdout()).unwrap();
+    let locks = listed["locks"].as_array().unwrap();
+    let mine = locks
+        .iter()
+        .find(|l| l["name"] == name.as_str())
+        .expect("listed");
+    assert_eq!(mine["holders"][0]["client"]["pid"], run.pid(), "{listed}");
+    let left = mine["remaining_lease_ms"].as_u64().unwrap();
+    assert!(left > 5_000 && left <= 10_000, "{listed}");
+    let foreign = locks
+        .iter()
+        .find(|l| l["name"] == other.as_str())
+        .expect("listed");
+    assert_eq!(foreign["holders"][0]["owner"], "someone-else:1", "{listed}");
+    assert!(
+        foreign["holders"][0]["client"].is_null(),
+        "no announcement: {listed}"
+    );
+    let pattern = format!("{}*", &name[..name.len() - 3]);
+    let text = finish(redlease(&["list", "--url", &server.url(), &pattern])).stdout();
+    assert!(text.contains(&name) && !text.contains(&other), "{text}");
+
+    fs::write(dir.path("stop"), "").unwrap();
+    assert_eq!(run.finish(LIMIT).code(), Some(0));
+    let out = finish(redlease(&["list", "--url", &server.url(), "--json", &name]));
+    let listed: Value = serde_json::from_str(&out.stdout()).unwrap();
+    assert_eq!(listed["locks"].as_array().unwrap().len(), 0, "{listed}");
+}
+
+/// `watch` prints the starting state, then each change: held, released.
+#[test]
+fn watch_prints_each_change() {
+    let server = Server::start();
+    let name = unique_name("watched");
+    let watch = Running::spawn(rl(
+        &server.url(),
+        "watch --json --count 3 --for 20s --interval 20ms",
+        &name,
+        &[],
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = finish(rl(&server.url(), "run", &name, &["sleep", "0.5"]));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let done = watch.finish(LIMIT);
+    assert_eq!(done.code(), Some(0), "{done:?}");
+    let events: Vec<Value> = done
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["free", "held", "released"], "{}", done.stdout());
+    assert_eq!(events[1]["holders"][0]["client"]["program"], "redlease");
+}
