@@ -97,10 +97,10 @@ impl Lock {
             true => None,
             false => inner.gates.join_if_contended(&self.keys.hash),
         };
-        if let Some(ticket) = ticket.as_mut() {
-            if !self.wait_turn(ticket, wait, &mut subscription).await? {
-                return Ok(None);
-            }
+        if let Some(ticket) = ticket.as_mut()
+            && !self.wait_turn(ticket, wait, &mut subscription).await?
+        {
+            return Ok(None);
         }
         // Whether to ask Redis now, or only wait for our turn to be handed the lock.
         let mut try_now = !skip_attempt(ticket.as_ref(), wait);

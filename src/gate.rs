@@ -216,12 +216,11 @@ impl Drop for Offered {
         // back itself; one that answered before (after our last look, e.g. as a timeout around
         // the wait fired) left a grant that only we know of.
         self.reply.close();
-        if let Ok(answer) = self.reply.try_recv() {
-            if answer.may_hold() {
-                if let Some(give_back) = self.give_back.take() {
-                    give_back();
-                }
-            }
+        if let Ok(answer) = self.reply.try_recv()
+            && answer.may_hold()
+            && let Some(give_back) = self.give_back.take()
+        {
+            give_back();
         }
     }
 }

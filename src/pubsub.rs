@@ -210,11 +210,10 @@ impl Subscriber {
         // share one connection in order, so this UNSUBSCRIBE comes after that SUBSCRIBE; for a
         // channel never subscribed it is a no-op.
         let sink = self.sink.borrow().clone();
-        if let Some(mut sink) = sink {
-            if let Err(e) = bounded("unsubscribe", name, self.timeout, sink.unsubscribe(name)).await
-            {
-                tracing::debug!(channel = %name, error = %e, "unsubscribe failed; a reconnect drops it");
-            }
+        if let Some(mut sink) = sink
+            && let Err(e) = bounded("unsubscribe", name, self.timeout, sink.unsubscribe(name)).await
+        {
+            tracing::debug!(channel = %name, error = %e, "unsubscribe failed; a reconnect drops it");
         }
     }
 

@@ -52,10 +52,11 @@ pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
     let (client, hold) = (client.clone(), hold.clone());
     let background = client.inner.background.clone();
     let release = async move {
-        if let Err(e) = release_remotely(&client, &hold, local).await {
-            if !e.is_lease_lost() && !matches!(e, Error::Shutdown) {
-                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the lease will free the key");
-            }
+        if let Err(e) = release_remotely(&client, &hold, local).await
+            && !e.is_lease_lost()
+            && !matches!(e, Error::Shutdown)
+        {
+            tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the lease will free the key");
         }
     };
     drop(background.spawn_on(release, &handle));

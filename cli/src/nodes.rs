@@ -98,10 +98,10 @@ pub async fn keep_votes(target: &Target, nodes: Vec<Node>) -> Result<Vec<Client>
 
 /// Checks that a majority of the nodes answered; the error names every failed node.
 pub fn require_majority(nodes: &[Node]) -> Result<(), Failure> {
-    if let [node] = nodes {
-        if let Err(e) = &node.client {
-            return Err(unreachable(&node.shown, e));
-        }
+    if let [node] = nodes
+        && let Err(e) = &node.client
+    {
+        return Err(unreachable(&node.shown, e));
     }
     let reachable = nodes.iter().filter(|n| n.client.is_ok()).count();
     majority(reachable, nodes.len(), "reachable", &down_reasons(nodes))

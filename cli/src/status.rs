@@ -150,14 +150,14 @@ fn to_text(name: &str, key: &str, views: &[NodeView]) -> String {
                 out += &format!("by     {}:{} {}\n", c.host, c.pid, c.program);
             }
         }
-        if let Some(Ok(s)) = views.first().map(|v| &v.result) {
-            if s.listening_clients > 0 {
-                out += &format!(
-                    "wait   {} {}\n",
-                    s.listening_clients,
-                    plural(s.listening_clients, "client")
-                );
-            }
+        if let Some(Ok(s)) = views.first().map(|v| &v.result)
+            && s.listening_clients > 0
+        {
+            out += &format!(
+                "wait   {} {}\n",
+                s.listening_clients,
+                plural(s.listening_clients, "client")
+            );
         }
     }
     if held {

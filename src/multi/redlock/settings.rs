@@ -57,7 +57,7 @@ pub(super) fn check_nodes(locks: &[Lock]) -> Result<Arc<str>> {
     let n = locks.len();
     if n < 3 {
         tracing::warn!(lock = %name, nodes = n, "RedLock over fewer than 3 nodes tolerates no node failure");
-    } else if n % 2 == 0 {
+    } else if n.is_multiple_of(2) {
         tracing::warn!(lock = %name, nodes = n, "RedLock over an even number of nodes tolerates no more failures than one node fewer");
     }
     Ok(name)
