@@ -5,13 +5,11 @@
 //! keys of one lock, which share its `{name}` hash tag and so one cluster slot; calls that carry
 //! several locks (renewals, coalesced batches) are split by [`Node::shard`] first. The lock
 //! scripts' calls, alone and coalesced, are in `lock_calls.rs`; the subscriber's connection is
-//! in `link.rs`.
+//! in `link.rs`; how each command is sent (timeouts, retries, NOSCRIPT, cluster
+//! transitions) in `transport.rs`.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-
-use redis::{FromRedisValue, RedisResult};
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -21,12 +19,15 @@ mod link;
 mod lock_calls;
 mod scan;
 mod shape;
+mod transport;
 
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
 pub(crate) use lock_calls::{Latch, ReleaseArgs, Successor, acquire_args};
 use shape::Conn;
 pub(crate) use shape::Target;
+pub(crate) use transport::bounded;
+use transport::{evalsha, evalsha_without_keys, once_more_if_dropped};
 
 /// Names one release request (`<client uuid>:<n>`), so a retry of it is recognised.
 #[derive(Debug, Clone, Copy)]
@@ -228,252 +229,5 @@ impl Node {
             })
             .await?;
         Ok(count.unwrap_or(0))
-    }
-
-    /// Runs an arbitrary command (tests, tools) with the node's timeout.
-    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        self.through_transitions(self.timeout, |limit| {
-            let mut conn = self.conn.clone();
-            async move { bounded("query", "", limit, cmd.query_async(&mut conn)).await }
-        })
-        .await
-    }
-
-    /// Runs a pipeline with the node's timeout. Its commands leave back to back on the one
-    /// connection, so another caller's commands cannot come in between (MultiLock batches).
-    pub async fn query_pipeline<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        pipe: &redis::Pipeline,
-    ) -> Result<T> {
-        if let Some(groups) = self.pipeline_groups(pipe) {
-            return self
-                .query_pipeline_split(operation, key, pipe, groups)
-                .await;
-        }
-        self.through_transitions(self.timeout, |limit| {
-            once_more_if_dropped(move || {
-                let mut conn = self.conn.clone();
-                async move { bounded(operation, key, limit, pipe.query_async(&mut conn)).await }
-            })
-        })
-        .await
-    }
-
-    /// On a cluster, the commands of `pipe` grouped by slot (indexes in order), when they span
-    /// more than one: redis-rs sends a pipeline to one node, and a node refuses the keys of
-    /// slots it does not serve (CROSSSLOT, or MOVED).
-    fn pipeline_groups(&self, pipe: &redis::Pipeline) -> Option<Vec<Vec<usize>>> {
-        let Conn::Cluster(_) = self.conn else {
-            return None;
-        };
-        let mut groups: Vec<(Option<u16>, Vec<usize>)> = Vec::new();
-        for (i, cmd) in pipe.cmd_iter().enumerate() {
-            let slot = shape::command_slot(cmd);
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, group)) => group.push(i),
-                None => groups.push((slot, vec![i])),
-            }
-        }
-        (groups.len() > 1).then(|| groups.into_iter().map(|(_, group)| group).collect())
-    }
-
-    /// Sends each slot's commands of `pipe` as a pipeline of its own, all at once, and answers
-    /// their replies in the order of `pipe`, as one pipeline with `ignore_errors` would: a
-    /// failed command's error is its own reply. A group that fails as a whole fails the call.
-    async fn query_pipeline_split<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        pipe: &redis::Pipeline,
-        groups: Vec<Vec<usize>>,
-    ) -> Result<T> {
-        let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
-        let calls = groups.iter().map(|group| {
-            let mut part = redis::pipe();
-            part.ignore_errors();
-            for &i in group {
-                part.add_command(commands[i].clone());
-            }
-            async move {
-                self.through_transitions(self.timeout, |limit| {
-                    let part = &part;
-                    once_more_if_dropped(move || {
-                        let mut conn = self.conn.clone();
-                        async move {
-                            let query = part.query_async::<Vec<redis::Value>>(&mut conn);
-                            bounded(operation, key, limit, query).await
-                        }
-                    })
-                })
-                .await
-            }
-        });
-        let replies = futures_util::future::join_all(calls).await;
-        let mut values = vec![redis::Value::Nil; commands.len()];
-        for (group, reply) in groups.iter().zip(replies) {
-            let reply = reply?;
-            if reply.len() != group.len() {
-                return Err(Error::Protocol {
-                    script: operation,
-                    reply: format!("{} replies for a pipeline of {}", reply.len(), group.len()),
-                });
-            }
-            for (&i, value) in group.iter().zip(reply) {
-                values[i] = value;
-            }
-        }
-        redis::from_redis_value(redis::Value::Array(values))
-            .map_err(|e| Error::redis(operation, key, e.into()))
-    }
-
-    /// Runs an `evalsha` command, loading the script once when the server does not know it
-    /// (NOSCRIPT: first use, a server restarted or flushed since, or a replica just promoted).
-    async fn eval<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        limit: Duration,
-        script: &redis::Script,
-        cmd: &redis::Cmd,
-    ) -> Result<T> {
-        self.through_transitions(limit, |limit| {
-            self.eval_once(operation, key, limit, script, cmd)
-        })
-        .await
-    }
-
-    /// Sends `request` again, until `limit` is spent, while a cluster answers that it did not run
-    /// it because a slot is moving or a primary is being elected (MOVED or ASK that redis-rs's
-    /// own redirects did not settle, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, or READONLY from a
-    /// primary just demoted). Those answers mean the command was not applied, so sending it again
-    /// is safe for every script. One server's answers are returned as they are: a READONLY there
-    /// means the URL names a replica, which waiting does not change.
-    async fn through_transitions<T, F, Fut>(&self, limit: Duration, mut request: F) -> Result<T>
-    where
-        F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        if matches!(self.conn, Conn::Server(_)) {
-            return request(limit).await;
-        }
-        let deadline = tokio::time::Instant::now() + limit;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match request(remaining).await {
-                Err(e) if in_transition(&e) && remaining > pause * 2 => {
-                    tracing::debug!(error = %e, "cluster in transition; sending again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(200));
-                }
-                outcome => return outcome,
-            }
-        }
-    }
-
-    async fn eval_once<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        limit: Duration,
-        script: &redis::Script,
-        cmd: &redis::Cmd,
-    ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        match bounded(operation, key, limit, cmd.query_async(&mut conn)).await {
-            Err(Error::Redis { source, .. })
-                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                bounded(operation, key, limit, script.load_async(&mut conn)).await?;
-                bounded(operation, key, limit, cmd.query_async(&mut conn)).await
-            }
-            other => other,
-        }
-    }
-
-    /// [`eval`](Node::eval) with the node's timeout, once more after a dropped connection: for
-    /// scripts whose repetition is harmless (renew, force unlock, raise fence).
-    async fn eval_retried<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        script: &redis::Script,
-        cmd: &redis::Cmd,
-    ) -> Result<T> {
-        once_more_if_dropped(|| self.eval(operation, key, self.timeout, script, cmd)).await
-    }
-}
-
-/// Whether a cluster's answer means the command was not run while a slot moves or a primary is
-/// elected (see [`Node::through_transitions`]).
-fn in_transition(e: &Error) -> bool {
-    use redis::ServerErrorKind as Kind;
-    let Error::Redis { source, .. } = e else {
-        return false;
-    };
-    matches!(
-        source.kind(),
-        redis::ErrorKind::Server(
-            Kind::Moved
-                | Kind::Ask
-                | Kind::TryAgain
-                | Kind::ClusterDown
-                | Kind::MasterDown
-                | Kind::ReadOnly
-        )
-    )
-}
-
-/// Runs `request`, and once more if it failed on a dropped connection.
-///
-/// The connection manager notices a dead connection (server restart, `CLIENT KILL`) only when a
-/// command fails on it, and reconnects then. Without this second try every restart failed one
-/// command per caller: a waiter woken after a restart got `broken pipe` instead of the lock, and
-/// the watchdog learned of a lost key a whole renewal period late. The retry waits for the new
-/// connection within the usual timeout; a second failure is returned as it is.
-async fn once_more_if_dropped<T, F, Fut>(mut request: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    match request().await {
-        Err(Error::Redis { source, operation }) if source.is_connection_dropped() => {
-            tracing::debug!(operation, error = %source, "connection dropped; trying once more");
-            request().await
-        }
-        outcome => outcome,
-    }
-}
-
-/// An `EVALSHA <sha> <nkeys>` command; the caller appends keys, then `args` more arguments
-/// with `bytes` bytes in all (an estimate). A plain `Cmd` packs every argument into one buffer,
-/// where `ScriptInvocation` allocates one per argument on the hot path; sizing it up front
-/// saves the buffer's regrowth, which showed in the profile.
-fn evalsha(script: &redis::Script, nkeys: usize, args: usize, bytes: usize) -> redis::Cmd {
-    let mut cmd = evalsha_without_keys(script, nkeys + args, bytes);
-    cmd.arg(nkeys);
-    cmd
-}
-
-/// `EVALSHA <sha>`, sized for `items` more arguments (the key count included) of `bytes` bytes.
-fn evalsha_without_keys(script: &redis::Script, items: usize, bytes: usize) -> redis::Cmd {
-    let mut cmd = redis::Cmd::with_capacity(3 + items, 48 + bytes);
-    cmd.arg("EVALSHA").arg(script.get_hash());
-    cmd
-}
-
-/// Bounds a Redis future by the configured timeout and types its error.
-pub(crate) async fn bounded<T>(
-    operation: &'static str,
-    key: &str,
-    timeout: Duration,
-    fut: impl Future<Output = RedisResult<T>>,
-) -> Result<T> {
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Error::redis(operation, key, e)),
-        Err(_) => Err(Error::Timeout { operation, timeout }),
     }
 }
