@@ -1,6 +1,7 @@
 //! Redis Cluster: the lock features on a real 3-primary, 3-replica cluster started by the test
-//! (`support::Cluster`), with lock names that hash to every primary; then a manual failover, a
-//! kill -9 of a primary and a slot migration while locks are held and waited for.
+//! (`support::Cluster`), with lock names that hash to every primary (and on a Valkey cluster,
+//! with a failover); MultiLock and RedLock with cluster members; a replica's typed answer.
+//! Faults (failover, kill, slot migration) are in `cluster_faults.rs`.
 //!
 //! One cluster per test function (six servers each), so the feature checks that do not disturb
 //! the cluster share one.
@@ -12,46 +13,13 @@ use std::time::Duration;
 
 use redlease::Client;
 use support::{
-    Cluster, command_calls, increment_unprotected, join_within, key_of, key_slot, shard_numsub,
-    unlock_channel,
+    Cluster, cluster_client, cluster_client_with_lease, command_calls, contend,
+    increment_unprotected, join_within, key_of, key_slot, unlock_channel, unlock_wakes,
+    until_shard_subscribed, until_shard_subscribed_anywhere,
 };
 
-async fn cluster_client(cluster: &Cluster) -> Client {
-    Client::builder_cluster(cluster.seeds())
-        .build()
-        .await
-        .expect("connecting to the cluster")
-}
-
-async fn client_with_lease(cluster: &Cluster, lease: Duration) -> Client {
-    Client::builder_cluster(cluster.seeds())
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .expect("connecting to the cluster")
-}
-
-/// Waits (at most 5 s) until `n` connections subscribe to the shard channel of lock `key` on
-/// the primary that serves it now.
-async fn until_shard_subscribed(cluster: &Cluster, key: &str, n: u64) -> bool {
-    let channel = unlock_channel(key);
-    support::eventually_async(Duration::from_secs(5), || async {
-        shard_numsub(cluster.server_of(key), &channel) == n
-    })
-    .await
-}
-
-/// Waits (at most 5 s) until at least `n` connections subscribe to the shard channel of lock
-/// `key` over the whole cluster: after a failover the client may subscribe again on the slot's
-/// former primary, now a replica of the shard, which SPUBLISH reaches too (and Valkey may count
-/// one client there and on the new primary).
-async fn until_shard_subscribed_anywhere(cluster: &Cluster, key: &str, n: u64) -> bool {
-    let channel = unlock_channel(key);
-    support::eventually_async(Duration::from_secs(5), || async {
-        tokio::task::block_in_place(|| cluster.shard_subscribers(&channel)) >= n
-    })
-    .await
-}
+/// The holder's watchdog lease in the failover cases: short, so a wait past it shows renewal.
+const HOLDER_LEASE: Duration = Duration::from_secs(6);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_lock_feature_works_on_every_primary() {
@@ -70,7 +38,7 @@ async fn every_lock_feature_works_on_a_valkey_cluster() {
     };
     every_lock_feature(&cluster).await;
     let failover = cluster.names_per_primary("valkey-failover", 1).remove(0).0;
-    let holder = client_with_lease(&cluster, HOLDER_LEASE).await;
+    let holder = cluster_client_with_lease(&cluster, HOLDER_LEASE).await;
     let waiters = cluster_client(&cluster).await;
     let c = contend(&cluster, &holder, &waiters, &failover).await;
     tokio::task::block_in_place(|| cluster.failover(cluster.primary_of(&c.key)));
@@ -86,7 +54,7 @@ async fn every_lock_feature_works_on_a_valkey_cluster() {
 
 async fn every_lock_feature(cluster: &Cluster) {
     let a = cluster_client(cluster).await;
-    let b = client_with_lease(cluster, Duration::from_secs(20)).await;
+    let b = cluster_client_with_lease(cluster, Duration::from_secs(20)).await;
     let names = cluster.names_per_primary("every", 2);
     assert_eq!(
         names.iter().map(|(_, p)| p).collect::<HashSet<_>>().len(),
@@ -254,7 +222,7 @@ async fn coalesced_tasks_over_many_slots_count_exactly(cluster: &Cluster, client
 /// 300 watchdog-kept locks over the slots of all primaries: one renewal call per slot, and
 /// every lock outlives several leases.
 async fn watchdog_renews_locks_over_many_slots_one_call_per_slot(cluster: &Cluster) {
-    let client = client_with_lease(cluster, Duration::from_millis(900)).await;
+    let client = cluster_client_with_lease(cluster, Duration::from_millis(900)).await;
     let names = support::unique_names("renew", 300);
     let mut guards = Vec::new();
     for name in &names {
@@ -278,196 +246,6 @@ async fn watchdog_renews_locks_over_many_slots_one_call_per_slot(cluster: &Clust
         guard.unlock().await.unwrap();
     }
     client.shutdown().await.unwrap();
-}
-
-/// A held lock, a waiter of another client on it, and the holder's guard.
-struct Contended {
-    name: String,
-    key: String,
-    held: redlease::LockGuard,
-    waiter: tokio::task::JoinHandle<std::time::Instant>,
-}
-
-async fn contend(cluster: &Cluster, holder: &Client, waiter: &Client, name: &str) -> Contended {
-    let key = key_of(name);
-    let held = holder.lock(name).unwrap().lock().await.unwrap();
-    let waiter = support::spawn_waiter(waiter.lock(name).unwrap());
-    assert!(
-        until_shard_subscribed(cluster, &key, 1).await,
-        "waiter subscribed"
-    );
-    Contended {
-        name: name.to_owned(),
-        key,
-        held,
-        waiter,
-    }
-}
-
-/// After the holder's unlock, the waiter gets the lock within `limit`, much sooner than the
-/// holder's lease (the unlock message reached it on the slot's new primary).
-async fn unlock_wakes(c: Contended, limit: Duration) {
-    assert!(
-        !c.waiter.is_finished(),
-        "{}: the waiter got a held lock",
-        c.name
-    );
-    let woken = support::woken_after_unlock(c.held, c.waiter, Duration::from_secs(15)).await;
-    assert!(
-        woken < limit,
-        "{}: woken {woken:?} after the unlock",
-        c.name
-    );
-}
-
-const HOLDER_LEASE: Duration = Duration::from_secs(6);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn manual_failover_keeps_holders_and_their_waiters_are_still_woken_by_unlock() {
-    support::init_tracing();
-    let cluster = Cluster::start();
-    let holder = client_with_lease(&cluster, HOLDER_LEASE).await;
-    let waiters = cluster_client(&cluster).await;
-    let names = cluster.names_per_primary("failover", 1);
-    let mut contended = Vec::new();
-    for (name, _) in &names {
-        contended.push(contend(&cluster, &holder, &waiters, name).await);
-    }
-    let moved = &contended[0];
-    let old = cluster.primary_of(&moved.key);
-    let new = cluster.failover(old);
-    assert_eq!(cluster.primary_of(&moved.key), new);
-    // The old primary dropped the shard subscription (SUNSUBSCRIBE); the client subscribes
-    // again on the new one.
-    assert!(
-        until_shard_subscribed_anywhere(&cluster, &moved.key, 1).await,
-        "the waiter subscribed again in the shard"
-    );
-    // Past a lease: the watchdog renewed through the failover.
-    tokio::time::sleep(HOLDER_LEASE + Duration::from_secs(1)).await;
-    for c in &contended {
-        assert!(!c.held.is_lost(), "{} lost", c.name);
-        assert!(
-            support::exists(cluster.server_of(&c.key), &c.key),
-            "{} gone",
-            c.name
-        );
-    }
-    for c in contended {
-        unlock_wakes(c, Duration::from_millis(1_000)).await;
-    }
-    holder.shutdown().await.unwrap();
-    waiters.shutdown().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_primary_holders_keep_or_lose_visibly_and_waiters_get_the_lock() {
-    support::init_tracing();
-    let mut cluster = Cluster::start();
-    let holder = client_with_lease(&cluster, HOLDER_LEASE).await;
-    let waiters = cluster_client(&cluster).await;
-    let names = cluster.names_per_primary("kill", 1);
-    let mut contended = Vec::new();
-    for (name, _) in &names {
-        contended.push(contend(&cluster, &holder, &waiters, name).await);
-    }
-    // Let the replicas copy the keys, as they would have long since in service.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let victim = contended[0].key.clone();
-    let old = cluster.primary_of(&victim);
-    let replica = cluster.replica_of(old);
-    let killed_at = std::time::Instant::now();
-    cluster.nodes[old].kill();
-    let promoted = tokio::task::block_in_place(|| cluster.until_promoted(replica));
-    eprintln!("replica promoted {:?} after the kill", killed_at.elapsed());
-    assert_eq!(cluster.primary_of(&victim), promoted);
-    for c in contended {
-        if c.held.is_lost() {
-            // The holder was told; the waiter must get the lock once the lease is out.
-            let got = tokio::time::timeout(HOLDER_LEASE + Duration::from_secs(5), c.waiter).await;
-            assert!(
-                got.is_ok(),
-                "{}: lost by its holder, never taken by the waiter",
-                c.name
-            );
-        } else {
-            assert!(
-                until_shard_subscribed_anywhere(&cluster, &c.key, 1).await,
-                "{}: waiter subscribed again in the shard",
-                c.name
-            );
-            unlock_wakes(c, Duration::from_millis(1_000)).await;
-        }
-    }
-    holder.shutdown().await.unwrap();
-    waiters.shutdown().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slot_migration_of_a_held_lock_keeps_the_holder_and_wakes_its_waiter() {
-    support::init_tracing();
-    let cluster = Cluster::start();
-    let holder = client_with_lease(&cluster, Duration::from_secs(3)).await;
-    let waiters = cluster_client(&cluster).await;
-    let (name, from) = cluster.names_per_primary("migrate", 1).remove(0);
-    let c = contend(&cluster, &holder, &waiters, &name).await;
-    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
-    cluster.migrate_slot(key_slot(&c.key), to);
-    assert_eq!(cluster.primary_of(&c.key), to);
-    assert!(
-        support::exists(&cluster.nodes[to], &c.key),
-        "the lock moved with its slot"
-    );
-    assert!(
-        until_shard_subscribed_anywhere(&cluster, &c.key, 1).await,
-        "the waiter subscribed again on the slot's new primary"
-    );
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(!c.held.is_lost(), "renewal followed the slot");
-    assert!(support::exists(&cluster.nodes[to], &c.key));
-    unlock_wakes(c, Duration::from_millis(500)).await;
-    holder.shutdown().await.unwrap();
-    waiters.shutdown().await.unwrap();
-}
-
-/// The redis-rs defect the subscriber works around (`src/node/link.rs`), on its own: a RESP3
-/// cluster connection subscribed to a shard channel, the slot's primary fails over, the old
-/// primary sends SUNSUBSCRIBE, and a message published on the new primary never arrives,
-/// because redis-rs dropped the channel from its tracker and does not subscribe it again.
-/// Ignored: it checks the dependency, not redlease (`cargo test --test cluster -- --ignored`
-/// prints what it saw; it fails once redis-rs re-subscribes by itself).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn redis_rs_keeps_no_shard_subscription_across_a_failover() {
-    use redis::PushKind;
-    let cluster = Cluster::start();
-    let channel = "{repro}channel";
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let client = redis::cluster::ClusterClientBuilder::new(cluster.seeds())
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .push_sender(tx)
-        .build()
-        .unwrap();
-    let mut conn = client.get_async_connection().await.unwrap();
-    conn.ssubscribe(channel).await.unwrap();
-    let old = cluster.primary_of(channel);
-    let new = tokio::task::block_in_place(|| cluster.failover(old));
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let receivers: i64 = redis::cmd("SPUBLISH")
-        .arg(channel)
-        .arg("after the failover")
-        .query(&mut cluster.nodes[new].conn())
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut kinds = Vec::new();
-    while let Ok(push) = rx.try_recv() {
-        kinds.push(push.kind);
-    }
-    eprintln!("SPUBLISH reached {receivers} subscriber(s); pushes seen: {kinds:?}");
-    assert!(
-        kinds.contains(&PushKind::SMessage),
-        "redis-rs lost the shard subscription after the failover"
-    );
 }
 
 /// MultiLock over locks on all three primaries of one cluster client, and a RedLock whose

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::host::free_port;
 use super::server::Server;
+use super::shard::key_slot;
 
 /// How long the cluster may take to agree on its slots and link its replicas.
 const FORM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -392,63 +393,4 @@ fn parse_nodes(text: &str) -> Vec<NodeInfo> {
             })
         })
         .collect()
-}
-
-/// The cluster slot of `key` (CRC16/XMODEM of its hash tag, mod 16384).
-pub fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &bytes[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(bytes);
-    let mut crc: u16 = 0;
-    for &byte in tagged {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
-
-/// Subscribers of the shard channel `channel` on `server` (`PUBSUB SHARDNUMSUB`).
-pub fn shard_numsub(server: &Server, channel: &str) -> u64 {
-    let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .arg(channel)
-        .query(&mut server.conn())
-        .expect("PUBSUB SHARDNUMSUB");
-    n
-}
-
-impl Cluster {
-    /// Subscribers of the shard channel `channel` over every node that answers: a shard
-    /// channel's subscribers may sit on the slot's primary or on one of its replicas (a
-    /// SPUBLISH reaches both).
-    pub fn shard_subscribers(&self, channel: &str) -> u64 {
-        self.nodes
-            .iter()
-            .filter_map(|node| {
-                let client = redis::Client::open(node.url()).ok()?;
-                let mut conn = client
-                    .get_connection_with_timeout(Duration::from_millis(300))
-                    .ok()?;
-                let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
-                    .arg("SHARDNUMSUB")
-                    .arg(channel)
-                    .query(&mut conn)
-                    .ok()?;
-                Some(n)
-            })
-            .sum()
-    }
 }

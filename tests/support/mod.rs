@@ -8,7 +8,8 @@
 //! - `server`: [`Server`], a private redis-server (or valkey-server) to start, kill, restart,
 //!   freeze and thaw.
 //! - `cluster`: [`Cluster`], six of them formed into a Redis Cluster (3 primaries, 3 replicas),
-//!   with failover, slot migration and the names that hash to each primary.
+//!   with failover, slot migration and the names that hash to each primary; `shard`: slots
+//!   and shard-channel subscribers ([`key_slot`], [`shard_numsub`]).
 //! - `probe`: what a server holds, read straight from it: [`exists`], [`owners`], [`pttl`],
 //!   [`channels`], [`until_subscribed`], [`until_gone`], [`until_no_channels`], ...
 //! - `locks`: [`client`]s of a server, the nodes of a RedLock ([`node_locks`], [`redlock`]),
@@ -33,9 +34,10 @@ mod host;
 mod locks;
 mod probe;
 mod server;
+mod shard;
 
 pub use binary::{server_flavor, valkey_binary};
-pub use cluster::{Cluster, key_slot, shard_numsub};
+pub use cluster::Cluster;
 pub use locks::{
     client, client_with, client_with_lease, clients, connect, increment_unprotected, join_within,
     key_of, locked_out, node_locks, node_locks_with, patient, read_counter, redlock, spawn_waiter,
@@ -46,6 +48,10 @@ pub use probe::{
     until_gone, until_no_channels, until_subscribed,
 };
 pub use server::{Builder, Server};
+pub use shard::{
+    Contended, cluster_client, cluster_client_with_lease, contend, key_slot, shard_numsub,
+    unlock_wakes, until_shard_subscribed, until_shard_subscribed_anywhere,
+};
 
 use std::future::Future;
 use std::sync::Once;
