@@ -45,9 +45,11 @@ Environment of the command:
 
 Exit status:
   the command's own status (128+N when it was killed by signal N), or
-  64  usage error            69  Redis unreachable (or no majority of --url nodes)
+  64  usage error            65  the lock key holds another Redis type
+  69  Redis unreachable, or refused us (auth, replica), or no majority of --url nodes
   70  the lease was lost while the command ran; it was stopped
-  75  the lock was not acquired within --wait
+  71  internal error         75  the lock was not acquired within --wait
+  76  Redis sent a reply this version does not understand
   126 the command could not be executed    127 the command was not found";
 
 const STATUS_EXAMPLES: &str = "\
@@ -133,9 +135,10 @@ pub struct Target {
         default_value = "redlease"
     )]
     pub prefix: String,
-    /// Limit for connecting and for each Redis round trip.
+    /// Limit for connecting and for each Redis round trip (not for waiting for the lock: that
+    /// is `run --wait`).
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_positive)]
-    pub timeout: Duration,
+    pub redis_timeout: Duration,
 }
 
 impl Target {
@@ -156,8 +159,14 @@ pub struct RunArgs {
     #[command(flatten)]
     pub target: Target,
     /// Give up when the lock is not acquired within DUR (exit 75); 0 tries once. Default: wait
-    /// forever.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// forever. `-w` and `--timeout` as in flock(1).
+    #[arg(
+        short = 'w',
+        long,
+        visible_alias = "timeout",
+        value_name = "DUR",
+        value_parser = parse_duration
+    )]
     pub wait: Option<Duration>,
     /// Lease of the lock, renewed every third of it while the command runs. A paused or killed
     /// redlease frees the lock at most this long after its last renewal.
@@ -330,5 +339,26 @@ mod tests {
     fn unlock_requires_force() {
         assert!(Cli::try_parse_from(["redlease", "unlock", "L"]).is_err());
         assert!(Cli::try_parse_from(["redlease", "unlock", "--force", "L"]).is_ok());
+    }
+
+    /// `--timeout` bounds the wait for the lock, as flock's does; the Redis round trip has its
+    /// own name, so a flock user's `--timeout 10s` never means "wait forever".
+    #[test]
+    fn timeout_means_the_wait_and_redis_timeout_the_round_trip() {
+        for flag in ["-w", "--wait", "--timeout"] {
+            let cli = Cli::try_parse_from(["redlease", "run", flag, "10s", "L", "true"]).unwrap();
+            let Command::Run(run) = cli.command else {
+                panic!("not run")
+            };
+            assert_eq!(run.wait, Some(Duration::from_secs(10)), "{flag}");
+            assert_eq!(run.target.redis_timeout, Duration::from_secs(2), "{flag}");
+        }
+        let cli =
+            Cli::try_parse_from(["redlease", "status", "--redis-timeout", "5s", "L"]).unwrap();
+        let Command::Status(status) = cli.command else {
+            panic!("not status")
+        };
+        assert_eq!(status.target.redis_timeout, Duration::from_secs(5));
+        assert!(Cli::try_parse_from(["redlease", "status", "--timeout", "5s", "L"]).is_err());
     }
 }

@@ -53,7 +53,7 @@ impl Launch<'_> {
         let pid = process
             .id()
             .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| Failure::new(exit::SOFTWARE, "the command's pid is unknown"))?;
+            .ok_or_else(|| Failure::new(exit::INTERNAL, "the command's pid is unknown"))?;
         Ok(Child {
             process,
             pid,

@@ -14,8 +14,10 @@ pub const DATA: u8 = 65;
 pub const UNAVAILABLE: u8 = 69;
 /// The lease was lost while the command ran.
 pub const LEASE_LOST: u8 = 70;
-/// An internal failure (sysexits' EX_SOFTWARE, the same number as [`LEASE_LOST`]).
-pub const SOFTWARE: u8 = 70;
+/// An internal failure: the runtime, signal handling or waiting for the command failed, or
+/// the library answered in a way redlease does not expect (sysexits' EX_OSERR; 70 is taken
+/// by [`LEASE_LOST`], which scripts test for).
+pub const INTERNAL: u8 = 71;
 /// The lock was not acquired within `--wait`.
 pub const TEMPFAIL: u8 = 75;
 /// Redis sent a reply this version does not understand.
@@ -63,7 +65,7 @@ pub fn code_of(error: &Error) -> u8 {
         // Refused us (NOAUTH, READONLY replica, OOM), or too few Redlock nodes answered:
         // either way the service cannot be used.
         Error::Redis { .. } | Error::Timeout { .. } | Error::Quorum { .. } => UNAVAILABLE,
-        _ => SOFTWARE,
+        _ => INTERNAL,
     }
 }
 
@@ -74,7 +76,7 @@ pub fn of_child(status: ExitStatus) -> u8 {
         (Some(code), _) => code as u8,
         (None, Some(signal)) => signal_code(signal),
         // Stopped or continued are not final states; wait() never reports them.
-        (None, None) => SOFTWARE,
+        (None, None) => INTERNAL,
     }
 }
 

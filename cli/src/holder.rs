@@ -112,7 +112,7 @@ async fn acquire_redlock(args: &RunArgs) -> Result<Option<Held>, Failure> {
 
 /// How long one node may take to answer an acquire. The library's default (at most 50 ms)
 /// suits services on a fast network; a command-line tool starts once and pays for a cold
-/// script cache, so it gets a tenth of the lease, capped by `--timeout`.
+/// script cache, so it gets a tenth of the lease, capped by `--redis-timeout`.
 fn node_timeout(args: &RunArgs) -> Duration {
-    (args.lease / 10).min(args.target.timeout)
+    (args.lease / 10).min(args.target.redis_timeout)
 }

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("redlease: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::SOFTWARE);
+            return ExitCode::from(exit::INTERNAL);
         }
     };
     let outcome = runtime.block_on(async {

@@ -33,7 +33,7 @@ pub fn quorum(n: usize) -> usize {
 fn builder(target: &Target, url: &str) -> ClientBuilder {
     Client::builder(url)
         .prefix(target.prefix.clone())
-        .timeout(target.timeout)
+        .timeout(target.redis_timeout)
 }
 
 /// Connects to every URL concurrently; the result keeps the order of the URLs.
@@ -219,7 +219,7 @@ where
                 (Ok(_), Some(Err(e))) => Err(e.to_string()),
                 (Ok(_), None) if single => {
                     return Err(Failure::new(
-                        exit::SOFTWARE,
+                        exit::INTERNAL,
                         format!("asking {} panicked", node.shown),
                     ));
                 }

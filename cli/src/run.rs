@@ -14,7 +14,7 @@ use crate::signals::{self, Incoming};
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     // Before anything is held: from here on a SIGTERM cannot kill us with the lock taken.
     let mut incoming = Incoming::install()
-        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot catch signals: {e}")))?;
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot catch signals: {e}")))?;
     let started = Instant::now();
     let held = tokio::select! {
         held = holder::acquire(&args) => held?,
@@ -127,7 +127,7 @@ async fn finish(
         Err(e) => {
             release(args, held).await;
             return Err(Failure::new(
-                exit::SOFTWARE,
+                exit::INTERNAL,
                 format!("lost track of the command: {e}"),
             ));
         }
