@@ -40,8 +40,10 @@ lint:
 doc:
 	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease
 
-# Against $$REDIS_URL if set, else a private redis-server started and stopped by the script.
+# Against $$REDIS_URL if set, else a private redis-server (installed like `make deps` when
+# missing) started and stopped by the script.
 demo:
+	[[ -n "$${REDIS_URL:-}" ]] || bash scripts/deps.sh --redis-only
 	bash scripts/with-redis.sh $(CARGO) run --example quickstart
 
 # Starts its own redis-servers (five, for RedLock); report in target/bench-report.md.

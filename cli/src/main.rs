@@ -67,8 +67,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Library diagnostics (renewal retries and the like) on stderr when `REDLEASE_LOG` asks for
-/// them, e.g. `REDLEASE_LOG=debug`; silent by default, since redlease reports what matters.
+/// Library diagnostics on stderr when `REDLEASE_LOG` asks for them; silent by default, since
+/// redlease reports what matters. `REDLEASE_LOG=debug` prints one line per finished acquire,
+/// watchdog renewal round and release (the library's spans, with their fields and timings),
+/// plus retries and warnings.
 fn init_tracing() {
     let Ok(filter) = std::env::var("REDLEASE_LOG") else {
         return;
@@ -78,5 +80,7 @@ fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .init();
 }

@@ -89,8 +89,32 @@ fn wait_timeout_exits_75_naming_the_lock() {
     assert_eq!(out.stderr().lines().count(), 1, "one line: {out:?}");
     assert!(out.elapsed >= Duration::from_millis(300), "{out:?}");
     assert!(out.elapsed < Duration::from_secs(5), "{out:?}");
-    let out = finish(rl(&server.url(), "run --wait 0", &name, &["true"]));
-    assert_eq!(out.code(), Some(75), "{out:?}");
+    // flock's spellings of the same bound.
+    for wait in ["run --wait 0", "run -w 0", "run --timeout 0"] {
+        let out = finish(rl(&server.url(), wait, &name, &["true"]));
+        assert_eq!(out.code(), Some(75), "{wait}: {out:?}");
+    }
+}
+
+/// `REDLEASE_LOG=debug` shows the acquisition, the watchdog's renewals and the release, one
+/// plain line each (no colour codes in a log file); without it a healthy run says nothing.
+#[test]
+fn debug_log_shows_acquire_renewals_and_release() {
+    let server = Server::start();
+    let name = unique_name("logged");
+    let mut cmd = rl(&server.url(), "run --lease 600ms", &name, &["sleep", "0.5"]);
+    cmd.env("REDLEASE_LOG", "debug");
+    let out = finish(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let log = out.stderr();
+    assert!(log.contains(&format!("acquire{{lock={name}")), "{log}");
+    assert!(log.contains("renew{locks=1 renewed=1 lost=0}"), "{log}");
+    assert!(log.contains(&format!("release{{lock={name}")), "{log}");
+    assert!(log.contains("outcome=\"released\""), "{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes: {log}");
+    let quiet = finish(rl(&server.url(), "run", &name, &["true"]));
+    assert_eq!(quiet.code(), Some(0), "{quiet:?}");
+    assert_eq!(quiet.stderr(), "", "{quiet:?}");
 }
 
 #[test]
