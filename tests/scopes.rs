@@ -30,7 +30,7 @@ impl Overlaps {
     }
 }
 
-/// The service code: `for_each_concurrent(16, ..)` over 1,000 orders in ONE task, each
+/// Ordinary service code: `for_each_concurrent(16, ..)` over 1,000 orders in ONE task, each
 /// locking its account (4 names) with `run` and updating a counter non-atomically.
 #[tokio::test]
 async fn for_each_concurrent_under_run_keeps_exact_counts() {

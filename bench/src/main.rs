@@ -1,4 +1,4 @@
-//! `redlease-bench`: issue 5's workloads for redlease, its peers (rslock,
+//! `redlease-bench`: the workloads W1-W6 for redlease, its peers (rslock,
 //! redlock, rlock, redisson) and the EVALSHA floor, in one run against
 //! private redis-server processes; prints one Markdown table of medians and
 //! ratios and writes it to `target/bench-report.md`.

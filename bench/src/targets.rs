@@ -1,5 +1,5 @@
-//! Ratio and target verdict of each reported metric (issue 5's targets apply
-//! to redlease; peers are compared with redlease, floor rows stand alone).
+//! Ratio and target verdict of each reported metric (the project's own performance targets
+//! apply to redlease; peers are compared with redlease, floor rows stand alone).
 
 use crate::model::{
     ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, RTT_WAKE, TICK, TICK_RT,

@@ -1,5 +1,5 @@
-//! The workloads of issue 5, each written once for async implementations
-//! (tokio tasks) and, where the sync peer can run it, once for OS threads.
+//! The workloads W1-W6 (see the README's Benchmarks section), each written once for async
+//! implementations (tokio tasks) and, where the sync peer can run it, once for OS threads.
 
 pub mod w1;
 pub mod w2;
