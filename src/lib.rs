@@ -52,6 +52,16 @@
 //! | renewal | each client's watchdog | the guard's own task; a majority must confirm |
 //! | lost when | any member is lost | fewer than a majority hold it, or validity runs out |
 //!
+//! ## Deployments
+//! One Redis server (`redis://host:6379`), a Redis Cluster or Valkey cluster
+//! (`redis+cluster://host1:6379,host2:6379`, or [`Client::builder_cluster`]), and independent
+//! masters through [`RedLock`] (each member may itself be a cluster). The API is the same on all
+//! of them. On a cluster each lock's keys share its `{name}` hash tag, so every script touches
+//! one slot; waiters listen with sharded pub/sub; renewals and coalesced calls are grouped per
+//! slot; locks go to primaries only. redis-rs drops a shard subscription when its slot moves or
+//! fails over: redlease subscribes again by itself, and a waiter that misses a message still
+//! wakes when the holder's remaining lease runs out.
+//!
 //! ## Leases and the watchdog
 //! A lock taken without a lease is kept by the client's watchdog: its lease (30 s by default,
 //! [`Config::watchdog_lease`]) is renewed every third of the lease, in batches of 1,000 locks
@@ -186,6 +196,9 @@
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 mod acquire;
 mod batch;
 pub mod blocking;
@@ -223,3 +236,8 @@ pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use owner::Owner;
 pub use scope::{HeldLock, LockOptions};
 pub use watchdog::RenewStats;
+
+/// The README's Rust examples, compiled by `cargo test --doc` so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
