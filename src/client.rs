@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::family::{CountDownLatch, Semaphore};
+use crate::family::{CountDownLatch, ReadWriteLock, Semaphore};
 use crate::gate::Gates;
 use crate::hold::Holds;
 use crate::identity::{self, ClientInfo};
@@ -289,6 +289,14 @@ impl Client {
     /// [`Error::InvalidName`] for an empty or too long name.
     pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
         CountDownLatch::new(self.clone(), name)
+    }
+
+    /// A handle on the read-write lock `name` (see [`ReadWriteLock`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
+        ReadWriteLock::new(self.clone(), name)
     }
 
     /// This client's id, the first part of every owner field it writes.

@@ -216,7 +216,9 @@ mod watchdog;
 pub use client::{Client, ClientBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{Error, Result};
-pub use family::{CountDownLatch, Semaphore};
+pub use family::{
+    CountDownLatch, ReadGuard, ReadLock, ReadWriteLock, Semaphore, WriteGuard, WriteLock,
+};
 pub use guard::LockGuard;
 pub use identity::ClientInfo;
 pub use keys::MAX_NAME_LEN;

@@ -1,4 +1,5 @@
-//! The rest of the lock family on the same client: [`Semaphore`] and [`CountDownLatch`]. Each kind is one Lua script (`lua/`) over keys under the kind's own
+//! The rest of the lock family on the same client: [`Semaphore`], [`CountDownLatch`] and
+//! [`ReadWriteLock`]. Each kind is one Lua script (`lua/`) over keys under the kind's own
 //! suffix of the `{name}` hash tag, so a semaphore, a latch and a lock may share a name, and
 //! every key of one object lives in one Redis Cluster slot.
 //!
@@ -17,9 +18,13 @@ use crate::pubsub::Subscription;
 use crate::terms::Wait;
 
 mod latch;
+mod rwlock;
+mod rwlock_guard;
 mod semaphore;
 
 pub use latch::CountDownLatch;
+pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
+pub use rwlock_guard::{ReadGuard, WriteGuard};
 pub use semaphore::Semaphore;
 
 /// How long a waiter sleeps at most without a message before it looks again: messages can be
