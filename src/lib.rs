@@ -52,6 +52,20 @@
 //! | renewal | each client's watchdog | the guard's own task; a majority must confirm |
 //! | lost when | any member is lost | fewer than a majority hold it, or validity runs out |
 //!
+//! ## The rest of the family
+//! - [`Semaphore`] ([`Client::semaphore`]): permits shared by every client; `acquire(n)`,
+//!   `try_acquire(n)`, `try_acquire_for(n, wait)`, `release(n)`, `available()`. Permits have no
+//!   owner and no lease: a holder that crashes keeps its permits.
+//! - [`CountDownLatch`] ([`Client::count_down_latch`]): `try_set_count(n)`, `count_down()`,
+//!   `count()`, `wait()`, `wait_for(d)`.
+//! - [`ReadWriteLock`] ([`Client::read_write_lock`]): `read()` and `write()` sides with `lock`,
+//!   `try_lock` and `try_lock_with(LockOptions)`; reentrant per owner, downgrade allowed,
+//!   upgrade refused with [`Error::WouldDeadlock`], a lease per reader, and waiting writers
+//!   keep new readers out so they are not starved.
+//!
+//! All wait on the client's one subscriber connection (no polling; at most a second between
+//! looks when no message comes) and are cancel-safe.
+//!
 //! ## Leases and the watchdog
 //! A lock taken without a lease is kept by the client's watchdog: its lease (30 s by default,
 //! [`Config::watchdog_lease`]) is renewed every third of the lease, in batches of 1,000 locks
@@ -183,6 +197,10 @@
 //! | `P:{N}:fence` | string | fencing counter (fenced locks only; never expires) |
 //! | `P:{N}:unlock` | channel | one message (the releasing client's id) on each release that frees the lock |
 //! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (written when holds remain, or for a give-back) |
+//!
+//! | `P:{N}:semaphore` | string | available permits of the semaphore `N`; channel `P:{N}:semaphore:released` |
+//! | `P:{N}:countdown` | string | count left of the latch `N` (absent at zero); channel `P:{N}:countdown:zero` |
+//! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock); channel `P:{N}:rw:unlock` |
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
