@@ -17,6 +17,7 @@ use crate::keys::LockKeys;
 use crate::pubsub::Subscription;
 use crate::terms::Wait;
 
+mod kept;
 mod latch;
 mod rwlock;
 mod rwlock_guard;

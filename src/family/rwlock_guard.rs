@@ -3,40 +3,19 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
-use tokio::sync::Notify;
+use std::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::family::kept::Kept;
 use crate::family::rwlock::{Kind, ReadWriteLock};
-use crate::task::AbortOnDrop;
 use crate::terms::Lease;
-
-/// What a hold and its renewal task share.
-struct State {
-    valid_until: Mutex<Instant>,
-    lost: AtomicBool,
-    lost_notify: Notify,
-}
-
-impl State {
-    fn lose(&self, name: &str, why: &str) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(lock = %name, "read-write lock hold lost: {why}");
-            self.lost_notify.notify_waiters();
-        }
-    }
-}
 
 /// One read or write hold.
 pub(crate) struct RwHold {
     lock: ReadWriteLock,
     kind: Kind,
     field: Arc<str>,
-    state: Arc<State>,
-    _renewal: Option<AbortOnDrop>,
+    kept: Kept,
     released: bool,
 }
 
@@ -49,35 +28,27 @@ impl RwHold {
         started: Instant,
     ) -> RwHold {
         let drift = lock.client.inner.config.drift(lease.duration());
-        let state = Arc::new(State {
-            valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
-            lost: AtomicBool::new(false),
-            lost_notify: Notify::new(),
-        });
-        let renewal = match lease {
-            Lease::Watchdog(lease) => Some(AbortOnDrop(tokio::spawn(renew(
-                lock.clone(),
-                kind,
-                field.clone(),
-                lease,
-                drift,
-                state.clone(),
-            )))),
-            Lease::Fixed(_) => None,
+        let renew = {
+            let (lock, field) = (lock.clone(), field.clone());
+            let lease_ms = lease.ms();
+            move || {
+                let (lock, field) = (lock.clone(), field.clone());
+                async move { Ok(lock.call(kind.ops().2, &field, lease_ms).await? == 1) }
+            }
         };
+        let kept = Kept::new(lock.keys.name.clone(), lease, drift, started, renew);
         RwHold {
             lock,
             kind,
             field,
-            state,
-            _renewal: renewal,
+            kept,
             released: false,
         }
     }
 
     async fn unlock(mut self) -> Result<()> {
         self.released = true;
-        let lost = self.state.lost.load(Ordering::Acquire);
+        let lost = self.kept.is_lost();
         let reply = self.lock.call(self.kind.ops().1, &self.field, 0).await?;
         if reply < 0 || lost {
             return Err(Error::LeaseLost {
@@ -85,52 +56,6 @@ impl RwHold {
             });
         }
         Ok(())
-    }
-
-    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let state = self.state.clone();
-        async move {
-            loop {
-                let notified = state.lost_notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if state.lost.load(Ordering::Acquire) {
-                    return;
-                }
-                notified.await;
-            }
-        }
-    }
-}
-
-/// Renews a hold every third of its lease until the guard goes (which aborts this task), the
-/// hold is found gone, or the validity runs out without a confirmed renewal.
-async fn renew(
-    lock: ReadWriteLock,
-    kind: Kind,
-    field: Arc<str>,
-    lease: Duration,
-    drift: Duration,
-    state: Arc<State>,
-) {
-    let renew_op = kind.ops().2;
-    let lease_ms = lease.as_millis() as u64;
-    let period = (lease / 3).max(Duration::from_millis(1));
-    loop {
-        tokio::time::sleep(period).await;
-        let sent = Instant::now();
-        match lock.call(renew_op, &field, lease_ms).await {
-            Ok(1) => {
-                *state.valid_until.lock() = sent + lease.saturating_sub(drift);
-            }
-            Ok(_) => return state.lose(&lock.keys.name, "the hold was found gone"),
-            Err(e) => {
-                tracing::debug!(lock = %lock.keys.name, error = %e, "read-write lock renewal failed");
-                if Instant::now() >= *state.valid_until.lock() {
-                    return state.lose(&lock.keys.name, "its validity ran out before a renewal");
-                }
-            }
-        }
     }
 }
 
@@ -174,18 +99,18 @@ macro_rules! guard {
             /// Resolves when the hold is known lost (a renewal found it gone, or could not
             /// confirm it before its validity ran out). Never resolves for a fixed lease.
             pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-                self.0.lost()
+                self.0.kept.lost()
             }
 
             /// Whether the hold is known lost.
             pub fn is_lost(&self) -> bool {
-                self.0.state.lost.load(Ordering::Acquire)
+                self.0.kept.is_lost()
             }
 
             /// Until when the hold is known valid: the start of the last confirmed acquisition
             /// or renewal, plus the lease, minus the drift allowance.
             pub fn valid_until(&self) -> Instant {
-                *self.0.state.valid_until.lock()
+                self.0.kept.valid_until()
             }
 
             /// The lock's name.
