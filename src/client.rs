@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::family::{CountDownLatch, ReadWriteLock, Semaphore};
+use crate::family::{CountDownLatch, PermitSemaphore, ReadWriteLock, Semaphore};
 use crate::gate::Gates;
 use crate::hold::Holds;
 use crate::identity::{self, ClientInfo};
@@ -281,6 +281,14 @@ impl Client {
     /// [`Error::InvalidName`] for an empty or too long name.
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
         Semaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the semaphore with expiring permits `name` (see [`PermitSemaphore`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn permit_semaphore(&self, name: &str) -> Result<PermitSemaphore> {
+        PermitSemaphore::new(self.clone(), name)
     }
 
     /// A handle on the count-down latch `name` (see [`CountDownLatch`]).

@@ -56,6 +56,8 @@
 //! - [`Semaphore`] ([`Client::semaphore`]): permits shared by every client; `acquire(n)`,
 //!   `try_acquire(n)`, `try_acquire_for(n, wait)`, `release(n)`, `available()`. Permits have no
 //!   owner and no lease: a holder that crashes keeps its permits.
+//! - [`PermitSemaphore`] ([`Client::permit_semaphore`]): each permit has an id and a lease
+//!   (renewed while its [`Permit`] lives), so a crashed holder's permit comes back.
 //! - [`CountDownLatch`] ([`Client::count_down_latch`]): `try_set_count(n)`, `count_down()`,
 //!   `count()`, `wait()`, `wait_for(d)`.
 //! - [`ReadWriteLock`] ([`Client::read_write_lock`]): `read()` and `write()` sides with `lock`,
@@ -199,6 +201,7 @@
 //! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (written when holds remain, or for a give-back) |
 //!
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N`; channel `P:{N}:semaphore:released` |
+//! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock); channel `P:{N}:permits:released` |
 //! | `P:{N}:countdown` | string | count left of the latch `N` (absent at zero); channel `P:{N}:countdown:zero` |
 //! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock); channel `P:{N}:rw:unlock` |
 //!
@@ -235,7 +238,8 @@ pub use client::{Client, ClientBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{Error, Result};
 pub use family::{
-    CountDownLatch, ReadGuard, ReadLock, ReadWriteLock, Semaphore, WriteGuard, WriteLock,
+    CountDownLatch, Permit, PermitSemaphore, ReadGuard, ReadLock, ReadWriteLock, Semaphore,
+    WriteGuard, WriteLock,
 };
 pub use guard::LockGuard;
 pub use identity::ClientInfo;

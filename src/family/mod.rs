@@ -19,11 +19,13 @@ use crate::terms::Wait;
 
 mod kept;
 mod latch;
+mod permits;
 mod rwlock;
 mod rwlock_guard;
 mod semaphore;
 
 pub use latch::CountDownLatch;
+pub use permits::{Permit, PermitSemaphore};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use rwlock_guard::{ReadGuard, WriteGuard};
 pub use semaphore::Semaphore;
