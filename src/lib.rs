@@ -238,8 +238,8 @@ pub use client::{Client, ClientBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{Error, Result};
 pub use family::{
-    CountDownLatch, Permit, PermitSemaphore, ReadGuard, ReadLock, ReadWriteLock, Semaphore,
-    WriteGuard, WriteLock,
+    CountDownLatch, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard, ReadLock,
+    ReadWriteLock, Semaphore, WriteGuard, WriteLock,
 };
 pub use guard::LockGuard;
 pub use identity::ClientInfo;

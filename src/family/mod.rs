@@ -17,6 +17,7 @@ use crate::keys::LockKeys;
 use crate::pubsub::Subscription;
 use crate::terms::Wait;
 
+mod guard;
 mod kept;
 mod latch;
 mod permits;
@@ -24,6 +25,7 @@ mod rwlock;
 mod rwlock_guard;
 mod semaphore;
 
+pub use guard::{Guard, GuardFuture};
 pub use latch::CountDownLatch;
 pub use permits::{Permit, PermitSemaphore};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};

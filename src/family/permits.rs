@@ -213,6 +213,11 @@ impl PermitSemaphore {
 }
 
 impl Permit {
+    /// The name of the semaphore this permit belongs to.
+    pub fn semaphore_name(&self) -> &str {
+        &self.semaphore.keys.name
+    }
+
     /// The permit's id.
     pub fn id(&self) -> &str {
         &self.id
