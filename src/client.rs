@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::family::{CountDownLatch, PermitSemaphore, ReadWriteLock, Semaphore};
+use crate::family::{CountDownLatch, FairLock, PermitSemaphore, ReadWriteLock, Semaphore};
 use crate::gate::Gates;
 use crate::hold::Holds;
 use crate::identity::{self, ClientInfo};
@@ -289,6 +289,14 @@ impl Client {
     /// [`Error::InvalidName`] for an empty or too long name.
     pub fn permit_semaphore(&self, name: &str) -> Result<PermitSemaphore> {
         PermitSemaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the fair (first come, first served) lock `name` (see [`FairLock`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
+        FairLock::new(self.clone(), name)
     }
 
     /// A handle on the count-down latch `name` (see [`CountDownLatch`]).

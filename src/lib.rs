@@ -65,6 +65,12 @@
 //!   upgrade refused with [`Error::WouldDeadlock`], a lease per reader, and waiting writers
 //!   keep new readers out so they are not starved.
 //!
+//! - [`FairLock`] ([`Client::fair_lock`]): first come, first served across clients; a release
+//!   wakes only the first waiter; a waiter keeps its place only while it keeps asking (the
+//!   server's clock decides), so a crashed waiter holds the others up for 3 s at most.
+//! - [`Guard`]: one object-safe trait over [`LockGuard`], [`ReadGuard`], [`WriteGuard`],
+//!   [`Permit`] and [`FairGuard`].
+//!
 //! All wait on the client's one subscriber connection (no polling; at most a second between
 //! looks when no message comes) and are cancel-safe.
 //!
@@ -202,6 +208,7 @@
 //!
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N`; channel `P:{N}:semaphore:released` |
 //! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock); channel `P:{N}:permits:released` |
+//! | `P:{N}:fair` | hash | fair lock `N`: holder `h`, count `hn`, deadline `hd`; with `P:{N}:fair:queue` (list of waiters) and `P:{N}:fair:waiters` (waiter → deadline); a waiter listens on `P:{N}:fair:wake:<owner>` |
 //! | `P:{N}:countdown` | string | count left of the latch `N` (absent at zero); channel `P:{N}:countdown:zero` |
 //! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock); channel `P:{N}:rw:unlock` |
 //!
@@ -238,8 +245,8 @@ pub use client::{Client, ClientBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{Error, Result};
 pub use family::{
-    CountDownLatch, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard, ReadLock,
-    ReadWriteLock, Semaphore, WriteGuard, WriteLock,
+    CountDownLatch, FairGuard, FairLock, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard,
+    ReadLock, ReadWriteLock, Semaphore, WriteGuard, WriteLock,
 };
 pub use guard::LockGuard;
 pub use identity::ClientInfo;

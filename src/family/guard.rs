@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use crate::error::Result;
-use crate::family::{Permit, ReadGuard, WriteGuard};
+use crate::family::{FairGuard, Permit, ReadGuard, WriteGuard};
 use crate::guard::LockGuard;
 
 /// A boxed future, as the object-safe methods of [`Guard`] return.
@@ -96,3 +96,4 @@ macro_rules! family_guard {
 family_guard!(ReadGuard, unlock, ReadGuard::name);
 family_guard!(WriteGuard, unlock, WriteGuard::name);
 family_guard!(Permit, release, Permit::semaphore_name);
+family_guard!(FairGuard, unlock, FairGuard::name);

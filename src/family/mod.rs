@@ -17,6 +17,7 @@ use crate::keys::LockKeys;
 use crate::pubsub::Subscription;
 use crate::terms::Wait;
 
+mod fair;
 mod guard;
 mod kept;
 mod latch;
@@ -25,6 +26,7 @@ mod rwlock;
 mod rwlock_guard;
 mod semaphore;
 
+pub use fair::{FairGuard, FairLock};
 pub use guard::{Guard, GuardFuture};
 pub use latch::CountDownLatch;
 pub use permits::{Permit, PermitSemaphore};
