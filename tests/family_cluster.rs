@@ -1,4 +1,5 @@
-//! The read-write lock and the count-down latch on a real Redis Cluster (3 primaries, 3
+//! The read-write lock, the count-down latch, the fair lock and the expiring permits on a real
+//! Redis Cluster (3 primaries, 3
 //! replicas): every key of one object in one slot, waiters woken by sharded pub/sub messages on
 //! each primary. The semaphore's cluster test is in `semaphore.rs`.
 
@@ -17,7 +18,7 @@ async fn until_shard_subscribed(cluster: &Cluster, key: &str, channel: &str) -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rwlock_and_latch_on_a_cluster() {
+async fn the_family_on_a_cluster() {
     support::init_tracing();
     let cluster = Cluster::start();
     let connect = || async {
