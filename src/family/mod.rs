@@ -1,5 +1,6 @@
-//! The rest of the lock family on the same client: [`Semaphore`], [`CountDownLatch`] and
-//! [`ReadWriteLock`]. Each kind is one Lua script (`lua/`) over keys under the kind's own
+//! The rest of the lock family on the same client: [`Semaphore`], [`PermitSemaphore`],
+//! [`CountDownLatch`], [`ReadWriteLock`] and [`FairLock`], and the [`Guard`] trait over every
+//! hold. Each kind is one Lua script (`lua/`) over keys under the kind's own
 //! suffix of the `{name}` hash tag, so a semaphore, a latch and a lock may share a name, and
 //! every key of one object lives in one Redis Cluster slot.
 //!

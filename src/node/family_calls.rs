@@ -66,3 +66,26 @@ impl Node {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::sharded;
+
+    #[test]
+    fn every_family_publish_is_rewritten_for_a_cluster() {
+        for source in [
+            include_str!("../../lua/semaphore.lua"),
+            include_str!("../../lua/latch.lua"),
+            include_str!("../../lua/rwlock.lua"),
+            include_str!("../../lua/permits.lua"),
+            include_str!("../../lua/fair.lua"),
+        ] {
+            assert!(
+                source.contains("redis.call('PUBLISH', "),
+                "nothing to rewrite"
+            );
+            let rewritten = sharded::variant(source);
+            assert!(!rewritten.contains("redis.call('PUBLISH'"), "{rewritten}");
+        }
+    }
+}
