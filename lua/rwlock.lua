@@ -25,7 +25,7 @@
 --   unread, unwrite   -1 the owner held nothing of that kind (expired, or never); else the holds
 --                 left; '0' is published when the release lets others in
 --   renew_*       1 renewed, 0 not held
---   withdraw      1 (the intent is gone)
+--   withdraw      1 (the intent is gone; '0' is published when it held readers back)
 -- A key of another type fails with WRONGTYPE before anything is written.
 
 local key, channel, op, owner = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
@@ -173,7 +173,10 @@ elseif op == 'renew_read' or op == 'renew_write' then
     settle()
     return 1
 elseif op == 'withdraw' then
-    redis.call('HDEL', key, 'q:' .. owner)
+    -- Readers held back by this intent may come in now.
+    if redis.call('HDEL', key, 'q:' .. owner) == 1 and not writer then
+        redis.call('PUBLISH', channel, '0')
+    end
     settle()
     return 1
 end

@@ -357,6 +357,34 @@ async fn a_cancelled_writer_leaves_nothing() {
             .await
         }
     );
+    // A reader held back by a waiting writer comes in as soon as the writer gives up.
+    let writer = b.read_write_lock(&name).unwrap();
+    let giving_up = tokio::spawn(async move {
+        let options = LockOptions::new().wait(Duration::from_millis(300));
+        writer
+            .write()
+            .try_lock_with(options)
+            .await
+            .unwrap()
+            .is_none()
+    });
+    let intent = support::eventually_async(Duration::from_secs(1), || async {
+        fields(&server, lock.key())
+            .keys()
+            .any(|f| f.starts_with("q:"))
+    })
+    .await;
+    assert!(intent, "the writer left no intent");
+    let late = a.read_write_lock(&name).unwrap().with_owner(Owner::new());
+    let asked = Instant::now();
+    let late_guard = late.read().lock().await.unwrap();
+    let waited = asked.elapsed();
+    assert!(giving_up.await.unwrap());
+    assert!(
+        waited < Duration::from_millis(450),
+        "the reader waited {waited:?} (the writer gave up at 300 ms)"
+    );
+    late_guard.unlock().await.unwrap();
     r.unlock().await.unwrap();
     // Cut off at every point of a request in flight: a grant that arrives is given back.
     drop(b);
