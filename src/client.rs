@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::family::{CountDownLatch, FairLock, PermitSemaphore, ReadWriteLock, Semaphore};
 use crate::gate::Gates;
 use crate::hold::Holds;
 use crate::identity::{self, ClientInfo};
@@ -272,6 +273,46 @@ impl Client {
     /// [`Error::InvalidName`] for an empty, too long or `}`-led name.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         Lock::new(self.clone(), name)
+    }
+
+    /// A handle on the counting semaphore `name` (see [`Semaphore`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
+        Semaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the semaphore with expiring permits `name` (see [`PermitSemaphore`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn permit_semaphore(&self, name: &str) -> Result<PermitSemaphore> {
+        PermitSemaphore::new(self.clone(), name)
+    }
+
+    /// A handle on the fair (first come, first served) lock `name` (see [`FairLock`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
+        FairLock::new(self.clone(), name)
+    }
+
+    /// A handle on the count-down latch `name` (see [`CountDownLatch`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
+        CountDownLatch::new(self.clone(), name)
+    }
+
+    /// A handle on the read-write lock `name` (see [`ReadWriteLock`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty or too long name.
+    pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
+        ReadWriteLock::new(self.clone(), name)
     }
 
     /// This client's id, the first part of every owner field it writes.

@@ -62,6 +62,27 @@
 //! fails over: redlease subscribes again by itself, and a waiter that misses a message still
 //! wakes when the holder's remaining lease runs out.
 //!
+//! ## The rest of the family
+//! - [`Semaphore`] ([`Client::semaphore`]): permits shared by every client; `acquire(n)`,
+//!   `try_acquire(n)`, `try_acquire_for(n, wait)`, `release(n)`, `available()`. Permits have no
+//!   owner and no lease: a holder that crashes keeps its permits.
+//! - [`PermitSemaphore`] ([`Client::permit_semaphore`]): each permit has an id and a lease
+//!   (renewed while its [`Permit`] lives), so a crashed holder's permit comes back.
+//! - [`CountDownLatch`] ([`Client::count_down_latch`]): `try_set_count(n)`, `count_down()`,
+//!   `count()`, `wait()`, `wait_for(d)`.
+//! - [`ReadWriteLock`] ([`Client::read_write_lock`]): `read()` and `write()` sides with `lock`,
+//!   `try_lock` and `try_lock_with(LockOptions)`; reentrant per owner, downgrade allowed,
+//!   upgrade refused with [`Error::WouldDeadlock`], a lease per reader, and waiting writers
+//!   keep new readers out so they are not starved.
+//! - [`FairLock`] ([`Client::fair_lock`]): first come, first served across clients; a release
+//!   wakes only the first waiter; a waiter keeps its place only while it keeps asking (the
+//!   server's clock decides), so a crashed waiter holds the others up for 3 s at most.
+//! - [`Guard`]: one object-safe trait over [`LockGuard`], [`ReadGuard`], [`WriteGuard`],
+//!   [`Permit`] and [`FairGuard`].
+//!
+//! All wait on the client's one subscriber connection (no polling; at most a second between
+//! looks when no message comes) and are cancel-safe.
+//!
 //! ## Leases and the watchdog
 //! A lock taken without a lease is kept by the client's watchdog: its lease (30 s by default,
 //! [`Config::watchdog_lease`]) is renewed every third of the lease, in batches of 1,000 locks
@@ -194,6 +215,12 @@
 //! | `P:{N}:unlock` | channel | one message (the releasing client's id) on each release that frees the lock |
 //! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (written when holds remain, or for a give-back) |
 //!
+//! | `P:{N}:semaphore` | string | available permits of the semaphore `N`; channel `P:{N}:semaphore:released` |
+//! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock); channel `P:{N}:permits:released` |
+//! | `P:{N}:fair` | hash | fair lock `N`: holder `h`, count `hn`, deadline `hd`; with `P:{N}:fair:queue` (list of waiters) and `P:{N}:fair:waiters` (waiter → deadline); a waiter listens on `P:{N}:fair:wake:<owner>` |
+//! | `P:{N}:countdown` | string | count left of the latch `N` (absent at zero); channel `P:{N}:countdown:zero` |
+//! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock); channel `P:{N}:rw:unlock` |
+//!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
 #![forbid(unsafe_code)]
@@ -205,6 +232,7 @@ pub mod blocking;
 mod client;
 mod config;
 mod error;
+mod family;
 mod gate;
 mod grant;
 mod guard;
@@ -228,6 +256,10 @@ mod watchdog;
 pub use client::{Client, ClientBuilder};
 pub use config::{Config, MAX_DURATION};
 pub use error::{Error, Result};
+pub use family::{
+    CountDownLatch, FairGuard, FairLock, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard,
+    ReadLock, ReadWriteLock, Semaphore, WriteGuard, WriteLock,
+};
 pub use guard::LockGuard;
 pub use identity::ClientInfo;
 pub use keys::MAX_NAME_LEN;

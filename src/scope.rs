@@ -53,6 +53,11 @@ impl LockOptions {
         self
     }
 
+    /// The wait and the lease as given (`None`: the default).
+    pub(crate) fn parts(&self) -> (Option<Duration>, Option<Duration>) {
+        (self.wait, self.lease)
+    }
+
     /// The checked lease and wait of these options for `lock`.
     pub(crate) fn resolve(&self, lock: &Lock) -> Result<(Lease, Wait)> {
         let lease = match self.lease {

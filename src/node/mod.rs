@@ -15,12 +15,14 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts;
 
+mod family_calls;
 mod link;
 mod lock_calls;
 mod scan;
 mod shape;
 mod transport;
 
+pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
 pub(crate) use lock_calls::{Latch, ReleaseArgs, Successor, acquire_args};

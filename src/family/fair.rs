@@ -1,0 +1,334 @@
+//! [`FairLock`]: a reentrant lock granted first come, first served across every client.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::family::kept::Kept;
+use crate::family::{Attempt, FamilyKeys, wait_for};
+use crate::node::FamilyScript;
+use crate::owner::Owner;
+use crate::scope::LockOptions;
+use crate::task::FinishOnDrop;
+use crate::terms::{Lease, Wait};
+
+static SCRIPT: FamilyScript = FamilyScript::new("fair", include_str!("../../lua/fair.lua"));
+
+/// How long a waiter keeps its place in the queue without asking again. A waiter asks at least
+/// once a second, so only a waiter that crashed keeps its place this long, and holds up the
+/// ones behind it for this long at most.
+pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(3);
+
+/// A fair lock (Redisson's `RFairLock`): owners get the lock in the order they first asked for
+/// it, across every client and process.
+///
+/// Made by [`Client::fair_lock`]; cheap to clone. Reentrant per [`Owner`] (the current task by
+/// default, or [`with_owner`](FairLock::with_owner)). `lock`, `try_lock` and `try_lock_with`, as
+/// for [`Lock`](crate::Lock); the [`FairGuard`] renews its lease while it lives unless taken
+/// with an explicit lease.
+///
+/// - **Herd-free**: a release wakes only the first waiter (each waiter listens on a channel of
+///   its own), not everybody.
+/// - **No stale places**: the queue's deadlines are on the server's clock, and a waiter keeps
+///   its place only while it keeps asking (at least once a second); one that crashed holds up
+///   the others for 3 s at most, and one that gives up leaves the queue at once.
+///
+/// ```no_run
+/// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+/// let turn = client.fair_lock("printer")?;
+/// let guard = turn.lock().await?;
+/// // ... first come, first served ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FairLock {
+    client: Client,
+    keys: Arc<FamilyKeys>,
+    queue: Arc<str>,
+    waiters: Arc<str>,
+    wake: Arc<str>,
+    owner: Option<Owner>,
+}
+
+/// A hold of a [`FairLock`]. Release it with [`unlock`](FairGuard::unlock); dropping it releases
+/// in the background.
+#[must_use = "dropping the guard releases the lock"]
+pub struct FairGuard {
+    lock: FairLock,
+    field: Arc<str>,
+    kept: Kept,
+    released: bool,
+}
+
+impl FairLock {
+    pub(crate) fn new(client: Client, name: &str) -> Result<FairLock> {
+        let keys = FamilyKeys::new(&client, name, "fair", "wake:")?;
+        let queue = format!("{}:queue", keys.key).into();
+        let waiters = format!("{}:waiters", keys.key).into();
+        let wake = keys.channel.clone();
+        Ok(FairLock {
+            client,
+            keys: Arc::new(keys),
+            queue,
+            waiters,
+            wake,
+            owner: None,
+        })
+    }
+
+    /// This handle acquires for `owner` (from any task) instead of the current task.
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis hash holding the holder.
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    async fn call(&self, op: &str, field: &str, lease_ms: u64, waiter_ms: u64) -> Result<i64> {
+        self.client.inner.check_open()?;
+        let lease = itoa::Buffer::new().format(lease_ms).to_owned();
+        let waiter = itoa::Buffer::new().format(waiter_ms).to_owned();
+        let keys = [&*self.keys.key, &*self.queue, &*self.waiters];
+        let args = [op, field, &lease, &waiter, &*self.wake];
+        self.client
+            .inner
+            .node
+            .family_call(&SCRIPT, &keys, &args)
+            .await
+    }
+
+    /// Takes the lock, waiting as long as it takes; the guard renews its lease while it lives.
+    ///
+    /// # Errors
+    /// Redis failures, a key of another kind, [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropped while waiting it leaves the queue (in the background); dropped
+    /// while its request is on the wire, a grant that arrives is given back.
+    pub async fn lock(&self) -> Result<FairGuard> {
+        match self.try_lock_with(LockOptions::new()).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::Timeout {
+                operation: "lock",
+                timeout: crate::config::MAX_DURATION,
+            }),
+        }
+    }
+
+    /// Takes the lock if it is free and nobody waits for it; `None` otherwise (a single attempt
+    /// takes no place in the queue).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    /// As [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<Option<FairGuard>> {
+        self.try_lock_with(LockOptions::new().wait(Duration::ZERO))
+            .await
+    }
+
+    /// Takes the lock on `options`' terms: wait at most `wait` (in the queue), hold at most
+    /// `lease` (no renewal); `None` when the wait ran out, and the waiter left the queue.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), and [`Error::InvalidDuration`] for a zero or absurd lease or
+    /// wait.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](Self::lock).
+    pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<FairGuard>> {
+        let (wait, lease) = options.parts();
+        let lease = match lease {
+            Some(lease) => Lease::fixed(lease)?,
+            None => {
+                let lease = self.client.inner.config.watchdog_lease;
+                crate::config::lease_ms("watchdog lease", lease)?;
+                Lease::Watchdog(lease)
+            }
+        };
+        let wait = match wait {
+            Some(wait) => Wait::until(wait)?,
+            None => Wait::Forever,
+        };
+        let owner = self.owner.unwrap_or_else(Owner::current);
+        let field = owner.field(&self.client.inner.id_text);
+        let waiter_ms = match wait {
+            Wait::Once => 0,
+            _ => WAITER_LEASE.as_millis() as u64,
+        };
+        let place = Place {
+            lock: self.clone(),
+            field: field.clone(),
+            queued: AtomicBool::new(false),
+        };
+        let channel: Arc<str> = format!("{}{field}", self.wake).into();
+        let (field_ref, place_ref) = (&field, &place);
+        let granted = wait_for(&self.client, &channel, wait, move || async move {
+            let started = Instant::now();
+            Ok(match self.attempt(field_ref, lease, waiter_ms).await? {
+                n if n >= 1 => Attempt::Done(started),
+                n => {
+                    place_ref.queued.store(waiter_ms > 0, Ordering::Relaxed);
+                    let ttl = (-2 - n).max(0) as u64;
+                    Attempt::Again(Some(Duration::from_millis(ttl + 1)))
+                }
+            })
+        })
+        .await?;
+        let Some(started) = granted else {
+            return Ok(None);
+        };
+        // The grant took us out of the queue.
+        place.queued.store(false, Ordering::Relaxed);
+        let drift = self.client.inner.config.drift(lease.duration());
+        let renew = {
+            let (lock, field) = (self.clone(), field.clone());
+            let lease_ms = lease.ms();
+            move || {
+                let (lock, field) = (lock.clone(), field.clone());
+                async move { Ok(lock.call("renew", &field, lease_ms, 0).await? == 1) }
+            }
+        };
+        let kept = Kept::new(self.keys.name.clone(), lease, drift, started, renew);
+        Ok(Some(FairGuard {
+            lock: self.clone(),
+            field,
+            kept,
+            released: false,
+        }))
+    }
+
+    /// One acquisition request; a grant whose caller stopped waiting is given back.
+    async fn attempt(&self, field: &Arc<str>, lease: Lease, waiter_ms: u64) -> Result<i64> {
+        let (this, request_field) = (self.clone(), field.clone());
+        let request = async move {
+            this.call("acquire", &request_field, lease.ms(), waiter_ms)
+                .await
+        };
+        let (this, field) = (self.clone(), field.clone());
+        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
+            if let Ok(n) = outcome
+                && n >= 1
+            {
+                tracing::debug!(lock = %this.keys.name, "acquire abandoned after the grant; giving it back");
+                if let Err(e) = this.call("release", &field, 0, 0).await {
+                    tracing::warn!(lock = %this.keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
+                }
+            }
+        })
+        .tracked(&self.client.inner.background);
+        call.await
+    }
+}
+
+/// A waiter's place in the queue: left (in the background) when its wait ends without the
+/// lock, cancelled or timed out, so the owners behind it need not wait out its waiter lease.
+struct Place {
+    lock: FairLock,
+    field: Arc<str>,
+    queued: AtomicBool,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.queued.load(Ordering::Relaxed) {
+            return;
+        }
+        let (lock, field) = (self.lock.clone(), self.field.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let leave = async move {
+                if let Err(e) = lock.call("withdraw", &field, 0, 0).await {
+                    tracing::debug!(lock = %lock.keys.name, error = %e, "could not leave the queue; the place expires");
+                }
+            };
+            drop(self.lock.client.inner.background.spawn_on(leave, &handle));
+        }
+    }
+}
+
+impl FairGuard {
+    /// Releases this hold; the last one wakes the first waiter.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when the hold was gone before the release; Redis failures.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the release unsent; the hold then ends with its lease.
+    pub async fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        let lost = self.kept.is_lost();
+        let reply = self.lock.call("release", &self.field, 0, 0).await?;
+        if reply < 0 || lost {
+            return Err(Error::LeaseLost {
+                name: self.lock.keys.name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Resolves when the hold is known lost. Never resolves for a fixed lease.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.kept.lost()
+    }
+
+    /// Whether the hold is known lost.
+    pub fn is_lost(&self) -> bool {
+        self.kept.is_lost()
+    }
+
+    /// Until when the hold is known valid.
+    pub fn valid_until(&self) -> Instant {
+        self.kept.valid_until()
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.lock.keys.name
+    }
+}
+
+impl Drop for FairGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (lock, field) = (self.lock.clone(), self.field.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let release = async move {
+                if let Err(e) = lock.call("release", &field, 0, 0).await {
+                    tracing::warn!(lock = %lock.keys.name, error = %e, "release of a dropped fair lock guard failed; it expires with its lease");
+                }
+            };
+            drop(self.lock.client.inner.background.spawn_on(release, &handle));
+        }
+    }
+}
+
+impl std::fmt::Debug for FairLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairLock")
+            .field("name", &self.keys.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for FairGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairGuard")
+            .field("name", &self.lock.keys.name)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,119 @@
+//! A family hold's lease: its validity, its lost signal, and (without an explicit lease) the
+//! task that renews it every third of the lease while its guard lives.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::error::Result;
+use crate::task::AbortOnDrop;
+use crate::terms::Lease;
+
+struct State {
+    name: Arc<str>,
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    lost_notify: Notify,
+}
+
+impl State {
+    fn lose(&self, why: &str) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(lock = %self.name, "hold lost: {why}");
+            self.lost_notify.notify_waiters();
+        }
+    }
+}
+
+/// The lease side of one hold; dropping it stops the renewal.
+pub(crate) struct Kept {
+    state: Arc<State>,
+    _renewal: Option<AbortOnDrop>,
+}
+
+impl Kept {
+    /// A hold granted by a request sent at `started`. A watchdog lease is renewed by `renew`
+    /// (`Ok(true)`: renewed, `Ok(false)`: the hold is gone).
+    pub fn new<F, Fut>(
+        name: Arc<str>,
+        lease: Lease,
+        drift: Duration,
+        started: Instant,
+        renew: F,
+    ) -> Kept
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<bool>> + Send + 'static,
+    {
+        let state = Arc::new(State {
+            name,
+            valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+        });
+        let renewal = match lease {
+            Lease::Watchdog(lease) => {
+                let state = state.clone();
+                let task = renew_loop(state, lease.saturating_sub(drift), lease / 3, renew);
+                Some(AbortOnDrop(tokio::spawn(task)))
+            }
+            Lease::Fixed(_) => None,
+        };
+        Kept {
+            state,
+            _renewal: renewal,
+        }
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.state.lost.load(Ordering::Acquire)
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        *self.state.valid_until.lock()
+    }
+
+    /// Resolves once the hold is known lost.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let state = self.state.clone();
+        async move {
+            loop {
+                let notified = state.lost_notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if state.lost.load(Ordering::Acquire) {
+                    return;
+                }
+                notified.await;
+            }
+        }
+    }
+}
+
+/// Renews every `period` until aborted, the hold is found gone, or the validity runs out
+/// without a confirmed renewal.
+async fn renew_loop<F, Fut>(state: Arc<State>, valid_for: Duration, period: Duration, renew: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let period = period.max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(period).await;
+        let sent = Instant::now();
+        match renew().await {
+            Ok(true) => *state.valid_until.lock() = sent + valid_for,
+            Ok(false) => return state.lose("a renewal found it gone"),
+            Err(e) => {
+                tracing::debug!(lock = %state.name, error = %e, "renewal failed");
+                if Instant::now() >= *state.valid_until.lock() {
+                    return state.lose("its validity ran out before a renewal confirmed it");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! [`CountDownLatch`]: wait until N parties have counted down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::family::{Attempt, FamilyKeys, positive, wait_for};
+use crate::node::FamilyScript;
+use crate::terms::Wait;
+
+static SCRIPT: FamilyScript = FamilyScript::new("latch", include_str!("../../lua/latch.lua"));
+
+/// A count-down latch (Redisson's `RCountDownLatch`): set a count with
+/// [`try_set_count`](CountDownLatch::try_set_count), let workers anywhere call
+/// [`count_down`](CountDownLatch::count_down), and [`wait`](CountDownLatch::wait) until the count
+/// reaches zero.
+///
+/// Made by [`Client::count_down_latch`]; cheap to clone. A latch at zero has no key; it can be
+/// set again once it reached zero. Waiters sleep on the latch's channel and are woken by the
+/// count-down that reaches zero (or look again after at most a second without a message).
+///
+/// ```no_run
+/// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+/// let ready = client.count_down_latch("deploy:42:ready")?;
+/// ready.try_set_count(3).await?;
+/// // ... each of three workers calls `ready.count_down().await?` ...
+/// ready.wait().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct CountDownLatch {
+    client: Client,
+    keys: Arc<FamilyKeys>,
+}
+
+impl CountDownLatch {
+    pub(crate) fn new(client: Client, name: &str) -> Result<CountDownLatch> {
+        let keys = FamilyKeys::new(&client, name, "countdown", "zero")?;
+        Ok(CountDownLatch {
+            client,
+            keys: Arc::new(keys),
+        })
+    }
+
+    /// The latch's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis key holding the count.
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    async fn call(&self, op: &str, n: u32) -> Result<i64> {
+        self.client.inner.check_open()?;
+        let n = itoa::Buffer::new().format(n).to_owned();
+        let keys = [&*self.keys.key, &*self.keys.channel];
+        self.client
+            .inner
+            .node
+            .family_call(&SCRIPT, &keys, &[op, &n])
+            .await
+    }
+
+    /// Sets the count to `count` if the latch is at zero: `true` when this call set it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero count; Redis failures; a key of another kind.
+    pub async fn try_set_count(&self, count: u32) -> Result<bool> {
+        positive("count", count)?;
+        Ok(self.call("try_set", count).await? == 1)
+    }
+
+    /// Counts down by one and returns the count left; the one that reaches zero wakes every
+    /// waiter. At zero it stays at zero.
+    ///
+    /// Not retried: a reply lost with its connection leaves unknown whether it counted.
+    ///
+    /// # Errors
+    /// Redis failures; a key of another kind.
+    pub async fn count_down(&self) -> Result<u64> {
+        Ok(self.call("count_down", 1).await?.max(0) as u64)
+    }
+
+    /// The count left (0 when the latch is open).
+    ///
+    /// # Errors
+    /// Redis failures, or a key that does not hold a count.
+    pub async fn count(&self) -> Result<u64> {
+        self.client.inner.check_open()?;
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(&*self.keys.key);
+        let raw: Option<String> = self.client.inner.node.query(&cmd).await?;
+        let Some(raw) = raw else { return Ok(0) };
+        raw.parse().map_err(|_| Error::Protocol {
+            script: "latch",
+            reply: raw,
+        })
+    }
+
+    /// Waits until the count is zero.
+    ///
+    /// # Errors
+    /// Redis failures; [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: waiting changes nothing on the server.
+    pub async fn wait(&self) -> Result<()> {
+        self.wait_within(Wait::Forever).await.map(drop)
+    }
+
+    /// Waits at most `wait` until the count is zero: `true` when it is.
+    ///
+    /// # Errors
+    /// As [`wait`](CountDownLatch::wait), and [`Error::InvalidDuration`] for an absurd wait.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: waiting changes nothing on the server.
+    pub async fn wait_for(&self, wait: Duration) -> Result<bool> {
+        self.wait_within(Wait::until(wait)?).await
+    }
+
+    async fn wait_within(&self, wait: Wait) -> Result<bool> {
+        let open = wait_for(&self.client, &self.keys.channel, wait, || async {
+            Ok(match self.count().await? {
+                0 => Attempt::Done(()),
+                _ => Attempt::Again(None),
+            })
+        })
+        .await?;
+        Ok(open.is_some())
+    }
+}
+
+impl std::fmt::Debug for CountDownLatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountDownLatch")
+            .field("name", &self.keys.name)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,116 @@
+//! The rest of the lock family on the same client: [`Semaphore`], [`PermitSemaphore`],
+//! [`CountDownLatch`], [`ReadWriteLock`] and [`FairLock`], and the [`Guard`] trait over every
+//! hold. Each kind is one Lua script (`lua/`) over keys under the kind's own
+//! suffix of the `{name}` hash tag, so a semaphore, a latch and a lock may share a name, and
+//! every key of one object lives in one Redis Cluster slot.
+//!
+//! Shared here: the keys, the input checks, and the waiting loop (attempt; on failure subscribe
+//! to the object's channel on the client's one subscriber connection, attempt again, then sleep
+//! until a message or a bounded nap).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::pubsub::Subscription;
+use crate::terms::Wait;
+
+mod fair;
+mod guard;
+mod kept;
+mod latch;
+mod permits;
+mod rwlock;
+mod rwlock_guard;
+mod semaphore;
+
+pub use fair::{FairGuard, FairLock};
+pub use guard::{Guard, GuardFuture};
+pub use latch::CountDownLatch;
+pub use permits::{Permit, PermitSemaphore};
+pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
+pub use rwlock_guard::{ReadGuard, WriteGuard};
+pub use semaphore::Semaphore;
+
+/// How long a waiter sleeps at most without a message before it looks again: messages can be
+/// lost (a reconnect, a failover), and a latch or semaphore has no lease to time a nap by.
+pub(crate) const NAP: Duration = Duration::from_secs(1);
+
+/// The keys of one family object: `P:{N}:<kind>` and its channel `P:{N}:<kind>:<event>`.
+#[derive(Debug)]
+pub(crate) struct FamilyKeys {
+    pub name: Arc<str>,
+    pub key: Arc<str>,
+    pub channel: Arc<str>,
+}
+
+impl FamilyKeys {
+    pub fn new(client: &Client, name: &str, kind: &str, event: &str) -> Result<FamilyKeys> {
+        let lock = LockKeys::new(&client.inner.config.prefix, name)?;
+        let key: Arc<str> = format!("{}:{kind}", lock.hash).into();
+        let channel = format!("{key}:{event}").into();
+        Ok(FamilyKeys {
+            name: lock.name,
+            key,
+            channel,
+        })
+    }
+}
+
+/// Rejects a zero count of permits (or of a latch) with a typed error.
+pub(crate) fn positive(what: &'static str, n: u32) -> Result<()> {
+    if n == 0 {
+        return Err(Error::InvalidArgument(format!("{what} must be at least 1")));
+    }
+    Ok(())
+}
+
+/// What one attempt found.
+pub(crate) enum Attempt<T> {
+    /// Done: the value to return.
+    Done(T),
+    /// Not yet: look again after a message, or after this long at most (`None`: [`NAP`]).
+    Again(Option<Duration>),
+}
+
+/// Attempts until one succeeds or `wait` is spent (`Ok(None)`). After the first failed attempt
+/// it subscribes to `channel` and attempts once more at once (a message sent before the
+/// subscription would be missed), then sleeps until a message or the nap, whichever is first.
+///
+/// # Cancel safety
+/// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it.
+pub(crate) async fn wait_for<T, F, Fut>(
+    client: &Client,
+    channel: &Arc<str>,
+    wait: Wait,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    let inner = &client.inner;
+    let mut subscription: Option<Subscription> = None;
+    loop {
+        inner.check_open()?;
+        let nap = match attempt().await? {
+            Attempt::Done(value) => return Ok(Some(value)),
+            Attempt::Again(nap) => nap.unwrap_or(NAP).min(NAP),
+        };
+        let Some(remaining) = wait.remaining() else {
+            return Ok(None);
+        };
+        let Some(subscribed) = subscription.as_ref() else {
+            subscription = Some(inner.subscriber.subscribe(channel, true).await?);
+            continue;
+        };
+        let nap = remaining.map_or(nap, |left| left.min(nap));
+        tokio::select! {
+            _ = subscribed.notified() => {}
+            _ = tokio::time::sleep(nap) => {}
+        }
+    }
+}

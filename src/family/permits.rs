@@ -1,0 +1,300 @@
+//! [`PermitSemaphore`]: a semaphore whose permits have an id and a lease.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::family::kept::Kept;
+use crate::family::{Attempt, FamilyKeys, wait_for};
+use crate::node::FamilyScript;
+use crate::scope::LockOptions;
+use crate::task::FinishOnDrop;
+use crate::terms::{Lease, Wait};
+
+static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../lua/permits.lua"));
+
+/// A semaphore whose permits expire (Redisson's `RPermitExpirableSemaphore`): each permit given
+/// out has an id and a lease on the server's clock, so a holder that crashes gives its permit
+/// back when the lease ends. A plain [`Semaphore`](crate::Semaphore) cannot: its permits are a
+/// bare count, and a crashed holder's are gone for good.
+///
+/// Made by [`Client::permit_semaphore`]; cheap to clone. Set the number of permits with
+/// [`try_set_permits`](PermitSemaphore::try_set_permits); take one with
+/// [`acquire`](PermitSemaphore::acquire), which gives a [`Permit`]. Without an explicit lease the
+/// permit's lease is the client's watchdog lease, renewed every third of it while the `Permit`
+/// lives; [`Permit::lost`] resolves if a renewal finds it gone.
+///
+/// ```no_run
+/// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+/// let workers = client.permit_semaphore("gpu")?;
+/// workers.try_set_permits(2).await?;
+/// let permit = workers.acquire().await?;
+/// // ... at most two holders; a crashed one's permit returns after its lease ...
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PermitSemaphore {
+    client: Client,
+    keys: Arc<FamilyKeys>,
+}
+
+/// One permit of a [`PermitSemaphore`]. Give it back with [`release`](Permit::release);
+/// dropping it releases in the background.
+#[must_use = "dropping the permit releases it"]
+pub struct Permit {
+    semaphore: PermitSemaphore,
+    id: Arc<str>,
+    kept: Kept,
+    released: bool,
+}
+
+impl PermitSemaphore {
+    pub(crate) fn new(client: Client, name: &str) -> Result<PermitSemaphore> {
+        let keys = FamilyKeys::new(&client, name, "permits", "released")?;
+        Ok(PermitSemaphore {
+            client,
+            keys: Arc::new(keys),
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis hash holding the total and the permits given out.
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    async fn call(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
+        self.client.inner.check_open()?;
+        let lease = itoa::Buffer::new().format(lease_ms).to_owned();
+        let keys = [&*self.keys.key, &*self.keys.channel];
+        self.client
+            .inner
+            .node
+            .family_call(&SCRIPT, &keys, &[op, arg, &lease])
+            .await
+    }
+
+    /// Sets the number of permits in all (given out ones included) and wakes waiters.
+    ///
+    /// # Errors
+    /// Redis failures, or a key of another kind.
+    pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        let n = itoa::Buffer::new().format(permits).to_owned();
+        self.call("set", &n, 0).await.map(drop)
+    }
+
+    /// Sets the number of permits unless it was set before: `true` when this call set it.
+    ///
+    /// # Errors
+    /// Redis failures, or a key of another kind.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        let n = itoa::Buffer::new().format(permits).to_owned();
+        Ok(self.call("try_set", &n, 0).await? == 1)
+    }
+
+    /// Permits free now: the total minus the permits given out whose lease has not ended.
+    ///
+    /// # Errors
+    /// Redis failures, or a key of another kind.
+    pub async fn available(&self) -> Result<u64> {
+        Ok(self.call("available", "", 0).await?.max(0) as u64)
+    }
+
+    /// Takes a permit, waiting as long as it takes; its lease is renewed while it lives.
+    ///
+    /// # Errors
+    /// Redis failures, a key of another kind, [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropped while waiting it leaves nothing; dropped while its request is on the
+    /// wire, a permit granted meanwhile is released in the background.
+    pub async fn acquire(&self) -> Result<Permit> {
+        match self.try_acquire_with(LockOptions::new()).await? {
+            Some(permit) => Ok(permit),
+            None => Err(Error::Timeout {
+                operation: "acquire",
+                timeout: crate::config::MAX_DURATION,
+            }),
+        }
+    }
+
+    /// Takes a permit if one is free now.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        self.try_acquire_with(LockOptions::new().wait(std::time::Duration::ZERO))
+            .await
+    }
+
+    /// Takes a permit on `options`' terms: wait at most `wait`, and hold it at most `lease`
+    /// (no renewal); `None` when the wait ran out.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`Error::InvalidDuration`] for a zero or absurd
+    /// lease or wait.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_with(&self, options: LockOptions) -> Result<Option<Permit>> {
+        let (wait, lease) = options.parts();
+        let lease = match lease {
+            Some(lease) => Lease::fixed(lease)?,
+            None => {
+                let lease = self.client.inner.config.watchdog_lease;
+                crate::config::lease_ms("watchdog lease", lease)?;
+                Lease::Watchdog(lease)
+            }
+        };
+        let wait = match wait {
+            Some(wait) => Wait::until(wait)?,
+            None => Wait::Forever,
+        };
+        let granted = wait_for(&self.client, &self.keys.channel, wait, || async {
+            let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+            let started = Instant::now();
+            Ok(match self.attempt(&id, lease).await? {
+                1 => Attempt::Done((id, started)),
+                -1 => Attempt::Again(None),
+                n => Attempt::Again(Some(std::time::Duration::from_millis(
+                    (-2 - n).max(0) as u64 + 1,
+                ))),
+            })
+        })
+        .await?;
+        Ok(granted.map(|(id, started)| self.permit(id, lease, started)))
+    }
+
+    fn permit(&self, id: Arc<str>, lease: Lease, started: Instant) -> Permit {
+        let drift = self.client.inner.config.drift(lease.duration());
+        let renew = {
+            let (semaphore, id) = (self.clone(), id.clone());
+            let lease_ms = lease.ms();
+            move || {
+                let (semaphore, id) = (semaphore.clone(), id.clone());
+                async move { Ok(semaphore.call("renew", &id, lease_ms).await? == 1) }
+            }
+        };
+        let kept = Kept::new(self.keys.name.clone(), lease, drift, started, renew);
+        Permit {
+            semaphore: self.clone(),
+            id,
+            kept,
+            released: false,
+        }
+    }
+
+    /// One acquisition request; a permit granted after the caller stopped waiting is released.
+    async fn attempt(&self, id: &Arc<str>, lease: Lease) -> Result<i64> {
+        let (this, request_id) = (self.clone(), id.clone());
+        let request = async move { this.call("acquire", &request_id, lease.ms()).await };
+        let (this, id) = (self.clone(), id.clone());
+        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
+            if let Ok(1) = outcome {
+                tracing::debug!(semaphore = %this.keys.name, "acquire abandoned after the grant; releasing the permit");
+                if let Err(e) = this.call("release", &id, 0).await {
+                    tracing::warn!(semaphore = %this.keys.name, error = %e, "could not release an abandoned permit; it expires with its lease");
+                }
+            }
+        })
+        .tracked(&self.client.inner.background);
+        call.await
+    }
+}
+
+impl Permit {
+    /// The name of the semaphore this permit belongs to.
+    pub fn semaphore_name(&self) -> &str {
+        &self.semaphore.keys.name
+    }
+
+    /// The permit's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Gives the permit back and wakes waiters.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when the permit had expired before the release; Redis failures.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the release unsent; the permit then ends with its lease.
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        let lost = self.kept.is_lost();
+        let released = self.semaphore.call("release", &self.id, 0).await?;
+        if released != 1 || lost {
+            return Err(Error::LeaseLost {
+                name: self.semaphore.keys.name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Resolves when the permit is known lost (a renewal found it gone, or could not confirm it
+    /// before its validity ran out). Never resolves for a fixed lease.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.kept.lost()
+    }
+
+    /// Whether the permit is known lost.
+    pub fn is_lost(&self) -> bool {
+        self.kept.is_lost()
+    }
+
+    /// Until when the permit is known valid.
+    pub fn valid_until(&self) -> Instant {
+        self.kept.valid_until()
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (semaphore, id) = (self.semaphore.clone(), self.id.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let release = async move {
+                if let Err(e) = semaphore.call("release", &id, 0).await {
+                    tracing::warn!(semaphore = %semaphore.keys.name, error = %e, "release of a dropped permit failed; it expires with its lease");
+                }
+            };
+            drop(
+                self.semaphore
+                    .client
+                    .inner
+                    .background
+                    .spawn_on(release, &handle),
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for PermitSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermitSemaphore")
+            .field("name", &self.keys.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("semaphore", &self.semaphore.keys.name)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,356 @@
+//! [`ReadWriteLock`]: many readers or one writer, each hold with its own lease.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::family::rwlock_guard::{ReadGuard, RwHold, WriteGuard};
+use crate::family::{Attempt, FamilyKeys, wait_for};
+use crate::node::FamilyScript;
+use crate::owner::Owner;
+use crate::scope::LockOptions;
+use crate::task::FinishOnDrop;
+use crate::terms::{Lease, Wait};
+
+pub(crate) static SCRIPT: FamilyScript =
+    FamilyScript::new("rwlock", include_str!("../../lua/rwlock.lua"));
+
+/// How long a waiting writer keeps new readers out without asking again: a writer asks at
+/// least once a second while it waits, so only a writer that crashed while waiting holds
+/// readers up, for this long at most.
+pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
+
+/// A read-write lock (Redisson's `RReadWriteLock`): many readers at once, or one writer.
+///
+/// Made by [`Client::read_write_lock`]; cheap to clone. [`read`](ReadWriteLock::read) and
+/// [`write`](ReadWriteLock::write) give the two sides, each with `lock`, `try_lock` and
+/// `try_lock_with`.
+///
+/// - **Owners and reentrancy**: holds belong to an [`Owner`], as for [`Lock`](crate::Lock) (the
+///   current task by default, or [`with_owner`](ReadWriteLock::with_owner)); both sides are
+///   reentrant per owner.
+/// - **Downgrade**: the writer may take the read lock too; after it releases the write lock it
+///   is a reader like the others.
+/// - **No upgrade**: an owner that reads and asks for the write lock gets
+///   [`Error::WouldDeadlock`] at once (two readers upgrading would wait for each other forever).
+/// - **Leases per hold**: every reader's hold has its own deadline on the server's clock, so a
+///   reader whose lease ran out (a crashed process) stops counting at once, whatever the other
+///   readers do. Without an explicit lease a guard renews its own hold every third of the
+///   client's watchdog lease while it lives, and [`lost`](ReadGuard::lost) resolves if a
+///   renewal finds it gone.
+/// - **Writers are not starved**: a writer that waits keeps *new* readers out (re-entries and
+///   the writer's own downgrade still pass) until it gets the lock or stops waiting; a writer
+///   that crashed while waiting holds readers up for 3 s at most. A steady stream of writers
+///   can in turn keep readers waiting.
+/// - **Waking**: a write release wakes the waiting readers and writers; a read release wakes
+///   them when it was the last reader. Each waiter also looks again when the lease it waits
+///   for runs out (a writer waiting for readers gets the lock just after the last reader's
+///   lease, as soon as it asks again), and at least once a second.
+///
+/// ```no_run
+/// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+/// let prices = client.read_write_lock("prices")?;
+/// let reading = prices.read().lock().await?;
+/// // ... any number of readers, no writer ...
+/// reading.unlock().await?;
+/// let writing = prices.write().lock().await?;
+/// // ... alone ...
+/// writing.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ReadWriteLock {
+    pub(crate) client: Client,
+    pub(crate) keys: Arc<FamilyKeys>,
+    owner: Option<Owner>,
+}
+
+/// The read side of a [`ReadWriteLock`].
+#[derive(Clone, Debug)]
+pub struct ReadLock(Side);
+
+/// The write side of a [`ReadWriteLock`].
+#[derive(Clone, Debug)]
+pub struct WriteLock(Side);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Read,
+    Write,
+}
+
+impl Kind {
+    pub(crate) fn ops(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Kind::Read => ("read", "unread", "renew_read"),
+            Kind::Write => ("write", "unwrite", "renew_write"),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Side {
+    lock: ReadWriteLock,
+    kind: Kind,
+}
+
+impl std::fmt::Debug for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Side")
+            .field("name", &self.lock.keys.name)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl ReadWriteLock {
+    pub(crate) fn new(client: Client, name: &str) -> Result<ReadWriteLock> {
+        let keys = FamilyKeys::new(&client, name, "rw", "unlock")?;
+        Ok(ReadWriteLock {
+            client,
+            keys: Arc::new(keys),
+            owner: None,
+        })
+    }
+
+    /// This handle acquires for `owner` (from any task) instead of the current task.
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis hash holding the lock's holders.
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    /// The read side.
+    pub fn read(&self) -> ReadLock {
+        ReadLock(Side {
+            lock: self.clone(),
+            kind: Kind::Read,
+        })
+    }
+
+    /// The write side.
+    pub fn write(&self) -> WriteLock {
+        WriteLock(Side {
+            lock: self.clone(),
+            kind: Kind::Write,
+        })
+    }
+
+    fn field(&self) -> Arc<str> {
+        let owner = self.owner.unwrap_or_else(Owner::current);
+        owner.field(&self.client.inner.id_text)
+    }
+
+    /// Runs one operation of `lua/rwlock.lua` for `field`.
+    pub(crate) async fn call(&self, op: &str, field: &str, lease_ms: u64) -> Result<i64> {
+        self.call_with_intent(op, field, lease_ms, 0).await
+    }
+
+    /// [`call`](Self::call) for a writer that will wait: a refusal leaves its intent for
+    /// `intent_ms`.
+    async fn call_with_intent(
+        &self,
+        op: &str,
+        field: &str,
+        lease_ms: u64,
+        intent_ms: u64,
+    ) -> Result<i64> {
+        self.client.inner.check_open()?;
+        let lease = itoa::Buffer::new().format(lease_ms).to_owned();
+        let intent = itoa::Buffer::new().format(intent_ms).to_owned();
+        let keys = [&*self.keys.key, &*self.keys.channel];
+        self.client
+            .inner
+            .node
+            .family_call(&SCRIPT, &keys, &[op, field, &lease, &intent])
+            .await
+    }
+}
+
+impl std::fmt::Debug for ReadWriteLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadWriteLock")
+            .field("name", &self.keys.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Withdraws a waiting writer's intent when its wait ends without the lock (also when the wait
+/// is cancelled), so readers need not wait out the intent's lease.
+struct Intent {
+    lock: ReadWriteLock,
+    field: Arc<str>,
+    armed: AtomicBool,
+}
+
+impl Drop for Intent {
+    fn drop(&mut self) {
+        if !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
+        let (lock, field) = (self.lock.clone(), self.field.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let withdraw = async move {
+                if let Err(e) = lock.call("withdraw", &field, 0).await {
+                    tracing::debug!(lock = %lock.keys.name, error = %e, "could not withdraw a write intent; it expires");
+                }
+            };
+            drop(lock_tracker(&self.lock).spawn_on(withdraw, &handle));
+        }
+    }
+}
+
+fn lock_tracker(lock: &ReadWriteLock) -> tokio_util::task::TaskTracker {
+    lock.client.inner.background.clone()
+}
+
+impl Side {
+    async fn acquire(&self, options: LockOptions) -> Result<Option<RwHold>> {
+        let lock = &self.lock;
+        let (wait, lease) = options.parts();
+        let lease = match lease {
+            Some(lease) => Lease::fixed(lease)?,
+            None => {
+                let lease = lock.client.inner.config.watchdog_lease;
+                crate::config::lease_ms("watchdog lease", lease)?;
+                Lease::Watchdog(lease)
+            }
+        };
+        let wait = match wait {
+            Some(wait) => Wait::until(wait)?,
+            None => Wait::Forever,
+        };
+        let field = lock.field();
+        let intent = Intent {
+            lock: lock.clone(),
+            field: field.clone(),
+            armed: AtomicBool::new(false),
+        };
+        let (field_ref, intent_ref) = (&field, &intent);
+        let granted = wait_for(&lock.client, &lock.keys.channel, wait, move || async move {
+            let started = Instant::now();
+            let intent_ms = match wait {
+                Wait::Once => 0,
+                _ => WRITE_INTENT.as_millis() as u64,
+            };
+            match self.attempt(field_ref, lease, intent_ms).await? {
+                n if n >= 1 => Ok(Attempt::Done(started)),
+                0 => Err(Error::WouldDeadlock {
+                    name: lock.keys.name.to_string(),
+                }),
+                n => {
+                    if self.kind == Kind::Write && intent_ms > 0 {
+                        intent_ref.armed.store(true, Ordering::Relaxed);
+                    }
+                    let ttl = (-2 - n).max(0) as u64;
+                    Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
+                }
+            }
+        })
+        .await;
+        match granted {
+            Ok(Some(started)) => {
+                // The grant cleared our intent on the server.
+                intent.armed.store(false, Ordering::Relaxed);
+                let hold = RwHold::new(lock.clone(), self.kind, field, lease, started);
+                Ok(Some(hold))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One acquisition request; a grant whose caller stopped waiting is given back.
+    async fn attempt(&self, field: &Arc<str>, lease: Lease, intent_ms: u64) -> Result<i64> {
+        let (op, unop, _) = self.kind.ops();
+        let lock = self.lock.clone();
+        let request_field = field.clone();
+        let lease_ms = lease.ms();
+        let request = async move {
+            lock.call_with_intent(op, &request_field, lease_ms, intent_ms)
+                .await
+        };
+        let lock = self.lock.clone();
+        let field = field.clone();
+        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
+            if let Ok(n) = outcome
+                && n >= 1
+            {
+                tracing::debug!(lock = %lock.keys.name, "acquire abandoned after the grant; giving it back");
+                if let Err(e) = lock.call(unop, &field, 0).await {
+                    tracing::warn!(lock = %lock.keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
+                }
+            }
+        })
+        .tracked(&self.lock.client.inner.background);
+        call.await
+    }
+}
+
+macro_rules! side_methods {
+    ($side:ident, $guard:ident, $what:literal) => {
+        impl $side {
+            #[doc = concat!("Takes the ", $what, " lock, waiting as long as it takes; the guard renews its lease while it lives.")]
+            ///
+            /// # Errors
+            /// Redis failures, a key of another kind, [`Error::Shutdown`]; for the write lock,
+            /// [`Error::WouldDeadlock`] when this owner holds the read lock but not the write lock.
+            ///
+            /// # Cancel safety
+            /// Cancel-safe: dropped while waiting it leaves nothing (a waiting writer's intent is
+            /// withdrawn); dropped while its request is on the wire, a grant that arrives is given
+            /// back in the background.
+            pub async fn lock(&self) -> Result<$guard> {
+                match self.0.acquire(LockOptions::new()).await? {
+                    Some(hold) => Ok($guard(hold)),
+                    None => Err(Error::Timeout {
+                        operation: "lock",
+                        timeout: crate::config::MAX_DURATION,
+                    }),
+                }
+            }
+
+            #[doc = concat!("Takes the ", $what, " lock if it is free for this owner now; `None` when not.")]
+            ///
+            /// # Errors
+            /// As [`lock`](Self::lock).
+            ///
+            /// # Cancel safety
+            /// As [`lock`](Self::lock).
+            pub async fn try_lock(&self) -> Result<Option<$guard>> {
+                self.try_lock_with(LockOptions::new().wait(Duration::ZERO)).await
+            }
+
+            #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out.")]
+            ///
+            /// # Errors
+            /// As [`lock`](Self::lock), and [`Error::InvalidDuration`] for a zero or absurd lease
+            /// or wait.
+            ///
+            /// # Cancel safety
+            /// As [`lock`](Self::lock).
+            pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<$guard>> {
+                Ok(self.0.acquire(options).await?.map($guard))
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                &self.0.lock.keys.name
+            }
+        }
+    };
+}
+
+side_methods!(ReadLock, ReadGuard, "read");
+side_methods!(WriteLock, WriteGuard, "write");

@@ -1,0 +1,133 @@
+//! The guards of a [`ReadWriteLock`](crate::ReadWriteLock): one hold each, renewed by its own
+//! task while it lives when taken without an explicit lease.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::family::kept::Kept;
+use crate::family::rwlock::{Kind, ReadWriteLock};
+use crate::terms::Lease;
+
+/// One read or write hold.
+pub(crate) struct RwHold {
+    lock: ReadWriteLock,
+    kind: Kind,
+    field: Arc<str>,
+    kept: Kept,
+    released: bool,
+}
+
+impl RwHold {
+    pub(crate) fn new(
+        lock: ReadWriteLock,
+        kind: Kind,
+        field: Arc<str>,
+        lease: Lease,
+        started: Instant,
+    ) -> RwHold {
+        let drift = lock.client.inner.config.drift(lease.duration());
+        let renew = {
+            let (lock, field) = (lock.clone(), field.clone());
+            let lease_ms = lease.ms();
+            move || {
+                let (lock, field) = (lock.clone(), field.clone());
+                async move { Ok(lock.call(kind.ops().2, &field, lease_ms).await? == 1) }
+            }
+        };
+        let kept = Kept::new(lock.keys.name.clone(), lease, drift, started, renew);
+        RwHold {
+            lock,
+            kind,
+            field,
+            kept,
+            released: false,
+        }
+    }
+
+    async fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        let lost = self.kept.is_lost();
+        let reply = self.lock.call(self.kind.ops().1, &self.field, 0).await?;
+        if reply < 0 || lost {
+            return Err(Error::LeaseLost {
+                name: self.lock.keys.name.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RwHold {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (lock, field, op) = (self.lock.clone(), self.field.clone(), self.kind.ops().1);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let release = async move {
+                if let Err(e) = lock.call(op, &field, 0).await {
+                    tracing::warn!(lock = %lock.keys.name, error = %e, "release of a dropped read-write lock guard failed; it expires with its lease");
+                }
+            };
+            drop(self.lock.client.inner.background.spawn_on(release, &handle));
+        }
+    }
+}
+
+macro_rules! guard {
+    ($guard:ident, $what:literal) => {
+        #[doc = concat!("A hold of the ", $what, " lock of a [`ReadWriteLock`](crate::ReadWriteLock). Release it with [`unlock`](Self::unlock); dropping it releases in the background.")]
+        #[must_use = "dropping the guard releases the lock"]
+        pub struct $guard(pub(crate) RwHold);
+
+        impl $guard {
+            /// Releases this hold.
+            ///
+            /// # Errors
+            /// [`Error::LeaseLost`] when the hold was gone before the release (its lease ran
+            /// out); Redis failures.
+            ///
+            /// # Cancel safety
+            /// Dropping the future may leave the release unsent; the hold then ends with its
+            /// lease.
+            pub async fn unlock(self) -> Result<()> {
+                self.0.unlock().await
+            }
+
+            /// Resolves when the hold is known lost (a renewal found it gone, or could not
+            /// confirm it before its validity ran out). Never resolves for a fixed lease.
+            pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+                self.0.kept.lost()
+            }
+
+            /// Whether the hold is known lost.
+            pub fn is_lost(&self) -> bool {
+                self.0.kept.is_lost()
+            }
+
+            /// Until when the hold is known valid: the start of the last confirmed acquisition
+            /// or renewal, plus the lease, minus the drift allowance.
+            pub fn valid_until(&self) -> Instant {
+                self.0.kept.valid_until()
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                &self.0.lock.keys.name
+            }
+        }
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($guard))
+                    .field("name", &self.0.lock.keys.name)
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+guard!(ReadGuard, "read");
+guard!(WriteGuard, "write");

@@ -1,0 +1,197 @@
+//! [`Semaphore`]: a counting semaphore shared by every client of the deployment.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::family::{Attempt, FamilyKeys, positive, wait_for};
+use crate::node::FamilyScript;
+use crate::task::FinishOnDrop;
+use crate::terms::Wait;
+
+static SCRIPT: FamilyScript =
+    FamilyScript::new("semaphore", include_str!("../../lua/semaphore.lua"));
+
+/// A counting semaphore (Redisson's `RSemaphore`): a number of permits in Redis that any task
+/// of any client takes with [`acquire`](Semaphore::acquire) and gives back with
+/// [`release`](Semaphore::release).
+///
+/// Made by [`Client::semaphore`]; cheap to clone. Set the number of permits once with
+/// [`try_set_permits`](Semaphore::try_set_permits) (or [`set_permits`](Semaphore::set_permits));
+/// a semaphore never set has no permits, so acquisitions wait.
+///
+/// Permits are not owned: any caller may release them, and a holder that crashes before its
+/// release leaks its permits for good. Use a lock with a lease when a crashed worker must not
+/// keep capacity.
+///
+/// Waiters sleep on the semaphore's channel (one subscriber connection per client) and try again
+/// when permits are released or set, or after at most a second without a message. Every release
+/// wakes every waiter, and there is no queue: a waiter for many permits may wait while others
+/// take them one by one.
+///
+/// ```no_run
+/// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+/// let slots = client.semaphore("exports")?;
+/// slots.try_set_permits(4).await?;
+/// slots.acquire(1).await?;
+/// // ... at most four of these run at once, across every process ...
+/// slots.release(1).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Client,
+    keys: Arc<FamilyKeys>,
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Client, name: &str) -> Result<Semaphore> {
+        let keys = FamilyKeys::new(&client, name, "semaphore", "released")?;
+        Ok(Semaphore {
+            client,
+            keys: Arc::new(keys),
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis key holding the available permits.
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    async fn call(&self, op: &str, n: u32) -> Result<i64> {
+        self.client.inner.check_open()?;
+        let n = itoa::Buffer::new().format(n).to_owned();
+        let keys = [&*self.keys.key, &*self.keys.channel];
+        self.client
+            .inner
+            .node
+            .family_call(&SCRIPT, &keys, &[op, &n])
+            .await
+    }
+
+    /// Sets the available permits to `permits` whatever they were, and wakes waiters.
+    ///
+    /// # Errors
+    /// When Redis fails, or the key holds something else.
+    pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        self.call("set", permits).await.map(drop)
+    }
+
+    /// Sets the available permits to `permits` unless the semaphore was set before: `true` when
+    /// this call set them.
+    ///
+    /// # Errors
+    /// When Redis fails, or the key holds something else.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        Ok(self.call("try_set", permits).await? == 1)
+    }
+
+    /// The permits available now (0 for a semaphore never set).
+    ///
+    /// # Errors
+    /// When Redis fails, or the key does not hold a count of permits.
+    pub async fn available(&self) -> Result<u64> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(&*self.keys.key);
+        let raw: Option<String> = self.client.inner.node.query(&cmd).await?;
+        let Some(raw) = raw else { return Ok(0) };
+        raw.parse().map_err(|_| Error::Protocol {
+            script: "semaphore",
+            reply: raw,
+        })
+    }
+
+    /// Gives back `permits` permits and wakes the waiters.
+    ///
+    /// Not retried: a reply lost with its connection leaves unknown whether the permits were
+    /// added, and adding them twice would let too many holders in.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits; Redis failures; a key of another kind.
+    pub async fn release(&self, permits: u32) -> Result<()> {
+        positive("permits", permits)?;
+        self.call("release", permits).await.map(drop)
+    }
+
+    /// Takes `permits` permits, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits; Redis failures; a key of another kind;
+    /// [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropped while waiting, it leaves nothing; dropped while its request is on
+    /// the wire, the request's outcome is awaited in the background and permits it took are
+    /// released.
+    pub async fn acquire(&self, permits: u32) -> Result<()> {
+        self.acquire_within(permits, Wait::Forever).await.map(drop)
+    }
+
+    /// Takes `permits` permits if that many are available now: `true` when taken.
+    ///
+    /// # Errors
+    /// As [`acquire`](Semaphore::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn try_acquire(&self, permits: u32) -> Result<bool> {
+        self.acquire_within(permits, Wait::Once).await
+    }
+
+    /// Takes `permits` permits, waiting at most `wait`: `true` when taken. A zero wait is one
+    /// attempt.
+    ///
+    /// # Errors
+    /// As [`acquire`](Semaphore::acquire), and [`Error::InvalidDuration`] for an absurd wait.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn try_acquire_for(&self, permits: u32, wait: Duration) -> Result<bool> {
+        self.acquire_within(permits, Wait::until(wait)?).await
+    }
+
+    async fn acquire_within(&self, permits: u32, wait: Wait) -> Result<bool> {
+        positive("permits", permits)?;
+        let taken = wait_for(&self.client, &self.keys.channel, wait, || async {
+            Ok(match self.attempt(permits).await? {
+                true => Attempt::Done(()),
+                false => Attempt::Again(None),
+            })
+        })
+        .await?;
+        Ok(taken.is_some())
+    }
+
+    /// One acquisition request; if the caller stops waiting for its answer, permits it took are
+    /// given back in the background.
+    async fn attempt(&self, permits: u32) -> Result<bool> {
+        let this = self.clone();
+        let request = async move { Ok::<_, Error>(this.call("acquire", permits).await? == 1) };
+        let this = self.clone();
+        let sent = Instant::now();
+        let call = FinishOnDrop::new(request, move |outcome: Result<bool>| async move {
+            if let Ok(true) = outcome {
+                tracing::debug!(semaphore = %this.keys.name, waited = ?sent.elapsed(), "acquire abandoned after the grant; releasing its permits");
+                if let Err(e) = this.release(permits).await {
+                    tracing::warn!(semaphore = %this.keys.name, error = %e, "could not release the permits of an abandoned acquire");
+                }
+            }
+        })
+        .tracked(&self.client.inner.background);
+        call.await
+    }
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.keys.name)
+            .finish_non_exhaustive()
+    }
+}

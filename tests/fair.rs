@@ -1,0 +1,204 @@
+//! `FairLock`: first come, first served across clients; a waiter that gives up leaves no stale
+//! place; a crashed waiter holds the others up for its waiter lease at most; a release wakes
+//! only the first waiter.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlease::{LockOptions, Owner};
+use support::{Server, clients, unique_name};
+
+fn queue_of(key: &str) -> String {
+    format!("{key}:queue")
+}
+
+fn queued(server: &Server, key: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(queue_of(key))
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_from_two_clients_get_it_in_order() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("fair");
+    let lease = Duration::from_millis(150);
+    let first = a.fair_lock(&name).unwrap().with_owner(Owner::new());
+    let held = first
+        .try_lock_with(LockOptions::new().lease(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    std::mem::forget(held); // nobody unlocks: each lease runs out
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let lock = [&a, &b][i % 2]
+            .fair_lock(&name)
+            .unwrap()
+            .with_owner(Owner::new());
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let options = LockOptions::new()
+                .wait(Duration::from_secs(10))
+                .lease(lease);
+            let guard = lock
+                .try_lock_with(options)
+                .await
+                .unwrap()
+                .expect("waited 10 s in vain");
+            order.lock().unwrap().push(i);
+            std::mem::forget(guard);
+        }));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_no_stale_place() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("fair-stale");
+    let holder = a.fair_lock(&name).unwrap();
+    let guard = holder.lock().await.unwrap();
+    let quitter = b.fair_lock(&name).unwrap();
+    let options = LockOptions::new().wait(Duration::from_millis(200));
+    assert!(quitter.try_lock_with(options).await.unwrap().is_none());
+    let left = support::eventually_async(Duration::from_millis(500), || async {
+        queued(&server, holder.key()).is_empty()
+    })
+    .await;
+    assert!(
+        left,
+        "the quitter kept its place: {:?}",
+        queued(&server, holder.key())
+    );
+    guard.unlock().await.unwrap();
+    let third = b.fair_lock(&name).unwrap().with_owner(Owner::new());
+    let got = third
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("a stale place kept the lock from a newcomer");
+    // A release wakes only the first waiter: the second stays asleep.
+    let w1 = a.fair_lock(&name).unwrap().with_owner(Owner::new());
+    let w2 = a.fair_lock(&name).unwrap().with_owner(Owner::new());
+    let t1 = tokio::spawn(async move { (w1.lock().await.unwrap(), Instant::now()) });
+    assert!(
+        support::eventually_async(Duration::from_secs(2), || async {
+            queued(&server, holder.key()).len() == 1
+        })
+        .await
+    );
+    let t2 = tokio::spawn(async move { w2.lock().await.unwrap() });
+    assert!(
+        support::eventually_async(Duration::from_secs(2), || async {
+            queued(&server, holder.key()).len() == 2
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    got.unlock().await.unwrap();
+    let (g1, at) = t1.await.unwrap();
+    let latency = at.duration_since(released);
+    assert!(
+        latency < Duration::from_millis(100),
+        "the first waiter woke {latency:?} after the release"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!t2.is_finished(), "the second waiter got a held lock");
+    g1.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), t2)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_waiter_delays_the_others_by_its_waiter_lease_at_most() {
+    support::init_tracing();
+    let server = Server::start();
+    let a = support::client(&server).await;
+    let name = unique_name("fair-crash");
+    let holder = a.fair_lock(&name).unwrap();
+    let guard = holder.lock().await.unwrap();
+    // The crashing waiter: its own client on its own runtime, which is then torn down.
+    let url = server.url();
+    let (crash_name, key) = (name.clone(), holder.key().to_owned());
+    let crashed_at = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let waiter_url = url.clone();
+        runtime.spawn(async move {
+            let client = support::connect(&waiter_url).await;
+            let _ = client.fair_lock(&crash_name).unwrap().lock().await;
+        });
+        let server_conn = redis::Client::open(url).unwrap();
+        let mut conn = server_conn.get_connection().unwrap();
+        for _ in 0..200 {
+            let n: usize = redis::cmd("LLEN")
+                .arg(queue_of(&key))
+                .query(&mut conn)
+                .unwrap();
+            if n == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        runtime.shutdown_background();
+        Instant::now()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        queued(&server, holder.key()).len(),
+        1,
+        "the crashed waiter is not in the queue"
+    );
+    let next = a.fair_lock(&name).unwrap().with_owner(Owner::new());
+    let waiting = tokio::spawn(async move { (next.lock().await.unwrap(), Instant::now()) });
+    assert!(
+        support::eventually_async(Duration::from_secs(2), || async {
+            queued(&server, holder.key()).len() == 2
+        })
+        .await
+    );
+    guard.unlock().await.unwrap();
+    let (got, at) = tokio::time::timeout(Duration::from_secs(6), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let delay = at.duration_since(crashed_at);
+    // Not withdrawn (a crash cannot), so it held the next one up for most of its lease.
+    assert!(
+        delay >= Duration::from_secs(2),
+        "only {delay:?}: the crashed waiter left the queue"
+    );
+    assert!(
+        delay < Duration::from_millis(3300),
+        "held up {delay:?} by a crashed waiter (waiter lease 3 s)"
+    );
+    got.unlock().await.unwrap();
+}

@@ -1,0 +1,265 @@
+//! `Semaphore`: permits are never over-granted across clients, waiters are woken by a release
+//! (not by their nap), cancelled acquisitions leave nothing, bad input is a typed error, and it
+//! works on a Redis Cluster.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redlease::Client;
+use support::{
+    Cluster, Server, clients, numsub, set_string, shard_numsub, unique_name, until_subscribed,
+};
+
+/// Every semaphore wakes its waiters on `<key>:released`.
+fn channel_of(key: &str) -> String {
+    format!("{key}:released")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_never_over_granted() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("sem");
+    const PERMITS: usize = 3;
+    assert!(
+        a.semaphore(&name)
+            .unwrap()
+            .try_set_permits(PERMITS as u32)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !b.semaphore(&name)
+            .unwrap()
+            .try_set_permits(9)
+            .await
+            .unwrap(),
+        "set twice"
+    );
+    let holders = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let semaphore = [&a, &b][i % 2].semaphore(&name).unwrap();
+        let (holders, most) = (holders.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                semaphore.acquire(1).await.unwrap();
+                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                semaphore.release(1).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("a task starved")
+            .unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= PERMITS,
+        "{most} holders at once with {PERMITS} permits"
+    );
+    assert_eq!(
+        most, PERMITS,
+        "the test never filled the semaphore, so it proves nothing"
+    );
+    assert_eq!(
+        a.semaphore(&name).unwrap().available().await.unwrap(),
+        PERMITS as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_at_once() {
+    support::init_tracing();
+    let server = Server::start();
+    let [holder, waiter] = clients(&server).await;
+    let name = unique_name("sem-wake");
+    let held = holder.semaphore(&name).unwrap();
+    held.set_permits(2).await.unwrap();
+    held.acquire(2).await.unwrap();
+    assert!(
+        !held.try_acquire(1).await.unwrap(),
+        "took a permit of an empty semaphore"
+    );
+    for round in 0..3 {
+        let waiting = waiter.semaphore(&name).unwrap();
+        let task = tokio::spawn(async move {
+            let granted = waiting
+                .try_acquire_for(2, Duration::from_secs(10))
+                .await
+                .unwrap();
+            (granted, Instant::now())
+        });
+        assert!(
+            until_subscribed(&server, &channel_of(held.key()), 1).await,
+            "never waited"
+        );
+        // Past the attempt that follows the subscription: now it sleeps (a nap is 1 s).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            !task.is_finished(),
+            "round {round}: acquired without permits"
+        );
+        held.release(1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !task.is_finished(),
+            "round {round}: took 2 permits when 1 was free"
+        );
+        let released = Instant::now();
+        held.release(1).await.unwrap();
+        let (granted, at) = task.await.unwrap();
+        assert!(granted);
+        let latency = at.duration_since(released);
+        assert!(
+            latency < Duration::from_millis(100),
+            "round {round}: woken {latency:?} after the release"
+        );
+        assert_eq!(held.available().await.unwrap(), 0);
+        // Give them back to the holder's side for the next round.
+        held.set_permits(0).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_leaves_nothing() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("sem-cancel");
+    let semaphore = a.semaphore(&name).unwrap();
+    semaphore.set_permits(0).await.unwrap();
+    // Cancelled while waiting: no permit taken, no subscription left.
+    let waiting = b.semaphore(&name).unwrap();
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), waiting.acquire(1)).await;
+    assert!(gave_up.is_err(), "acquired from an empty semaphore");
+    assert!(
+        until_subscribed(&server, &channel_of(semaphore.key()), 0).await,
+        "subscription left behind"
+    );
+    semaphore.release(1).await.unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+
+    // Cancelled at every point of a request in flight: whatever the server granted comes back.
+    semaphore.set_permits(2).await.unwrap();
+    let mut taken = 0;
+    for i in 0..200u64 {
+        let cut = Duration::from_micros(i * 7 % 400);
+        if let Ok(Ok(())) = tokio::time::timeout(cut, waiting.acquire(1)).await {
+            taken += 1;
+            waiting.release(1).await.unwrap();
+        }
+    }
+    let settled = support::eventually_async(Duration::from_secs(3), || async {
+        semaphore.available().await.unwrap() == 2
+    })
+    .await;
+    assert!(
+        settled,
+        "permits leaked: {} of 2 left ({taken} acquisitions completed)",
+        semaphore.available().await.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_typed_error() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = support::client(&server).await;
+    assert!(client.semaphore("").unwrap_err().is_invalid_input());
+    let semaphore = client.semaphore(&unique_name("sem-bad")).unwrap();
+    semaphore.set_permits(1).await.unwrap();
+    assert!(semaphore.acquire(0).await.unwrap_err().is_invalid_input());
+    assert!(
+        semaphore
+            .try_acquire(0)
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert!(semaphore.release(0).await.unwrap_err().is_invalid_input());
+    let absurd = Duration::from_secs(u64::MAX / 4);
+    assert!(
+        semaphore
+            .try_acquire_for(1, absurd)
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert_eq!(
+        semaphore.available().await.unwrap(),
+        1,
+        "bad input changed the permits"
+    );
+    // A negative count written by someone else is refused, not used.
+    set_string(&server, semaphore.key(), "-3");
+    let err = semaphore.try_acquire(1).await.unwrap_err();
+    assert!(err.to_string().contains("non-negative integer"), "{err}");
+    assert!(semaphore.available().await.unwrap_err().is_protocol());
+    // A key of another type.
+    redis::cmd("DEL")
+        .arg(semaphore.key())
+        .query::<()>(&mut server.conn())
+        .unwrap();
+    redis::cmd("HSET")
+        .arg(semaphore.key())
+        .arg("f")
+        .arg("1")
+        .query::<()>(&mut server.conn())
+        .unwrap();
+    assert!(semaphore.try_acquire(1).await.unwrap_err().is_wrong_type());
+    assert!(semaphore.release(1).await.unwrap_err().is_wrong_type());
+    // A semaphore and a lock of one name do not collide.
+    let name = unique_name("shared");
+    let guard = client.lock(&name).unwrap().lock().await.unwrap();
+    let semaphore = client.semaphore(&name).unwrap();
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    assert!(semaphore.try_acquire(1).await.unwrap());
+    guard.unlock().await.unwrap();
+    assert_eq!(numsub(&server, &channel_of(semaphore.key())), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_on_a_cluster() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let connect = || async {
+        Client::builder_cluster(cluster.seeds())
+            .build()
+            .await
+            .expect("connecting to the cluster")
+    };
+    let (a, b) = (connect().await, connect().await);
+    for (name, _) in cluster.names_per_primary("sem", 1) {
+        let semaphore = a.semaphore(&name).unwrap();
+        assert!(semaphore.try_set_permits(1).await.unwrap());
+        assert!(semaphore.try_acquire(1).await.unwrap());
+        let waiting = b.semaphore(&name).unwrap();
+        let task =
+            tokio::spawn(async move { waiting.try_acquire_for(1, Duration::from_secs(10)).await });
+        let channel = channel_of(semaphore.key());
+        let subscribed = support::eventually_async(Duration::from_secs(5), || async {
+            shard_numsub(cluster.server_of(semaphore.key()), &channel) == 1
+        })
+        .await;
+        assert!(subscribed, "the waiter never listened on {channel}");
+        let released = Instant::now();
+        semaphore.release(1).await.unwrap();
+        assert!(task.await.unwrap().unwrap());
+        assert!(
+            released.elapsed() < Duration::from_millis(500),
+            "woken by the nap, not the release"
+        );
+        assert_eq!(semaphore.available().await.unwrap(), 0);
+    }
+}
