@@ -402,3 +402,28 @@ async fn mutual_exclusion_across_two_servers() {
         started.elapsed()
     );
 }
+
+/// A server that forgot the scripts (SCRIPT FLUSH, as after a restart): the members' pipelined
+/// acquire meets NOSCRIPT, loads the script once and is sent again, and the MultiLock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_script_loads_it_once_and_grants() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client(&server).await;
+    let names = unique_names("noscript", 3);
+    let multi = MultiLock::new(locks(&client, &names)).unwrap();
+    multi.lock().await.unwrap().unlock().await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.conn())
+        .unwrap();
+    let loads_before = support::command_calls(&server, "script|load");
+    let guard = multi.lock().await.unwrap();
+    assert!(names.iter().all(|n| exists(&server, &key_of(n))));
+    assert_eq!(
+        support::command_calls(&server, "script|load") - loads_before,
+        1
+    );
+    guard.unlock().await.unwrap();
+    assert!(all_free(&server, &names));
+}

@@ -11,15 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use redis::{ErrorKind, RedisResult, ServerErrorKind};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
-use crate::node::acquire_args;
-use crate::scripts::{self, Acquire};
+use crate::node::AcquireCall;
+use crate::scripts::Acquire;
 use crate::task::FinishOnDrop;
 use crate::terms::Lease;
 
@@ -188,65 +187,21 @@ pub(crate) async fn attempt_batch(
         .collect()
 }
 
-/// Sends the batch as one pipeline of `EVALSHA acquire`. Calls that meet `NOSCRIPT` (a fresh or
-/// restarted server) are sent again, together, as `EVAL` with the source, which also caches the
-/// script: one extra round trip rather than two.
+/// Sends the batch as one pipelined node call (see [`Node::acquire_pipelined`]).
+///
+/// [`Node::acquire_pipelined`]: crate::node::Node::acquire_pipelined
 async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Result<Acquire>>> {
-    let node = &client.inner.node;
-    let everything: Vec<usize> = (0..plan.len()).collect();
-    let mut replies: Vec<RedisResult<redis::Value>> = node
-        .query_pipeline("acquire", "", &pipeline(plan, &everything, false))
-        .await?;
-    let missing: Vec<usize> = (0..replies.len())
-        .filter(|&i| matches!(&replies[i], Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
-        .collect();
-    if !missing.is_empty() {
-        let again: Vec<RedisResult<redis::Value>> = node
-            .query_pipeline("acquire", "", &pipeline(plan, &missing, true))
-            .await?;
-        for (i, reply) in missing.into_iter().zip(again) {
-            replies[i] = reply;
-        }
-    }
-    if replies.len() != plan.len() {
-        return Err(Error::Protocol {
-            script: "acquire",
-            reply: format!("{} replies to {} calls", replies.len(), plan.len()),
-        });
-    }
-    Ok(replies
-        .into_iter()
-        .zip(plan)
-        .map(|(reply, p)| match reply {
-            Ok(values) => Acquire::parse(&values),
-            Err(e) => Err(Error::redis("acquire", &p.keys.hash, e)),
+    let calls: Vec<AcquireCall<'_>> = plan
+        .iter()
+        .map(|p| AcquireCall {
+            keys: &p.keys,
+            field: &p.field,
+            lease_ms: p.lease_ms,
+            reentrant: p.reentrant,
+            fenced: p.fenced,
         })
-        .collect())
-}
-
-/// The acquire script for the planned locks at `which`, by hash (`EVALSHA`) or by `source`
-/// (`EVAL`), in one pipeline that keeps going past a failed call.
-fn pipeline(plan: &[Planned], which: &[usize], source: bool) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for p in which.iter().map(|&i| &plan[i]) {
-        let (command, script) = match source {
-            true => ("EVAL", scripts::ACQUIRE_SOURCE),
-            false => ("EVALSHA", scripts::ACQUIRE.get_hash()),
-        };
-        let mut cmd = redis::cmd(command);
-        cmd.arg(script);
-        acquire_args(
-            &mut cmd,
-            &p.keys,
-            &p.field,
-            p.lease_ms,
-            p.reentrant,
-            p.fenced,
-        );
-        pipe.add_command(cmd);
-    }
-    pipe
+        .collect();
+    client.inner.node.acquire_pipelined(&calls).await
 }
 
 /// A batch-wide error, once per member.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
+use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use super::{Node, RequestId, evalsha, evalsha_without_keys};
 use crate::batch::{Batcher, Traffic};
@@ -249,7 +249,7 @@ async fn release_batch(
 /// Appends the key count, keys and arguments of `acquire.lua` to a command that already names
 /// the script (`EVALSHA <sha>` or `EVAL <source>`). The fencing counter is a key only for a
 /// fenced lock: its presence is how the script knows.
-pub(crate) fn acquire_args(
+fn acquire_args(
     cmd: &mut redis::Cmd,
     keys: &LockKeys,
     field: &str,
@@ -299,4 +299,77 @@ fn split_batch_reply<'a>(
         }
         Err(e) => vec![Err(e); n],
     }
+}
+
+/// One acquisition of a pipelined set (the members of a MultiLock or RedLock on one node).
+pub(crate) struct AcquireCall<'a> {
+    pub keys: &'a LockKeys,
+    pub field: &'a str,
+    pub lease_ms: u64,
+    pub reentrant: bool,
+    pub fenced: bool,
+}
+
+impl Node {
+    /// Sends the acquisitions as one pipeline (one per slot on a cluster), each with its own
+    /// answer or error, in order. Calls that meet `NOSCRIPT` (a fresh, restarted or just promoted
+    /// server) are sent again together after the script is loaded the way every other script
+    /// call loads it ([`Node::load_script`]).
+    pub async fn acquire_pipelined(
+        &self,
+        calls: &[AcquireCall<'_>],
+    ) -> Result<Vec<Result<Acquire>>> {
+        let everything: Vec<usize> = (0..calls.len()).collect();
+        let mut replies: Vec<RedisResult<Value>> = self
+            .query_pipeline("acquire", "", &acquire_pipeline(calls, &everything))
+            .await?;
+        let no_script = |r: &RedisResult<Value>| matches!(r, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript));
+        let missing: Vec<usize> = (0..replies.len())
+            .filter(|&i| no_script(&replies[i]))
+            .collect();
+        if !missing.is_empty() {
+            self.load_script("acquire", &scripts::ACQUIRE).await?;
+            let again: Vec<RedisResult<Value>> = self
+                .query_pipeline("acquire", "", &acquire_pipeline(calls, &missing))
+                .await?;
+            for (i, reply) in missing.into_iter().zip(again) {
+                replies[i] = reply;
+            }
+        }
+        if replies.len() != calls.len() {
+            return Err(Error::Protocol {
+                script: "acquire",
+                reply: format!("{} replies to {} calls", replies.len(), calls.len()),
+            });
+        }
+        Ok(replies
+            .into_iter()
+            .zip(calls)
+            .map(|(reply, call)| match reply {
+                Ok(value) => Acquire::parse(&value),
+                Err(e) => Err(Error::redis("acquire", &call.keys.hash, e)),
+            })
+            .collect())
+    }
+}
+
+/// `EVALSHA acquire` for the calls at `which`, in one pipeline that keeps going past a failed
+/// call.
+fn acquire_pipeline(calls: &[AcquireCall<'_>], which: &[usize]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for call in which.iter().map(|&i| &calls[i]) {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(scripts::ACQUIRE.get_hash());
+        acquire_args(
+            &mut cmd,
+            call.keys,
+            call.field,
+            call.lease_ms,
+            call.reentrant,
+            call.fenced,
+        );
+        pipe.add_command(cmd);
+    }
+    pipe
 }

@@ -25,7 +25,7 @@ mod transport;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
-pub(crate) use lock_calls::{Latch, ReleaseArgs, Successor, acquire_args};
+pub(crate) use lock_calls::{AcquireCall, Latch, ReleaseArgs, Successor};
 use shape::Conn;
 pub(crate) use shape::Target;
 pub(crate) use transport::bounded;

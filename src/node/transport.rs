@@ -172,7 +172,7 @@ impl Node {
             Err(Error::Redis { source, .. })
                 if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                bounded(operation, key, limit, script.load_async(&mut conn)).await?;
+                load(operation, key, limit, script, &mut conn).await?;
                 bounded(operation, key, limit, cmd.query_async(&mut conn)).await
             }
             other => other,
@@ -271,4 +271,29 @@ pub(crate) async fn bounded<T>(
         Ok(Err(e)) => Err(Error::redis(operation, key, e)),
         Err(_) => Err(Error::Timeout { operation, timeout }),
     }
+}
+
+impl Node {
+    /// Loads `script` into the deployment (every primary of a cluster), within the timeout: what
+    /// a call that met `NOSCRIPT` does before it is sent again.
+    pub(super) async fn load_script(
+        &self,
+        operation: &'static str,
+        script: &redis::Script,
+    ) -> Result<()> {
+        let mut conn = self.conn.clone();
+        load(operation, "", self.timeout, script, &mut conn).await
+    }
+}
+
+/// `SCRIPT LOAD` of `script` on `conn`, bounded by `limit`.
+async fn load(
+    operation: &'static str,
+    key: &str,
+    limit: Duration,
+    script: &redis::Script,
+    conn: &mut Conn,
+) -> Result<()> {
+    bounded(operation, key, limit, script.load_async(conn)).await?;
+    Ok(())
 }
