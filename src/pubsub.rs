@@ -315,7 +315,18 @@ impl Subscriber {
                 if *channel.subscribed.lock() {
                     true
                 } else {
-                    match bounded("subscribe", name, self.timeout, sink.subscribe(name)).await {
+                    // Find the slot's current primary first (a probe answered MOVED makes
+                    // redis-rs refresh its slot map): a SSUBSCRIBE sent on the stale map right
+                    // after a failover lands on the demoted node, whose refusal redis-rs does
+                    // not report, and the subscription is silently gone.
+                    let probed = bounded("subscribe", name, self.timeout, sink.served(name)).await;
+                    let attempt = match probed {
+                        Ok(()) => {
+                            bounded("subscribe", name, self.timeout, sink.subscribe(name)).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match attempt {
                         Ok(()) => {
                             *channel.subscribed.lock() = true;
                             true
