@@ -1,99 +1,21 @@
-//! `Client`: the connection, the client identity and the background tasks every lock shares.
+//! `Client`'s public API: connecting (`ClientBuilder`), the lock kinds it hands out, renewal,
+//! shutdown and the operator's views. The state behind it is in `shared.rs`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tokio::sync::Notify;
-use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::family::{CountDownLatch, FairLock, PermitSemaphore, ReadWriteLock, Semaphore};
-use crate::gate::Gates;
-use crate::hold::Holds;
 use crate::identity::{self, ClientInfo};
 use crate::lock::Lock;
 use crate::node::{Node, Target};
-use crate::pubsub::Subscriber;
-use crate::task::AbortOnDrop;
-use crate::turns::Turns;
+use crate::shared::{Client, Inner};
 use crate::watchdog::{self, RenewStats};
-
-/// A connection to one Redis server (or one Redis Cluster) plus everything its locks share: the client id that names
-/// this process in lock owners, the watchdog and the pub/sub subscriber.
-///
-/// Cheap to clone: clones share one connection, one watchdog task and one subscriber
-/// connection. Create one per process (or per Redis deployment) and pass clones around.
-///
-/// ```no_run
-/// # async fn demo() -> redlease::Result<()> {
-/// let client = redlease::Client::connect("redis://127.0.0.1:6379").await?;
-/// let guard = client.lock("orders:42")?.lock().await?;
-/// // ... critical section ...
-/// guard.unlock().await?;
-/// client.shutdown().await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct Client {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub id: Uuid,
-    /// This process as the client announces itself (`identity.rs`).
-    pub me: ClientInfo,
-    /// `id` as text, the prefix of every owner field.
-    pub id_text: Arc<str>,
-    pub config: Config,
-    pub node: Node,
-    pub holds: Holds,
-    pub gates: Gates,
-    /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
-    /// and wait for the owner's releases in flight.
-    pub turns: Arc<Turns>,
-    /// Background releases and give-backs, which `shutdown` waits for.
-    pub background: TaskTracker,
-    pub subscriber: Arc<Subscriber>,
-    pub watchdog_wake: Arc<Notify>,
-    /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
-    pub watchdog_lease_ms: AtomicU64,
-    watchdog_task: Mutex<Option<AbortOnDrop>>,
-    shut_down: AtomicBool,
-    next_request: AtomicU64,
-}
-
-impl Inner {
-    pub fn check_open(&self) -> Result<()> {
-        if self.shut_down.load(Ordering::Acquire) {
-            Err(Error::Shutdown)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Tells the watchdog about a new hold: only a lease shorter than its current period's
-    /// wakes it (waking it for every lock would rescan every hold each time).
-    pub fn watchdog_adopt(&self, lease: crate::terms::Lease) {
-        if let crate::terms::Lease::Watchdog(lease) = lease {
-            let ms = lease.as_millis().min(u64::MAX as u128) as u64;
-            if self.watchdog_lease_ms.fetch_min(ms, Ordering::AcqRel) > ms {
-                self.watchdog_wake.notify_one();
-            }
-        }
-    }
-
-    /// A request id unique to this client, for idempotent releases.
-    pub fn request_id(&self) -> crate::node::RequestId<'_> {
-        crate::node::RequestId {
-            client: &self.id_text,
-            n: self.next_request.fetch_add(1, Ordering::Relaxed),
-        }
-    }
-}
 
 /// Builds a [`Client`]; see [`Client::builder`].
 #[derive(Debug, Clone)]
@@ -170,25 +92,8 @@ impl ClientBuilder {
                 tracing::warn!(error = %e, "could not announce this client; lock holders will be shown by id only");
             }
         }
-        let inner = Arc::new(Inner {
-            id,
-            me,
-            id_text: id_text.clone(),
-            subscriber: Subscriber::new(node.link(), self.config.timeout, id_text.clone()),
-            config: self.config,
-            node,
-            holds: Holds::default(),
-            gates: Gates::default(),
-            turns: Arc::default(),
-            background: TaskTracker::new(),
-            watchdog_wake: Arc::new(Notify::new()),
-            watchdog_lease_ms: AtomicU64::new(u64::MAX),
-            watchdog_task: Mutex::new(None),
-            shut_down: AtomicBool::new(false),
-            next_request: AtomicU64::new(0),
-        });
-        let task = watchdog::spawn(&inner);
-        *inner.watchdog_task.lock() = Some(task);
+        let inner = Inner::new(id, me, self.config, node);
+        inner.start_watchdog(watchdog::spawn(&inner));
         Ok(Client { inner })
     }
 }
@@ -349,7 +254,7 @@ impl Client {
     /// The first error met while releasing; the remaining holds are released anyway and the
     /// tasks are stopped in every case.
     pub async fn shutdown(&self) -> Result<()> {
-        if self.inner.shut_down.swap(true, Ordering::AcqRel) {
+        if !self.inner.begin_shutdown() {
             return Ok(());
         }
         // Wake every waiter of this client: each finds the client shut down and gives up.
@@ -379,7 +284,7 @@ impl Client {
             .await
             .into_iter()
             .find_map(Result::err);
-        self.inner.watchdog_task.lock().take();
+        self.inner.stop_watchdog();
         let inner = &self.inner;
         if let Err(e) = identity::withdraw(&inner.node, &inner.config.prefix, &inner.me).await {
             tracing::debug!(error = %e, "could not withdraw this client's announcement; it expires");

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Grant, Hold};
@@ -12,6 +11,7 @@ use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::node::Renewal;
 use crate::release::give_back_in_background;
+use crate::shared::Inner;
 use crate::terms::Lease;
 
 impl Lock {

@@ -4,10 +4,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::release;
+use crate::shared::Client;
 
 /// One hold of a lock. Release it with [`unlock`](LockGuard::unlock), which reports errors;
 /// dropping it releases in the background instead.

@@ -227,7 +227,6 @@
 #![warn(missing_docs)]
 
 mod acquire;
-mod batch;
 pub mod blocking;
 mod client;
 mod config;
@@ -247,13 +246,14 @@ mod pubsub;
 mod release;
 mod scope;
 mod scripts;
+mod shared;
 mod task;
 mod telemetry;
 mod terms;
 mod turns;
 mod watchdog;
 
-pub use client::{Client, ClientBuilder};
+pub use client::ClientBuilder;
 pub use config::{Config, MAX_DURATION};
 pub use error::{Error, Result};
 pub use family::{
@@ -267,6 +267,7 @@ pub use lock::{Holder, Lock, LockStatus, RemainingLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use owner::Owner;
 pub use scope::{HeldLock, LockOptions};
+pub use shared::Client;
 pub use watchdog::RenewStats;
 
 /// The README's Rust examples, compiled by `cargo test --doc` so they stay true.

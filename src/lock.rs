@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::owner::Owner;
 use crate::scripts::Release;
+use crate::shared::Client;
 use crate::terms::{Lease, Wait};
 
 /// A handle to one named lock of a [`Client`]. Cheap to clone; holds nothing by itself.

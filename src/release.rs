@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::gate::{Handover, Offer};
 use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
 use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
+use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::turns::Releasing;
 

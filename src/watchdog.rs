@@ -9,9 +9,9 @@ use tokio::sync::Notify;
 
 use tracing::Instrument;
 
-use crate::client::Inner;
 use crate::hold::Hold;
 use crate::node::Renewal;
+use crate::shared::Inner;
 use crate::task::AbortOnDrop;
 
 /// Locks per renewal script call: large enough that 100,000 locks take 100 calls, small enough

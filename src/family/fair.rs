@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
 use crate::family::{Attempt, FamilyKeys, wait_for};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
+use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::terms::{Lease, Wait};
 

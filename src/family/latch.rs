@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::family::{Attempt, FamilyKeys, positive, wait_for};
 use crate::node::FamilyScript;
+use crate::shared::Client;
 use crate::terms::Wait;
 
 static SCRIPT: FamilyScript = FamilyScript::new("latch", include_str!("../../lua/latch.lua"));

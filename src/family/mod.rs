@@ -12,10 +12,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::pubsub::Subscription;
+use crate::shared::Client;
 use crate::terms::Wait;
 
 mod fair;

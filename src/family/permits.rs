@@ -4,12 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
 use crate::family::{Attempt, FamilyKeys, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
+use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::terms::{Lease, Wait};
 

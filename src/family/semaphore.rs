@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::family::{Attempt, FamilyKeys, positive, wait_for};
 use crate::node::FamilyScript;
+use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::terms::Wait;
 

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::node::AcquireCall;
 use crate::scripts::Acquire;
+use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::terms::Lease;
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
+use super::batch::{Batcher, Traffic};
 use super::{Node, RequestId, evalsha, evalsha_without_keys};
-use crate::batch::{Batcher, Traffic};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts::{self, Acquire, Release};

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts;
 
+mod batch;
 mod family_calls;
 mod link;
 mod lock_calls;

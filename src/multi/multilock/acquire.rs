@@ -7,12 +7,12 @@ use std::time::Duration;
 use futures_util::future::{join_all, select_all};
 
 use crate::acquire::nap_for;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::multi::member::{Outcome, attempt_batch, give_back, jitter};
 use crate::pubsub::Subscription;
+use crate::shared::Client;
 use crate::terms::Lease;
 use crate::terms::Wait;
 

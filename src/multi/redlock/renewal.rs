@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::client::Client;
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::multi::member::Outcome;
 use crate::node::Renewal;
+use crate::shared::Client;
 use crate::terms::Lease;
 
 use super::shared::Shared;

@@ -32,8 +32,8 @@ use parking_lot::Mutex;
 use redis::Value;
 use tokio::sync::oneshot;
 
+use super::Shard;
 use crate::error::{Error, Result};
-use crate::node::Shard;
 
 /// The most entries one script call carries: a call holds the server (single-threaded) for its
 /// whole run, ~5 µs per entry, so a crowd of callers goes out as several calls (pipelined on

@@ -1,0 +1,129 @@
+//! What every lock of a client shares: the connection, the client identity, the local holds
+//! and queues, the subscriber and the watchdog's wake-up. Below every lock kind (`lock`,
+//! `multi`, `family`, `watchdog`, `release` build on it); `client.rs` adds the public API.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::gate::Gates;
+use crate::hold::Holds;
+use crate::identity::ClientInfo;
+use crate::node::Node;
+use crate::pubsub::Subscriber;
+use crate::task::AbortOnDrop;
+use crate::terms::Lease;
+use crate::turns::Turns;
+
+/// A connection to one Redis server (or one Redis Cluster) plus everything its locks share: the client id that names
+/// this process in lock owners, the watchdog and the pub/sub subscriber.
+///
+/// Cheap to clone: clones share one connection, one watchdog task and one subscriber
+/// connection. Create one per process (or per Redis deployment) and pass clones around.
+///
+/// ```no_run
+/// # async fn demo() -> redlease::Result<()> {
+/// let client = redlease::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.lock("orders:42")?.lock().await?;
+/// // ... critical section ...
+/// guard.unlock().await?;
+/// client.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub id: Uuid,
+    /// This process as the client announces itself (`identity.rs`).
+    pub me: ClientInfo,
+    /// `id` as text, the prefix of every owner field.
+    pub id_text: Arc<str>,
+    pub config: Config,
+    pub node: Node,
+    pub holds: Holds,
+    pub gates: Gates,
+    /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
+    /// and wait for the owner's releases in flight.
+    pub turns: Arc<Turns>,
+    /// Background releases and give-backs, which `shutdown` waits for.
+    pub background: TaskTracker,
+    pub subscriber: Arc<Subscriber>,
+    pub watchdog_wake: Arc<Notify>,
+    /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
+    pub watchdog_lease_ms: AtomicU64,
+    watchdog_task: Mutex<Option<AbortOnDrop>>,
+    shut_down: AtomicBool,
+    next_request: AtomicU64,
+}
+
+impl Inner {
+    pub fn new(id: Uuid, me: ClientInfo, config: Config, node: Node) -> Arc<Self> {
+        let id_text: Arc<str> = id.to_string().into();
+        Arc::new(Inner {
+            id,
+            me,
+            subscriber: Subscriber::new(node.link(), config.timeout, id_text.clone()),
+            id_text,
+            config,
+            node,
+            holds: Holds::default(),
+            gates: Gates::default(),
+            turns: Arc::default(),
+            background: TaskTracker::new(),
+            watchdog_wake: Arc::new(Notify::new()),
+            watchdog_lease_ms: AtomicU64::new(u64::MAX),
+            watchdog_task: Mutex::new(None),
+            shut_down: AtomicBool::new(false),
+            next_request: AtomicU64::new(0),
+        })
+    }
+
+    pub fn start_watchdog(&self, task: AbortOnDrop) {
+        *self.watchdog_task.lock() = Some(task);
+    }
+
+    pub fn stop_watchdog(&self) {
+        self.watchdog_task.lock().take();
+    }
+
+    /// Marks the client shut down; `false` if it already was.
+    pub fn begin_shutdown(&self) -> bool {
+        !self.shut_down.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn check_open(&self) -> Result<()> {
+        if self.shut_down.load(Ordering::Acquire) {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Tells the watchdog about a new hold: only a lease shorter than its current period's
+    /// wakes it (waking it for every lock would rescan every hold each time).
+    pub fn watchdog_adopt(&self, lease: Lease) {
+        if let Lease::Watchdog(lease) = lease {
+            let ms = lease.as_millis().min(u64::MAX as u128) as u64;
+            if self.watchdog_lease_ms.fetch_min(ms, Ordering::AcqRel) > ms {
+                self.watchdog_wake.notify_one();
+            }
+        }
+    }
+
+    /// A request id unique to this client, for idempotent releases.
+    pub fn request_id(&self) -> crate::node::RequestId<'_> {
+        crate::node::RequestId {
+            client: &self.id_text,
+            n: self.next_request.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The crate's modules form layers: each names only modules of its own layer or below, so the
+//! transport never depends on a lock kind and no lock kind depends on the public `Client` API.
+//! Read from the source text (every `crate::<module>` path), so a new cycle fails here first.
+
+use std::fs;
+use std::path::Path;
+
+/// Lowest first. Modules not listed are lock kinds (layer 5); `client` is the top, `lib` may
+/// name anything.
+const LAYERS: &[&[&str]] = &[
+    &["error", "task", "turns", "telemetry"],
+    &["config", "keys", "scripts", "terms"],
+    &["node"],
+    &["gate", "hold", "identity", "pubsub"],
+    &["shared"],
+];
+const LOCK_KINDS: usize = 5;
+const TOP: usize = 6;
+
+fn layer(module: &str) -> usize {
+    if module == "client" {
+        return TOP;
+    }
+    LAYERS
+        .iter()
+        .position(|layer| layer.contains(&module))
+        .unwrap_or(LOCK_KINDS)
+}
+
+/// Every `crate::<name>` in the code (comments and doc links aside); a capitalised name is a
+/// re-export from `lib.rs`.
+fn crate_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    code.match_indices("crate::")
+        .map(|(at, m)| {
+            code[at + m.len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in fs::read_dir(dir).expect("src/ is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn modules_name_only_their_own_layer_or_below() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 20, "found only {} source files", files.len());
+    let mut violations = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).expect("under src/");
+        let first = relative.components().next().expect("a path");
+        let module = first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        if module == "lib" {
+            continue;
+        }
+        let own = layer(&module);
+        let text = fs::read_to_string(file).expect("readable source");
+        for name in crate_paths(&text) {
+            let reexport = name.starts_with(|c: char| c.is_uppercase());
+            // A re-export (`crate::Client`) is the public API: for lock kinds and above only.
+            let named = if reexport { LOCK_KINDS } else { layer(&name) };
+            if named > own && name != module {
+                violations.push(format!("{}: crate::{name}", relative.display()));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "modules naming a higher layer:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_a_transport_module_naming_a_lock_kind() {
+    // The rule itself: were node/ to name the lock module, or shared.rs the client, it fails.
+    assert!(layer("lock") > layer("node"));
+    assert!(layer("client") > layer("shared"));
+    assert_eq!(
+        crate_paths("use crate::lock::Lock; crate::Client"),
+        ["lock", "Client"]
+    );
+}
