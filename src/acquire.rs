@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::gate::{Handover, Ticket};
 use crate::guard::LockGuard;
 use crate::hold::Grant;
+use crate::local_queue::{Handover, Ticket};
 use crate::lock::Lock;
 use crate::node::{Latch, ReleaseArgs, Successor};
 use crate::pubsub::Subscription;
@@ -30,10 +30,10 @@ pub(crate) fn nap_for(ttl: Option<Duration>) -> Duration {
 
 /// Whether a head of this client's queue should skip asking Redis and go straight to offering
 /// to take the lock over: when the lock was last handed to another waiter of this client, which
-/// therefore holds it. Its release hands it on to us, or frees it and wakes us directly (`gate.rs`),
+/// therefore holds it. Its release hands it on to us, or frees it and wakes us directly (`local_queue.rs`),
 /// so the attempt could only fail. Never for a single attempt.
 fn skip_attempt(ticket: Option<&Ticket<'_>>, wait: Wait) -> bool {
-    !matches!(wait, Wait::Once) && ticket.is_some_and(|t| t.gate.handing_over())
+    !matches!(wait, Wait::Once) && ticket.is_some_and(|t| t.queue.handing_over())
 }
 
 impl Lock {
@@ -95,7 +95,7 @@ impl Lock {
         let reentry = inner.holds.get(&self.keys.hash, &field).is_some();
         let mut ticket = match reentry {
             true => None,
-            false => inner.gates.join_if_contended(&self.keys.hash),
+            false => inner.local_queues.join_if_contended(&self.keys.hash),
         };
         if let Some(ticket) = ticket.as_mut()
             && !self.wait_turn(ticket, wait, &mut subscription).await?
@@ -139,7 +139,7 @@ impl Lock {
             };
             if ticket.is_none() && !reentry {
                 // Contended: from now on take turns with this client's other contenders.
-                let joined = ticket.insert(inner.gates.join(&self.keys.hash));
+                let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));
                 let queued = !joined.is_head();
                 if !self.wait_turn(joined, wait, &mut subscription).await? {
                     return Ok(None);
@@ -186,7 +186,7 @@ impl Lock {
         let lease_ms = lease.ms();
         let local_release = async {
             match ticket {
-                Some(ticket) => ticket.gate.released.notified().await,
+                Some(ticket) => ticket.queue.released.notified().await,
                 None => std::future::pending().await,
             }
         };
@@ -238,8 +238,8 @@ impl Lock {
     }
 
     /// What gives back a grant handed to this waiter after it stopped waiting, before it read
-    /// the answer (see `gate::Offered`).
-    fn give_back_later(&self, field: &Arc<str>, lease_ms: u64) -> crate::gate::GiveBack {
+    /// the answer (see `local_queue::Offered`).
+    fn give_back_later(&self, field: &Arc<str>, lease_ms: u64) -> crate::local_queue::GiveBack {
         let (client, keys, field) = (self.client.clone(), self.keys.clone(), field.clone());
         Box::new(move || {
             let why = "handed the lock after it stopped waiting";
@@ -336,7 +336,7 @@ impl Lock {
                         let undo = node.release(&keys, &undo, id, false).await;
                         if let Ok(Release::Released) = undo {
                             // It had been granted: our queued waiters hear of it only here.
-                            client.inner.gates.released(&keys.hash);
+                            client.inner.local_queues.released(&keys.hash);
                         }
                         node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
                             .await

@@ -258,7 +258,7 @@ impl Client {
             return Ok(());
         }
         // Wake every waiter of this client: each finds the client shut down and gives up.
-        self.inner.gates.close_all();
+        self.inner.local_queues.close_all();
         self.inner.subscriber.wake_all();
         // Let releases and give-backs already under way finish first, within the timeout.
         self.inner.background.close();

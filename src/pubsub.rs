@@ -7,7 +7,7 @@
 //! since messages may have been lost meanwhile.
 //!
 //! A message carries the releasing client's id. A single-lock waiter ignores its own client's
-//! messages: that client's releases wake it directly (`gate.rs`), and the message, arriving a
+//! messages: that client's releases wake it directly (`local_queue.rs`), and the message, arriving a
 //! little later, would only wake whichever waiter is head by then for a useless attempt (and
 //! take it away from its hand-over offer). MultiLock waiters heed every message.
 //!
@@ -62,7 +62,7 @@ impl Channel {
     /// the epoch with the one it last saw, so a message that came meanwhile wakes it at once,
     /// and no stale permit wakes anybody later for nothing.
     ///
-    /// Within one client only the head of a lock's local queue (see `gate.rs`) and MultiLock
+    /// Within one client only the head of a lock's local queue (see `local_queue.rs`) and MultiLock
     /// waiters listen, so this still wakes one single-lock waiter per message; waking only one
     /// listener could pick a MultiLock waiter that then fails on another member, leaving the
     /// single-lock head asleep while the lock is free.

@@ -10,9 +10,9 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::gate::{Handover, Offer};
 use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
+use crate::local_queue::{Handover, Offer};
 use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
 use crate::shared::Client;
@@ -88,7 +88,7 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
 }
 
 /// The server half of [`release_hold`], after [`release_locally`] succeeded. The last hold goes to
-/// this client's waiting head, if there is one (see `gate.rs`).
+/// this client's waiting head, if there is one (see `local_queue.rs`).
 async fn release_remotely(
     client: &Client,
     hold: &Arc<Hold>,
@@ -99,7 +99,7 @@ async fn release_remotely(
         // Every hold the server counts for us goes, maybe to our waiting head.
         LocalRelease::Last => (
             hold.server_count(1),
-            inner.gates.take_offer(&hold.keys.hash),
+            inner.local_queues.take_offer(&hold.keys.hash),
         ),
         _ => (1, None),
     };
@@ -197,11 +197,13 @@ async fn send(
             // Our waiters ignore our own unlock messages (`pubsub.rs`): tell them here. Also
             // when our hold was gone (expired): the lock may be free, and a head that skipped
             // its attempt because we held it must look again.
-            Ok(Release::Released | Release::NotHeld) => inner.gates.released(&request.keys.hash),
+            Ok(Release::Released | Release::NotHeld) => {
+                inner.local_queues.released(&request.keys.hash)
+            }
             // Before the answer, so the next head already knows a local waiter holds it.
             Ok(Release::HandedOver { .. }) => {
                 crate::telemetry::count(crate::telemetry::HANDOVERS);
-                inner.gates.handed_over(&request.keys.hash)
+                inner.local_queues.handed_over(&request.keys.hash)
             }
             _ => {}
         }

@@ -12,9 +12,9 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::gate::Gates;
 use crate::hold::Holds;
 use crate::identity::ClientInfo;
+use crate::local_queue::LocalQueues;
 use crate::node::Node;
 use crate::pubsub::Subscriber;
 use crate::task::AbortOnDrop;
@@ -50,7 +50,7 @@ pub(crate) struct Inner {
     pub config: Config,
     pub node: Node,
     pub holds: Holds,
-    pub gates: Gates,
+    pub local_queues: LocalQueues,
     /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
     /// and wait for the owner's releases in flight.
     pub turns: Arc<Turns>,
@@ -76,7 +76,7 @@ impl Inner {
             config,
             node,
             holds: Holds::default(),
-            gates: Gates::default(),
+            local_queues: LocalQueues::default(),
             turns: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),

@@ -10,7 +10,7 @@ use redis::aio::ConnectionManager;
 
 use crate::model::{Measure, RTT, RTT_IDLE, RTT_WAKE};
 use crate::stats::p50_p99;
-use crate::workloads::w1;
+use crate::workloads::one_caller;
 
 async fn connect(url: &str) -> Result<ConnectionManager> {
     Ok(redis::Client::open(url)?.get_connection_manager().await?)
@@ -42,7 +42,7 @@ pub async fn pairs(urls: Vec<String>, n: usize) -> Result<Vec<Measure>> {
             fan_out(&script, &mut conns).await?;
             lat.push(t0.elapsed());
         }
-        Ok(w1::measures(lat, start.elapsed()))
+        Ok(one_caller::measures(lat, start.elapsed()))
     })
     .await?
 }
@@ -77,7 +77,7 @@ async fn wake_shaped(
     let mut idle = Vec::with_capacity(rounds);
     let mut wake = Vec::with_capacity(rounds);
     for round in 0..rounds {
-        tokio::time::sleep(crate::workloads::w6::hold_time(round)).await;
+        tokio::time::sleep(crate::workloads::wake_up::hold_time(round)).await;
         let t0 = Instant::now();
         script.invoke_async::<_, i64>(&mut conn).await?;
         let returned = Instant::now();

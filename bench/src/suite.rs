@@ -14,7 +14,7 @@ use crate::peers::redlock::Redlock;
 use crate::peers::rlock::Rlock;
 use crate::peers::rslock::Rslock;
 use crate::runner::Runner;
-use crate::workloads::{w1, w2, w3, w4, w6};
+use crate::workloads::{many_keys, one_caller, one_hot_lock, wake_up, watchdog_scale};
 
 const NO_MULTI_SERVER: &str = "single Redis server only (no Redlock / multi-server lock)";
 
@@ -58,17 +58,17 @@ struct W6(usize);
 
 impl Workload for W1 {
     async fn run<L: AsyncLocker>(self, l: Arc<L>, _: &str) -> Result<Vec<Measure>> {
-        w1::run(l, self.0).await
+        one_caller::run(l, self.0).await
     }
 
     async fn run_sync<L: SyncLocker>(self, l: Arc<L>, _: &str, d: Instant) -> Result<Vec<Measure>> {
-        w1::run_sync(l, self.0, d).await
+        one_caller::run_sync(l, self.0, d).await
     }
 }
 
 impl Workload for W2 {
     async fn run<L: AsyncLocker>(self, l: Arc<L>, url: &str) -> Result<Vec<Measure>> {
-        w2::run(l, url, self.0, self.1).await
+        one_hot_lock::run(l, url, self.0, self.1).await
     }
 
     async fn run_sync<L: SyncLocker>(
@@ -77,27 +77,27 @@ impl Workload for W2 {
         url: &str,
         d: Instant,
     ) -> Result<Vec<Measure>> {
-        w2::run_sync(l, url, self.0, self.1, d).await
+        one_hot_lock::run_sync(l, url, self.0, self.1, d).await
     }
 }
 
 impl Workload for W3 {
     async fn run<L: AsyncLocker>(self, l: Arc<L>, _: &str) -> Result<Vec<Measure>> {
-        w3::run(l, self.0, self.1).await
+        many_keys::run(l, self.0, self.1).await
     }
 
     async fn run_sync<L: SyncLocker>(self, l: Arc<L>, _: &str, d: Instant) -> Result<Vec<Measure>> {
-        w3::run_sync(l, self.0, self.1, d).await
+        many_keys::run_sync(l, self.0, self.1, d).await
     }
 }
 
 impl Workload for W6 {
     async fn run<L: AsyncLocker>(self, l: Arc<L>, _: &str) -> Result<Vec<Measure>> {
-        w6::run(l, self.0).await
+        wake_up::run(l, self.0).await
     }
 
     async fn run_sync<L: SyncLocker>(self, l: Arc<L>, _: &str, d: Instant) -> Result<Vec<Measure>> {
-        w6::run_sync(l, self.0, d).await
+        wake_up::run_sync(l, self.0, d).await
     }
 }
 
@@ -179,7 +179,7 @@ pub async fn w4(r: &mut Runner, c: &Counts) {
             let (url, servers) = (url.clone(), servers.clone());
             async move {
                 let l = Arc::new(crate::redlease_impl::Redlease::new(&url).await?);
-                w4::redlease(l, &servers[0], n).await
+                watchdog_scale::redlease(l, &servers[0], n).await
             }
         })
         .await;
@@ -187,18 +187,18 @@ pub async fn w4(r: &mut Runner, c: &Counts) {
         no_redlease(r, &w, "redlease");
         r.measure(&w, "rlock", |_| {
             let (url, servers) = (url.clone(), servers.clone());
-            async move { w4::rlock(Arc::new(Rlock::new(&url).await?), &servers[0], n).await }
+            async move { watchdog_scale::rlock(Arc::new(Rlock::new(&url).await?), &servers[0], n).await }
         })
         .await;
         r.not_applicable(&w, "rslock", "no watchdog: `using()` renews one lock per running routine, one EXTEND round trip per lock; heap below is for plain held guards");
         r.measure(&w, "rslock", |_| {
-            w4::memory_only(Arc::new(Rslock::new(std::slice::from_ref(&url))), n)
+            watchdog_scale::memory_only(Arc::new(Rslock::new(std::slice::from_ref(&url))), n)
         })
         .await;
         r.not_applicable(&w, "redisson", "no usable watchdog: `lock()` takes the fixed 30 s lease (watchdog starts only for lease 0, which expires the key at once); heap below is for plain held locks");
         r.measure(&w, "redisson", |_| {
             let url = url.clone();
-            async move { w4::memory_only(Arc::new(Redisson::new(&url).await?), n).await }
+            async move { watchdog_scale::memory_only(Arc::new(Redisson::new(&url).await?), n).await }
         })
         .await;
         r.not_applicable(
@@ -228,7 +228,7 @@ pub async fn w5(r: &mut Runner, c: &Counts) {
         ] {
             r.measure("W5", name, |_| {
                 let urls = urls.clone();
-                async move { w1::run(Arc::new(RedleaseMulti::new(&urls, mode).await?), n).await }
+                async move { one_caller::run(Arc::new(RedleaseMulti::new(&urls, mode).await?), n).await }
             })
             .await;
         }
@@ -236,29 +236,29 @@ pub async fn w5(r: &mut Runner, c: &Counts) {
     #[cfg(not(feature = "redlease"))]
     no_redlease(r, "W5", "redlease");
     r.measure("W5", "rslock single-node", |_| {
-        w1::run(Arc::new(Rslock::new(&one)), n)
+        one_caller::run(Arc::new(Rslock::new(&one)), n)
     })
     .await;
     r.measure("W5", "rslock RedLock(5)", |_| {
-        w1::run(Arc::new(Rslock::new(&urls)), n)
+        one_caller::run(Arc::new(Rslock::new(&urls)), n)
     })
     .await;
     r.measure("W5", "redlock single-node", |d| {
-        w1::run_sync(Arc::new(Redlock::new(&one)), n, d)
+        one_caller::run_sync(Arc::new(Redlock::new(&one)), n, d)
     })
     .await;
     r.measure("W5", "redlock RedLock(5)", |d| {
-        w1::run_sync(Arc::new(Redlock::new(&urls)), n, d)
+        one_caller::run_sync(Arc::new(Redlock::new(&urls)), n, d)
     })
     .await;
     r.measure("W5", "redisson single-node", |_| {
         let url = one[0].clone();
-        async move { w1::run(Arc::new(Redisson::new(&url).await?), n).await }
+        async move { one_caller::run(Arc::new(Redisson::new(&url).await?), n).await }
     })
     .await;
     r.measure("W5", "redisson RedLock(5)", |_| {
         let urls = urls.clone();
-        async move { w1::run(Arc::new(RedissonRedLock::new(&urls).await?), n).await }
+        async move { one_caller::run(Arc::new(RedissonRedLock::new(&urls).await?), n).await }
     })
     .await;
     r.not_applicable("W5", "rlock", NO_MULTI_SERVER);

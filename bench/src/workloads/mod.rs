@@ -1,11 +1,16 @@
 //! The workloads W1-W6 (see the README's Benchmarks section), each written once for async
 //! implementations (tokio tasks) and, where the sync peer can run it, once for OS threads.
 
-pub mod w1;
-pub mod w2;
-pub mod w3;
-pub mod w4;
-pub mod w6;
+/// W3: many tasks, a key each.
+pub mod many_keys;
+/// W1 (and W5, RedLock): one task, one key, one call at a time.
+pub mod one_caller;
+/// W2: many tasks contend for one lock.
+pub mod one_hot_lock;
+/// W6: how soon a waiter runs after the holder's release.
+pub mod wake_up;
+/// W4: one client keeps many locks renewed.
+pub mod watchdog_scale;
 
 use std::time::Instant;
 

@@ -3,13 +3,14 @@
 //! Without it, a task that releases a lock and asks for it again at once wins the race against
 //! the waiters it just woke (its request reaches Redis a pub/sub delivery earlier), so waiters
 //! starve. With it, this client's contenders for one lock line up FIFO and only the head asks
-//! Redis; the holder asking again queues at the back. The gate is never held while the lock
-//! is held, and Redis alone decides who holds the lock: the gate only orders local attempts.
+//! Redis; the holder asking again queues at the back. A place in the queue is never kept while
+//! the lock is held, and Redis alone decides who holds the lock: the queue only orders local
+//! attempts.
 //!
-//! Hand-over: the waiting head leaves an [`Offer`] at the gate. A release of this client that
+//! Hand-over: the waiting head leaves an [`Offer`] at the queue. A release of this client that
 //! frees the lock takes it and asks `release.lua` to give the lock straight to the head: no
 //! unlock message, no acquire round trip, and the lock is never free in between. The script
-//! does so only while no other client listens for the lock, and the gate allows at most
+//! does so only while no other client listens for the lock, and the queue allows at most
 //! [`HANDOVERS_IN_A_ROW`] in a row, so other clients' waiters are not starved by a busy one.
 
 use std::sync::Arc;
@@ -27,11 +28,11 @@ use crate::node::Successor;
 pub(crate) const HANDOVERS_IN_A_ROW: u32 = 64;
 
 #[derive(Default)]
-pub(crate) struct Gates {
-    map: DashMap<Arc<str>, Arc<Gate>, foldhash::fast::RandomState>,
+pub(crate) struct LocalQueues {
+    map: DashMap<Arc<str>, Arc<LocalQueue>, foldhash::fast::RandomState>,
 }
 
-pub(crate) struct Gate {
+pub(crate) struct LocalQueue {
     head: Arc<Semaphore>,
     /// Woken by this client's own full releases: faster than the pub/sub round.
     pub released: Notify,
@@ -58,9 +59,9 @@ pub(crate) enum Handover {
     Unknown,
 }
 
-/// An offer left at the gate; dropping it withdraws it.
+/// An offer left at the queue; dropping it withdraws it.
 pub(crate) struct Offered {
-    gate: Arc<Gate>,
+    queue: Arc<LocalQueue>,
     reply: oneshot::Receiver<Handover>,
     /// Gives back a grant that arrived after the waiter stopped listening (see `Drop`).
     give_back: Option<GiveBack>,
@@ -71,20 +72,20 @@ pub(crate) type GiveBack = Box<dyn FnOnce() + Send + Sync>;
 
 /// A contender's place in its lock's local queue; leaving is dropping it.
 pub(crate) struct Ticket<'a> {
-    gates: &'a Gates,
+    local_queues: &'a LocalQueues,
     key: Arc<str>,
-    pub gate: Arc<Gate>,
+    pub queue: Arc<LocalQueue>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl Gates {
+impl LocalQueues {
     /// Joins the queue of `key`; the ticket is at the head if nobody else contends.
     pub fn join(&self, key: &Arc<str>) -> Ticket<'_> {
-        let gate = self
+        let queue = self
             .map
             .entry(key.clone())
             .or_insert_with(|| {
-                Arc::new(Gate {
+                Arc::new(LocalQueue {
                     head: Arc::new(Semaphore::new(1)),
                     released: Notify::new(),
                     offer: Mutex::new(None),
@@ -92,11 +93,11 @@ impl Gates {
                 })
             })
             .clone();
-        let permit = gate.head.clone().try_acquire_owned().ok();
+        let permit = queue.head.clone().try_acquire_owned().ok();
         Ticket {
-            gates: self,
+            local_queues: self,
             key: key.clone(),
-            gate,
+            queue,
             permit,
         }
     }
@@ -111,36 +112,36 @@ impl Gates {
 
     /// Wakes every contender (client shutdown): queued ones stop waiting for the head.
     pub fn close_all(&self) {
-        for gate in self.map.iter() {
-            gate.head.close();
-            gate.released.notify_waiters();
+        for queue in self.map.iter() {
+            queue.head.close();
+            queue.released.notify_waiters();
         }
     }
 
     /// Tells this client's head contender of `key` that the lock was just freed.
     pub fn released(&self, key: &Arc<str>) {
-        if let Some(gate) = self.map.get(key) {
-            gate.handed_in_a_row.store(0, Ordering::Relaxed);
-            gate.released.notify_one();
+        if let Some(queue) = self.map.get(key) {
+            queue.handed_in_a_row.store(0, Ordering::Relaxed);
+            queue.released.notify_one();
         }
     }
 
     /// Takes the waiting head's offer for `key`, if there is one and the in-a-row bound allows
     /// another hand-over. The caller must answer it (see [`Handover`]).
     pub fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
-        let gate = self.map.get(key)?;
-        if gate.handed_in_a_row.load(Ordering::Relaxed) >= HANDOVERS_IN_A_ROW {
+        let queue = self.map.get(key)?;
+        if queue.handed_in_a_row.load(Ordering::Relaxed) >= HANDOVERS_IN_A_ROW {
             return None;
         }
         // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
         // just after this take is answered in vain, and the releaser gives its grant back.
-        gate.offer.lock().take()
+        queue.offer.lock().take()
     }
 
     /// Counts a hand-over towards the in-a-row bound.
     pub fn handed_over(&self, key: &Arc<str>) {
-        if let Some(gate) = self.map.get(key) {
-            gate.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
+        if let Some(queue) = self.map.get(key) {
+            queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -154,12 +155,12 @@ impl Ticket<'_> {
     /// `give_back` runs if the lock is handed over after the waiter stopped waiting.
     pub fn offer(&self, successor: Successor, give_back: GiveBack) -> Offered {
         let (tx, rx) = oneshot::channel();
-        *self.gate.offer.lock() = Some(Offer {
+        *self.queue.offer.lock() = Some(Offer {
             successor,
             reply: tx,
         });
         Offered {
-            gate: self.gate.clone(),
+            queue: self.queue.clone(),
             reply: rx,
             give_back: Some(give_back),
         }
@@ -169,12 +170,12 @@ impl Ticket<'_> {
     pub async fn wait_head(&mut self) {
         if self.permit.is_none() {
             // The semaphore is never closed, so an error cannot happen; stay non-head if it did.
-            self.permit = self.gate.head.clone().acquire_owned().await.ok();
+            self.permit = self.queue.head.clone().acquire_owned().await.ok();
         }
     }
 }
 
-impl Gate {
+impl LocalQueue {
     /// Whether this client's last release of the lock handed it to one of its waiters.
     pub fn handing_over(&self) -> bool {
         self.handed_in_a_row.load(Ordering::Relaxed) > 0
@@ -190,7 +191,7 @@ impl Offered {
     /// Withdraws the offer. `None` if no release took it; else what became of it (waiting for
     /// the release's answer: the lock may already be ours).
     pub async fn withdraw(mut self) -> Option<Handover> {
-        if self.gate.offer.lock().take().is_some() {
+        if self.queue.offer.lock().take().is_some() {
             return None;
         }
         Some(self.answered().await)
@@ -210,8 +211,8 @@ impl Drop for Offered {
         if self.reply.is_terminated() {
             return; // the answer was read: whoever read it deals with it
         }
-        // Still at the gate: nobody took it.
-        self.gate.offer.lock().take();
+        // Still at the queue: nobody took it.
+        self.queue.offer.lock().take();
         // Taken: a releaser that answers after this close finds us gone and gives the lock
         // back itself; one that answered before (after our last look, e.g. as a timeout around
         // the wait fired) left a grant that only we know of.
@@ -228,9 +229,9 @@ impl Drop for Offered {
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         self.permit.take();
-        // Forget the gate once nobody uses it: the map holds one reference, we hold another.
-        self.gates
+        // Forget the queue once nobody uses it: the map holds one reference, we hold another.
+        self.local_queues
             .map
-            .remove_if(&self.key, |_, gate| Arc::strong_count(gate) <= 2);
+            .remove_if(&self.key, |_, queue| Arc::strong_count(queue) <= 2);
     }
 }
