@@ -37,7 +37,7 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub fn new(
+    pub(crate) fn new(
         keys: Arc<LockKeys>,
         field: Arc<str>,
         lease: Lease,
@@ -63,12 +63,12 @@ impl Hold {
 
     /// The instant until which the lease is known to be valid: the start of the last successful
     /// acquisition or renewal, plus the lease, minus the drift allowance.
-    pub fn valid_until(&self) -> Instant {
+    pub(crate) fn valid_until(&self) -> Instant {
         *self.valid_until.lock()
     }
 
     /// Records a successful renewal that was sent at `started`.
-    pub fn renewed(&self, started: Instant) {
+    pub(crate) fn renewed(&self, started: Instant) {
         let candidate = started + self.lease.duration().saturating_sub(self.drift);
         let mut until = self.valid_until.lock();
         if candidate > *until {
@@ -78,13 +78,13 @@ impl Hold {
 
     /// Records a successful extension to `lease`, sent at `started`: the validity follows the
     /// new lease exactly, shorter or longer.
-    pub fn extended(&self, started: Instant, lease: Duration, drift: Duration) {
+    pub(crate) fn extended(&self, started: Instant, lease: Duration, drift: Duration) {
         *self.valid_until.lock() = started + lease.saturating_sub(drift);
     }
 
     /// Lost when marked so, or once `valid_until` has passed without a successful renewal
     /// (for a fixed lease: once it ran out). Sticky: a late renewal does not bring it back.
-    pub fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         if self.lost.load(Ordering::Acquire) {
             return true;
         }
@@ -97,12 +97,12 @@ impl Hold {
 
     /// What the server counts for this hold while `guards` guards live: one per guard, plus
     /// any adopted ones. The last guard (or shutdown) gives back all of it.
-    pub fn server_count(&self, guards: u32) -> u32 {
+    pub(crate) fn server_count(&self, guards: u32) -> u32 {
         guards + self.orphans.load(Ordering::Acquire)
     }
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
-    pub fn mark_lost(&self, why: &str) -> bool {
+    pub(crate) fn mark_lost(&self, why: &str) -> bool {
         if self.lost.swap(true, Ordering::AcqRel) {
             return false;
         }
@@ -114,7 +114,7 @@ impl Hold {
 
     /// Resolves when the lease is lost: marked lost by the watchdog or a release, or its
     /// validity ran out (no renewal confirmed in time, or a fixed lease expired).
-    pub fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
         let hold = Arc::clone(self);
         async move {
             loop {
@@ -168,7 +168,7 @@ pub(crate) struct Holds {
 
 impl Holds {
     /// The live hold of `field` on `hash`, if any.
-    pub fn get(&self, hash: &Arc<str>, field: &Arc<str>) -> Option<Arc<Hold>> {
+    pub(crate) fn get(&self, hash: &Arc<str>, field: &Arc<str>) -> Option<Arc<Hold>> {
         let hold = self
             .map
             .get(&(hash.clone(), field.clone()))?
@@ -187,7 +187,7 @@ impl Holds {
     ///
     /// Exact only when one owner's grants are registered in the order the server applied them:
     /// the caller holds the owner's turn (`turns.rs`) from sending the request until this call.
-    pub fn granted(
+    pub(crate) fn granted(
         &self,
         hash: &Arc<str>,
         field: &Arc<str>,
@@ -230,7 +230,7 @@ impl Holds {
     }
 
     /// Gives back one guard of `hold`.
-    pub fn release(&self, hold: &Arc<Hold>) -> LocalRelease {
+    pub(crate) fn release(&self, hold: &Arc<Hold>) -> LocalRelease {
         let key = (hold.keys.hash.clone(), hold.field.clone());
         match self.map.entry(key) {
             Entry::Occupied(entry) if Arc::ptr_eq(entry.get(), hold) => {
@@ -247,7 +247,7 @@ impl Holds {
 
     /// Removes `hold` (lost, or released at shutdown) so it is neither renewed nor re-entered.
     /// False when it had already left the registry (released meanwhile).
-    pub fn detach(&self, hold: &Arc<Hold>) -> bool {
+    pub(crate) fn detach(&self, hold: &Arc<Hold>) -> bool {
         let key = (hold.keys.hash.clone(), hold.field.clone());
         self.map
             .remove_if(&key, |_, current| Arc::ptr_eq(current, hold))
@@ -256,7 +256,7 @@ impl Holds {
 
     /// Every hold the watchdog must renew. Clones the `Arc`s so no map reference lives across
     /// an `.await`.
-    pub fn watchdog_holds(&self) -> Vec<Arc<Hold>> {
+    pub(crate) fn watchdog_holds(&self) -> Vec<Arc<Hold>> {
         self.map
             .iter()
             .filter(|e| matches!(e.value().lease, Lease::Watchdog(_)))
@@ -265,7 +265,7 @@ impl Holds {
     }
 
     /// Every hold, with its number of live guards (for shutdown).
-    pub fn drain(&self) -> Vec<(Arc<Hold>, u32)> {
+    pub(crate) fn drain(&self) -> Vec<(Arc<Hold>, u32)> {
         let all: Vec<Arc<Hold>> = self.map.iter().map(|e| e.value().clone()).collect();
         all.into_iter()
             .filter_map(|hold| {
@@ -280,7 +280,7 @@ impl Holds {
     }
 
     /// The shortest watchdog lease held, if any.
-    pub fn shortest_watchdog_lease(&self) -> Option<Duration> {
+    pub(crate) fn shortest_watchdog_lease(&self) -> Option<Duration> {
         self.map
             .iter()
             .filter_map(|e| match e.value().lease {
@@ -290,7 +290,7 @@ impl Holds {
             .min()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 }

@@ -22,7 +22,7 @@ pub(crate) struct LockKeys {
 }
 
 impl LockKeys {
-    pub fn new(prefix: &str, name: &str) -> Result<Self> {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
         let mut hash = String::with_capacity(prefix.len() + name.len() + 3);
         hash.push_str(prefix);
@@ -36,22 +36,22 @@ impl LockKeys {
     }
 
     /// `P:{N}:fence`: the fencing counter.
-    pub fn fence(&self) -> Derived<'_> {
+    pub(crate) fn fence(&self) -> Derived<'_> {
         Derived::new(&self.hash, ":fence")
     }
 
     /// `P:{N}:unlock`: the channel waiters listen on.
-    pub fn channel(&self) -> Derived<'_> {
+    pub(crate) fn channel(&self) -> Derived<'_> {
         Derived::new(&self.hash, ":unlock")
     }
 
     /// The channel name as a string of its own (for the subscriber's table).
-    pub fn channel_name(&self) -> Arc<str> {
+    pub(crate) fn channel_name(&self) -> Arc<str> {
         self.channel().to_string().into()
     }
 
     /// `P:{N}:latch:<client id>:<n>`: the latch of one release request; see `lua/release.lua`.
-    pub fn latch<'a>(&'a self, client_id: &'a str, request: u64) -> Derived<'a> {
+    pub(crate) fn latch<'a>(&'a self, client_id: &'a str, request: u64) -> Derived<'a> {
         Derived {
             parts: [&self.hash, ":latch:", client_id, ":"],
             number: Some(request),

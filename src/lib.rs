@@ -224,7 +224,7 @@
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod acquire;
 pub mod blocking;

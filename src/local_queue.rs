@@ -80,7 +80,7 @@ pub(crate) struct Ticket<'a> {
 
 impl LocalQueues {
     /// Joins the queue of `key`; the ticket is at the head if nobody else contends.
-    pub fn join(&self, key: &Arc<str>) -> Ticket<'_> {
+    pub(crate) fn join(&self, key: &Arc<str>) -> Ticket<'_> {
         let queue = self
             .map
             .entry(key.clone())
@@ -103,7 +103,7 @@ impl LocalQueues {
     }
 
     /// Joins the queue of `key` only if this client already has contenders for it.
-    pub fn join_if_contended(&self, key: &Arc<str>) -> Option<Ticket<'_>> {
+    pub(crate) fn join_if_contended(&self, key: &Arc<str>) -> Option<Ticket<'_>> {
         if !self.map.contains_key(key) {
             return None;
         }
@@ -111,7 +111,7 @@ impl LocalQueues {
     }
 
     /// Wakes every contender (client shutdown): queued ones stop waiting for the head.
-    pub fn close_all(&self) {
+    pub(crate) fn close_all(&self) {
         for queue in self.map.iter() {
             queue.head.close();
             queue.released.notify_waiters();
@@ -119,7 +119,7 @@ impl LocalQueues {
     }
 
     /// Tells this client's head contender of `key` that the lock was just freed.
-    pub fn released(&self, key: &Arc<str>) {
+    pub(crate) fn released(&self, key: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
             queue.handed_in_a_row.store(0, Ordering::Relaxed);
             queue.released.notify_one();
@@ -128,7 +128,7 @@ impl LocalQueues {
 
     /// Takes the waiting head's offer for `key`, if there is one and the in-a-row bound allows
     /// another hand-over. The caller must answer it (see [`Handover`]).
-    pub fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
+    pub(crate) fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
         let queue = self.map.get(key)?;
         if queue.handed_in_a_row.load(Ordering::Relaxed) >= HANDOVERS_IN_A_ROW {
             return None;
@@ -139,7 +139,7 @@ impl LocalQueues {
     }
 
     /// Counts a hand-over towards the in-a-row bound.
-    pub fn handed_over(&self, key: &Arc<str>) {
+    pub(crate) fn handed_over(&self, key: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
             queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
         }
@@ -147,13 +147,13 @@ impl LocalQueues {
 }
 
 impl Ticket<'_> {
-    pub fn is_head(&self) -> bool {
+    pub(crate) fn is_head(&self) -> bool {
         self.permit.is_some()
     }
 
     /// Leaves the head's offer to take the lock over (replacing none: one head, one offer).
     /// `give_back` runs if the lock is handed over after the waiter stopped waiting.
-    pub fn offer(&self, successor: Successor, give_back: GiveBack) -> Offered {
+    pub(crate) fn offer(&self, successor: Successor, give_back: GiveBack) -> Offered {
         let (tx, rx) = oneshot::channel();
         *self.queue.offer.lock() = Some(Offer {
             successor,
@@ -167,7 +167,7 @@ impl Ticket<'_> {
     }
 
     /// Waits to become the head. Cancel-safe: dropping the future keeps the queue intact.
-    pub async fn wait_head(&mut self) {
+    pub(crate) async fn wait_head(&mut self) {
         if self.permit.is_none() {
             // The semaphore is never closed, so an error cannot happen; stay non-head if it did.
             self.permit = self.queue.head.clone().acquire_owned().await.ok();
@@ -177,20 +177,20 @@ impl Ticket<'_> {
 
 impl LocalQueue {
     /// Whether this client's last release of the lock handed it to one of its waiters.
-    pub fn handing_over(&self) -> bool {
+    pub(crate) fn handing_over(&self) -> bool {
         self.handed_in_a_row.load(Ordering::Relaxed) > 0
     }
 }
 
 impl Offered {
     /// Resolves when a release answered the offer (never, until one takes it).
-    pub async fn answered(&mut self) -> Handover {
+    pub(crate) async fn answered(&mut self) -> Handover {
         (&mut self.reply).await.unwrap_or(Handover::Unknown)
     }
 
     /// Withdraws the offer. `None` if no release took it; else what became of it (waiting for
     /// the release's answer: the lock may already be ours).
-    pub async fn withdraw(mut self) -> Option<Handover> {
+    pub(crate) async fn withdraw(mut self) -> Option<Handover> {
         if self.queue.offer.lock().take().is_some() {
             return None;
         }
@@ -201,7 +201,7 @@ impl Offered {
 impl Handover {
     /// Whether the waiter may hold the lock after this answer (and must give it back if it
     /// will not use it).
-    pub fn may_hold(&self) -> bool {
+    pub(crate) fn may_hold(&self) -> bool {
         !matches!(self, Handover::Declined)
     }
 }

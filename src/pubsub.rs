@@ -96,7 +96,7 @@ pub(crate) struct Subscription {
 impl Subscription {
     /// Resolves on the next unlock message, or at once if one arrived since this subscription
     /// was made or last woke.
-    pub async fn notified(&self) {
+    pub(crate) async fn notified(&self) {
         loop {
             let notified = self.channel.notify.notified();
             tokio::pin!(notified);
@@ -130,7 +130,7 @@ impl Drop for Subscription {
 }
 
 impl Subscriber {
-    pub fn new(link: Link, timeout: Duration, own_id: Arc<str>) -> Arc<Subscriber> {
+    pub(crate) fn new(link: Link, timeout: Duration, own_id: Arc<str>) -> Arc<Subscriber> {
         Arc::new_cyclic(|weak_self| Subscriber {
             link,
             timeout,
@@ -149,7 +149,7 @@ impl Subscriber {
     ///
     /// # Errors
     /// When the subscriber connection cannot be made or the SUBSCRIBE is not confirmed in time.
-    pub async fn subscribe(
+    pub(crate) async fn subscribe(
         self: &Arc<Self>,
         name: &Arc<str>,
         heed_own: bool,
@@ -242,7 +242,7 @@ impl Subscriber {
     }
 
     /// Stops the reader task (client shutdown).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let mut reader = self.reader.lock();
         self.stopped.store(true, Ordering::Release);
         reader.take();
@@ -250,7 +250,7 @@ impl Subscriber {
         self.sink.send_replace(None);
     }
 
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         for channel in self.channels.lock().values() {
             channel.wake(false);
         }

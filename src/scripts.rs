@@ -34,7 +34,7 @@ pub(crate) enum Acquire {
 }
 
 impl Acquire {
-    pub fn parse(reply: &Value) -> Result<Self> {
+    pub(crate) fn parse(reply: &Value) -> Result<Self> {
         let count = |n: i64| n.min(u32::MAX as i64) as u32;
         match reply {
             Value::Int(n) if *n >= 1 => Ok(Acquire::Acquired {
@@ -77,7 +77,7 @@ pub(crate) enum Release {
 }
 
 impl Release {
-    pub fn parse(reply: i64) -> Result<Self> {
+    pub(crate) fn parse(reply: i64) -> Result<Self> {
         match reply {
             -1 => Ok(Release::NotHeld),
             0 => Ok(Release::Released),

@@ -66,7 +66,7 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub fn new(id: Uuid, me: ClientInfo, config: Config, node: Node) -> Arc<Self> {
+    pub(crate) fn new(id: Uuid, me: ClientInfo, config: Config, node: Node) -> Arc<Self> {
         let id_text: Arc<str> = id.to_string().into();
         Arc::new(Inner {
             id,
@@ -87,20 +87,20 @@ impl Inner {
         })
     }
 
-    pub fn start_watchdog(&self, task: AbortOnDrop) {
+    pub(crate) fn start_watchdog(&self, task: AbortOnDrop) {
         *self.watchdog_task.lock() = Some(task);
     }
 
-    pub fn stop_watchdog(&self) {
+    pub(crate) fn stop_watchdog(&self) {
         self.watchdog_task.lock().take();
     }
 
     /// Marks the client shut down; `false` if it already was.
-    pub fn begin_shutdown(&self) -> bool {
+    pub(crate) fn begin_shutdown(&self) -> bool {
         !self.shut_down.swap(true, Ordering::AcqRel)
     }
 
-    pub fn check_open(&self) -> Result<()> {
+    pub(crate) fn check_open(&self) -> Result<()> {
         if self.shut_down.load(Ordering::Acquire) {
             Err(Error::Shutdown)
         } else {
@@ -110,7 +110,7 @@ impl Inner {
 
     /// Tells the watchdog about a new hold: only a lease shorter than its current period's
     /// wakes it (waking it for every lock would rescan every hold each time).
-    pub fn watchdog_adopt(&self, lease: Lease) {
+    pub(crate) fn watchdog_adopt(&self, lease: Lease) {
         if let Lease::Watchdog(lease) = lease {
             let ms = lease.as_millis().min(u64::MAX as u128) as u64;
             if self.watchdog_lease_ms.fetch_min(ms, Ordering::AcqRel) > ms {
@@ -120,7 +120,7 @@ impl Inner {
     }
 
     /// A request id unique to this client, for idempotent releases.
-    pub fn request_id(&self) -> crate::node::RequestId<'_> {
+    pub(crate) fn request_id(&self) -> crate::node::RequestId<'_> {
         crate::node::RequestId {
             client: &self.id_text,
             n: self.next_request.fetch_add(1, Ordering::Relaxed),

@@ -55,7 +55,7 @@ where
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {
-    pub fn new(fut: F, on_abandoned: C) -> Self {
+    pub(crate) fn new(fut: F, on_abandoned: C) -> Self {
         FinishOnDrop {
             fut: Some(Box::pin(fut)),
             on_abandoned: Some(on_abandoned),
@@ -64,7 +64,7 @@ where
     }
 
     /// Runs the background completion under `tracker`, so `Client::shutdown` can wait for it.
-    pub fn tracked(mut self, tracker: &TaskTracker) -> Self {
+    pub(crate) fn tracked(mut self, tracker: &TaskTracker) -> Self {
         self.tracker = Some(tracker.clone());
         self
     }

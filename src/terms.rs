@@ -16,19 +16,19 @@ pub(crate) enum Lease {
 
 impl Lease {
     /// A fixed lease, checked: at least 1 ms, at most [`MAX_DURATION`](crate::config::MAX_DURATION).
-    pub fn fixed(lease: Duration) -> Result<Lease> {
+    pub(crate) fn fixed(lease: Duration) -> Result<Lease> {
         crate::config::lease_ms("lease", lease)?;
         Ok(Lease::Fixed(lease))
     }
 
-    pub fn duration(self) -> Duration {
+    pub(crate) fn duration(self) -> Duration {
         match self {
             Lease::Watchdog(d) | Lease::Fixed(d) => d,
         }
     }
 
     /// The lease in milliseconds, as the scripts take it (checked leases fit easily).
-    pub fn ms(self) -> u64 {
+    pub(crate) fn ms(self) -> u64 {
         self.duration().as_millis() as u64
     }
 }

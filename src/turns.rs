@@ -105,7 +105,7 @@ impl Drop for Turn {
 
 impl Turns {
     /// Starts an acquisition of `hash` by `field`.
-    pub fn start(self: &Arc<Self>, hash: &Arc<str>, field: &Arc<str>) -> Acquiring {
+    pub(crate) fn start(self: &Arc<Self>, hash: &Arc<str>, field: &Arc<str>) -> Acquiring {
         let (key, owned, before) = self.count_in(hash, field, |owned| &owned.acquiring);
         Acquiring {
             turns: self.clone(),
@@ -117,7 +117,7 @@ impl Turns {
 
     /// Registers a guard's release of `hash` by `field`; synchronous, so it is in place before
     /// the owner can ask for the lock again.
-    pub fn start_release(self: &Arc<Self>, hash: &Arc<str>, field: &Arc<str>) -> Releasing {
+    pub(crate) fn start_release(self: &Arc<Self>, hash: &Arc<str>, field: &Arc<str>) -> Releasing {
         let (key, owned, _) = self.count_in(hash, field, |owned| &owned.releasing);
         Releasing {
             turns: self.clone(),
@@ -155,7 +155,7 @@ impl Turns {
 impl Acquiring {
     /// Waits until no release of this owner's that started before is in flight. Each is bounded
     /// by the client's timeout and retries, so this is too.
-    pub async fn settled(&self) {
+    pub(crate) async fn settled(&self) {
         // The common case, without setting up a wake-up.
         if self.owned.releasing.load(Ordering::Acquire) == 0 {
             return;
@@ -171,7 +171,7 @@ impl Acquiring {
     }
 
     /// Waits for the owner's other attempts to be registered, then holds the turn.
-    pub async fn turn(&self) -> Turn {
+    pub(crate) async fn turn(&self) -> Turn {
         // The permit is given back by `Turn`'s Drop, not by a guard that borrows the entry.
         let taken = match self.owned.turn.acquire().await {
             Ok(permit) => {
@@ -187,7 +187,7 @@ impl Acquiring {
     }
 
     /// True the first time an overlap is seen for this (lock, owner) while it stays busy.
-    pub fn first_overlap(&self) -> bool {
+    pub(crate) fn first_overlap(&self) -> bool {
         self.overlapping && !self.owned.warned.swap(true, Ordering::AcqRel)
     }
 }

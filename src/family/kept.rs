@@ -38,7 +38,7 @@ pub(crate) struct Kept {
 impl Kept {
     /// A hold granted by a request sent at `started`. A watchdog lease is renewed by `renew`
     /// (`Ok(true)`: renewed, `Ok(false)`: the hold is gone).
-    pub fn new<F, Fut>(
+    pub(super) fn new<F, Fut>(
         name: Arc<str>,
         lease: Lease,
         drift: Duration,
@@ -69,16 +69,16 @@ impl Kept {
         }
     }
 
-    pub fn is_lost(&self) -> bool {
+    pub(super) fn is_lost(&self) -> bool {
         self.state.lost.load(Ordering::Acquire)
     }
 
-    pub fn valid_until(&self) -> Instant {
+    pub(super) fn valid_until(&self) -> Instant {
         *self.state.valid_until.lock()
     }
 
     /// Resolves once the hold is known lost.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub(super) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let state = self.state.clone();
         async move {
             loop {

@@ -48,7 +48,7 @@ pub(crate) struct FamilyKeys {
 }
 
 impl FamilyKeys {
-    pub fn new(client: &Client, name: &str, kind: &str, event: &str) -> Result<FamilyKeys> {
+    pub(crate) fn new(client: &Client, name: &str, kind: &str, event: &str) -> Result<FamilyKeys> {
         let lock = LockKeys::new(&client.inner.config.prefix, name)?;
         let key: Arc<str> = format!("{}:{kind}", lock.hash).into();
         let channel = format!("{key}:{event}").into();

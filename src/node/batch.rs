@@ -46,7 +46,7 @@ pub(crate) struct Traffic(AtomicUsize);
 
 impl Traffic {
     /// Counts one request in until the returned guard drops; true when no other was in flight.
-    pub fn enter(&self) -> (InFlight<'_>, bool) {
+    pub(super) fn enter(&self) -> (InFlight<'_>, bool) {
         let before = self.0.fetch_add(1, Ordering::AcqRel);
         (InFlight(&self.0), before == 0)
     }
@@ -89,7 +89,7 @@ impl<E: Send + 'static> Batcher<E> {
     ///
     /// # Errors
     /// [`Error::Timeout`] after `limit`; otherwise whatever `send` answered for this entry.
-    pub async fn call<S, F>(
+    pub(super) async fn call<S, F>(
         self: &Arc<Self>,
         entry: E,
         shard: Shard,

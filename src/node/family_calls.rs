@@ -21,7 +21,7 @@ pub(crate) struct FamilyScript {
 }
 
 impl FamilyScript {
-    pub const fn new(name: &'static str, source: &'static str) -> Self {
+    pub(crate) const fn new(name: &'static str, source: &'static str) -> Self {
         FamilyScript {
             name,
             source,
@@ -45,7 +45,7 @@ impl Node {
     /// node's timeout. Not sent again after a lost reply: most family scripts count, and a
     /// second run would count twice. A cluster's answers that mean "not run" (a moving slot, an
     /// election) are sent again, as for every script.
-    pub async fn family_call<T: FromRedisValue>(
+    pub(crate) async fn family_call<T: FromRedisValue>(
         &self,
         script: &FamilyScript,
         keys: &[&str],

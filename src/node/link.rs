@@ -48,7 +48,7 @@ pub(crate) enum Link {
 }
 
 impl Link {
-    pub fn new(target: &Target, timeout: Duration) -> Result<Link> {
+    pub(crate) fn new(target: &Target, timeout: Duration) -> Result<Link> {
         Ok(match target {
             Target::Server(url) => Link::Server(Box::new(server_client(url)?)),
             Target::Cluster(seeds) => Link::Cluster {
@@ -59,7 +59,7 @@ impl Link {
     }
 
     /// Opens a fresh connection (the caller bounds the wait).
-    pub async fn connect(&self) -> RedisResult<(Sink, Events)> {
+    pub(crate) async fn connect(&self) -> RedisResult<(Sink, Events)> {
         match self {
             Link::Server(client) => {
                 let (sink, stream) = client.get_async_pubsub().await?.split();
@@ -96,7 +96,7 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
-    pub async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Sink::Server(sink) => sink.subscribe(channel).await,
             Sink::Cluster { conn, sharded } => {
@@ -111,7 +111,7 @@ impl Sink {
         }
     }
 
-    pub async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Sink::Server(sink) => sink.unsubscribe(channel).await,
             Sink::Cluster { conn, sharded } if sharded.load(Ordering::Acquire) => {
@@ -129,7 +129,7 @@ impl Sink {
     /// key in that slot (the channel's name, which is no key of ours): a node that does not own
     /// the slot answers MOVED, where a PING would be answered by any node redis-rs falls back
     /// to when the slot's own connection is gone.
-    pub async fn served(&mut self, channel: &str) -> RedisResult<()> {
+    pub(crate) async fn served(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Sink::Server(_) => Ok(()),
             Sink::Cluster { conn, .. } => {
@@ -155,7 +155,7 @@ pub(crate) enum Events {
 
 impl Events {
     /// The next event; `None` when the connection is gone for good (one server: connect again).
-    pub async fn next(&mut self) -> Option<Event> {
+    pub(crate) async fn next(&mut self) -> Option<Event> {
         match self {
             Events::Server(stream) => {
                 let msg = stream.next().await?;

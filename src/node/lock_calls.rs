@@ -70,7 +70,7 @@ struct ReleaseEntry {
 impl Node {
     /// Takes (or re-enters) the lock for `field`; coalesced with other calls while some are
     /// in flight, except for fenced locks.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
         field: &Arc<str>,
@@ -107,7 +107,7 @@ impl Node {
 
     /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless
     /// (`retry`: this request was sent before).
-    pub async fn release(
+    pub(crate) async fn release(
         &self,
         keys: &LockKeys,
         release: &ReleaseArgs<'_>,
@@ -315,7 +315,7 @@ impl Node {
     /// answer or error, in order. Calls that meet `NOSCRIPT` (a fresh, restarted or just promoted
     /// server) are sent again together after the script is loaded the way every other script
     /// call loads it ([`Node::load_script`]).
-    pub async fn acquire_pipelined(
+    pub(crate) async fn acquire_pipelined(
         &self,
         calls: &[AcquireCall<'_>],
     ) -> Result<Vec<Result<Acquire>>> {

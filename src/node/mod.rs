@@ -73,7 +73,7 @@ pub(crate) struct Node {
 impl Node {
     /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
     /// only fails the operations that need it.
-    pub async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
+    pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
         let client = shape::server_client(target.first_url()?)?;
         let link = Link::new(target, timeout)?;
         let conn = shape::connect(target, timeout, lazy).await?;
@@ -86,17 +86,17 @@ impl Node {
         })
     }
 
-    pub fn redis_client(&self) -> &redis::Client {
+    pub(crate) fn redis_client(&self) -> &redis::Client {
         &self.client
     }
 
     /// How to open a subscriber connection to this deployment.
-    pub fn link(&self) -> Link {
+    pub(crate) fn link(&self) -> Link {
         self.link.clone()
     }
 
     /// The group of keys that `key` may share a script call with.
-    pub fn shard(&self, key: &str) -> Shard {
+    pub(crate) fn shard(&self, key: &str) -> Shard {
         match self.conn {
             Conn::Server(_) => Shard(0),
             Conn::Cluster(_) => Shard(shape::slot(key)),
@@ -120,7 +120,7 @@ impl Node {
 
     /// Renews a batch of leases; one flag per lock, in order. Locks of one [`Shard`] go in one
     /// script call; the calls of several shards leave together (pipelined per server).
-    pub async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
+    pub(crate) async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
         let mut order: Vec<usize> = (0..batch.len()).collect();
         order.sort_by_key(|&i| self.shard(batch[i].hash));
         let mut groups: Vec<&[usize]> = Vec::new();
@@ -182,7 +182,7 @@ impl Node {
         Ok(reply.into_iter().map(|flag| flag == 1).collect())
     }
 
-    pub async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
         let script = self.force_release_script();
         let mut cmd = evalsha(script, 2, 0, 2 * keys.hash.len() + 8);
         cmd.arg(&*keys.hash).arg(keys.channel());
@@ -193,7 +193,7 @@ impl Node {
     }
 
     /// Raises the lock's fencing counter to at least `token` (RedLock); the counter after.
-    pub async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<u64> {
+    pub(crate) async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<u64> {
         let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 1, keys.hash.len() + 16);
         cmd.arg(keys.fence()).arg(token);
         self.eval_retried("raise fence", &keys.hash, &scripts::RAISE_FENCE, &cmd)
@@ -201,7 +201,7 @@ impl Node {
     }
 
     /// Owners, remaining lease and fencing counter, read in one pipelined round trip.
-    pub async fn snapshot(&self, keys: &LockKeys) -> Result<Snapshot> {
+    pub(crate) async fn snapshot(&self, keys: &LockKeys) -> Result<Snapshot> {
         let mut pipe = redis::pipe();
         pipe.hgetall(&*keys.hash)
             .pttl(&*keys.hash)
@@ -216,7 +216,7 @@ impl Node {
     }
 
     /// The hold count of one owner field (0 when it holds nothing).
-    pub async fn hold_count(&self, keys: &LockKeys, field: &str) -> Result<u32> {
+    pub(crate) async fn hold_count(&self, keys: &LockKeys, field: &str) -> Result<u32> {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&*keys.hash).arg(field);
         let cmd = &cmd;

@@ -18,7 +18,7 @@ impl Node {
     ///
     /// # Errors
     /// [`Error::Timeout`] or [`Error::Redis`] from any server.
-    pub async fn scan_hashes(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
+    pub(crate) async fn scan_hashes(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
         let mut found = Vec::new();
         match &self.conn {
             Conn::Server(_) => self.scan_one(None, pattern, limit, &mut found).await?,
@@ -35,7 +35,7 @@ impl Node {
     /// How many connections listen on `channel` (a lock's unlock channel, named after its
     /// key): `PUBSUB NUMSUB` on a server; on a cluster `PUBSUB SHARDNUMSUB` at the primary of
     /// the channel's slot, plus plain subscribers there (servers without sharded pub/sub).
-    pub async fn listeners(&self, channel: &str) -> Result<u64> {
+    pub(crate) async fn listeners(&self, channel: &str) -> Result<u64> {
         let count = |sub: &str, at: Option<SingleNodeRoutingInfo>| {
             let mut cmd = redis::cmd("PUBSUB");
             cmd.arg(sub).arg(channel);

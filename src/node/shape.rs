@@ -26,7 +26,7 @@ pub(crate) enum Target {
 
 impl Target {
     /// Reads a URL: a `redis+cluster://` URL names a cluster, anything else one server.
-    pub fn parse(url: &str) -> Target {
+    pub(crate) fn parse(url: &str) -> Target {
         match url.strip_prefix(CLUSTER_SCHEME) {
             Some(rest) => Target::Cluster(split_cluster_url(rest)),
             None => Target::Server(url.to_owned()),
@@ -34,7 +34,7 @@ impl Target {
     }
 
     /// The first URL: what identifies the deployment in messages and keyspace names.
-    pub fn first_url(&self) -> Result<&str> {
+    pub(crate) fn first_url(&self) -> Result<&str> {
         match self {
             Target::Server(url) => Ok(url),
             Target::Cluster(seeds) => seeds.first().map(String::as_str).ok_or_else(|| {

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 impl Node {
     /// Runs an arbitrary command (tests, tools) with the node's timeout.
-    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         self.through_transitions(self.timeout, |limit| {
             let mut conn = self.conn.clone();
             async move { bounded("query", "", limit, cmd.query_async(&mut conn)).await }
@@ -23,7 +23,7 @@ impl Node {
 
     /// Runs a pipeline with the node's timeout. Its commands leave back to back on the one
     /// connection, so another caller's commands cannot come in between (MultiLock batches).
-    pub async fn query_pipeline<T: FromRedisValue>(
+    pub(crate) async fn query_pipeline<T: FromRedisValue>(
         &self,
         operation: &'static str,
         key: &str,
