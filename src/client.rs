@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::config::Config;
+use crate::config::{Config, WaitBy};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -66,6 +66,23 @@ impl ClientBuilder {
     /// Defaults to 0.01.
     pub fn drift_factor(mut self, factor: f64) -> Self {
         self.config.drift_factor = factor;
+        self
+    }
+
+    /// How waiters of every lock kind learn that what they wait for may be free: pub/sub
+    /// messages (the default) or, for proxies without pub/sub, polling with backoff
+    /// ([`WaitBy::POLLING`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// let client = redlease::Client::builder("redis://proxy:6379")
+    ///     .wait_by(redlease::WaitBy::POLLING)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_by(mut self, wait_by: WaitBy) -> Self {
+        self.config.wait_by = wait_by;
         self
     }
 

@@ -37,6 +37,36 @@ pub struct Config {
     /// Safety margin subtracted from every lease when computing how long a lock is known valid,
     /// as a fraction of the lease; 2 ms are added on top. Defaults to 0.01.
     pub drift_factor: f64,
+    /// How waiters learn that what they wait for may be free. Defaults to [`WaitBy::PubSub`].
+    pub wait_by: WaitBy,
+}
+
+/// How a client's waiters (of every lock kind) learn that a lock, permit or latch may be free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitBy {
+    /// One subscriber connection per client; a release publishes a message that wakes the
+    /// waiters at once. Waiters also look again when the holder's lease would have run out, so
+    /// a lost message costs time, never correctness. The default.
+    PubSub,
+    /// No pub/sub at all, for proxies and managed services without it: a waiter tries again
+    /// after a pause that doubles from `first` up to `max`, drawn at random from the pause's
+    /// upper half (Redisson's spin lock). Costs a round trip per attempt and wakes later than a
+    /// message would; releases within this client still wake its own waiters at once.
+    Polling {
+        /// The first pause.
+        first: Duration,
+        /// The longest pause.
+        max: Duration,
+    },
+}
+
+impl WaitBy {
+    /// Polling with pauses from 5 ms up to 500 ms.
+    pub const POLLING: WaitBy = WaitBy::Polling {
+        first: Duration::from_millis(5),
+        max: Duration::from_millis(500),
+    };
 }
 
 impl Default for Config {
@@ -47,6 +77,7 @@ impl Default for Config {
             timeout: Duration::from_secs(2),
             release_retries: 2,
             drift_factor: 0.01,
+            wait_by: WaitBy::PubSub,
         }
     }
 }
@@ -88,6 +119,15 @@ impl Config {
                 "drift factor {} is outside 0.0..0.5",
                 self.drift_factor
             )));
+        }
+        if let WaitBy::Polling { first, max } = self.wait_by {
+            check_duration("polling pause", first)?;
+            check_duration("longest polling pause", max)?;
+            if max < first {
+                return Err(Error::InvalidArgument(format!(
+                    "the longest polling pause {max:?} is shorter than the first {first:?}"
+                )));
+            }
         }
         Ok(())
     }

@@ -106,6 +106,12 @@
 //! it, and the lock is never free in between. It does so only while no other client listens for
 //! the lock, and at most 64 times in a row, so other clients' waiters get their turn.
 //!
+//! Behind a proxy without pub/sub, build the client with
+//! [`wait_by(WaitBy::POLLING)`](ClientBuilder::wait_by): waiters of every lock kind then try
+//! again after a pause that doubles from 5 ms to 500 ms (with jitter) and never subscribe. A
+//! polling waiter is slower to wake and does not count as listening, so a busy client may hand a
+//! lock to its own waiters up to 64 times in a row before a polling client gets a chance.
+//!
 //! ## Many tasks at once
 //! A call made while the client's connection is idle goes out at once. Acquisitions (and
 //! releases) made while others are in flight are sent together, as one script call of up to 64
@@ -254,7 +260,7 @@ mod turns;
 mod watchdog;
 
 pub use client::ClientBuilder;
-pub use config::{Config, MAX_DURATION};
+pub use config::{Config, MAX_DURATION, WaitBy};
 pub use error::{Error, Result};
 pub use family::{
     CountDownLatch, FairGuard, FairLock, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard,

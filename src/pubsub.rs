@@ -23,11 +23,17 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
+use crate::config::WaitBy;
 use crate::error::{Error, Result};
 use crate::node::{Event, Link, Sink, bounded};
 use crate::task::AbortOnDrop;
+
+mod channel;
+
+pub(crate) use channel::Subscription;
+use channel::{Channel, Poll};
 
 pub(crate) struct Subscriber {
     link: Link,
@@ -43,94 +49,17 @@ pub(crate) struct Subscriber {
     weak_self: Weak<Subscriber>,
     /// This client's id: the payload of its own unlock messages.
     own_id: Arc<str>,
-}
-
-struct Channel {
-    notify: Notify,
-    /// Messages (and reconnects) seen on this channel; listeners compare it with what they saw.
-    epoch: AtomicU64,
-    /// The same, without this client's own messages.
-    foreign_epoch: AtomicU64,
-    /// Local waiters; changed under `Subscriber::channels`.
-    refs: Mutex<usize>,
-    /// Whether the server has confirmed our SUBSCRIBE on the live connection.
-    subscribed: Mutex<bool>,
-}
-
-impl Channel {
-    /// Wakes every listener. A listener between two attempts is not lost: `notified` compares
-    /// the epoch with the one it last saw, so a message that came meanwhile wakes it at once,
-    /// and no stale permit wakes anybody later for nothing.
-    ///
-    /// Within one client only the head of a lock's local queue (see `local_queue.rs`) and MultiLock
-    /// waiters listen, so this still wakes one single-lock waiter per message; waking only one
-    /// listener could pick a MultiLock waiter that then fails on another member, leaving the
-    /// single-lock head asleep while the lock is free.
-    fn wake(&self, own: bool) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        if !own {
-            self.foreign_epoch.fetch_add(1, Ordering::AcqRel);
-        }
-        self.notify.notify_waiters();
-    }
-
-    fn epoch(&self, heed_own: bool) -> u64 {
-        match heed_own {
-            true => self.epoch.load(Ordering::Acquire),
-            false => self.foreign_epoch.load(Ordering::Acquire),
-        }
-    }
-}
-
-/// A waiter's interest in one channel; leaving is dropping it.
-pub(crate) struct Subscription {
-    subscriber: Arc<Subscriber>,
-    name: Arc<str>,
-    channel: Arc<Channel>,
-    /// The channel's epoch when this waiter last woke (or subscribed).
-    seen: AtomicU64,
-    /// Whether this client's own unlock messages wake this waiter.
-    heed_own: bool,
-}
-
-impl Subscription {
-    /// Resolves on the next unlock message, or at once if one arrived since this subscription
-    /// was made or last woke.
-    pub(crate) async fn notified(&self) {
-        loop {
-            let notified = self.channel.notify.notified();
-            tokio::pin!(notified);
-            // Register before reading the epoch so a message in between cannot be missed.
-            notified.as_mut().enable();
-            let now = self.channel.epoch(self.heed_own);
-            if self.seen.swap(now, Ordering::AcqRel) != now {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let last = {
-            let _map = self.subscriber.channels.lock();
-            let mut refs = self.channel.refs.lock();
-            *refs -= 1;
-            *refs == 0
-        };
-        if last {
-            let subscriber = self.subscriber.clone();
-            let name = self.name.clone();
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move { subscriber.leave(&name).await });
-            }
-        }
-    }
+    /// Polling: no subscriber connection is ever made; waiters poll with backoff.
+    wait_by: WaitBy,
 }
 
 impl Subscriber {
-    pub(crate) fn new(link: Link, timeout: Duration, own_id: Arc<str>) -> Arc<Subscriber> {
+    pub(crate) fn new(
+        link: Link,
+        timeout: Duration,
+        own_id: Arc<str>,
+        wait_by: WaitBy,
+    ) -> Arc<Subscriber> {
         Arc::new_cyclic(|weak_self| Subscriber {
             link,
             timeout,
@@ -141,6 +70,7 @@ impl Subscriber {
             stopped: AtomicBool::new(false),
             weak_self: weak_self.clone(),
             own_id,
+            wait_by,
         })
     }
 
@@ -158,15 +88,7 @@ impl Subscriber {
             let mut map = self.channels.lock();
             let channel = map
                 .entry(name.clone())
-                .or_insert_with(|| {
-                    Arc::new(Channel {
-                        notify: Notify::new(),
-                        epoch: AtomicU64::new(0),
-                        foreign_epoch: AtomicU64::new(0),
-                        refs: Mutex::new(0),
-                        subscribed: Mutex::new(false),
-                    })
-                })
+                .or_insert_with(|| Arc::new(Channel::new()))
                 .clone();
             *channel.refs.lock() += 1;
             channel
@@ -178,8 +100,12 @@ impl Subscriber {
             channel: channel.clone(),
             seen: AtomicU64::new(channel.epoch(heed_own)),
             heed_own,
+            poll: match self.wait_by {
+                WaitBy::PubSub => None,
+                WaitBy::Polling { first, max } => Some(Poll::new(first, max)),
+            },
         };
-        if *channel.subscribed.lock() {
+        if subscription.poll.is_some() || *channel.subscribed.lock() {
             return Ok(subscription);
         }
         // Wait for the connection before taking the command lock: the reader task needs that

@@ -71,7 +71,12 @@ impl Inner {
         Arc::new(Inner {
             id,
             me,
-            subscriber: Subscriber::new(node.link(), config.timeout, id_text.clone()),
+            subscriber: Subscriber::new(
+                node.link(),
+                config.timeout,
+                id_text.clone(),
+                config.wait_by,
+            ),
             id_text,
             config,
             node,

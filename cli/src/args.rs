@@ -139,6 +139,10 @@ pub struct Target {
     /// is `run --wait`).
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_positive)]
     pub redis_timeout: Duration,
+    /// Wait by polling (pauses from 5 ms up to 500 ms) instead of pub/sub, for proxies and
+    /// services without SUBSCRIBE.
+    #[arg(long, env = "REDLEASE_POLL")]
+    pub poll: bool,
 }
 
 impl Target {

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use redlease::{Client, ClientBuilder, Lock};
+use redlease::{Client, ClientBuilder, Lock, WaitBy};
 use tokio::task::JoinSet;
 
 use crate::args::Target;
@@ -29,11 +29,17 @@ pub fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
-/// A client for `url` with the prefix and timeout of `target`.
+/// A client for `url` with the prefix, timeout and way of waiting of `target`.
 fn builder(target: &Target, url: &str) -> ClientBuilder {
+    let wait_by = if target.poll {
+        WaitBy::POLLING
+    } else {
+        WaitBy::PubSub
+    };
     Client::builder(url)
         .prefix(target.prefix.clone())
         .timeout(target.redis_timeout)
+        .wait_by(wait_by)
 }
 
 /// Connects to every URL concurrently; the result keeps the order of the URLs.

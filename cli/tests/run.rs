@@ -57,6 +57,44 @@ fn sixty_runs_from_six_processes_never_overlap() {
     );
 }
 
+/// `--poll` (for proxies without pub/sub): runs still take turns, and nothing subscribes.
+#[test]
+fn polling_runs_take_turns_without_subscribing() {
+    let server = Server::start();
+    let name = unique_name("poll");
+    let dir = Scratch::new("poll");
+    fs::write(dir.path("counter"), "0").unwrap();
+    let body = format!(
+        "set -C; d='{}'; if ! true 2>/dev/null > $d/marker; then echo x >> $d/overlaps; fi; \
+         n=$(cat $d/counter); sleep 0.1; echo $((n + 1)) >| $d/counter; rm -f $d/marker",
+        dir.str()
+    );
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            Running::spawn(rl(
+                &server.url(),
+                "run --poll --wait 20s",
+                &name,
+                &["sh", "-c", &body],
+            ))
+        })
+        .collect();
+    for run in runs {
+        let out = run.finish(LIMIT);
+        assert_eq!(out.code(), Some(0), "{out:?}");
+    }
+    assert_eq!(dir.read("counter").trim(), "4");
+    assert_eq!(dir.read("overlaps"), "", "runs overlapped");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(
+        !stats.contains("cmdstat_subscribe"),
+        "a polling run subscribed: {stats}"
+    );
+}
+
 #[test]
 fn the_commands_exit_status_passes_through() {
     let server = Server::start();

@@ -25,6 +25,7 @@ pub fn redlease(args: &[&str]) -> Command {
         .env_remove("REDLEASE_PREFIX")
         .env_remove("REDLEASE_TOKEN")
         .env_remove("REDLEASE_LOG")
+        .env_remove("REDLEASE_POLL")
         .stdin(Stdio::null());
     cmd
 }

@@ -1,0 +1,143 @@
+//! A channel's local listeners and a waiter's handle on them; and the polling a waiter does
+//! instead when the client waits without pub/sub.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::Subscriber;
+
+pub(super) struct Channel {
+    pub(super) notify: Notify,
+    /// Messages (and reconnects) seen on this channel; listeners compare it with what they saw.
+    pub(super) epoch: AtomicU64,
+    /// The same, without this client's own messages.
+    pub(super) foreign_epoch: AtomicU64,
+    /// Local waiters; changed under `Subscriber::channels`.
+    pub(super) refs: Mutex<usize>,
+    /// Whether the server has confirmed our SUBSCRIBE on the live connection.
+    pub(super) subscribed: Mutex<bool>,
+}
+
+impl Channel {
+    pub(super) fn new() -> Channel {
+        Channel {
+            notify: Notify::new(),
+            epoch: AtomicU64::new(0),
+            foreign_epoch: AtomicU64::new(0),
+            refs: Mutex::new(0),
+            subscribed: Mutex::new(false),
+        }
+    }
+
+    /// Wakes every listener. A listener between two attempts is not lost: `notified` compares
+    /// the epoch with the one it last saw, so a message that came meanwhile wakes it at once,
+    /// and no stale permit wakes anybody later for nothing.
+    ///
+    /// Within one client only the head of a lock's local queue (see `local_queue.rs`) and MultiLock
+    /// waiters listen, so this still wakes one single-lock waiter per message; waking only one
+    /// listener could pick a MultiLock waiter that then fails on another member, leaving the
+    /// single-lock head asleep while the lock is free.
+    pub(super) fn wake(&self, own: bool) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        if !own {
+            self.foreign_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        self.notify.notify_waiters();
+    }
+
+    pub(super) fn epoch(&self, heed_own: bool) -> u64 {
+        match heed_own {
+            true => self.epoch.load(Ordering::Acquire),
+            false => self.foreign_epoch.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// A waiter's interest in one channel; leaving is dropping it.
+pub(crate) struct Subscription {
+    pub(super) subscriber: Arc<Subscriber>,
+    pub(super) name: Arc<str>,
+    pub(super) channel: Arc<Channel>,
+    /// The channel's epoch when this waiter last woke (or subscribed).
+    pub(super) seen: AtomicU64,
+    /// Whether this client's own unlock messages wake this waiter.
+    pub(super) heed_own: bool,
+    /// Set when the client waits by polling: no server subscription, `notified` sleeps.
+    pub(super) poll: Option<Poll>,
+}
+
+impl Subscription {
+    /// Resolves on the next unlock message, or at once if one arrived since this subscription
+    /// was made or last woke. When the client waits by polling, resolves after the next
+    /// backoff pause instead (or on a local wake-up, such as shutdown).
+    pub(crate) async fn notified(&self) {
+        if let Some(poll) = &self.poll {
+            tokio::select! {
+                () = tokio::time::sleep(poll.next_pause()) => return,
+                () = self.on_message() => return,
+            }
+        }
+        self.on_message().await;
+    }
+
+    async fn on_message(&self) {
+        loop {
+            let notified = self.channel.notify.notified();
+            tokio::pin!(notified);
+            // Register before reading the epoch so a message in between cannot be missed.
+            notified.as_mut().enable();
+            let now = self.channel.epoch(self.heed_own);
+            if self.seen.swap(now, Ordering::AcqRel) != now {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let last = {
+            let _map = self.subscriber.channels.lock();
+            let mut refs = self.channel.refs.lock();
+            *refs -= 1;
+            *refs == 0
+        };
+        if last {
+            let subscriber = self.subscriber.clone();
+            let name = self.name.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { subscriber.leave(&name).await });
+            }
+        }
+    }
+}
+
+/// A polling waiter's backoff: the pause doubles from `first` up to `max`, each drawn at
+/// random from its upper half, so waiters that started together do not poll together.
+pub(super) struct Poll {
+    first: Duration,
+    max: Duration,
+    attempts: AtomicU32,
+}
+
+impl Poll {
+    pub(super) fn new(first: Duration, max: Duration) -> Poll {
+        Poll {
+            first,
+            max: max.max(first),
+            attempts: AtomicU32::new(0),
+        }
+    }
+
+    fn next_pause(&self) -> Duration {
+        let n = self.attempts.fetch_add(1, Ordering::Relaxed).min(20);
+        let ceiling = self.first.saturating_mul(1 << n).min(self.max);
+        let micros = ceiling.as_micros().min(u64::MAX as u128) as u64;
+        Duration::from_micros(rand::random_range(micros / 2..=micros.max(1)))
+    }
+}
