@@ -233,6 +233,18 @@ impl Lock {
             .map(|g| self.guard(g)))
     }
 
+    /// Blocks as `options` say. See [`crate::Lock::try_lock_with`].
+    ///
+    /// # Errors
+    /// As [`crate::Lock::try_lock_with`].
+    pub fn try_lock_with(&self, options: crate::LockOptions) -> Result<Option<LockGuard>> {
+        let lock = self.owned();
+        Ok(self
+            .rt
+            .block_on(lock.try_lock_with(options))?
+            .map(|g| self.guard(g)))
+    }
+
     /// See [`crate::Lock::is_locked`].
     ///
     /// # Errors

@@ -64,11 +64,15 @@ impl LockOptions {
             Some(lease) => Lease::fixed(lease)?,
             None => lock.watchdog()?,
         };
-        let wait = match self.wait {
-            Some(wait) => Wait::until(wait)?,
-            None => Wait::Forever,
-        };
-        Ok((lease, wait))
+        Ok((lease, self.checked_wait()?))
+    }
+
+    /// The checked wait of these options.
+    pub(crate) fn checked_wait(&self) -> Result<Wait> {
+        match self.wait {
+            Some(wait) => Wait::until(wait),
+            None => Ok(Wait::Forever),
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::lock::Lock;
+use crate::scope::LockOptions;
 
 use crate::terms::Wait;
 
@@ -179,6 +180,19 @@ impl MultiLock {
         lease: Duration,
     ) -> Result<Option<MultiLockGuard>> {
         self.acquire(Some(lease), Wait::until(wait)?).await
+    }
+
+    /// Takes every member as `options` say (the same [`LockOptions`] as every lock kind takes):
+    /// `None` when the wait ran out, and nothing stays held then.
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for a bad wait or lease.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<MultiLockGuard>> {
+        let (_, lease) = options.parts();
+        self.acquire(lease, options.checked_wait()?).await
     }
 }
 

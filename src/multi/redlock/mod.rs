@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::owner::Owner;
+use crate::scope::LockOptions;
 
 use crate::terms::Wait;
 use settings::{DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, check_nodes};
@@ -285,6 +286,19 @@ impl RedLock {
         lease: Duration,
     ) -> Result<Option<RedLockGuard>> {
         self.acquire(Some(lease), Wait::until(wait)?).await
+    }
+
+    /// Takes every member as `options` say (the same [`LockOptions`] as every lock kind takes):
+    /// `None` when the wait ran out, and nothing stays held then.
+    ///
+    /// # Errors
+    /// As [`RedLock::lock`], plus [`Error::InvalidDuration`] for a bad wait or lease.
+    ///
+    /// # Cancel safety
+    /// As [`RedLock::lock`].
+    pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<RedLockGuard>> {
+        let (_, lease) = options.parts();
+        self.acquire(lease, options.checked_wait()?).await
     }
 }
 
