@@ -6,6 +6,7 @@
 mod affinity;
 mod alloc;
 mod config;
+mod family_suite;
 mod floor;
 mod locker;
 mod model;
@@ -128,6 +129,10 @@ async fn run(cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
         suite::w6(&mut runner, c).await;
         runner.run_queued().await;
     }
+    if ["F1", "F2", "F3"].iter().any(|f| cfg.wants(f)) {
+        family_suite::family(&mut runner, c).await;
+        runner.run_queued().await;
+    }
     if cfg.cell.is_some() {
         // Do not wait for threads or tasks an implementation left behind.
         use std::io::Write as _;
@@ -236,5 +241,9 @@ waiter's lock call returning − holder's unlock call returning. Its target floo
 without a lock: after the same 2–8 ms idle gap one task's EVALSHA returns and wakes another task, \
 whose EVALSHA is timed (the least any lock needs: one round trip for the waiter, on a machine as \
 cold as W6's). A lone EVALSHA after the gap and a back-to-back one are shown for scale.
+- F1-F3, the lock family (redlease only; no peer has these locks): F1 is W2 over two clients \
+(tasks alternate between them) with `FairLock` and with `Lock`; F2 is W3's tasks on one \
+`ReadWriteLock`, every tenth acquisition a write; F3 is W3's tasks sharing a `Semaphore` of 8 \
+permits. F2 and F3 run a fifth of W3's rounds.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

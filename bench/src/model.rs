@@ -107,6 +107,8 @@ metrics! {
     HANDOFFS = "handoffs between tasks";
     WAIT = "lock wait";
     WAIT_MAX = "max lock wait";
+    READS_PER_SEC = "read acquisitions/s";
+    WRITE_WAIT_MAX = "max write lock wait";
     HELD = "locks held";
     MEM = "client heap per held lock";
     TICK = "renewal tick time";

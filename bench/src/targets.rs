@@ -1,9 +1,10 @@
 //! Ratio and target verdict of each reported metric (the project's own performance targets
 //! apply to redlease; peers are compared with redlease, floor rows stand alone).
 
+use crate::family_suite::{F1, F2};
 use crate::model::{
-    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, RTT, RTT_WAKE, TICK, TICK_RT,
-    Unit, WAIT_MAX, WAKE, family,
+    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE,
+    TICK, TICK_RT, Unit, WAIT_MAX, WAKE, family,
 };
 
 /// What the targets need to know about the run.
@@ -59,6 +60,7 @@ impl Context<'_> {
         };
 
         if m.metric == COUNTER {
+            // F1 runs W2's tasks and rounds, so its counter must reach the same total.
             let ok = m.value == self.expected_counter;
             return (
                 String::new(),
@@ -99,6 +101,22 @@ impl Context<'_> {
                 (ratio(rslock, "rslock"), at_least(rslock, "rslock"))
             }
             ("W2", WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
+            (F1, ACQ_PER_SEC) if e.implementation == "redlease FairLock" => {
+                let lock = self.find(F1, "redlease Lock", ACQ_PER_SEC);
+                let k = 0.8;
+                let ok = lock.is_some_and(|b| m.value >= k * b);
+                (ratio(lock, "Lock"), verdict(ok, &format!("≥ {k}× Lock")))
+            }
+            (F1, WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
+            (F2, READS_PER_SEC) => {
+                let w3 = self.find("W3", "redlease", PAIRS_PER_SEC);
+                let k = 0.9;
+                let ok = w3.is_some_and(|b| m.value >= k * b);
+                (
+                    ratio(w3, "Lock's W3"),
+                    verdict(ok, &format!("≥ {k}× Lock's W3")),
+                )
+            }
             ("W6", WAKE) => {
                 // Judged against the floor taken in W6's own shape (see floor.rs); the
                 // back-to-back floor is shown too, as it flatters the floor on an idle VM.

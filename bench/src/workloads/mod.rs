@@ -1,6 +1,9 @@
 //! The workloads W1-W6 (see the README's Benchmarks section), each written once for async
 //! implementations (tokio tasks) and, where the sync peer can run it, once for OS threads.
 
+/// F1-F3: the lock family against our own `Lock`.
+#[cfg(feature = "redlease")]
+pub mod family;
 /// W3: many tasks, a key each.
 pub mod many_keys;
 /// W1 (and W5, RedLock): one task, one key, one call at a time.

@@ -1,0 +1,46 @@
+//! The lock family's workloads (F1-F3, redlease only: the peers have no such locks), sized
+//! like the workloads they compare with: F1 like W2, F2 and F3 like W3 with a fifth of the
+//! rounds.
+
+use crate::config::Counts;
+use crate::runner::Runner;
+
+#[cfg(feature = "redlease")]
+pub async fn family(r: &mut Runner, c: &Counts) {
+    use crate::workloads::family::{self, Kind};
+    let url = r.url(0);
+    let (t2, r2) = (c.w2_tasks, c.w2_rounds);
+    for (name, kind) in [
+        ("redlease Lock", Kind::Lock),
+        ("redlease FairLock", Kind::Fair),
+    ] {
+        r.measure(F1, name, |_| {
+            let url = url.clone();
+            async move { family::fair(&url, kind, t2, r2).await }
+        })
+        .await;
+    }
+    let (t3, r3) = (c.w3_tasks, (c.w3_rounds / 5).max(1));
+    r.measure(F2, "redlease ReadWriteLock", |_| {
+        let url = url.clone();
+        async move { family::read_mostly(&url, t3, r3).await }
+    })
+    .await;
+    r.measure(F3, "redlease Semaphore(8)", |_| {
+        let url = url.clone();
+        async move { family::semaphore(&url, t3, r3).await }
+    })
+    .await;
+}
+
+#[cfg(not(feature = "redlease"))]
+pub async fn family(r: &mut Runner, _: &Counts) {
+    for w in [F1, F2, F3] {
+        r.not_applicable(w, "redlease", "bench built without the `redlease` feature");
+    }
+}
+
+/// Workload labels; the first word is what `--only` selects.
+pub const F1: &str = "F1 fair (W2 over 2 clients)";
+pub const F2: &str = "F2 read-write (90% reads)";
+pub const F3: &str = "F3 semaphore(8)";
