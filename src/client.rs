@@ -263,9 +263,11 @@ impl Client {
         Ok(watchdog::renew_all(&self.inner).await)
     }
 
-    /// Releases every hold of this client, stops the watchdog and the subscriber, and makes
-    /// every later operation fail with [`Error::Shutdown`]. Guards still alive then report
-    /// [`Error::Shutdown`] from `unlock`.
+    /// Releases every hold of this client (every lock kind: locks, read-write, fair and permit
+    /// holds), stops the watchdog and the subscriber, and makes every later operation fail with
+    /// [`Error::Shutdown`]. Guards still alive then report [`Error::Shutdown`] from `unlock`;
+    /// the lock family's guards also report themselves lost. Plain [`Semaphore`] permits have
+    /// no owner and stay taken.
     ///
     /// # Errors
     /// The first error met while releasing; the remaining holds are released anyway and the
@@ -297,10 +299,22 @@ impl Client {
                 let holds = hold.server_count(guards.max(1));
                 crate::release::give_back(self, &hold.keys, &hold.field, hold.lease_ms, holds).await
             });
-        let first_error = futures_util::future::join_all(releases)
-            .await
+        // The lock family's guards still alive: each is told it is lost, then released.
+        let family = self
+            .inner
+            .open_holds
+            .drain()
             .into_iter()
-            .find_map(Result::err);
+            .map(|hold| hold.give_back());
+        let (locks, family) = futures_util::future::join(
+            futures_util::future::join_all(releases),
+            futures_util::future::join_all(family),
+        )
+        .await;
+        let lock_errors = locks.into_iter().filter_map(Result::err);
+        let first_error = lock_errors
+            .chain(family.into_iter().filter_map(Result::err))
+            .next();
         self.inner.stop_watchdog();
         let inner = &self.inner;
         if let Err(e) = identity::withdraw(&inner.node, &inner.config.prefix, &inner.me).await {

@@ -247,6 +247,7 @@ mod local_queue;
 mod lock;
 mod multi;
 mod node;
+mod open_holds;
 mod owner;
 mod pubsub;
 mod release;

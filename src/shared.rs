@@ -16,6 +16,7 @@ use crate::hold::Holds;
 use crate::identity::ClientInfo;
 use crate::local_queue::LocalQueues;
 use crate::node::Node;
+use crate::open_holds::OpenHolds;
 use crate::pubsub::Subscriber;
 use crate::task::AbortOnDrop;
 use crate::terms::Lease;
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     pub config: Config,
     pub node: Node,
     pub holds: Holds,
+    /// The lock family's holds, which shutdown gives back like `holds`.
+    pub open_holds: Arc<OpenHolds>,
     pub local_queues: LocalQueues,
     /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
     /// and wait for the owner's releases in flight.
@@ -81,6 +84,7 @@ impl Inner {
             config,
             node,
             holds: Holds::default(),
+            open_holds: Arc::default(),
             local_queues: LocalQueues::default(),
             turns: Arc::default(),
             background: TaskTracker::new(),

@@ -98,6 +98,11 @@ impl FairLock {
 
     async fn call(&self, op: &str, field: &str, lease_ms: u64, waiter_ms: u64) -> Result<i64> {
         self.client.inner.check_open()?;
+        self.send(op, field, lease_ms, waiter_ms).await
+    }
+
+    /// [`call`](Self::call) even while the client shuts down (its releases).
+    async fn send(&self, op: &str, field: &str, lease_ms: u64, waiter_ms: u64) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let waiter = itoa::Buffer::new().format(waiter_ms).to_owned();
         let keys = [&*self.keys.key, &*self.queue, &*self.waiters];
@@ -193,7 +198,6 @@ impl FairLock {
         };
         // The grant took us out of the queue.
         place.queued.store(false, Ordering::Relaxed);
-        let drift = self.client.inner.config.drift(lease.duration());
         let renew = {
             let (lock, field) = (self.clone(), field.clone());
             let lease_ms = lease.ms();
@@ -202,7 +206,15 @@ impl FairLock {
                 async move { Ok(lock.call("renew", &field, lease_ms, 0).await? == 1) }
             }
         };
-        let kept = Kept::new(self.keys.name.clone(), lease, drift, started, renew);
+        let release = {
+            let (lock, field) = (self.clone(), field.clone());
+            move || {
+                let (lock, field) = (lock.clone(), field.clone());
+                async move { lock.send("release", &field, 0, 0).await.map(drop) }
+            }
+        };
+        let name = self.keys.name.clone();
+        let kept = Kept::new(&self.client, name, lease, started, renew, release);
         Ok(Some(FairGuard {
             lock: self.clone(),
             field,

@@ -10,6 +10,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::error::Result;
+use crate::open_holds::{GiveBack, OpenHold, OpenHolds};
+use crate::shared::Client;
 use crate::task::AbortOnDrop;
 use crate::terms::Lease;
 
@@ -29,26 +31,51 @@ impl State {
     }
 }
 
-/// The lease side of one hold; dropping it stops the renewal.
+/// The lease side of one hold; dropping it stops the renewal and takes the hold off the list
+/// that shutdown gives back.
 pub(crate) struct Kept {
     state: Arc<State>,
     _renewal: Option<AbortOnDrop>,
+    open: (Arc<OpenHolds>, u64),
+}
+
+/// What shutdown does with a hold still open: ends it (its guard reports it lost) and
+/// releases it.
+struct AtShutdown<R> {
+    state: Arc<State>,
+    release: R,
+}
+
+impl<R, Fut> OpenHold for AtShutdown<R>
+where
+    R: Fn() -> Fut + Send + Sync,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    fn give_back(&self) -> GiveBack {
+        self.state.lose("the client shut down");
+        Box::pin((self.release)())
+    }
 }
 
 impl Kept {
-    /// A hold granted by a request sent at `started`. A watchdog lease is renewed by `renew`
-    /// (`Ok(true)`: renewed, `Ok(false)`: the hold is gone).
-    pub(super) fn new<F, Fut>(
+    /// A hold of `client` granted by a request sent at `started`. A watchdog lease is renewed
+    /// by `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is gone); `release` gives the hold
+    /// back if the client shuts down while the guard lives.
+    pub(super) fn new<F, Fut, R, RFut>(
+        client: &Client,
         name: Arc<str>,
         lease: Lease,
-        drift: Duration,
         started: Instant,
         renew: F,
+        release: R,
     ) -> Kept
     where
         F: Fn() -> Fut + Send + 'static,
         Fut: Future<Output = Result<bool>> + Send + 'static,
+        R: Fn() -> RFut + Send + Sync + 'static,
+        RFut: Future<Output = Result<()>> + Send + 'static,
     {
+        let drift = client.inner.config.drift(lease.duration());
         let state = Arc::new(State {
             name,
             valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
@@ -63,9 +90,15 @@ impl Kept {
             }
             Lease::Fixed(_) => None,
         };
+        let registry = client.inner.open_holds.clone();
+        let id = registry.open(Arc::new(AtShutdown {
+            state: state.clone(),
+            release,
+        }));
         Kept {
             state,
             _renewal: renewal,
+            open: (registry, id),
         }
     }
 
@@ -94,6 +127,12 @@ impl Kept {
     }
 }
 
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.open.0.close(self.open.1);
+    }
+}
+
 /// Renews every `period` until aborted, the hold is found gone, or the validity runs out
 /// without a confirmed renewal.
 async fn renew_loop<F, Fut>(state: Arc<State>, valid_for: Duration, period: Duration, renew: F)
@@ -104,6 +143,9 @@ where
     let period = period.max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(period).await;
+        if state.lost.load(Ordering::Acquire) {
+            return;
+        }
         let sent = Instant::now();
         match renew().await {
             Ok(true) => *state.valid_until.lock() = sent + valid_for,

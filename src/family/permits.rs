@@ -72,6 +72,11 @@ impl PermitSemaphore {
 
     async fn call(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
         self.client.inner.check_open()?;
+        self.send(op, arg, lease_ms).await
+    }
+
+    /// [`call`](Self::call) even while the client shuts down (its releases).
+    async fn send(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let keys = [&*self.keys.key, &*self.keys.channel];
         self.client
@@ -176,7 +181,6 @@ impl PermitSemaphore {
     }
 
     fn permit(&self, id: Arc<str>, lease: Lease, started: Instant) -> Permit {
-        let drift = self.client.inner.config.drift(lease.duration());
         let renew = {
             let (semaphore, id) = (self.clone(), id.clone());
             let lease_ms = lease.ms();
@@ -185,7 +189,15 @@ impl PermitSemaphore {
                 async move { Ok(semaphore.call("renew", &id, lease_ms).await? == 1) }
             }
         };
-        let kept = Kept::new(self.keys.name.clone(), lease, drift, started, renew);
+        let release = {
+            let (semaphore, id) = (self.clone(), id.clone());
+            move || {
+                let (semaphore, id) = (semaphore.clone(), id.clone());
+                async move { semaphore.send("release", &id, 0).await.map(drop) }
+            }
+        };
+        let name = self.keys.name.clone();
+        let kept = Kept::new(&self.client, name, lease, started, renew, release);
         Permit {
             semaphore: self.clone(),
             id,

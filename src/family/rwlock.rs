@@ -167,6 +167,18 @@ impl ReadWriteLock {
         intent_ms: u64,
     ) -> Result<i64> {
         self.client.inner.check_open()?;
+        self.send(op, field, lease_ms, intent_ms).await
+    }
+
+    /// [`call_with_intent`](Self::call_with_intent) even while the client shuts down (its
+    /// releases).
+    pub(crate) async fn send(
+        &self,
+        op: &str,
+        field: &str,
+        lease_ms: u64,
+        intent_ms: u64,
+    ) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let intent = itoa::Buffer::new().format(intent_ms).to_owned();
         let keys = [&*self.keys.key, &*self.keys.channel];

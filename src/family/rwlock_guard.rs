@@ -27,7 +27,6 @@ impl RwHold {
         lease: Lease,
         started: Instant,
     ) -> RwHold {
-        let drift = lock.client.inner.config.drift(lease.duration());
         let renew = {
             let (lock, field) = (lock.clone(), field.clone());
             let lease_ms = lease.ms();
@@ -36,7 +35,15 @@ impl RwHold {
                 async move { Ok(lock.call(kind.ops().2, &field, lease_ms).await? == 1) }
             }
         };
-        let kept = Kept::new(lock.keys.name.clone(), lease, drift, started, renew);
+        let release = {
+            let (lock, field) = (lock.clone(), field.clone());
+            move || {
+                let (lock, field) = (lock.clone(), field.clone());
+                async move { lock.send(kind.ops().1, &field, 0, 0).await.map(drop) }
+            }
+        };
+        let name = lock.keys.name.clone();
+        let kept = Kept::new(&lock.client, name, lease, started, renew, release);
         RwHold {
             lock,
             kind,
