@@ -12,8 +12,8 @@
 -- ARGV[5]  wake channel prefix P:{N}:fair:wake: ; a waiter listens on the prefix + its field
 --
 -- Deadlines are the server's clock (TIME, ms). Every call first drops the holder and the
--- waiters past their deadline, so a crashed waiter holds the others up for its waiter lease
--- at most, whatever the clients' clocks say.
+-- waiters at the head of the queue past their deadline, so a crashed waiter holds the others
+-- up for its waiter lease at most, whatever the clients' clocks say.
 --
 -- Returns
 --   acquire   n >= 1: granted (this owner's hold count); n <= -2: refused (queued unless a
@@ -36,18 +36,24 @@ if holder and tonumber(redis.call('HGET', hash, 'hd')) <= now then
     redis.call('DEL', hash)
     holder = nil
 end
--- Drop the waiters whose lease ended, wherever they are in the queue.
-local deadlines = {}
-local latest = 0
-for _, waiter in ipairs(redis.call('LRANGE', queue, 0, -1)) do
-    local deadline = tonumber(redis.call('HGET', waiters, waiter) or '0')
-    if deadline <= now then
-        redis.call('LREM', queue, 0, waiter)
-        redis.call('HDEL', waiters, waiter)
-    else
-        deadlines[waiter] = deadline
-        latest = math.max(latest, deadline)
+-- Drop the waiters at the head of the queue whose lease ended. Only the head can hold the
+-- others up, so an ended waiter further back stays until it reaches the head (O(1) per call
+-- rather than a scan of the queue). The waiters hash keeps, under '~', the latest deadline
+-- ever given to a waiter still queued: the keys' TTL, so the queue outlives every waiter.
+local first = redis.call('LINDEX', queue, 0)
+local first_deadline = 0
+while first do
+    first_deadline = tonumber(redis.call('HGET', waiters, first) or '0')
+    if first_deadline > now then
+        break
     end
+    redis.call('LPOP', queue)
+    redis.call('HDEL', waiters, first)
+    first = redis.call('LINDEX', queue, 0)
+end
+local latest = 0
+if first then
+    latest = tonumber(redis.call('HGET', waiters, '~') or '0')
 end
 
 local function settle()
@@ -65,9 +71,9 @@ local function settle()
 end
 
 local function wake_first()
-    local first = redis.call('LINDEX', queue, 0)
-    if first then
-        redis.call('PUBLISH', prefix .. first, '1')
+    local head = redis.call('LINDEX', queue, 0)
+    if head then
+        redis.call('PUBLISH', prefix .. head, '1')
     end
 end
 
@@ -79,12 +85,10 @@ if op == 'acquire' then
         settle()
         return count
     end
-    local first = redis.call('LINDEX', queue, 0)
     if not holder and (not first or first == field) then
         if first then
             redis.call('LPOP', queue)
             redis.call('HDEL', waiters, field)
-            deadlines[field] = nil
         end
         redis.call('HSET', hash, 'h', field, 'hn', 1, 'hd', now + lease)
         settle()
@@ -92,11 +96,11 @@ if op == 'acquire' then
     end
     local waiter_lease = tonumber(ARGV[4])
     if waiter_lease > 0 then
-        if not deadlines[field] then
+        if redis.call('HEXISTS', waiters, field) == 0 then
             redis.call('RPUSH', queue, field)
         end
-        redis.call('HSET', waiters, field, now + waiter_lease)
         latest = math.max(latest, now + waiter_lease)
+        redis.call('HSET', waiters, field, now + waiter_lease, '~', latest)
         settle()
     end
     if holder then
@@ -104,7 +108,7 @@ if op == 'acquire' then
     end
     -- Free, but another waiter is first: it takes the lock in a moment (look again soon to
     -- learn the new holder's deadline), or it died and its place ends with its lease.
-    return -2 - math.min(deadlines[first] - now, 100)
+    return -2 - math.min(first_deadline - now, 100)
 elseif op == 'release' then
     if holder ~= field then
         return -1
@@ -124,7 +128,6 @@ elseif op == 'renew' then
     settle()
     return 1
 elseif op == 'withdraw' then
-    local first = redis.call('LINDEX', queue, 0)
     redis.call('LREM', queue, 0, field)
     redis.call('HDEL', waiters, field)
     if first == field and not holder then
