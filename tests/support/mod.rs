@@ -12,6 +12,7 @@
 //!   and shard-channel subscribers ([`key_slot`], [`shard_numsub`]).
 //! - `probe`: what a server holds, read straight from it: [`exists`], [`owners`], [`pttl`],
 //!   [`channels`], [`until_subscribed`], [`until_gone`], [`until_no_channels`], ...
+//! - `torture`: the randomized fault run with its fencing oracle, for any deployment shape.
 //! - `locks`: [`client`]s of a server, the nodes of a RedLock ([`node_locks`], [`redlock`]),
 //!   and the lock moves tests repeat: [`spawn_waiter`],
 //!   [`woken_after_unlock`], [`try_lock_retrying`], [`join_within`], the unprotected counter
@@ -35,6 +36,7 @@ mod locks;
 mod probe;
 mod server;
 mod shard;
+pub mod torture;
 
 pub use binary::{server_flavor, valkey_binary};
 pub use cluster::Cluster;

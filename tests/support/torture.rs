@@ -1,0 +1,254 @@
+//! The randomized fault run shared by every deployment shape (`tests/cluster_torture.rs`,
+//! `tests/torture.rs`): clients and tasks take fenced locks on a few names and write to a fenced
+//! resource on a server of its own (a Lua compare-token-and-set that also remembers who wrote
+//! with each token), while a fault thread breaks the deployment at random.
+//!
+//! Invariants: the resource never accepts a token lower than one it accepted (it refuses them:
+//! counted as late writes), nor the same token from two writers; and no two guards of one lock
+//! that were not lost overlap in time. The run lasts `REDLEASE_TORTURE_SECS` seconds (8 by
+//! default, inside `make test`; `make torture` runs longer) and prints its counts;
+//! `REDLEASE_TORTURE_SEED` repeats a run's draws.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redlease::{Client, Guard};
+
+use super::{Server, join_within};
+
+/// The resource's check: returns 1 accepted, 0 stale token, -1 token reused by another writer.
+const FENCED_WRITE: &str = r#"
+local token = tonumber(ARGV[1])
+local last = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+if token < last then
+    return 0
+end
+if token == last and redis.call('HGET', KEYS[1], 'writer') ~= ARGV[2] then
+    return -1
+end
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'writer', ARGV[2])
+return 1
+"#;
+
+const TASKS_PER_CLIENT: usize = 6;
+
+/// Takes lock number `i` (of the run's names) within a bounded wait: `Ok(None)` when busy.
+pub type Acquire = Arc<
+    dyn Fn(usize) -> Pin<Box<dyn Future<Output = redlease::Result<Option<Box<dyn Guard>>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+#[derive(Default)]
+struct Counts {
+    acquisitions: AtomicU64,
+    acquire_errors: AtomicU64,
+    writes_accepted: AtomicU64,
+    late_writes_rejected: AtomicU64,
+    token_reuse: AtomicU64,
+    lost_guards: AtomicU64,
+    faults: AtomicU64,
+}
+
+/// One guard's time in its critical section, and whether it was told its lease was lost.
+struct Interval {
+    start: Instant,
+    end: Instant,
+    lost: bool,
+}
+
+/// A tiny xorshift: the run needs variety, not quality.
+pub struct Dice(u64);
+
+impl Dice {
+    pub fn new(seed: u64) -> Dice {
+        Dice(seed | 1)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7);
+    std::env::var("REDLEASE_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(nanos)
+}
+
+/// Whether the deployment keeps every acknowledged write across its faults (an fsynced
+/// append-only file): then no fence ever goes back, and a write the resource refuses as late
+/// can only come from a guard that was lost.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Fences {
+    Durable,
+    MayRegress,
+}
+
+/// Runs the workload: one `Acquire` per client, `TASKS_PER_CLIENT` tasks each, over `names`;
+/// `fault` is called every 0.7–1.5 s on a thread of its own with the run's dice and breaks
+/// something. Asserts the invariants and returns the number of acquisitions.
+pub async fn run<F>(
+    shape: &str,
+    fences: Fences,
+    names: Vec<String>,
+    clients: Vec<Acquire>,
+    mut fault: F,
+) -> u64
+where
+    F: FnMut(&mut Dice) + Send + 'static,
+{
+    let secs: u64 = std::env::var("REDLEASE_TORTURE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let seed = seed();
+    eprintln!("torture ({shape}): {secs} s, seed {seed} (REDLEASE_TORTURE_SEED repeats it)");
+    let resource_server = Server::start();
+    let resource = Client::connect(&resource_server.url()).await.unwrap();
+    let counts = Arc::new(Counts::default());
+    let intervals: Arc<Vec<Mutex<Vec<Interval>>>> =
+        Arc::new(names.iter().map(|_| Mutex::new(Vec::new())).collect());
+    let deadline = Instant::now() + Duration::from_secs(secs);
+
+    let mut tasks = Vec::new();
+    for (c, acquire) in clients.iter().enumerate() {
+        for t in 0..TASKS_PER_CLIENT {
+            let (acquire, resource) = (acquire.clone(), resource.clone());
+            let (counts, intervals, n) = (counts.clone(), intervals.clone(), names.len());
+            let mut dice = Dice::new(seed ^ ((c * 100 + t) as u64 + 1).wrapping_mul(0x9e37));
+            tasks.push(tokio::spawn(async move {
+                let writer = format!("{c}-{t}");
+                while Instant::now() < deadline {
+                    let i = dice.below(n as u64) as usize;
+                    let guard = match acquire(i).await {
+                        Ok(Some(guard)) => guard,
+                        Ok(None) => continue,
+                        Err(_) => {
+                            counts.acquire_errors.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let start = Instant::now();
+                    counts.acquisitions.fetch_add(1, Ordering::Relaxed);
+                    let token = guard.fencing_token().unwrap_or(0);
+                    let mut write = redis::cmd("EVAL");
+                    write
+                        .arg(FENCED_WRITE)
+                        .arg(1)
+                        .arg(format!("resource:{i}"))
+                        .arg(token)
+                        .arg(&writer);
+                    match resource.query::<i64>(&write).await {
+                        Ok(1) => counts.writes_accepted.fetch_add(1, Ordering::Relaxed),
+                        Ok(0) => counts.late_writes_rejected.fetch_add(1, Ordering::Relaxed),
+                        Ok(_) => counts.token_reuse.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => panic!("the resource server failed: {e}"),
+                    };
+                    tokio::time::sleep(Duration::from_millis(dice.below(5))).await;
+                    let lost = guard.is_lost();
+                    let end = Instant::now();
+                    if lost {
+                        counts.lost_guards.fetch_add(1, Ordering::Relaxed);
+                    }
+                    intervals[i].lock().push(Interval { start, end, lost });
+                    // An unlock may fail in an outage; the lease then frees the lock.
+                    let _ = guard.unlock().await;
+                }
+            }));
+        }
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let faults = {
+        let (counts, stop) = (counts.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut dice = Dice::new(seed.rotate_left(17));
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(700 + dice.below(800)));
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                fault(&mut dice);
+                counts.faults.fetch_add(1, Ordering::Relaxed);
+            }
+            // The deployment (owned by `fault`) stops here, after the tasks.
+            drop(fault);
+        })
+    };
+
+    join_within(tasks, Duration::from_secs(secs + 60), "a task hung").await;
+    stop.store(true, Ordering::Release);
+    faults.join().expect("the fault thread panicked");
+
+    let mut overlaps = 0;
+    for (name, list) in names.iter().zip(intervals.iter()) {
+        let mut list = std::mem::take(&mut *list.lock());
+        list.retain(|iv| !iv.lost);
+        list.sort_by_key(|iv| iv.start);
+        let mut busy_until: Option<Instant> = None;
+        for iv in &list {
+            if let Some(until) = busy_until.filter(|&until| iv.start < until) {
+                overlaps += 1;
+                eprintln!("overlap on {name}: {:?}", until - iv.start);
+            }
+            busy_until = Some(busy_until.map_or(iv.end, |until| until.max(iv.end)));
+        }
+    }
+    let c = &counts;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    eprintln!(
+        "torture counts ({shape}): acquisitions {}, acquire errors {}, faults {}, writes accepted {}, \
+         late writes rejected {}, token reuse {}, lost guards {}, overlaps {}",
+        load(&c.acquisitions),
+        load(&c.acquire_errors),
+        load(&c.faults),
+        load(&c.writes_accepted),
+        load(&c.late_writes_rejected),
+        load(&c.token_reuse),
+        load(&c.lost_guards),
+        overlaps
+    );
+    assert!(load(&c.acquisitions) > 0, "nothing was acquired");
+    assert!(load(&c.faults) > 0, "no fault was injected");
+    assert_eq!(
+        load(&c.token_reuse),
+        0,
+        "two holders were given the same token"
+    );
+    assert_eq!(overlaps, 0, "guards that were not lost overlapped");
+    if fences == Fences::Durable && load(&c.lost_guards) == 0 {
+        assert_eq!(
+            load(&c.late_writes_rejected),
+            0,
+            "a fence went back although every write was kept"
+        );
+    }
+    load(&c.acquisitions)
+}
+
+/// An [`Acquire`] from any async function returning a guard kind.
+pub fn acquire<F, Fut, G>(f: F) -> Acquire
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = redlease::Result<Option<G>>> + Send + 'static,
+    G: Guard + 'static,
+{
+    Arc::new(move |i| {
+        let fut = f(i);
+        Box::pin(async move { Ok(fut.await?.map(|g| Box::new(g) as Box<dyn Guard>)) })
+    })
+}

@@ -1,0 +1,112 @@
+//! The randomized fault run (`support::torture`) on one server and on RedLock over five
+//! independent masters: kill -9 and restart, SIGSTOP / SIGCONT and `CLIENT PAUSE` of a server,
+//! drawn at random while fenced locks are taken and used. The servers keep an fsynced
+//! append-only file, as a lock server that restarts must (without it a restart forgets every
+//! lock and fence; the README's safety section says so).
+
+mod support;
+
+use std::time::Duration;
+
+use redlease::{Client, RedLock};
+use support::torture::{self, Dice, Fences};
+use support::{Server, unique_names};
+
+const NAMES: usize = 3;
+const CLIENTS: usize = 3;
+
+/// A server whose writes survive kill -9 (appendfsync always).
+fn durable_server() -> Server {
+    Server::builder()
+        .appendonly(true)
+        .arg("--appendfsync")
+        .arg("always")
+        .start()
+}
+
+async fn client_of(server: &Server) -> Client {
+    Client::builder(server.url())
+        .watchdog_lease(Duration::from_secs(2))
+        .timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// One fault on `server`: a crash and restart, a frozen process, or paused writes, each for
+/// about 300 ms.
+fn break_server(server: &mut Server, dice: &mut Dice) {
+    let outage = Duration::from_millis(300);
+    match dice.below(3) {
+        0 => {
+            server.kill();
+            std::thread::sleep(outage);
+            server.restart();
+        }
+        1 => {
+            server.pause();
+            std::thread::sleep(outage);
+            server.resume();
+        }
+        _ => server.client_pause(outage.as_millis() as u64, false),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_locks_hold_their_invariants_under_random_server_faults() {
+    let mut server = durable_server();
+    let names = unique_names("torture-one", NAMES);
+    let mut clients = Vec::new();
+    let mut acquirers = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = client_of(&server).await;
+        let (c, names) = (client.clone(), names.clone());
+        acquirers.push(torture::acquire(move |i| {
+            let lock = c.lock(&names[i]).map(|l| l.fenced(true));
+            async move { lock?.try_lock_for(Duration::from_secs(2)).await }
+        }));
+        clients.push(client);
+    }
+    let fault = move |dice: &mut Dice| break_server(&mut server, dice);
+    torture::run("one server", Fences::Durable, names, acquirers, fault).await;
+    for client in clients {
+        let _ = client.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_redlocks_hold_their_invariants_under_random_master_faults() {
+    let mut servers: Vec<Server> = (0..5).map(|_| durable_server()).collect();
+    let names = unique_names("torture-red", NAMES);
+    let mut all = Vec::new();
+    let mut acquirers = Vec::new();
+    for _ in 0..CLIENTS {
+        // One client per master, as RedLock wants independent connections.
+        let mut masters = Vec::new();
+        for server in &servers {
+            masters.push(client_of(server).await);
+        }
+        let names = names.clone();
+        let nodes = masters.clone();
+        acquirers.push(torture::acquire(move |i| {
+            let locks: redlease::Result<Vec<_>> = nodes
+                .iter()
+                .map(|c| c.lock(&names[i]).map(|l| l.fenced(true)))
+                .collect();
+            let redlock = locks.and_then(RedLock::new);
+            async move {
+                let redlock = redlock?.node_timeout(Duration::from_millis(150));
+                redlock.try_lock_for(Duration::from_secs(2)).await
+            }
+        }));
+        all.extend(masters);
+    }
+    let fault = move |dice: &mut Dice| {
+        let i = dice.below(servers.len() as u64) as usize;
+        break_server(&mut servers[i], dice);
+    };
+    torture::run("RedLock(5)", Fences::Durable, names, acquirers, fault).await;
+    for client in all {
+        let _ = client.shutdown().await;
+    }
+}
