@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use redlease::{Client, Guard};
+use std::sync::Mutex;
 
 use super::{Server, join_within};
 
@@ -164,7 +164,10 @@ where
                     if lost {
                         counts.lost_guards.fetch_add(1, Ordering::Relaxed);
                     }
-                    intervals[i].lock().push(Interval { start, end, lost });
+                    intervals[i]
+                        .lock()
+                        .unwrap()
+                        .push(Interval { start, end, lost });
                     // An unlock may fail in an outage; the lease then frees the lock.
                     let _ = guard.unlock().await;
                 }
@@ -196,7 +199,7 @@ where
 
     let mut overlaps = 0;
     for (name, list) in names.iter().zip(intervals.iter()) {
-        let mut list = std::mem::take(&mut *list.lock());
+        let mut list = std::mem::take(&mut *list.lock().unwrap());
         list.retain(|iv| !iv.lost);
         list.sort_by_key(|iv| iv.start);
         let mut busy_until: Option<Instant> = None;
