@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 
 use tracing::Instrument;
 
+use crate::error::Result;
 use crate::hold::Hold;
 use crate::node::Renewal;
 use crate::shared::Inner;
@@ -117,66 +118,85 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
         }
         !lost
     });
-    // One script call carries locks of one shard (a cluster slot) only: group them, then cut
-    // each group into calls of at most BATCH.
-    let node = &inner.node;
-    holds.sort_by_cached_key(|hold| node.shard(&hold.keys.hash));
-    let mut batches: Vec<&[Arc<Hold>]> = Vec::new();
-    let mut rest = holds.as_slice();
-    while let Some(first) = rest.first() {
-        let shard = node.shard(&first.keys.hash);
-        let len = rest
-            .iter()
-            .take(BATCH)
-            .take_while(|hold| node.shard(&hold.keys.hash) == shard)
-            .count();
-        let (batch, tail) = rest.split_at(len);
-        batches.push(batch);
-        rest = tail;
-    }
-    let calls = batches.iter().map(|batch| {
-        let requests: Vec<Renewal<'_>> = batch
-            .iter()
-            .map(|h| Renewal {
-                hash: &h.keys.hash,
-                field: &h.field,
-                lease_ms: h.lease_ms,
-            })
-            .collect();
-        async move { inner.node.renew(&requests).await }
-    });
-    let results = join_all(calls).await;
+    let (outcomes, round_trips, failed_batches) = if inner.node.is_cluster() {
+        renew_on_cluster(inner, &holds).await
+    } else {
+        renew_on_server(inner, &holds).await
+    };
     let mut stats = RenewStats {
         locks: holds.len(),
-        round_trips: batches.len(),
+        round_trips,
+        failed_batches,
         lost: expired,
         ..Default::default()
     };
-    for (batch, result) in batches.iter().zip(results) {
-        match result {
-            Ok(flags) => {
-                for (hold, renewed) in batch.iter().zip(flags) {
-                    if renewed {
-                        let left = hold.valid_until().saturating_duration_since(Instant::now());
-                        crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
-                        hold.renewed(started);
-                    } else {
-                        stats.lost += lose(inner, hold, "the key was gone at renewal");
-                    }
-                }
+    let now = Instant::now();
+    for (hold, outcome) in holds.iter().zip(outcomes) {
+        match outcome {
+            Ok(true) => {
+                let left = hold.valid_until().saturating_duration_since(now);
+                crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
+                hold.renewed(started);
             }
-            Err(e) => {
-                stats.failed_batches += 1;
-                tracing::warn!(error = %e, locks = batch.len(), "watchdog renewal failed; will retry");
-                let now = Instant::now();
-                for hold in batch.iter().filter(|h| now >= h.valid_until()) {
-                    stats.lost += lose(inner, hold, "Redis unreachable past the lease's validity");
-                }
+            Ok(false) => stats.lost += lose(inner, hold, "the key was gone at renewal"),
+            Err(_) if now >= hold.valid_until() => {
+                stats.lost += lose(inner, hold, "Redis unreachable past the lease's validity");
             }
+            Err(_) => {}
         }
     }
     stats.elapsed = started.elapsed();
     stats
+}
+
+/// Per hold: renewed or not, or the error that left it unknown; the script calls; the calls
+/// that failed. On one server: calls of up to [`BATCH`] locks, sent concurrently.
+async fn renew_on_server(
+    inner: &Arc<Inner>,
+    holds: &[Arc<Hold>],
+) -> (Vec<Result<bool>>, usize, usize) {
+    let batches: Vec<&[Arc<Hold>]> = holds.chunks(BATCH).collect();
+    let calls = batches.iter().map(|batch| {
+        let requests: Vec<Renewal<'_>> = batch.iter().map(|h| renewal(h)).collect();
+        async move { inner.node.renew(&requests).await }
+    });
+    let results = join_all(calls).await;
+    let mut outcomes = Vec::with_capacity(holds.len());
+    let mut failed = 0;
+    for (batch, result) in batches.iter().zip(results) {
+        match result {
+            Ok(flags) => outcomes.extend(flags.into_iter().map(Ok)),
+            Err(e) => {
+                failed += 1;
+                tracing::warn!(error = %e, locks = batch.len(), "watchdog renewal failed; will retry");
+                outcomes.extend(batch.iter().map(|_| Err(e.clone())));
+            }
+        }
+    }
+    (outcomes, batches.len(), failed)
+}
+
+/// As [`renew_on_server`], on a cluster: by node first, per slot for the rest
+/// (`node/renew_by_node.rs`).
+async fn renew_on_cluster(
+    inner: &Arc<Inner>,
+    holds: &[Arc<Hold>],
+) -> (Vec<Result<bool>>, usize, usize) {
+    let requests: Vec<Renewal<'_>> = holds.iter().map(|h| renewal(h)).collect();
+    let round = inner.node.renew_by_node(&requests).await;
+    let failed = round.flags.iter().filter(|f| f.is_err()).count();
+    if let Some(Err(e)) = round.flags.iter().find(|f| f.is_err()) {
+        tracing::warn!(error = %e, locks = failed, "watchdog renewal failed; will retry");
+    }
+    (round.flags, round.calls, usize::from(failed > 0))
+}
+
+fn renewal(hold: &Hold) -> Renewal<'_> {
+    Renewal {
+        hash: &hold.keys.hash,
+        field: &hold.field,
+        lease_ms: hold.lease_ms,
+    }
 }
 
 fn lose(inner: &Inner, hold: &Arc<Hold>, why: &str) -> usize {

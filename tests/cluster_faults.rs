@@ -1,14 +1,15 @@
 //! Redis Cluster under faults: a manual failover, a kill -9 of a primary and a slot migration
 //! while locks are held and waited for, on a real 3-primary, 3-replica cluster; and the redis-rs
-//! shard-subscription defect the subscriber works around, on its own (ignored).
+//! shard-subscription defect the subscriber works around, on its own (ignored); and the
+//! watchdog renewing a key caught mid-migration.
 
 mod support;
 
 use std::time::Duration;
 
 use support::{
-    Cluster, cluster_client, cluster_client_with_lease, contend, key_slot, unlock_wakes,
-    until_shard_subscribed_anywhere,
+    Cluster, cluster_client, cluster_client_with_lease, contend, key_of, key_slot, unique_name,
+    unlock_wakes, until_shard_subscribed_anywhere,
 };
 
 const HOLDER_LEASE: Duration = Duration::from_secs(6);
@@ -159,4 +160,43 @@ async fn redis_rs_keeps_no_shard_subscription_across_a_failover() {
         kinds.contains(&PushKind::SMessage),
         "redis-rs lost the shard subscription after the failover"
     );
+}
+
+/// A held lock whose key already moved while its slot is still migrating: the primary that the
+/// slot map names no longer has the key, so the by-node renewal cannot renew it; the per-slot
+/// renewal that follows asks again (and is redirected) and renews it at its new node. The
+/// guard is not told it was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_finds_a_key_that_moved_mid_migration() {
+    let cluster = Cluster::start();
+    let client = cluster_client_with_lease(&cluster, Duration::from_secs(3)).await;
+    let name = unique_name("moved");
+    let key = key_of(&name);
+    let guard = client.lock(&name).unwrap().lock().await.unwrap();
+    let from = cluster.primary_of(&key);
+    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
+    let (owner, to_id) = cluster.move_slot_keys(key_slot(&key), to);
+    assert_eq!(owner, from);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let stats = client.renew_now().await.unwrap();
+    assert_eq!(
+        (stats.locks, stats.lost, stats.failed_batches),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.round_trips, 2,
+        "one call by node, one per slot: {stats:?}"
+    );
+    // The target serves the importing slot only to a client that says ASKING first.
+    let mut target = cluster.nodes[to].conn();
+    redis::cmd("ASKING").query::<()>(&mut target).unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut target).unwrap();
+    assert!(
+        ttl > 2_500,
+        "the moved key was not renewed at its new node (PTTL {ttl})"
+    );
+    assert!(!guard.is_lost());
+    cluster.finish_migration(key_slot(&key), from, to, &to_id);
+    guard.unlock().await.unwrap();
 }

@@ -47,6 +47,9 @@ struct Args {
     /// Internal (child process): the servers' URLs.
     #[arg(long, value_delimiter = ',', hide = true)]
     urls: Vec<String>,
+    /// Internal (child process): the bench cluster's `redis+cluster://` URL.
+    #[arg(long, hide = true)]
+    cluster_url: Option<String>,
 }
 
 pub struct Counts {
@@ -109,6 +112,8 @@ pub struct Config {
     /// Child process (internal): the one cell to run, and the servers' URLs.
     pub cell: Option<(String, String)>,
     pub urls: Vec<String>,
+    /// The bench cluster (started by the parent when a cluster workload runs).
+    pub cluster_url: Option<String>,
 }
 
 impl Config {
@@ -136,6 +141,7 @@ impl Config {
                 Err(_) => None,
             }),
             urls: args.urls,
+            cluster_url: args.cluster_url,
         }
     }
 
@@ -159,6 +165,9 @@ impl Config {
         }
         if self.quick {
             args.push("--quick".into());
+        }
+        if let Some(url) = &self.cluster_url {
+            args.extend(["--cluster-url".into(), url.clone()]);
         }
         args
     }

@@ -5,6 +5,8 @@
 
 mod affinity;
 mod alloc;
+mod cluster;
+mod cluster_suite;
 mod config;
 mod family_suite;
 mod floor;
@@ -67,8 +69,19 @@ fn main() -> Result<()> {
         .block_on(run(cfg, server_cpus))
 }
 
-async fn run(cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
+async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
     let started = Instant::now();
+    let wants_cluster = cluster_suite::SELECTORS.iter().any(|w| cfg.wants(w));
+    // The parent starts the cluster (kept alive until the report is written); children get
+    // its URL on their command line.
+    let _cluster = match (&cfg.cell, wants_cluster) {
+        (None, true) => {
+            let cluster = cluster::BenchCluster::start(server_cpus.as_deref())?;
+            cfg.cluster_url = Some(cluster.url());
+            Some(cluster)
+        }
+        _ => None,
+    };
     let load_before = loadavg();
     let (servers, mode) = match &cfg.cell {
         Some((workload, implementation)) => {
@@ -127,6 +140,10 @@ async fn run(cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
     }
     if cfg.wants("W6") {
         suite::w6(&mut runner, c).await;
+        runner.run_queued().await;
+    }
+    if let (true, Some(url)) = (wants_cluster, cfg.cluster_url.clone()) {
+        cluster_suite::cluster(&mut runner, c, &url, |w| cfg.wants(w)).await;
         runner.run_queued().await;
     }
     if ["F1", "F2", "F3"].iter().any(|f| cfg.wants(f)) {
@@ -241,6 +258,9 @@ waiter's lock call returning − holder's unlock call returning. Its target floo
 without a lock: after the same 2–8 ms idle gap one task's EVALSHA returns and wakes another task, \
 whose EVALSHA is timed (the least any lock needs: one round trip for the waiter, on a machine as \
 cold as W6's). A lone EVALSHA after the gap and a back-to-back one are shown for scale.
+- C1-C6: W1, W3, W4 and W6 on a Redis Cluster of 3 primaries (no replicas) on the same \
+machine, each beside redlease on one server in the same run. C4 counts round trips as the \
+client reports them (`RenewStats`): a cluster has no single server to count on.
 - F1-F3, the lock family (redlease only; no peer has these locks): F1 is W2 over two clients \
 (tasks alternate between them) with `FairLock` and with `Lock`; F2 is W3's tasks on one \
 `ReadWriteLock`, every tenth acquisition a write; F3 is W3's tasks sharing a `Semaphore` of 8 \

@@ -23,6 +23,11 @@ impl RedisServer {
     /// 127.0.0.1 port, without persistence, and waits until it answers PING.
     /// Pinned to `cpus` when given.
     pub fn start(cpus: Option<&[usize]>) -> Result<Self> {
+        Self::start_with(cpus, &[])
+    }
+
+    /// [`start`](Self::start) with more arguments for redis-server (e.g. cluster mode).
+    pub fn start_with(cpus: Option<&[usize]>, extra: &[String]) -> Result<Self> {
         let bin = server_bin();
         let port = free_port()?;
         let mut cmd = Command::new(&bin);
@@ -35,6 +40,7 @@ impl RedisServer {
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--loglevel", "warning", "--maxclients", "10000"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -57,6 +63,10 @@ impl RedisServer {
             .and_then(|p| p.parse().ok())
             .with_context(|| format!("no port in {url}"))?;
         Ok(RedisServer { child: None, port })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn url(&self) -> String {

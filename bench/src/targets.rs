@@ -1,6 +1,7 @@
 //! Ratio and target verdict of each reported metric (the project's own performance targets
 //! apply to redlease; peers are compared with redlease, floor rows stand alone).
 
+use crate::cluster_suite::{C1, C3, C4, C6, CLUSTER, ONE_SERVER};
 use crate::family_suite::{F1, F2};
 use crate::model::{
     ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE,
@@ -83,6 +84,22 @@ impl Context<'_> {
         }
         if fam == "floor" {
             return (String::new(), String::new());
+        }
+        if e.implementation == CLUSTER {
+            let one = self.find(w, ONE_SERVER, m.metric);
+            let r = ratio(one, "one server");
+            let t = match (w, m.metric) {
+                (C1, PAIR) => at_most(one, 1.1, "one server"),
+                (C3, PAIRS_PER_SEC) => {
+                    let ok = one.is_some_and(|b| m.value >= 0.9 * b);
+                    verdict(ok, "≥ 0.9× one server")
+                }
+                (C4, TICK) => verdict(m.value <= 1e6, "≤ 1 s"),
+                (C4, TICK_RT) => verdict(m.value <= 300.0, "≤ 3 × 100"),
+                (C6, WAKE) => at_most(self.floor(w, RTT), 3.0, "floor"),
+                _ => String::new(),
+            };
+            return (r, t);
         }
         if fam != "redlease" {
             if m.unit == Unit::Count {

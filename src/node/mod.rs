@@ -19,6 +19,7 @@ mod batch;
 mod family_calls;
 mod link;
 mod lock_calls;
+mod renew_by_node;
 mod scan;
 mod shape;
 mod transport;
@@ -96,6 +97,11 @@ impl Node {
     }
 
     /// The group of keys that `key` may share a script call with.
+    /// Whether this is a Redis Cluster (else one server).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     pub(crate) fn shard(&self, key: &str) -> Shard {
         match self.conn {
             Conn::Server(_) => Shard(0),

@@ -229,6 +229,14 @@ impl Cluster {
     /// Moves `slot` (with its keys) to the primary at `to`: SETSLOT IMPORTING/MIGRATING,
     /// MIGRATE of every key, SETSLOT NODE on both and the others.
     pub fn migrate_slot(&self, slot: u16, to: usize) {
+        let (from, to_id) = self.move_slot_keys(slot, to);
+        self.finish_migration(slot, from, to, &to_id);
+    }
+
+    /// The first half of [`migrate_slot`](Self::migrate_slot): the slot is left MIGRATING on
+    /// its owner and IMPORTING at `to`, with every key already at `to` (the owner answers ASK
+    /// for them). Returns the owner and the target's node id.
+    pub fn move_slot_keys(&self, slot: u16, to: usize) -> (usize, String) {
         let topology = self.topology();
         let from_info = topology
             .iter()
@@ -277,8 +285,22 @@ impl Cluster {
                 .query::<()>(&mut self.nodes[from].conn())
                 .expect("MIGRATE");
         }
-        setslot(to, "NODE", &to_id);
-        setslot(from, "NODE", &to_id);
+        (from, to_id)
+    }
+
+    /// The second half of [`migrate_slot`](Self::migrate_slot): SETSLOT NODE everywhere.
+    pub fn finish_migration(&self, slot: u16, from: usize, to: usize, to_id: &str) {
+        let setslot = |node: usize| {
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(to_id)
+                .query::<()>(&mut self.nodes[node].conn())
+                .unwrap_or_else(|e| panic!("SETSLOT {slot} NODE on {node}: {e}"));
+        };
+        setslot(to);
+        setslot(from);
         for (i, node) in self.nodes.iter().enumerate() {
             if i != from && i != to {
                 // A replica or a node that is down may refuse; gossip tells it later.
@@ -286,7 +308,7 @@ impl Cluster {
                     .arg("SETSLOT")
                     .arg(slot)
                     .arg("NODE")
-                    .arg(&to_id)
+                    .arg(to_id)
                     .query::<()>(&mut node.conn());
             }
         }

@@ -1,0 +1,25 @@
+#!lua flags=allow-cross-slot-keys
+-- renew_node.lua: the watchdog's renewal on a Redis Cluster, one call per node rather than
+-- per slot (`src/node/renew_by_node.rs`). A script may declare keys of one slot only, so the
+-- locks come as arguments, and the flag lets the script reach the keys of every slot this
+-- node serves. A key the node does not serve (a stale slot map, a slot on the move) is not an
+-- error of the call: it is answered 0, and the client renews it again the per-slot way,
+-- which follows redirections. Only a 1 is trusted.
+--
+-- ARGV[3i-2]  lock hash of the i-th lock
+-- ARGV[3i-1]  owner field of the i-th lock
+-- ARGV[3i]    lease in milliseconds for the i-th lock
+--
+-- Returns an array with one integer per lock: 1 renewed, 0 not renewed here.
+
+local renewed = {}
+for i = 1, #ARGV, 3 do
+    local ok, held = pcall(redis.call, 'HEXISTS', ARGV[i], ARGV[i + 1])
+    if ok and held == 1 then
+        redis.call('PEXPIRE', ARGV[i], ARGV[i + 2])
+        renewed[#renewed + 1] = 1
+    else
+        renewed[#renewed + 1] = 0
+    end
+end
+return renewed
