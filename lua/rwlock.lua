@@ -72,17 +72,17 @@ for field, value in pairs(values) do
     end
 end
 
--- The key lives as long as its latest deadline, and goes when nothing is left in it.
-local function settle()
-    local latest = 0
-    local left = redis.call('HGETALL', key)
-    for i = 1, #left, 2 do
-        local field = left[i]
-        if field == 'wd' or string.sub(field, 1, 3) == 'rd:' or string.sub(field, 1, 2) == 'q:' then
-            latest = math.max(latest, tonumber(left[i + 1]))
-        end
+-- The key lives as long as its latest deadline (at least: a release does not shorten it, and
+-- whatever ended is dropped by the next call), and goes when nothing is left in it.
+local latest = 0
+for field, value in pairs(values) do
+    if field == 'wd' or string.sub(field, 1, 3) == 'rd:' or string.sub(field, 1, 2) == 'q:' then
+        latest = math.max(latest, tonumber(value))
     end
-    if latest > now then
+end
+
+local function settle()
+    if latest > now and redis.call('EXISTS', key) == 1 then
         redis.call('PEXPIRE', key, latest - now)
     else
         redis.call('DEL', key)
@@ -91,7 +91,9 @@ end
 
 local function extend(deadline_field)
     local old = tonumber(redis.call('HGET', key, deadline_field) or '0')
-    redis.call('HSET', key, deadline_field, math.max(old, now + lease))
+    local deadline = math.max(old, now + lease)
+    redis.call('HSET', key, deadline_field, deadline)
+    latest = math.max(latest, deadline)
 end
 
 local reads = tonumber(redis.call('HGET', key, 'r:' .. owner) or '0')
@@ -125,6 +127,7 @@ elseif op == 'write' then
     if writer or readers > 0 then
         if tonumber(ARGV[4]) > 0 then
             redis.call('HSET', key, 'q:' .. owner, now + tonumber(ARGV[4]))
+            latest = math.max(latest, now + tonumber(ARGV[4]))
             settle()
         end
         if writer then
@@ -134,6 +137,7 @@ elseif op == 'write' then
     end
     redis.call('HDEL', key, 'q:' .. owner)
     redis.call('HSET', key, 'w', owner, 'wn', 1, 'wd', now + lease)
+    latest = math.max(latest, now + lease)
     settle()
     return 1
 elseif op == 'unread' then
@@ -170,6 +174,7 @@ elseif op == 'renew_read' or op == 'renew_write' then
         field = 'rd:' .. owner
     end
     redis.call('HSET', key, field, now + lease)
+    latest = math.max(latest, now + lease)
     settle()
     return 1
 elseif op == 'withdraw' then
