@@ -31,9 +31,17 @@ use crate::node::{Event, Link, Sink, bounded};
 use crate::task::AbortOnDrop;
 
 mod channel;
+mod relay;
 
 pub(crate) use channel::Subscription;
 use channel::{Channel, Poll};
+pub(crate) use relay::{RelayClass, Turn};
+
+/// A channel's message count at some moment, from [`Subscriber::mark`].
+pub(crate) struct Mark {
+    channel: Arc<Channel>,
+    epoch: u64,
+}
 
 pub(crate) struct Subscriber {
     link: Link,
@@ -72,6 +80,42 @@ impl Subscriber {
             own_id,
             wait_by,
         })
+    }
+
+    /// Where `name`'s messages stand, if this client is already subscribed to it: taken before
+    /// an attempt, it lets a waiter that subscribes after a refusal skip the attempt that would
+    /// otherwise close the race with a message sent in between ([`Subscriber::subscribe_since`]).
+    pub(crate) fn mark(&self, name: &str) -> Option<Mark> {
+        let channel = self.channels.lock().get(name)?.clone();
+        let subscribed = self.wait_by == WaitBy::PubSub && *channel.subscribed.lock();
+        subscribed.then(|| Mark {
+            epoch: channel.epoch(true),
+            channel,
+        })
+    }
+
+    /// [`subscribe`](Subscriber::subscribe), counting messages from `mark` on. Returns whether
+    /// the channel was subscribed all along since `mark`, so no message can have been missed;
+    /// if not, the caller must attempt once more before it waits.
+    ///
+    /// # Errors
+    /// As [`subscribe`](Subscriber::subscribe).
+    pub(crate) async fn subscribe_since(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        mark: Option<Mark>,
+    ) -> Result<(Subscription, bool)> {
+        let subscription = self.subscribe(name, true).await?;
+        let Some(mark) = mark else {
+            return Ok((subscription, false));
+        };
+        // The same channel, never resubscribed (a reconnect wakes everybody, which moves the
+        // epoch too): whatever came since the mark is counted.
+        let continuous = Arc::ptr_eq(&mark.channel, &subscription.channel);
+        if continuous {
+            subscription.seen.store(mark.epoch, Ordering::Release);
+        }
+        Ok((subscription, continuous))
     }
 
     /// Registers a waiter on `name`, subscribing on the server if it is the first; `heed_own`:
@@ -178,7 +222,7 @@ impl Subscriber {
 
     pub(crate) fn wake_all(&self) {
         for channel in self.channels.lock().values() {
-            channel.wake(false);
+            channel.wake_everyone();
         }
     }
 
@@ -218,7 +262,7 @@ impl Subscriber {
     /// look at the lock again (whatever happened, they fall back to their TTL-bounded naps).
     async fn subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
         self.try_subscribe_again(name, channel).await;
-        channel.wake(false);
+        channel.wake_everyone();
     }
 
     async fn try_subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {

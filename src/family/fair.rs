@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
-use crate::family::{Attempt, FamilyKeys, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
@@ -181,17 +181,23 @@ impl FairLock {
         };
         let channel: Arc<str> = format!("{}{field}", self.wake).into();
         let (field_ref, place_ref) = (&field, &place);
-        let granted = wait_for(&self.client, &channel, wait, move || async move {
-            let started = Instant::now();
-            Ok(match self.attempt(field_ref, lease, waiter_ms).await? {
-                n if n >= 1 => Attempt::Done(started),
-                n => {
-                    place_ref.queued.store(waiter_ms > 0, Ordering::Relaxed);
-                    let ttl = (-2 - n).max(0) as u64;
-                    Attempt::Again(Some(Duration::from_millis(ttl + 1)))
-                }
-            })
-        })
+        let granted = wait_for(
+            &self.client,
+            &channel,
+            wait,
+            Wake::All,
+            move || async move {
+                let started = Instant::now();
+                Ok(match self.attempt(field_ref, lease, waiter_ms).await? {
+                    n if n >= 1 => Attempt::Done(started),
+                    n => {
+                        place_ref.queued.store(waiter_ms > 0, Ordering::Relaxed);
+                        let ttl = (-2 - n).max(0) as u64;
+                        Attempt::Again(Some(Duration::from_millis(ttl + 1)))
+                    }
+                })
+            },
+        )
         .await?;
         let Some(started) = granted else {
             return Ok(None);

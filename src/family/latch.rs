@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::family::{Attempt, FamilyKeys, positive, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::shared::Client;
 use crate::terms::Wait;
@@ -123,12 +123,18 @@ impl CountDownLatch {
     }
 
     async fn wait_within(&self, wait: Wait) -> Result<bool> {
-        let open = wait_for(&self.client, &self.keys.channel, wait, || async {
-            Ok(match self.count().await? {
-                0 => Attempt::Done(()),
-                _ => Attempt::Again(None),
-            })
-        })
+        let open = wait_for(
+            &self.client,
+            &self.keys.channel,
+            wait,
+            Wake::All,
+            || async {
+                Ok(match self.count().await? {
+                    0 => Attempt::Done(()),
+                    _ => Attempt::Again(None),
+                })
+            },
+        )
         .await?;
         Ok(open.is_some())
     }

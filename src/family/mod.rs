@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::pubsub::Subscription;
+use crate::pubsub::{RelayClass, Subscription, Turn};
 use crate::shared::Client;
 use crate::terms::Wait;
 
@@ -76,16 +76,36 @@ pub(crate) enum Attempt<T> {
     Again(Option<Duration>),
 }
 
+/// Who a message wakes among one client's waiters on a channel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wake {
+    /// Every waiter attempts: a latch opens for all, a fair lock's message names its waiter.
+    All,
+    /// One waiter of the class attempts; a granted one wakes `pass` more (`pubsub/relay.rs`).
+    Relay(RelayClass),
+}
+
+impl Wake {
+    /// Relay waiting, class `class`; a grant wakes `pass` more waiters of the class.
+    pub(crate) const fn relay(class: usize, pass: usize) -> Wake {
+        Wake::Relay(RelayClass { class, pass })
+    }
+}
+
 /// Attempts until one succeeds or `wait` is spent (`Ok(None)`). After the first failed attempt
 /// it subscribes to `channel` and attempts once more at once (a message sent before the
-/// subscription would be missed), then sleeps until a message or the nap, whichever is first.
+/// subscription would be missed) unless the client was subscribed since before the attempt,
+/// then sleeps until a message (or, relay waiters, its turn) or
+/// the nap, whichever is first.
 ///
 /// # Cancel safety
-/// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it.
+/// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it,
+/// and a relay turn it held is passed on.
 pub(crate) async fn wait_for<T, F, Fut>(
     client: &Client,
     channel: &Arc<str>,
     wait: Wait,
+    wake: Wake,
     mut attempt: F,
 ) -> Result<Option<T>>
 where
@@ -94,23 +114,50 @@ where
 {
     let inner = &client.inner;
     let mut subscription: Option<Subscription> = None;
+    // Set while this waiter holds a relay turn it has not used up.
+    let mut turn: Option<Turn> = None;
     loop {
         inner.check_open()?;
+        let mark = match subscription {
+            None => inner.subscriber.mark(channel),
+            Some(_) => None,
+        };
         let nap = match attempt().await? {
-            Attempt::Done(value) => return Ok(Some(value)),
+            Attempt::Done(value) => {
+                if let Some(turn) = turn.take() {
+                    turn.granted();
+                }
+                return Ok(Some(value));
+            }
             Attempt::Again(nap) => nap.unwrap_or(NAP).min(NAP),
         };
+        // Refused: the others of the class sleep on.
+        if let Some(turn) = turn.take() {
+            turn.refused();
+        }
         let Some(remaining) = wait.remaining() else {
             return Ok(None);
         };
+        if subscription.is_none() {
+            let (subscribed, continuous) = inner.subscriber.subscribe_since(channel, mark).await?;
+            subscription = Some(subscribed);
+            if !continuous {
+                continue;
+            }
+        }
         let Some(subscribed) = subscription.as_ref() else {
-            subscription = Some(inner.subscriber.subscribe(channel, true).await?);
             continue;
         };
         let nap = remaining.map_or(nap, |left| left.min(nap));
-        tokio::select! {
-            _ = subscribed.notified() => {}
-            _ = tokio::time::sleep(nap) => {}
+        match wake {
+            Wake::All => tokio::select! {
+                _ = subscribed.notified() => {}
+                _ = tokio::time::sleep(nap) => {}
+            },
+            Wake::Relay(relay) => tokio::select! {
+                mine = subscribed.turn(relay) => turn = Some(mine),
+                _ = tokio::time::sleep(nap) => {}
+            },
         }
     }
 }

@@ -6,7 +6,10 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
-use crate::family::{Attempt, FamilyKeys, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
+
+/// A granted permit hints that more may be free: it wakes two more local waiters.
+const RELAY: Wake = Wake::relay(0, 2);
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
@@ -165,7 +168,7 @@ impl PermitSemaphore {
             Some(wait) => Wait::until(wait)?,
             None => Wait::Forever,
         };
-        let granted = wait_for(&self.client, &self.keys.channel, wait, || async {
+        let granted = wait_for(&self.client, &self.keys.channel, wait, RELAY, || async {
             let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
             let started = Instant::now();
             Ok(match self.attempt(&id, lease).await? {

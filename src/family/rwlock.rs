@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::family::rwlock_guard::{ReadGuard, RwHold, WriteGuard};
-use crate::family::{Attempt, FamilyKeys, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
@@ -82,6 +82,15 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// How this side's local waiters take turns: a granted reader lets the next readers try
+    /// (they are likely to get in too); a granted writer leaves nothing for the other writers.
+    fn wake(self) -> Wake {
+        match self {
+            Kind::Read => Wake::relay(0, 2),
+            Kind::Write => Wake::relay(1, 0),
+        }
+    }
+
     pub(crate) fn ops(self) -> (&'static str, &'static str, &'static str) {
         match self {
             Kind::Read => ("read", "unread", "renew_read"),
@@ -250,26 +259,32 @@ impl Side {
             armed: AtomicBool::new(false),
         };
         let (field_ref, intent_ref) = (&field, &intent);
-        let granted = wait_for(&lock.client, &lock.keys.channel, wait, move || async move {
-            let started = Instant::now();
-            let intent_ms = match wait {
-                Wait::Once => 0,
-                _ => WRITE_INTENT.as_millis() as u64,
-            };
-            match self.attempt(field_ref, lease, intent_ms).await? {
-                n if n >= 1 => Ok(Attempt::Done(started)),
-                0 => Err(Error::WouldDeadlock {
-                    name: lock.keys.name.to_string(),
-                }),
-                n => {
-                    if self.kind == Kind::Write && intent_ms > 0 {
-                        intent_ref.armed.store(true, Ordering::Relaxed);
+        let granted = wait_for(
+            &lock.client,
+            &lock.keys.channel,
+            wait,
+            self.kind.wake(),
+            move || async move {
+                let started = Instant::now();
+                let intent_ms = match wait {
+                    Wait::Once => 0,
+                    _ => WRITE_INTENT.as_millis() as u64,
+                };
+                match self.attempt(field_ref, lease, intent_ms).await? {
+                    n if n >= 1 => Ok(Attempt::Done(started)),
+                    0 => Err(Error::WouldDeadlock {
+                        name: lock.keys.name.to_string(),
+                    }),
+                    n => {
+                        if self.kind == Kind::Write && intent_ms > 0 {
+                            intent_ref.armed.store(true, Ordering::Relaxed);
+                        }
+                        let ttl = (-2 - n).max(0) as u64;
+                        Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
                     }
-                    let ttl = (-2 - n).max(0) as u64;
-                    Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
                 }
-            }
-        })
+            },
+        )
         .await;
         match granted {
             Ok(Some(started)) => {

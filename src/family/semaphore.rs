@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::family::{Attempt, FamilyKeys, positive, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
+
+/// Granted permits hint that more may be free: a grant wakes two more local waiters.
+const RELAY: Wake = Wake::relay(0, 2);
 use crate::node::FamilyScript;
 use crate::shared::Client;
 use crate::task::FinishOnDrop;
@@ -158,7 +161,7 @@ impl Semaphore {
 
     async fn acquire_within(&self, permits: u32, wait: Wait) -> Result<bool> {
         positive("permits", permits)?;
-        let taken = wait_for(&self.client, &self.keys.channel, wait, || async {
+        let taken = wait_for(&self.client, &self.keys.channel, wait, RELAY, || async {
             Ok(match self.attempt(permits).await? {
                 true => Attempt::Done(()),
                 false => Attempt::Again(None),

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::Subscriber;
+use super::relay::{RELAY_CLASSES, Relay};
 
 pub(super) struct Channel {
     pub(super) notify: Notify,
@@ -20,6 +21,10 @@ pub(super) struct Channel {
     pub(super) refs: Mutex<usize>,
     /// Whether the server has confirmed our SUBSCRIBE on the live connection.
     pub(super) subscribed: Mutex<bool>,
+    /// The last epoch that woke every listener, relay waiters included (shutdown, reconnect).
+    pub(super) everyone: AtomicU64,
+    /// Relay waiters, per class (`relay.rs`).
+    pub(super) relays: [Relay; RELAY_CLASSES],
 }
 
 impl Channel {
@@ -30,7 +35,18 @@ impl Channel {
             foreign_epoch: AtomicU64::new(0),
             refs: Mutex::new(0),
             subscribed: Mutex::new(false),
+            everyone: AtomicU64::new(0),
+            relays: Default::default(),
         }
+    }
+
+    /// Wakes every listener, relay waiters included: the client shuts down, or messages may
+    /// have been lost (a reconnect, a subscription the server ended).
+    pub(super) fn wake_everyone(&self) {
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        self.foreign_epoch.fetch_add(1, Ordering::AcqRel);
+        self.everyone.fetch_max(epoch, Ordering::AcqRel);
+        self.notify.notify_waiters();
     }
 
     /// Wakes every listener. A listener between two attempts is not lost: `notified` compares
@@ -71,6 +87,13 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    /// Whether the client waits by polling (no messages from the server).
+    pub(super) fn polls(&self) -> bool {
+        self.poll.is_some()
+    }
+}
+
+impl Subscription {
     /// Resolves on the next unlock message, or at once if one arrived since this subscription
     /// was made or last woke. When the client waits by polling, resolves after the next
     /// backoff pause instead (or on a local wake-up, such as shutdown).
@@ -84,7 +107,7 @@ impl Subscription {
         self.on_message().await;
     }
 
-    async fn on_message(&self) {
+    pub(super) async fn on_message(&self) {
         loop {
             let notified = self.channel.notify.notified();
             tokio::pin!(notified);
