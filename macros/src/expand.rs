@@ -78,14 +78,29 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
     };
     let block = &function.block;
 
-    let run = match options.wait {
-        None => quote! {
+    let run = match (options.wait, options.lease) {
+        (None, None) => quote! {
             match #lock.run(#body).await {
                 ::core::result::Result::Ok(#value) => #value,
                 ::core::result::Result::Err(#error) => #fail,
             }
         },
-        Some(wait) => {
+        // Waiting without limit under a fixed lease: `try_run` without a wait, whose `None`
+        // means what `run` makes of it (the client shut down).
+        (None, Some(lease)) => {
+            let lease = duration(lease.value);
+            quote! {
+                match #lock.try_run(::redlease::LockOptions::new().lease(#lease), #body).await {
+                    ::core::result::Result::Ok(::core::option::Option::Some(#value)) => #value,
+                    ::core::result::Result::Ok(::core::option::Option::None) => {
+                        let #error = ::redlease::Error::Shutdown;
+                        #fail
+                    }
+                    ::core::result::Result::Err(#error) => #fail,
+                }
+            }
+        }
+        (Some(wait), _) => {
             let busy = match &options.busy {
                 Busy::Skip(expr) => quote_spanned!(expr.span()=> #expr),
                 Busy::Error | Busy::Wait => {

@@ -39,13 +39,19 @@ pub(crate) fn parse(lit: &LitStr, arguments: &[String]) -> syn::Result<Key> {
                     inner.push(c);
                 }
                 if !closed {
-                    return Err(syn::Error::new(span, "unclosed `{` in key (write `{{` for a brace)"));
+                    return Err(syn::Error::new(
+                        span,
+                        "unclosed `{` in key (write `{{` for a brace)",
+                    ));
                 }
                 args.push(placeholder(inner.trim(), arguments, span)?);
                 format.push_str("{}");
             }
             '}' => {
-                return Err(syn::Error::new(span, "unmatched `}` in key (write `}}` for a brace)"));
+                return Err(syn::Error::new(
+                    span,
+                    "unmatched `}` in key (write `}}` for a brace)",
+                ));
             }
             c => format.push(c),
         }
@@ -58,7 +64,10 @@ fn placeholder(text: &str, arguments: &[String], span: Span) -> syn::Result<Toke
     if text.is_empty() {
         return Err(syn::Error::new(
             span,
-            format!("empty `{{}}` in key: name an argument ({})", list(arguments)),
+            format!(
+                "empty `{{}}` in key: name an argument ({})",
+                list(arguments)
+            ),
         ));
     }
     let expr: Expr = syn::parse_str(text).map_err(|_| {

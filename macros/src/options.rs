@@ -79,7 +79,10 @@ impl Raw {
             "lease" => {
                 let lease = duration(&value, "lease")?;
                 if lease.value.is_zero() {
-                    return Err(syn::Error::new(lease.span, "`lease` must be more than zero"));
+                    return Err(syn::Error::new(
+                        lease.span,
+                        "`lease` must be more than zero",
+                    ));
                 }
                 self.lease.replace(lease).is_some()
             }
@@ -101,7 +104,10 @@ impl Raw {
             _ => return Err(unknown(&pair.path)),
         };
         if duplicate {
-            return Err(syn::Error::new(name.span(), format!("`{text}` is given twice")));
+            return Err(syn::Error::new(
+                name.span(),
+                format!("`{text}` is given twice"),
+            ));
         }
         Ok(())
     }
@@ -198,9 +204,7 @@ fn duration(value: &Expr, what: &str) -> syn::Result<Dur> {
         }),
         Err(e) => Err(syn::Error::new(
             lit.span(),
-            format!(
-                "bad duration for `{what}`: {e} (write e.g. \"5s\", \"100ms\", \"1m 30s\")"
-            ),
+            format!("bad duration for `{what}`: {e} (write e.g. \"5s\", \"100ms\", \"1m 30s\")"),
         )),
     }
 }
@@ -222,7 +226,10 @@ fn boolean(value: &Expr) -> syn::Result<bool> {
         Expr::Lit(ExprLit {
             lit: Lit::Bool(b), ..
         }) => Ok(b.value),
-        _ => Err(syn::Error::new(value.span(), "`fenced` takes `true` or `false`")),
+        _ => Err(syn::Error::new(
+            value.span(),
+            "`fenced` takes `true` or `false`",
+        )),
     }
 }
 
@@ -230,9 +237,15 @@ fn ident(value: &Expr, what: &str) -> syn::Result<Ident> {
     match value {
         Expr::Path(p) if p.qself.is_none() => match p.path.get_ident() {
             Some(id) => Ok(id.clone()),
-            None => Err(syn::Error::new(value.span(), format!("`{what}` takes a name"))),
+            None => Err(syn::Error::new(
+                value.span(),
+                format!("`{what}` takes a name"),
+            )),
         },
-        _ => Err(syn::Error::new(value.span(), format!("`{what}` takes a name"))),
+        _ => Err(syn::Error::new(
+            value.span(),
+            format!("`{what}` takes a name"),
+        )),
     }
 }
 
