@@ -60,10 +60,11 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
     let error = syn::Ident::new("__redlease_error", site);
     let value = syn::Ident::new("__redlease_value", site);
 
-    // Lock errors leave through the fn's error type; spanned at the return type, where a
-    // missing `From<redlease::Error>` is reported.
-    let fail = quote_spanned! {ret.span()=>
-        ::core::result::Result::Err(::core::convert::From::from(#error))
+    // Lock errors leave through the fn's error type; `into` is spanned at the return type,
+    // which a missing `From<redlease::Error>` then points at.
+    let into = syn::Ident::new("into", ret.span());
+    let fail = quote! {
+        ::core::result::Result::Err(#error.#into())
     };
     let format = &key.format;
     let key_args = &key.args;
@@ -114,7 +115,7 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
                     }}
                 }
             };
-            tries(&options, wait.value, busy)
+            tries(&options, wait.value, busy, &fail)
         }
     };
 
@@ -143,7 +144,7 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
 /// `try_run` once, then again after each pause up to `retries` times; `busy` when every try
 /// found the lock held. The body closure sits in an `Option` so that a try which did not run it
 /// leaves it for the next.
-fn tries(options: &Options, wait: Duration, busy: TokenStream) -> TokenStream {
+fn tries(options: &Options, wait: Duration, busy: TokenStream, fail: &TokenStream) -> TokenStream {
     let site = Span::mixed_site();
     let lock = syn::Ident::new("__redlease_lock", site);
     let body = syn::Ident::new("__redlease_body", site);
@@ -158,7 +159,6 @@ fn tries(options: &Options, wait: Duration, busy: TokenStream) -> TokenStream {
         let l = duration(l.value);
         quote!(.lease(#l))
     });
-    let fail = quote!(::core::result::Result::Err(::core::convert::From::from(#error)));
     let attempt = quote! {
         let #outcome = #lock
             .try_run(
