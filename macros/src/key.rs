@@ -88,7 +88,7 @@ fn placeholder(text: &str, arguments: &[String], span: Span) -> syn::Result<Toke
             ),
         )
     })?;
-    if !arguments.iter().any(|a| *a == root) {
+    if !arguments.contains(&root) {
         return Err(syn::Error::new(
             span,
             format!(
