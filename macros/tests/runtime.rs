@@ -80,7 +80,10 @@ async fn concurrent_calls_exclude_each_other() {
 
 // ---------------------------------------------------------------- busy = skip / error
 
-#[locked(key = "report:{day}", client = client, busy = skip(Ok(None)))]
+/// What `nightly_report` returns when another owner holds the report's lock.
+const SKIPPED: u32 = 999;
+
+#[locked(key = "report:{day}", client = client, busy = skip(Ok(Some(SKIPPED + runs.load(Ordering::SeqCst)))))]
 async fn nightly_report(
     client: Client,
     day: &str,
@@ -104,7 +107,11 @@ async fn skip_returns_the_named_value_while_held_elsewhere() {
         .await
         .unwrap();
     let skipped = within(nightly_report(caller.clone(), &day, &runs)).await;
-    assert_eq!(skipped.expect("no error"), None);
+    assert_eq!(
+        skipped.expect("no error"),
+        Some(SKIPPED),
+        "the value named in `skip`"
+    );
     assert_eq!(
         runs.load(Ordering::SeqCst),
         0,
@@ -253,10 +260,11 @@ impl Order {
 
 struct OrderService {
     client: Client,
+    shop: &'static str,
 }
 
 impl OrderService {
-    #[locked(key = "order:{order.id}:{order.region()}:{{x}}", client = self.client, lease = "1500ms", held = held)]
+    #[locked(key = "order:{self.shop}:{order.id}:{order.region()}:{{x}}", client = self.client, lease = "1500ms", held = held)]
     async fn pay(&self, order: &Order, server: &Server) -> redlease::Result<(String, i64, usize)> {
         let key = support::key_of(held.name());
         Ok((
@@ -277,6 +285,7 @@ async fn key_is_built_from_the_arguments_and_leases_apply() {
     let server = Server::start();
     let service = OrderService {
         client: support::client(&server).await,
+        shop: "north",
     };
     let order = Order {
         id: 42,
@@ -284,7 +293,7 @@ async fn key_is_built_from_the_arguments_and_leases_apply() {
     };
 
     let (name, ttl, owners) = within(service.pay(&order, &server)).await.unwrap();
-    assert_eq!(name, "order:42:eu:{x}");
+    assert_eq!(name, "order:north:42:eu:{x}");
     assert_eq!(
         owners,
         1,
