@@ -48,6 +48,12 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
              taking the lock can fail (Redis unreachable, the lease lost)",
         ));
     };
+    if let syn::Type::ImplTrait(_) = &**ret {
+        return Err(syn::Error::new(
+            ret.span(),
+            "a #[redlease::locked] fn must name its return type (`Result<T, E>`), not `impl Trait`",
+        ));
+    }
     let key = key::parse(&options.key, &argument_names(&function))?;
 
     // Names of the expansion's own: invisible to the body (mixed-site hygiene).
