@@ -52,6 +52,7 @@ struct Raw {
     pause: Option<Dur>,
     held: Option<Ident>,
     fenced: Option<bool>,
+    on_lost: Option<()>,
 }
 
 impl Parse for Options {
@@ -95,10 +96,7 @@ impl Raw {
                 let retries = int(&value)?;
                 self.retries.replace((retries, value.span())).is_some()
             }
-            "on_lost" => {
-                on_lost(&value)?;
-                false
-            }
+            "on_lost" => self.on_lost.replace(on_lost(&value)?).is_some(),
             "held" => self.held.replace(ident(&value, "held")?).is_some(),
             "fenced" => self.fenced.replace(boolean(&value)?).is_some(),
             _ => return Err(unknown(&pair.path)),

@@ -274,9 +274,10 @@ impl OrderService {
         ))
     }
 
-    #[locked(key = "order:{order.id}", client = self.client, held = held)]
-    async fn refund(&self, order: &Order, server: &Server) -> redlease::Result<i64> {
-        Ok(support::pttl(server, &support::key_of(held.name())))
+    #[locked(key = "order:{order.id}", client = self.client, held = held, fenced = true)]
+    async fn refund(&self, order: &Order, server: &Server) -> redlease::Result<(i64, Option<u64>)> {
+        let ttl = support::pttl(server, &support::key_of(held.name()));
+        Ok((ttl, held.fencing_token()))
     }
 }
 
@@ -307,8 +308,12 @@ async fn key_is_built_from_the_arguments_and_leases_apply() {
     );
 
     // No lease given: the watchdog's (30 s by default).
-    let ttl = within(service.refund(&order, &server)).await.unwrap();
+    let (ttl, first) = within(service.refund(&order, &server)).await.unwrap();
     assert!(ttl > 1500 && ttl <= 30_000, "watchdog lease, PTTL {ttl}");
+    // `fenced = true`: each first acquisition gets a larger token.
+    let (_, second) = within(service.refund(&order, &server)).await.unwrap();
+    let (first, second) = (first.expect("a token"), second.expect("a token"));
+    assert!(second > first, "tokens {first} then {second}");
 }
 
 // ---------------------------------------------------------------- nesting
