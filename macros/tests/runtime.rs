@@ -395,3 +395,33 @@ async fn lost_lease_cancels_the_body_and_returns_lease_lost() {
     );
     assert_eq!(finished.load(Ordering::SeqCst), 0);
 }
+
+// ---------------------------------------------------------------- cancellation
+
+#[locked(key = "slow:{name}", client = client)]
+async fn slow(client: &Client, name: &str) -> redlease::Result<()> {
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_call_releases_the_lock() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let name = support::unique_name("slow");
+    let key = support::key_of(&format!("slow:{name}"));
+
+    let call = tokio::time::timeout(Duration::from_millis(300), slow(&client, &name));
+    let outcome = call.await;
+    assert!(
+        outcome.is_err(),
+        "the call should still be running when dropped"
+    );
+    let lock = client.lock(&format!("slow:{name}")).unwrap();
+    assert!(
+        support::until_free(&lock, WITHIN).await,
+        "still held after the call was dropped"
+    );
+    assert!(!support::exists(&server, &key));
+    assert_eq!(client.held_count(), 0, "the watchdog still renews it");
+}
