@@ -411,12 +411,14 @@ async fn dropping_the_call_releases_the_lock() {
     let name = support::unique_name("slow");
     let key = support::key_of(&format!("slow:{name}"));
 
-    let call = tokio::time::timeout(Duration::from_millis(300), slow(&client, &name));
-    let outcome = call.await;
-    assert!(
-        outcome.is_err(),
-        "the call should still be running when dropped"
-    );
+    let call = slow(&client, &name);
+    tokio::pin!(call);
+    let held = tokio::select! {
+        _ = &mut call => false,
+        held = support::eventually_async(WITHIN, || async { support::exists(&server, &key) }) => held,
+    };
+    assert!(held, "the call should hold the lock while its body runs");
+    drop(call);
     let lock = client.lock(&format!("slow:{name}")).unwrap();
     assert!(
         support::until_free(&lock, WITHIN).await,
