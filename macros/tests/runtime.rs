@@ -411,13 +411,13 @@ async fn dropping_the_call_releases_the_lock() {
     let name = support::unique_name("slow");
     let key = support::key_of(&format!("slow:{name}"));
 
-    let call = slow(&client, &name);
-    tokio::pin!(call);
+    let mut call = Box::pin(slow(&client, &name));
     let held = tokio::select! {
         _ = &mut call => false,
         held = support::eventually_async(WITHIN, || async { support::exists(&server, &key) }) => held,
     };
     assert!(held, "the call should hold the lock while its body runs");
+    // While the future lives (even unpolled) the lock stays held; dropping it releases.
     drop(call);
     let lock = client.lock(&format!("slow:{name}")).unwrap();
     assert!(
