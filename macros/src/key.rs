@@ -140,3 +140,58 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(text: &str) -> syn::Result<Key> {
+        let args = ["self", "order", "day"].map(String::from);
+        parse(&LitStr::new(text, Span::call_site()), &args)
+    }
+
+    fn error(text: &str) -> String {
+        match key(text) {
+            Ok(k) => panic!("`{text}` was accepted as {}", k.format),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn placeholders_become_positional_arguments() {
+        let k = key("order:{order.id}:{ order.region() }:{self.shop}:{day}").unwrap();
+        assert_eq!(k.format, "order:{}:{}:{}:{}");
+        let args: Vec<String> = k.args.iter().map(|a| a.to_string()).collect();
+        assert_eq!(
+            args,
+            [
+                "(order . id)",
+                "(order . region ())",
+                "(self . shop)",
+                "(day)"
+            ]
+        );
+    }
+
+    #[test]
+    fn doubled_braces_stay_braces() {
+        let k = key("{{literal}}:{day}").unwrap();
+        assert_eq!(k.format, "{{literal}}:{}");
+        assert_eq!(k.args.len(), 1);
+        assert_eq!(key("plain").unwrap().format, "plain");
+    }
+
+    #[test]
+    fn bad_placeholders_are_rejected_with_the_arguments_listed() {
+        assert_eq!(
+            error("{ordr.id}"),
+            "unknown argument `ordr` in key `{ordr.id}`; the function's arguments are: self, order, day"
+        );
+        assert!(error("{}").starts_with("empty `{}` in key"));
+        assert!(error("{day").starts_with("unclosed `{`"));
+        assert!(error("day}").starts_with("unmatched `}`"));
+        assert!(error("{order.get(1)}").contains("only `arg`, `arg.field` and `arg.method()`"));
+        assert!(error("{day + 1}").contains("only `arg`"));
+        assert!(error("{day:04}").contains("write an argument"));
+    }
+}
