@@ -87,7 +87,7 @@ use proc_macro::TokenStream;
 /// | `wait = "5s"` | how long one try waits for the lock; `"0s"` makes one attempt. A humantime literal (`"100ms"`, `"1m 30s"`), checked at compile time. Needs `busy = skip(..)` or `busy = error`. | `"0s"` with `skip`/`error` |
 /// | `lease = "30s"` | hold at most this long, with no renewal | the watchdog renews the lease while the body runs |
 /// | `busy = wait` | wait as long as it takes (`Lock::run`) | yes |
-/// | `busy = skip(<expr>)` | when the lock stays busy, return `<expr>` (of the fn's return type, e.g. `Ok(None)`) without running the body. The expression is evaluated after the arguments moved into the body: it may use arguments that are references or `Copy`, not owned ones. | |
+/// | `busy = skip(<expr>)` | when the lock stays busy, return `<expr>` (of the fn's return type, e.g. `Ok(None)`) without running the body. The expression is evaluated after the arguments moved into the body: it may use arguments that are shared references or `Copy`, not owned ones (nor `&mut`). | |
 /// | `busy = error` | when the lock stays busy, return `Err(E::from(redlease::Error::Timeout { operation: "waiting for the lock", timeout: <wait> }))` | |
 /// | `retries = 3` | after a try found the lock busy, try again up to 3 more times | 0 |
 /// | `pause = "100ms"` | the pause before each retry | `"100ms"` |
