@@ -277,6 +277,15 @@ pub use scope::{HeldLock, LockOptions};
 pub use shared::Client;
 pub use watchdog::RenewStats;
 
+#[cfg(feature = "macros")]
+pub use redlease_macros::locked;
+/// What `#[locked]`'s expansion names; not public API.
+#[cfg(feature = "macros")]
+#[doc(hidden)]
+pub mod __macro_support {
+    pub use tokio::time::sleep;
+}
+
 /// The README's Rust examples, compiled by `cargo test --doc` so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -1,0 +1,8 @@
+use redlease::{Client, locked};
+
+#[locked(key = "job", client = client)]
+fn job(client: &Client) -> redlease::Result<()> {
+    Ok(())
+}
+
+fn main() {}
