@@ -177,6 +177,20 @@ impl Lock {
         }
     }
 
+    /// The replica acknowledgement this lock asks for (its own, else the client's), checked.
+    fn replicas_wanted(&self) -> Result<Replicas> {
+        let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
+        replicas.validate()?;
+        Ok(replicas)
+    }
+
+    /// `guard`, its hold told which acknowledgement the watchdog's renewals ask for.
+    fn watched(&self, guard: LockGuard) -> LockGuard {
+        let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
+        guard.hold().set_replicas(replicas);
+        guard
+    }
+
     /// One wait between attempts, at most `nap` long: until an unlock message, a release by
     /// this client, or (as this client's head) a release of this client that hands us the
     /// lock, which is then ours without another attempt.

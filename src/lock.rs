@@ -110,20 +110,6 @@ impl Lock {
         self
     }
 
-    /// The replica acknowledgement this lock asks for, checked.
-    pub(crate) fn replicas_wanted(&self) -> Result<Replicas> {
-        let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
-        replicas.validate()?;
-        Ok(replicas)
-    }
-
-    /// `guard`, its hold told which acknowledgement its renewals ask for.
-    pub(crate) fn watched(&self, guard: LockGuard) -> LockGuard {
-        let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
-        guard.hold().set_replicas(replicas);
-        guard
-    }
-
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.keys.name
