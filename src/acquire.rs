@@ -76,6 +76,10 @@ impl Lock {
         let inner = &self.client.inner;
         inner.check_open()?;
         let replicas = self.replicas_wanted()?;
+        // A hand-over from a release of this client is written by that release, with no `WAIT`
+        // behind it: a lock that wants replica acknowledgement takes no hand-overs, so every
+        // grant of it comes through `attempt` (the release frees it and wakes us instead).
+        let take_over = inner.node.wait_for(replicas).await.is_none();
         let owner = self.owner();
         tracing::Span::current().record("owner", tracing::field::display(&owner));
         let field = owner.field(&inner.id_text);
@@ -169,7 +173,11 @@ impl Lock {
             if let Some(left) = remaining {
                 nap = nap.min(left);
             }
-            if let Some(guard) = self.nap(ticket.as_ref(), sub, &field, lease, nap).await? {
+            let offer = ticket.as_ref().filter(|_| take_over);
+            if let Some(guard) = self
+                .nap(ticket.as_ref(), offer, sub, &field, lease, nap)
+                .await?
+            {
                 // Handed over by a release of this client: that was the attempt.
                 *attempts += 1;
                 return Ok(Some(guard));
@@ -193,10 +201,12 @@ impl Lock {
 
     /// One wait between attempts, at most `nap` long: until an unlock message, a release by
     /// this client, or (as this client's head) a release of this client that hands us the
-    /// lock, which is then ours without another attempt.
+    /// lock, which is then ours without another attempt (only with `offer`: the head's ticket
+    /// when it may take the lock over).
     async fn nap(
         &self,
         ticket: Option<&Ticket<'_>>,
+        offer: Option<&Ticket<'_>>,
         sub: &Subscription,
         field: &Arc<str>,
         lease: Lease,
@@ -210,7 +220,7 @@ impl Lock {
             }
         };
         // As this client's head, offer to take the lock over from a local holder's release.
-        let mut offered = ticket.map(|t| {
+        let mut offered = offer.map(|t| {
             let successor = Successor {
                 field: field.clone(),
                 lease_ms,

@@ -143,6 +143,37 @@ async fn acknowledged_acquisition_succeeds_and_an_unacknowledged_one_is_given_ba
     assert!(!support::exists(&primary, &key));
 }
 
+/// A release hands the lock to a waiter of the same client with no `WAIT` behind it; a lock
+/// that wants acknowledgement therefore takes no hand-over: its waiter acquires (and waits)
+/// itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_the_same_client_is_not_handed_an_unacknowledged_lock() {
+    let (primary, replica) = primary_with_replica();
+    let client = client_with(primary.url(), wait_for(1, 100)).await;
+    let name = support::unique_name("handover");
+    let lock = client.lock(&name).unwrap();
+    let guard = lock.lock().await.unwrap();
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    // Let the waiter try once, subscribe and settle into its nap as the client's head.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    let _stopped = stop(&replica);
+    guard.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter returned")
+        .expect("no panic");
+    assert_unacknowledged(got, 0);
+    assert!(
+        !support::exists(&primary, lock.key()),
+        "the waiter's grant was kept"
+    );
+    assert_eq!(client.held_count(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_acquisitions_wait_once_per_batch() {
     let (primary, replica) = primary_with_replica();
