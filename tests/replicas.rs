@@ -405,6 +405,22 @@ async fn on_a_cluster_wait_reaches_only_the_keys_primary() {
         }
     }
     guard.unlock().await.unwrap();
+    // Auto counts one replica per primary (INFO replication of every primary) and waits for it.
+    let auto = Client::builder_cluster(cluster.seeds())
+        .replicas(Replicas::Auto {
+            timeout: Duration::from_millis(500),
+        })
+        .build()
+        .await
+        .unwrap();
+    let before = waits(&cluster.nodes[owner]);
+    let guard = auto.lock(&name).unwrap().try_lock().await.unwrap();
+    guard.expect("free").unlock().await.unwrap();
+    assert_eq!(
+        waits(&cluster.nodes[owner]),
+        before + 1,
+        "Auto sent no WAIT"
+    );
     // The key's replica stopped: the acquisition is given back with the counts.
     let replica = cluster.replica_of(owner);
     let stopped = stop(&cluster.nodes[replica]);
