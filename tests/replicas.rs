@@ -14,10 +14,11 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 /// A primary and one replica of it, linked (`master_link_status:up`, `connected_slaves:1`).
 fn primary_with_replica() -> (Server, Server) {
-    primary_with_replica_args(&[])
+    primary_with_replica_args(&[], "WAIT")
 }
 
-fn primary_with_replica_args(primary_args: &[&str]) -> (Server, Server) {
+/// The same, the primary started with `primary_args`, and `wait` its name of `WAIT`.
+fn primary_with_replica_args(primary_args: &[&str], wait: &str) -> (Server, Server) {
     // Without the default 5 s pause before a diskless full sync, the replica links at once.
     let mut builder = Server::builder().arg("--repl-diskless-sync-delay").arg("0");
     for arg in primary_args {
@@ -30,10 +31,29 @@ fn primary_with_replica_args(primary_args: &[&str]) -> (Server, Server) {
         .arg(primary.port().to_string())
         .start();
     let linked = support::eventually(SETTLE, || {
+        // `state=online`: WAIT counts only replicas past their initial sync.
+        let primary_view = info(&primary, "replication");
         info(&replica, "replication").contains("master_link_status:up")
-            && info(&primary, "replication").contains("connected_slaves:1")
+            && primary_view.contains("connected_slaves:1")
+            && primary_view.contains("state=online")
     });
     assert!(linked, "the replica never linked to its primary");
+    // Just after its sync a replica may not acknowledge yet: wait until it does.
+    let acknowledging = support::eventually(SETTLE, || {
+        let mut conn = primary.conn();
+        let _: () = redis::cmd("SET")
+            .arg("replicas-probe")
+            .arg(1)
+            .query(&mut conn)
+            .expect("SET");
+        let acks: u64 = redis::cmd(wait)
+            .arg(1)
+            .arg(200)
+            .query(&mut conn)
+            .expect("WAIT");
+        acks == 1
+    });
+    assert!(acknowledging, "the replica never acknowledged a write");
     (primary, replica)
 }
 
@@ -150,7 +170,7 @@ async fn acknowledged_acquisition_succeeds_and_an_unacknowledged_one_is_given_ba
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_of_the_same_client_is_not_handed_an_unacknowledged_lock() {
     let (primary, replica) = primary_with_replica();
-    let client = client_with(primary.url(), wait_for(1, 100)).await;
+    let client = client_with(primary.url(), wait_for(1, 300)).await;
     let name = support::unique_name("handover");
     let lock = client.lock(&name).unwrap();
     let guard = lock.lock().await.unwrap();
@@ -178,13 +198,15 @@ async fn a_waiter_of_the_same_client_is_not_handed_an_unacknowledged_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_acquisitions_wait_once_per_batch() {
     let (primary, replica) = primary_with_replica();
-    let client = client_with(primary.url(), wait_for(1, 200)).await;
+    let client = support::client(&primary).await;
     let names = support::unique_names("batch", 32);
-    let try_all = |client: Client, names: Vec<String>| async move {
+    // `WAIT` holds the one connection for up to its timeout, and the batches queue behind each
+    // other: a short timeout when the replica is stopped keeps them within the client timeout.
+    let try_all = |client: Client, names: Vec<String>, replicas: Replicas| async move {
         let tasks: Vec<_> = names
             .into_iter()
             .map(|name| {
-                let lock = client.lock(&name).unwrap();
+                let lock = client.lock(&name).unwrap().replicas(replicas);
                 tokio::spawn(async move { lock.try_lock().await })
             })
             .collect();
@@ -196,7 +218,7 @@ async fn coalesced_acquisitions_wait_once_per_batch() {
     };
     // With the replica up every acquisition is granted and acknowledged.
     let before = waits(&primary);
-    let granted = try_all(client.clone(), names.clone()).await;
+    let granted = try_all(client.clone(), names.clone(), wait_for(1, 1000)).await;
     let guards: Vec<_> = granted
         .into_iter()
         .map(|r| r.expect("acknowledged").expect("free"))
@@ -212,7 +234,7 @@ async fn coalesced_acquisitions_wait_once_per_batch() {
     // With it stopped every one fails and is given back: a coalesced entry that skipped WAIT
     // would have been granted.
     let _stopped = stop(&replica);
-    for result in try_all(client.clone(), names.clone()).await {
+    for result in try_all(client.clone(), names.clone(), wait_for(1, 50)).await {
         assert_unacknowledged(result, 0);
     }
     for name in &names {
@@ -248,25 +270,27 @@ async fn auto_without_replicas_sends_no_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn off_sends_no_wait_even_with_replicas() {
     let (primary, replica) = primary_with_replica();
+    let before = waits(&primary);
     let client = support::client(&primary).await;
     let lock = client.lock(&support::unique_name("off")).unwrap();
     let guard = lock.lock().await.unwrap();
     client.renew_now().await.unwrap();
     guard.unlock().await.unwrap();
-    assert_eq!(waits(&primary), 0, "Off sent WAIT");
+    assert_eq!(waits(&primary), before, "Off sent WAIT");
     // Off ignores a stopped replica altogether.
     let _stopped = stop(&replica);
     let guard = lock.try_lock().await.unwrap().expect("free");
     guard.unlock().await.unwrap();
-    assert_eq!(waits(&primary), 0);
+    assert_eq!(waits(&primary), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_with_a_replica_waits_for_it() {
     let (primary, replica) = primary_with_replica();
     let auto = Replicas::Auto {
-        timeout: Duration::from_millis(100),
+        timeout: Duration::from_millis(300),
     };
+    let before = waits(&primary);
     let client = client_with(primary.url(), auto).await;
     let lock = client.lock(&support::unique_name("auto-one")).unwrap();
     lock.try_lock()
@@ -277,7 +301,7 @@ async fn auto_with_a_replica_waits_for_it() {
         .await
         .unwrap();
     assert!(
-        waits(&primary) >= 1,
+        waits(&primary) > before,
         "Auto found the replica but sent no WAIT"
     );
     let _stopped = stop(&replica);
@@ -290,7 +314,7 @@ async fn a_renewal_without_acknowledgement_puts_the_guard_at_risk_then_loses_it(
     let (primary, replica) = primary_with_replica();
     let lease = Duration::from_millis(900);
     let client = Client::builder(primary.url())
-        .replicas(wait_for(1, 50))
+        .replicas(wait_for(1, 150))
         .watchdog_lease(lease)
         .timeout(Duration::from_millis(300))
         .build()
@@ -322,7 +346,8 @@ async fn a_renewal_without_acknowledgement_puts_the_guard_at_risk_then_loses_it(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_wait_fails_strict_mode_and_auto_carries_on() {
-    let (primary, _replica) = primary_with_replica_args(&["--rename-command", "WAIT", "NOWAIT"]);
+    let (primary, _replica) =
+        primary_with_replica_args(&["--rename-command", "WAIT", "NOWAIT"], "NOWAIT");
     let strict = client_with(primary.url(), wait_for(1, 100)).await;
     let lock = strict.lock(&support::unique_name("unsupported")).unwrap();
     match lock.try_lock().await {
