@@ -156,8 +156,8 @@ impl Node {
     async fn connected_replicas(&self) -> Result<u32> {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("replication");
+        // A cluster: every primary's answer. Anything else: the one server's.
         let reply = match &self.conn {
-            Conn::Server(_) => self.query::<Value>(&cmd).await?,
             Conn::Cluster(conn) => {
                 let mut conn = conn.clone();
                 let all = RoutingInfo::MultiNode((
@@ -167,6 +167,7 @@ impl Node {
                 let send = conn.route_command(cmd, all);
                 bounded("info replication", "", self.timeout, send).await?
             }
+            _ => self.query::<Value>(&cmd).await?,
         };
         let mut texts = Vec::new();
         collect_texts(reply, &mut texts);
