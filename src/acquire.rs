@@ -5,15 +5,18 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::config::Replicas;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Grant;
+use crate::keys::LockKeys;
 use crate::local_queue::{Handover, Ticket};
 use crate::lock::Lock;
-use crate::node::{Latch, ReleaseArgs, Successor};
+use crate::node::{Acks, Latch, ReleaseArgs, Successor, WaitFor};
 use crate::pubsub::Subscription;
 use crate::release::{give_back, give_back_in_background};
 use crate::scripts::{Acquire, Release};
+use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::telemetry;
 use crate::terms::{Lease, Wait};
@@ -72,6 +75,11 @@ impl Lock {
     ) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.check_open()?;
+        let replicas = self.replicas_wanted()?;
+        // A hand-over from a release of this client is written by that release, with no `WAIT`
+        // behind it: a lock that wants replica acknowledgement takes no hand-overs, so every
+        // grant of it comes through `attempt` (the release frees it and wakes us instead).
+        let take_over = inner.node.wait_for(replicas).await.is_none();
         let owner = self.owner();
         tracing::Span::current().record("owner", tracing::field::display(&owner));
         let field = owner.field(&inner.id_text);
@@ -114,12 +122,13 @@ impl Lock {
                 let _turn = acquiring.turn().await;
                 *attempts += 1;
                 let started = Instant::now();
-                ttl = match self.attempt(&field, lease_ms, reentry).await? {
+                ttl = match self.attempt(&field, lease_ms, reentry, replicas).await? {
                     Acquire::Acquired { count, token } => {
                         let grant = Grant::Counted(count);
                         match self.confirmed(&field, lease, started).await? {
                             Some(since) => {
-                                return self.register(field, lease, grant, token, since).map(Some);
+                                let guard = self.register(field, lease, grant, token, since)?;
+                                return Ok(Some(self.watched(guard)));
                             }
                             // Spent on arrival and not confirmed: try again, within the wait.
                             None => Some(Duration::ZERO),
@@ -164,7 +173,11 @@ impl Lock {
             if let Some(left) = remaining {
                 nap = nap.min(left);
             }
-            if let Some(guard) = self.nap(ticket.as_ref(), sub, &field, lease, nap).await? {
+            let offer = ticket.as_ref().filter(|_| take_over);
+            if let Some(guard) = self
+                .nap(ticket.as_ref(), offer, sub, &field, lease, nap)
+                .await?
+            {
                 // Handed over by a release of this client: that was the attempt.
                 *attempts += 1;
                 return Ok(Some(guard));
@@ -172,12 +185,28 @@ impl Lock {
         }
     }
 
+    /// The replica acknowledgement this lock asks for (its own, else the client's), checked.
+    fn replicas_wanted(&self) -> Result<Replicas> {
+        let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
+        replicas.validate()?;
+        Ok(replicas)
+    }
+
+    /// `guard`, its hold told which acknowledgement the watchdog's renewals ask for.
+    fn watched(&self, guard: LockGuard) -> LockGuard {
+        let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
+        guard.hold().set_replicas(replicas);
+        guard
+    }
+
     /// One wait between attempts, at most `nap` long: until an unlock message, a release by
     /// this client, or (as this client's head) a release of this client that hands us the
-    /// lock, which is then ours without another attempt.
+    /// lock, which is then ours without another attempt (only with `offer`: the head's ticket
+    /// when it may take the lock over).
     async fn nap(
         &self,
         ticket: Option<&Ticket<'_>>,
+        offer: Option<&Ticket<'_>>,
         sub: &Subscription,
         field: &Arc<str>,
         lease: Lease,
@@ -191,7 +220,7 @@ impl Lock {
             }
         };
         // As this client's head, offer to take the lock over from a local holder's release.
-        let mut offered = ticket.map(|t| {
+        let mut offered = offer.map(|t| {
             let successor = Successor {
                 field: field.clone(),
                 lease_ms,
@@ -223,7 +252,7 @@ impl Lock {
                 match self.confirmed(field, lease, sent).await? {
                     Some(since) => self
                         .register(field.clone(), lease, Grant::HandedOver, token, since)
-                        .map(Some),
+                        .map(|guard| Some(self.watched(guard))),
                     None => Ok(None),
                 }
             }
@@ -294,12 +323,23 @@ impl Lock {
     /// reconnect), and with retries: the release could land after this owner's next, real
     /// acquisition and take it away (tests/faults.rs, `failed_attempts_during_an_outage_...`).
     /// When the connection drops the outcome stays unknown, and the lease frees a grant.
-    async fn attempt(&self, field: &Arc<str>, lease_ms: u64, reentry: bool) -> Result<Acquire> {
+    ///
+    /// With `replicas` asking for acknowledgement, `WAIT` follows the script on its connection;
+    /// too few acknowledgements give the grant back and fail the attempt (see [`acknowledged`]).
+    async fn attempt(
+        &self,
+        field: &Arc<str>,
+        lease_ms: u64,
+        reentry: bool,
+        replicas: Replicas,
+    ) -> Result<Acquire> {
         let client = self.client.clone();
         let keys = self.keys.clone();
         let field = field.clone();
         let (reentrant, fenced) = (self.reentrant, self.fenced);
-        let timeout = client.inner.config.timeout;
+        let wait = client.inner.node.wait_for(replicas).await;
+        // The server holds the reply up to the WAIT timeout.
+        let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
         let lease = Duration::from_millis(lease_ms);
         let sent = Instant::now();
         let request = {
@@ -308,10 +348,10 @@ impl Lock {
             let patience = lease.max(timeout);
             async move {
                 let node = &client.inner.node;
-                let first = node
-                    .acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
+                let outcome = node
+                    .acquire(&keys, &field, lease_ms, reentrant, fenced, patience, wait)
                     .await;
-                match first {
+                let outcome = match outcome {
                     // The connection manager notices a dead connection (server restart, killed
                     // connection) only when a command fails on it; try once more on the new one.
                     Err(Error::Redis { source, .. }) if source.is_connection_dropped() => {
@@ -338,11 +378,12 @@ impl Lock {
                             // It had been granted: our queued waiters hear of it only here.
                             client.inner.local_queues.released(&keys.hash);
                         }
-                        node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience)
+                        node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience, wait)
                             .await
                     }
                     outcome => outcome,
-                }
+                };
+                acknowledged(&client, &keys, &field, lease_ms, wait, outcome?).await
             }
         };
         let tracker = client.inner.background.clone();
@@ -371,4 +412,35 @@ impl Lock {
             }),
         }
     }
+}
+
+/// An acquisition's outcome once `WAIT` (if one was asked for) is judged: a grant acknowledged
+/// by fewer replicas than wanted, or by a server that cannot acknowledge in strict mode, is given
+/// back here, inside the request (so a cancelled caller's grant is given back too), and fails
+/// the attempt with the counts. A re-entry gives back its one hold; earlier holds stay.
+async fn acknowledged(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    field: &Arc<str>,
+    lease_ms: u64,
+    wait: Option<WaitFor>,
+    (outcome, acks): (Acquire, Option<Acks>),
+) -> Result<Acquire> {
+    let (Acquire::Acquired { .. }, Some(want), Some(acks)) = (&outcome, wait, acks) else {
+        return Ok(outcome);
+    };
+    let Some(short) = acks.short_of(want) else {
+        return Ok(outcome);
+    };
+    metrics::counter!(telemetry::REPLICAS_SHORT, "write" => "acquire").increment(1);
+    tracing::warn!(lock = %keys.name, ?short, "too few replicas acknowledged the acquisition; giving it back");
+    match give_back(client, keys, field, lease_ms, 1).await {
+        // Our waiters hear of a release of this client only here.
+        Ok(Release::Released) => client.inner.local_queues.released(&keys.hash),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(lock = %keys.name, error = %e, "could not give back an unacknowledged grant; it expires with its lease");
+        }
+    }
+    Err(short.into_error(&keys.name))
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::config::{Config, WaitBy};
+use crate::config::{Config, Replicas, WaitBy};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -83,6 +83,25 @@ impl ClientBuilder {
     /// ```
     pub fn wait_by(mut self, wait_by: WaitBy) -> Self {
         self.config.wait_by = wait_by;
+        self
+    }
+
+    /// Whether the locks of this client wait for replicas to acknowledge their acquisitions
+    /// and renewals (`WAIT`); [`Lock::replicas`] overrides it per lock. Defaults to
+    /// [`Replicas::Off`] (no `WAIT` is sent).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redlease::Client::builder("redis://primary:6379")
+    ///     .replicas(redlease::Replicas::Wait { replicas: 1, timeout: Duration::from_millis(100) })
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replicas(mut self, replicas: Replicas) -> Self {
+        self.config.replicas = replicas;
         self
     }
 

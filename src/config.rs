@@ -39,6 +39,51 @@ pub struct Config {
     pub drift_factor: f64,
     /// How waiters learn that what they wait for may be free. Defaults to [`WaitBy::PubSub`].
     pub wait_by: WaitBy,
+    /// Whether acquisitions and renewals of plain locks wait until replicas acknowledged the
+    /// write (`WAIT`). Defaults to [`Replicas::Off`]. See `docs/replicas.md`.
+    pub replicas: Replicas,
+}
+
+/// Whether a write of a lock waits for replicas to acknowledge it (`WAIT n timeout`, sent in
+/// one pipeline with the script, on the same connection, to the key's primary).
+///
+/// What it does not promise: an acknowledged replica may not be the one promoted at a
+/// failover, and `WAIT` does not make Redis strongly consistent (see `docs/replicas.md`).
+///
+/// ```
+/// use std::time::Duration;
+/// use redlease::Replicas;
+///
+/// // Every acquisition waits up to 50 ms for one replica; fewer acknowledgements fail it.
+/// let strict = Replicas::Wait { replicas: 1, timeout: Duration::from_millis(50) };
+/// // Waits for every replica connected when first asked (none: no WAIT at all).
+/// let auto = Replicas::Auto { timeout: Duration::from_millis(50) };
+/// # let _ = (strict, auto);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Replicas {
+    /// No `WAIT` is ever sent. The default.
+    #[default]
+    Off,
+    /// Wait for `replicas` acknowledgements, at most `timeout` (never 0: `WAIT n 0` blocks
+    /// forever). Fewer acknowledgements fail an acquisition with
+    /// [`Error::ReplicasUnacknowledged`] (the grant is given back first); a server that does not
+    /// know `WAIT` fails it with [`Error::ReplicasUnsupported`].
+    Wait {
+        /// How many replicas must acknowledge (at least 1).
+        replicas: u32,
+        /// How long to wait for them.
+        timeout: Duration,
+    },
+    /// Ask the server once (`INFO replication`, `connected_slaves`; on a cluster the fewest of
+    /// any primary) and wait for that many; no `WAIT` at all when there are none. A server that
+    /// answers `WAIT` with an error is warned about once and then written to without `WAIT`.
+    /// Too few acknowledgements fail as with [`Replicas::Wait`].
+    Auto {
+        /// How long to wait for the replicas.
+        timeout: Duration,
+    },
 }
 
 /// How a client's waiters (of every lock kind) learn that a lock, permit or latch may be free.
@@ -78,6 +123,7 @@ impl Default for Config {
             release_retries: 2,
             drift_factor: 0.01,
             wait_by: WaitBy::PubSub,
+            replicas: Replicas::Off,
         }
     }
 }
@@ -129,8 +175,33 @@ impl Config {
                 )));
             }
         }
+        self.replicas.validate()?;
         Ok(())
     }
+}
+
+impl Replicas {
+    /// Rejects a zero (blocks forever) or absurd timeout and a `Wait` for no replica.
+    pub(crate) fn validate(&self) -> Result<()> {
+        match *self {
+            Replicas::Off => Ok(()),
+            Replicas::Wait { replicas, timeout } => {
+                if replicas == 0 {
+                    return Err(Error::InvalidArgument(
+                        "Replicas::Wait needs at least one replica; use Replicas::Off for none"
+                            .into(),
+                    ));
+                }
+                check_timeout(timeout)
+            }
+            Replicas::Auto { timeout } => check_timeout(timeout),
+        }
+    }
+}
+
+/// A WAIT timeout: whole milliseconds, at least 1 (`WAIT n 0` would block forever).
+fn check_timeout(timeout: Duration) -> Result<()> {
+    lease_ms("replica wait timeout", timeout).map(|_| ())
 }
 
 /// Rejects zero and absurd durations with an error naming the argument.

@@ -99,6 +99,27 @@ pub enum Error {
     /// The client was shut down.
     #[error("the client is shut down")]
     Shutdown,
+    /// Too few replicas acknowledged an acquisition within the `WAIT` timeout
+    /// ([`Replicas`](crate::Replicas)); the grant was given back, so nothing is held.
+    #[error(
+        "lock `{name}`: {acknowledged} of {wanted} replicas acknowledged the acquisition in time; it was given back"
+    )]
+    ReplicasUnacknowledged {
+        /// The lock name.
+        name: String,
+        /// How many replicas acknowledged.
+        acknowledged: u32,
+        /// How many were wanted.
+        wanted: u32,
+    },
+    /// The server answered `WAIT` with an error (some proxies do) while
+    /// [`Replicas::Wait`](crate::Replicas::Wait) asked for acknowledgements; the grant was
+    /// given back.
+    #[error("the server does not support WAIT: {reason}")]
+    ReplicasUnsupported {
+        /// The server's answer.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -150,6 +171,15 @@ impl Error {
     /// ([`Error::Protocol`]): a server or version mismatch.
     pub fn is_protocol(&self) -> bool {
         matches!(self, Error::Protocol { .. })
+    }
+
+    /// True when too few replicas acknowledged an acquisition, or the server cannot tell
+    /// ([`Error::ReplicasUnacknowledged`], [`Error::ReplicasUnsupported`]).
+    pub fn is_replicas(&self) -> bool {
+        matches!(
+            self,
+            Error::ReplicasUnacknowledged { .. } | Error::ReplicasUnsupported { .. }
+        )
     }
 
     /// True when the caller does not hold the lock it tried to release.

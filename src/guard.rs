@@ -62,6 +62,15 @@ impl LockGuard {
         self.hold().is_lost()
     }
 
+    /// Whether the lease is at risk: the watchdog's last renewal reached the primary but fewer
+    /// replicas acknowledged it than the lock's [`Replicas`](crate::Replicas) setting wants.
+    /// The validity is then not extended, so unless a later renewal is acknowledged in time the
+    /// guard becomes [lost](LockGuard::is_lost) when [`valid_until`](LockGuard::valid_until)
+    /// passes. Always `false` without replica acknowledgement.
+    pub fn is_at_risk(&self) -> bool {
+        self.hold().is_at_risk()
+    }
+
     /// A future that resolves when the lease is lost (see [`is_lost`](LockGuard::is_lost)). It
     /// does not borrow the guard, so it can be raced against the work done under the lock:
     ///

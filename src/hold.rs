@@ -14,6 +14,7 @@ use dashmap::mapref::entry::Entry;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::config::Replicas;
 use crate::keys::LockKeys;
 use crate::terms::Lease;
 
@@ -34,6 +35,10 @@ pub(crate) struct Hold {
     pub granted_at: Instant,
     lost: AtomicBool,
     lost_notify: Notify,
+    /// The replica acknowledgement its renewals ask for (its lock's, set when granted).
+    replicas: Mutex<Replicas>,
+    /// The last renewal was acknowledged by fewer replicas than wanted.
+    at_risk: AtomicBool,
 }
 
 impl Hold {
@@ -58,6 +63,8 @@ impl Hold {
             granted_at: Instant::now(),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
+            replicas: Mutex::new(Replicas::Off),
+            at_risk: AtomicBool::new(false),
         }
     }
 
@@ -65,6 +72,26 @@ impl Hold {
     /// acquisition or renewal, plus the lease, minus the drift allowance.
     pub(crate) fn valid_until(&self) -> Instant {
         *self.valid_until.lock()
+    }
+
+    /// The replica acknowledgement this hold's renewals ask for.
+    pub(crate) fn replicas(&self) -> Replicas {
+        *self.replicas.lock()
+    }
+
+    /// Sets what this hold's renewals ask for (the lock of its latest grant decides).
+    pub(crate) fn set_replicas(&self, replicas: Replicas) {
+        *self.replicas.lock() = replicas;
+    }
+
+    /// Whether the last renewal was acknowledged by fewer replicas than wanted.
+    pub(crate) fn is_at_risk(&self) -> bool {
+        self.at_risk.load(Ordering::Acquire)
+    }
+
+    /// Records whether the last renewal fell short of its replicas; the previous state.
+    pub(crate) fn set_at_risk(&self, at_risk: bool) -> bool {
+        self.at_risk.swap(at_risk, Ordering::AcqRel)
     }
 
     /// Records a successful renewal that was sent at `started`.

@@ -182,6 +182,7 @@
 //! | `redlease_lease_left_at_renewal_seconds` | histogram | the validity a hold had left when its renewal was confirmed: near zero means leases nearly ran out |
 //! | `redlease_batch_size` | histogram | acquisitions or releases coalesced into one script call |
 //! | `redlease_redlock_node_votes_total` | counter | RedLock acquisition answers per node (labels `node`, the node's index, and `vote`: `granted`, `held`, `failed`) |
+//! | `redlease_replica_acks_short_total` | counter | acquisitions and renewals (label `write`: `acquire`, `renew`) that fewer replicas acknowledged than [`Replicas`] wanted |
 //!
 //! Spans (at `DEBUG`, target `redlease`): `acquire` (fields `lock`, `owner`, and on success
 //! `attempts` and `wait_ms`), `release` (`lock`, `owner`, `outcome`), `renew` (one watchdog
@@ -261,7 +262,7 @@ mod turns;
 mod watchdog;
 
 pub use client::ClientBuilder;
-pub use config::{Config, MAX_DURATION, WaitBy};
+pub use config::{Config, MAX_DURATION, Replicas, WaitBy};
 pub use error::{Error, Result};
 pub use family::{
     CountDownLatch, FairGuard, FairLock, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard,

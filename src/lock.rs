@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::lease_ms;
+use crate::config::{Replicas, lease_ms};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
@@ -43,6 +43,7 @@ pub struct Lock {
     pub(crate) reentrant: bool,
     pub(crate) fenced: bool,
     pub(crate) watchdog_lease: Option<Duration>,
+    pub(crate) replicas: Option<Replicas>,
 }
 
 impl Lock {
@@ -55,6 +56,7 @@ impl Lock {
             reentrant: true,
             fenced: false,
             watchdog_lease: None,
+            replicas: None,
         })
     }
 
@@ -90,6 +92,21 @@ impl Lock {
     #[must_use]
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.watchdog_lease = Some(lease);
+        self
+    }
+
+    /// Whether this lock's acquisitions and renewals wait for replicas to acknowledge them,
+    /// instead of the client's [`Config::replicas`](crate::Config::replicas). See [`Replicas`]
+    /// and `docs/replicas.md`.
+    ///
+    /// An acquisition acknowledged by too few replicas is given back and fails with
+    /// [`Error::ReplicasUnacknowledged`]: `lock()` does not retry it (missing replicas are a
+    /// state of the deployment, not contention for the lock). A watchdog renewal acknowledged
+    /// by too few leaves the guard [at risk](LockGuard::is_at_risk) and, if that lasts past
+    /// its validity, lost.
+    #[must_use]
+    pub fn replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = Some(replicas);
         self
     }
 

@@ -13,6 +13,8 @@ pub(crate) const RENEWAL_LAG: &str = "redlease_renewal_lag_seconds";
 pub(crate) const LEASE_LEFT_AT_RENEWAL: &str = "redlease_lease_left_at_renewal_seconds";
 pub(crate) const BATCH_SIZE: &str = "redlease_batch_size";
 pub(crate) const REDLOCK_VOTES: &str = "redlease_redlock_node_votes_total";
+/// Writes (acquisitions, renewals) that fewer replicas acknowledged than wanted.
+pub(crate) const REPLICAS_SHORT: &str = "redlease_replica_acks_short_total";
 
 /// Records `value` in the histogram `name`.
 pub(crate) fn observe(name: &'static str, value: Duration) {

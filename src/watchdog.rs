@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::error::Result;
 use crate::hold::Hold;
-use crate::node::Renewal;
+use crate::node::{Acks, Renewal, Shortfall, WaitFor};
 use crate::shared::Inner;
 use crate::task::AbortOnDrop;
 
@@ -32,6 +32,9 @@ pub struct RenewStats {
     pub lost: usize,
     /// Calls that failed (Redis down, timeout); their holds are lost only once past validity.
     pub failed_batches: usize,
+    /// Holds renewed on the primary but acknowledged by fewer replicas than their lock wants
+    /// ([`Replicas`](crate::Replicas)): their validity was not extended.
+    pub at_risk: usize,
     /// Wall time of the tick.
     pub elapsed: Duration,
 }
@@ -118,27 +121,56 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
         }
         !lost
     });
-    let (outcomes, round_trips, failed_batches) = if inner.node.is_cluster() {
-        renew_on_cluster(inner, &holds).await
-    } else {
-        renew_on_server(inner, &holds).await
-    };
+    // Holds whose lock asks for replica acknowledgement go first, renewed in calls of their
+    // own with `WAIT` behind each (for the most any of them wants); the rest send no `WAIT`.
+    let mut wants = Vec::with_capacity(holds.len());
+    for hold in &holds {
+        wants.push(inner.node.wait_for(hold.replicas()).await);
+    }
+    let mut paired: Vec<(Arc<Hold>, Option<WaitFor>)> = holds.into_iter().zip(wants).collect();
+    paired.sort_by_key(|(_, want)| want.is_none());
+    let acked = paired.iter().take_while(|(_, want)| want.is_some()).count();
+    let wait = paired
+        .iter()
+        .filter_map(|(_, want)| *want)
+        .reduce(WaitFor::max);
+    let (holds, wants): (Vec<Arc<Hold>>, Vec<Option<WaitFor>>) = paired.into_iter().unzip();
+    let (with_wait, without) = holds.split_at(acked);
+    let ((mut outcomes, trips, failed), (rest, more_trips, more_failed)) =
+        futures_util::future::join(
+            renew_holds(inner, with_wait, wait),
+            renew_holds(inner, without, None),
+        )
+        .await;
+    outcomes.extend(rest);
     let mut stats = RenewStats {
         locks: holds.len(),
-        round_trips,
-        failed_batches,
+        round_trips: trips + more_trips,
+        failed_batches: failed + more_failed,
         lost: expired,
         ..Default::default()
     };
     let now = Instant::now();
-    for (hold, outcome) in holds.iter().zip(outcomes) {
+    for ((hold, want), outcome) in holds.iter().zip(wants).zip(outcomes) {
         match outcome {
-            Ok(true) => {
-                let left = hold.valid_until().saturating_duration_since(now);
-                crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
-                hold.renewed(started);
-            }
-            Ok(false) => stats.lost += lose(inner, hold, "the key was gone at renewal"),
+            Ok((true, acks)) => match short_of(want, acks) {
+                None => {
+                    let left = hold.valid_until().saturating_duration_since(now);
+                    crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
+                    hold.renewed(started);
+                    hold.set_at_risk(false);
+                }
+                Some(_) if now >= hold.valid_until() => {
+                    let why =
+                        "too few replicas acknowledged its renewals within the lease's validity";
+                    stats.lost += lose(inner, hold, why);
+                }
+                Some(short) => {
+                    stats.at_risk += 1;
+                    at_risk(hold, &short);
+                }
+            },
+            Ok((false, _)) => stats.lost += lose(inner, hold, "the key was gone at renewal"),
             Err(_) if now >= hold.valid_until() => {
                 stats.lost += lose(inner, hold, "Redis unreachable past the lease's validity");
             }
@@ -149,16 +181,53 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     stats
 }
 
-/// Per hold: renewed or not, or the error that left it unknown; the script calls; the calls
-/// that failed. On one server: calls of up to [`BATCH`] locks, sent concurrently.
+/// How a renewal answered `acks` falls short of what its hold wants, if it does.
+fn short_of(want: Option<WaitFor>, acks: Option<Acks>) -> Option<Shortfall> {
+    let (want, acks) = want.zip(acks)?;
+    acks.short_of(want)
+}
+
+/// Tells of a hold renewed on the primary but not acknowledged by enough replicas: its validity
+/// was not extended, so it is lost when that runs out unless a later renewal is acknowledged.
+fn at_risk(hold: &Hold, short: &Shortfall) {
+    metrics::counter!(crate::telemetry::REPLICAS_SHORT, "write" => "renew").increment(1);
+    if !hold.set_at_risk(true) {
+        tracing::warn!(lock = %hold.keys.name, owner = %hold.field, ?short, "lease at risk: too few replicas acknowledged its renewal; lost at its validity unless a later one is acknowledged");
+    } else {
+        tracing::debug!(lock = %hold.keys.name, ?short, "renewal again acknowledged by too few replicas");
+    }
+}
+
+/// Per hold: renewed or not (with what `WAIT` answered), or the error that left it unknown;
+/// the script calls; the calls that failed.
+async fn renew_holds(
+    inner: &Arc<Inner>,
+    holds: &[Arc<Hold>],
+    wait: Option<WaitFor>,
+) -> (Vec<Outcome>, usize, usize) {
+    if holds.is_empty() {
+        return (Vec::new(), 0, 0);
+    }
+    if inner.node.is_cluster() {
+        renew_on_cluster(inner, holds, wait).await
+    } else {
+        renew_on_server(inner, holds, wait).await
+    }
+}
+
+/// One hold's renewal: renewed or not, and what `WAIT` answered when one was asked for.
+type Outcome = Result<(bool, Option<Acks>)>;
+
+/// [`renew_holds`] on one server: calls of up to [`BATCH`] locks, sent concurrently.
 async fn renew_on_server(
     inner: &Arc<Inner>,
     holds: &[Arc<Hold>],
-) -> (Vec<Result<bool>>, usize, usize) {
+    wait: Option<WaitFor>,
+) -> (Vec<Outcome>, usize, usize) {
     let batches: Vec<&[Arc<Hold>]> = holds.chunks(BATCH).collect();
     let calls = batches.iter().map(|batch| {
         let requests: Vec<Renewal<'_>> = batch.iter().map(|h| renewal(h)).collect();
-        async move { inner.node.renew(&requests).await }
+        async move { inner.node.renew_acked(&requests, wait).await }
     });
     let results = join_all(calls).await;
     let mut outcomes = Vec::with_capacity(holds.len());
@@ -181,9 +250,10 @@ async fn renew_on_server(
 async fn renew_on_cluster(
     inner: &Arc<Inner>,
     holds: &[Arc<Hold>],
-) -> (Vec<Result<bool>>, usize, usize) {
+    wait: Option<WaitFor>,
+) -> (Vec<Outcome>, usize, usize) {
     let requests: Vec<Renewal<'_>> = holds.iter().map(|h| renewal(h)).collect();
-    let round = inner.node.renew_by_node(&requests).await;
+    let round = inner.node.renew_by_node(&requests, wait).await;
     let failed = round.flags.iter().filter(|f| f.is_err()).count();
     if let Some(Err(e)) = round.flags.iter().find(|f| f.is_err()) {
         tracing::warn!(error = %e, locks = failed, "watchdog renewal failed; will retry");

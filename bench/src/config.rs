@@ -50,6 +50,9 @@ struct Args {
     /// Internal (child process): the bench cluster's `redis+cluster://` URL.
     #[arg(long, hide = true)]
     cluster_url: Option<String>,
+    /// Internal (child process): the URL of the primary that has a replica (R1).
+    #[arg(long, hide = true)]
+    replica_url: Option<String>,
 }
 
 pub struct Counts {
@@ -114,6 +117,8 @@ pub struct Config {
     pub urls: Vec<String>,
     /// The bench cluster (started by the parent when a cluster workload runs).
     pub cluster_url: Option<String>,
+    /// The primary with a replica (started by the parent when R1 runs).
+    pub replica_url: Option<String>,
 }
 
 impl Config {
@@ -142,6 +147,7 @@ impl Config {
             }),
             urls: args.urls,
             cluster_url: args.cluster_url,
+            replica_url: args.replica_url,
         }
     }
 
@@ -168,6 +174,9 @@ impl Config {
         }
         if let Some(url) = &self.cluster_url {
             args.extend(["--cluster-url".into(), url.clone()]);
+        }
+        if let Some(url) = &self.replica_url {
+            args.extend(["--replica-url".into(), url.clone()]);
         }
         args
     }

@@ -15,6 +15,8 @@ mod model;
 mod peers;
 #[cfg(feature = "redlease")]
 mod redlease_impl;
+mod replica;
+mod replica_suite;
 mod report;
 mod runner;
 mod server;
@@ -82,6 +84,15 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
         }
         _ => None,
     };
+    // The same for the primary with a replica of the R1 rows.
+    let _replicas = match (&cfg.cell, cfg.wants(replica_suite::SELECTOR)) {
+        (None, true) => {
+            let pair = replica::ReplicaPair::start(server_cpus.as_deref())?;
+            cfg.replica_url = Some(pair.primary.url());
+            Some(pair)
+        }
+        _ => None,
+    };
     let load_before = loadavg();
     let (servers, mode) = match &cfg.cell {
         Some((workload, implementation)) => {
@@ -144,6 +155,10 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
     }
     if let (true, Some(url)) = (wants_cluster, cfg.cluster_url.clone()) {
         cluster_suite::cluster(&mut runner, c, &url, |w| cfg.wants(w)).await;
+        runner.run_queued().await;
+    }
+    if let (true, Some(url)) = (cfg.wants(replica_suite::SELECTOR), cfg.replica_url.clone()) {
+        replica_suite::replicas(&mut runner, c, &url).await;
         runner.run_queued().await;
     }
     if ["F1", "F2", "F3"].iter().any(|f| cfg.wants(f)) {
@@ -265,5 +280,8 @@ client reports them (`RenewStats`): a cluster has no single server to count on.
 (tasks alternate between them) with `FairLock` and with `Lock`; F2 is W3's tasks on one \
 `ReadWriteLock`, every tenth acquisition a write; F3 is W3's tasks sharing a `Semaphore` of 8 \
 permits. F2 and F3 run a fifth of W3's rounds.
+- R1: W1 on a primary with one replica on the same machine, with `Replicas::Off` and with \
+`Replicas::Wait { replicas: 1, timeout: 100ms }` (`WAIT 1 100` pipelined behind every acquire) \
+in the same run: the ratio is the price of the replica's acknowledgement (docs/replicas.md).
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

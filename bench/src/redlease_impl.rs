@@ -21,6 +21,12 @@ impl Redlease {
         })
     }
 
+    /// A client whose locks wait for `replicas` to acknowledge them (the R1 rows).
+    pub async fn with_replicas(url: &str, replicas: redlease::Replicas) -> Result<Self> {
+        let client = Client::builder(url).replicas(replicas).build().await?;
+        Ok(Redlease { client })
+    }
+
     /// One renewal tick of every watchdog-leased hold of this client.
     pub async fn renew_now(&self) -> Result<RenewStats> {
         Ok(self.client.renew_now().await?)

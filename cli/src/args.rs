@@ -143,6 +143,17 @@ pub struct Target {
     /// services without SUBSCRIBE.
     #[arg(long, env = "REDLEASE_POLL")]
     pub poll: bool,
+    /// Take (and renew) the lock only once replicas acknowledged it (WAIT): `off`, `N` replicas,
+    /// or `auto` (every replica connected), each with an optional `:DUR` timeout (default
+    /// 100ms), e.g. `1:50ms`. Too few acknowledgements give the lock back and fail (exit 69).
+    #[arg(
+        long,
+        value_name = "SPEC",
+        env = "REDLEASE_REPLICAS",
+        default_value = "off",
+        value_parser = parse_replicas
+    )]
+    pub replicas: redlease::Replicas,
 }
 
 impl Target {
@@ -296,6 +307,23 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `off`, `auto[:DUR]` or `N[:DUR]` (N ≥ 1; DUR > 0, default 100ms).
+fn parse_replicas(text: &str) -> Result<redlease::Replicas, String> {
+    use redlease::Replicas;
+    let (what, timeout) = match text.split_once(':') {
+        Some((what, dur)) => (what, parse_positive(dur)?),
+        None => (text, Duration::from_millis(100)),
+    };
+    match what {
+        "off" if text == "off" => Ok(Replicas::Off),
+        "auto" => Ok(Replicas::Auto { timeout }),
+        n => match n.parse::<u32>() {
+            Ok(replicas) if replicas > 0 => Ok(Replicas::Wait { replicas, timeout }),
+            _ => Err("expected off, auto[:DUR] or a replica count N[:DUR] (N >= 1)".into()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +365,32 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(run.command, ["ls", "-l"]);
+    }
+
+    #[test]
+    fn replicas_are_off_auto_or_a_count() {
+        use redlease::Replicas;
+        let ms = Duration::from_millis;
+        assert_eq!(parse_replicas("off"), Ok(Replicas::Off));
+        assert_eq!(
+            parse_replicas("auto"),
+            Ok(Replicas::Auto { timeout: ms(100) })
+        );
+        assert_eq!(
+            parse_replicas("2:50ms"),
+            Ok(Replicas::Wait {
+                replicas: 2,
+                timeout: ms(50)
+            })
+        );
+        for bad in ["0", "1:0s", "off:1s", "many", "1:"] {
+            assert!(parse_replicas(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from(["redlease", "run", "--replicas", "auto", "L", "true"]);
+        let Command::Run(run) = cli.unwrap().command else {
+            panic!("not run")
+        };
+        assert_eq!(run.target.replicas, Replicas::Auto { timeout: ms(100) });
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub fn code_of(error: &Error) -> u8 {
         // Refused us (NOAUTH, READONLY replica, OOM), or too few Redlock nodes answered:
         // either way the service cannot be used.
         Error::Redis { .. } | Error::Timeout { .. } | Error::Quorum { .. } => UNAVAILABLE,
+        // Too few replicas acknowledged (the lock was given back), or WAIT is refused.
+        _ if error.is_replicas() => UNAVAILABLE,
         _ => INTERNAL,
     }
 }

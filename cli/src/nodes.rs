@@ -40,6 +40,7 @@ fn builder(target: &Target, url: &str) -> ClientBuilder {
         .prefix(target.prefix.clone())
         .timeout(target.redis_timeout)
         .wait_by(wait_by)
+        .replicas(target.replicas)
 }
 
 /// Connects to every URL concurrently; the result keeps the order of the URLs.

@@ -61,19 +61,20 @@ impl Drop for InFlight<'_> {
     }
 }
 
-struct Queued<E> {
+struct Queued<E, R> {
     entry: E,
     shard: Shard,
     limit: Duration,
-    reply: oneshot::Sender<Result<Value>>,
+    reply: oneshot::Sender<Result<R>>,
 }
 
-/// The requests of one script waiting for the next batch.
-pub(crate) struct Batcher<E> {
-    queue: Mutex<Vec<Queued<E>>>,
+/// The requests of one script waiting for the next batch; each is answered an `R` (the
+/// script's reply, and for acquisitions what `WAIT` said after it).
+pub(crate) struct Batcher<E, R = Value> {
+    queue: Mutex<Vec<Queued<E, R>>>,
 }
 
-impl<E> Default for Batcher<E> {
+impl<E, R> Default for Batcher<E, R> {
     fn default() -> Self {
         Batcher {
             queue: Mutex::new(Vec::new()),
@@ -81,7 +82,7 @@ impl<E> Default for Batcher<E> {
     }
 }
 
-impl<E: Send + 'static> Batcher<E> {
+impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
     /// Queues `entry` for the next batch and waits up to `limit` for its reply (`operation`
     /// names it in errors). The first entry of a batch makes (`sender`) the `send` that sends
     /// it: that takes at most [`MAX_BATCH`] entries of one `shard` in queue order and the
@@ -96,10 +97,10 @@ impl<E: Send + 'static> Batcher<E> {
         limit: Duration,
         operation: &'static str,
         sender: impl FnOnce() -> S,
-    ) -> Result<Value>
+    ) -> Result<R>
     where
         S: Fn(Vec<E>, Duration) -> F + Send + Sync + 'static,
-        F: Future<Output = Vec<Result<Value>>> + Send + 'static,
+        F: Future<Output = Vec<Result<R>>> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let first = {
@@ -142,7 +143,7 @@ impl<E: Send + 'static> Batcher<E> {
     async fn flush<S, F>(&self, send: S)
     where
         S: Fn(Vec<E>, Duration) -> F,
-        F: Future<Output = Vec<Result<Value>>>,
+        F: Future<Output = Vec<Result<R>>>,
     {
         let mut queued = std::mem::take(&mut *self.queue.lock());
         // Stable: the entries of one shard stay in queue order.
@@ -160,10 +161,10 @@ impl<E: Send + 'static> Batcher<E> {
         futures_util::future::join_all(calls).await;
     }
 
-    async fn send_one<S, F>(queued: Vec<Queued<E>>, send: &S)
+    async fn send_one<S, F>(queued: Vec<Queued<E, R>>, send: &S)
     where
         S: Fn(Vec<E>, Duration) -> F,
-        F: Future<Output = Vec<Result<Value>>>,
+        F: Future<Output = Vec<Result<R>>>,
     {
         let limit = queued.iter().map(|q| q.limit).max().unwrap_or_default();
         let mut entries = Vec::with_capacity(queued.len());

@@ -1,5 +1,7 @@
 //! The calls of the lock scripts, `acquire.lua` and `release.lua`: alone when the connection is
-//! idle, coalesced with other callers' while requests are in flight (`batch.rs`).
+//! idle, coalesced with other callers' while requests are in flight (`batch.rs`). An acquisition
+//! that asks for replica acknowledgement has `WAIT` pipelined behind its call, alone or
+//! coalesced (one `WAIT` per batch call, for the most any of its entries wants; `replicas.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +9,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use super::batch::{Batcher, Traffic};
+use super::replicas::{Acks, ReplicaState, WaitFor};
 use super::{Node, RequestId, evalsha, evalsha_without_keys};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -40,12 +43,17 @@ pub(crate) struct Successor {
     pub fenced: bool,
 }
 
-/// Acquire and release calls made while others are in flight, coalesced (`batch.rs`).
+/// An acquisition's reply, and what `WAIT` answered after it when one was asked for.
+type Acked = (Value, Option<Acks>);
+
+/// Acquire and release calls made while others are in flight, coalesced (`batch.rs`); and what
+/// the node learnt about its replicas (`replicas.rs`).
 #[derive(Default)]
 pub(super) struct Batches {
     traffic: Traffic,
-    acquires: Arc<Batcher<AcquireEntry>>,
+    acquires: Arc<Batcher<AcquireEntry, Acked>>,
     releases: Arc<Batcher<ReleaseEntry>>,
+    pub(super) replicas: ReplicaState,
 }
 
 /// One acquisition of a batch (unfenced locks only: a fenced one answers a table).
@@ -54,6 +62,7 @@ struct AcquireEntry {
     field: Arc<str>,
     lease_ms: u64,
     reentrant: bool,
+    wait: Option<WaitFor>,
 }
 
 /// One release of a batch (never a hand-over: that one goes alone).
@@ -69,7 +78,10 @@ struct ReleaseEntry {
 
 impl Node {
     /// Takes (or re-enters) the lock for `field`; coalesced with other calls while some are
-    /// in flight, except for fenced locks.
+    /// in flight, except for fenced locks. With `wait`, `WAIT` follows the call on its
+    /// connection, and its answer comes back with the grant (the caller judges it: a grant
+    /// acknowledged by too few replicas is still granted here).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -78,31 +90,43 @@ impl Node {
         reentrant: bool,
         fenced: bool,
         limit: Duration,
-    ) -> Result<Acquire> {
+        wait: Option<WaitFor>,
+    ) -> Result<(Acquire, Option<Acks>)> {
         let (_counted, alone) = self.batches.traffic.enter();
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
         // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
         // owner already holds the lock).
-        let reply = if alone || fenced {
+        let (reply, acks) = if alone || fenced {
             let bytes = 2 * keys.hash.len() + field.len() + 32;
             // `acquire_args` writes the key count: how many keys depends on the lock.
             let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 6, bytes);
             acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
-            self.eval("acquire", &keys.hash, limit, &scripts::ACQUIRE, &cmd)
-                .await?
+            let (hash, script) = (&keys.hash, &scripts::ACQUIRE);
+            match wait {
+                None => (self.eval("acquire", hash, limit, script, &cmd).await?, None),
+                Some(wait) => {
+                    let (reply, acks) = self
+                        .eval_acked("acquire", hash, limit, script, &cmd, wait)
+                        .await?;
+                    (reply, Some(acks))
+                }
+            }
         } else {
             let entry = AcquireEntry {
                 hash: keys.hash.clone(),
                 field: field.clone(),
                 lease_ms,
                 reentrant,
+                wait,
             };
             let sender = || self.sender(acquire_batch);
             let batcher = &self.batches.acquires;
             let shard = self.shard(&keys.hash);
+            // The sender waits up to the longest WAIT timeout of its entries past `limit`.
+            let limit = limit + wait.map_or(Duration::ZERO, |w| w.timeout);
             batcher.call(entry, shard, limit, "acquire", sender).await?
         };
-        Acquire::parse(&reply)
+        Ok((Acquire::parse(&reply)?, acks))
     }
 
     /// Gives back `release.holds` holds; `request` makes a retry of the same request harmless
@@ -193,12 +217,14 @@ impl Node {
     }
 }
 
-/// Sends a batch of acquisitions as one `acquire.lua` call; one reply per entry.
+/// Sends a batch of acquisitions as one `acquire.lua` call; one reply per entry. When entries
+/// ask for replica acknowledgement, one `WAIT` follows the call, for the most any of them wants,
+/// and every entry gets its answer.
 async fn acquire_batch(
     node: Node,
     batch: Vec<AcquireEntry>,
     limit: Duration,
-) -> Vec<Result<Value>> {
+) -> Vec<Result<Acked>> {
     let bytes: usize = batch
         .iter()
         .map(|e| e.hash.len() + e.field.len() + 16)
@@ -212,10 +238,28 @@ async fn acquire_batch(
             .arg(e.lease_ms)
             .arg(if e.reentrant { "1" } else { "0" });
     }
-    let reply = node
-        .eval("acquire", "", limit, &scripts::ACQUIRE, &cmd)
-        .await;
+    let wait = batch.iter().filter_map(|e| e.wait).reduce(WaitFor::max);
+    let (reply, acks) = match wait {
+        None => {
+            let reply = node.eval("acquire", "", limit, &scripts::ACQUIRE, &cmd);
+            (reply.await, None)
+        }
+        // `limit` already covers the longest WAIT timeout (see `Node::acquire`).
+        Some(wait) => {
+            let limit = limit.saturating_sub(wait.timeout);
+            match node
+                .eval_acked("acquire", "", limit, &scripts::ACQUIRE, &cmd, wait)
+                .await
+            {
+                Ok((reply, acks)) => (Ok(reply), Some(acks)),
+                Err(e) => (Err(e), None),
+            }
+        }
+    };
     split_batch_reply("acquire", reply, batch.iter().map(|e| &*e.hash))
+        .into_iter()
+        .map(|reply| reply.map(|reply| (reply, acks.clone())))
+        .collect()
 }
 
 /// Sends a batch of releases as one `release.lua` call; one reply per entry.

@@ -9,12 +9,16 @@
 //! renew (not held, or its slot moved), and every lock of a call that failed (a node that just
 //! became a replica answers READONLY), is renewed again the per-slot way, which follows
 //! redirections and says for certain.
+//!
+//! When the held locks ask for replica acknowledgement, `WAIT` follows each call in one
+//! pipeline to the same node (`replicas.rs`), and each lock gets its call's answer.
 
 use std::collections::HashMap;
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Value};
+use redis::{Cmd, RedisResult, Value};
 
+use super::replicas::{Acks, WaitFor};
 use super::shape::{Conn, slot};
 use super::{Node, Renewal, bounded};
 use crate::error::{Error, Result};
@@ -26,8 +30,9 @@ const RENEW_NODE: &str = include_str!("../../lua/renew_node.lua");
 
 /// What one renewal round found for each lock, and what it cost.
 pub(crate) struct NodeRenewal {
-    /// Per lock, in order: renewed or not; `Err` when no call could say.
-    pub flags: Vec<Result<bool>>,
+    /// Per lock, in order: renewed or not, and what `WAIT` answered after its call (when one
+    /// was asked for); `Err` when no call could say.
+    pub flags: Vec<Result<(bool, Option<Acks>)>>,
     /// Script calls sent (by node, and per slot for the rest).
     pub calls: usize,
 }
@@ -42,8 +47,13 @@ struct Owner {
 impl Node {
     /// Renews `batch` on a cluster: by node first, per slot for whatever that did not settle.
     /// On one server it is [`Node::renew`] in calls of [`PER_CALL`].
-    pub(crate) async fn renew_by_node(&self, batch: &[Renewal<'_>]) -> NodeRenewal {
-        let mut flags: Vec<Option<Result<bool>>> = (0..batch.len()).map(|_| None).collect();
+    pub(crate) async fn renew_by_node(
+        &self,
+        batch: &[Renewal<'_>],
+        wait: Option<WaitFor>,
+    ) -> NodeRenewal {
+        type Flag = Option<Result<(bool, Option<Acks>)>>;
+        let mut flags: Vec<Flag> = (0..batch.len()).map(|_| None).collect();
         let mut calls = 0;
         if let Conn::Cluster(_) = &self.conn
             && let Ok(owners) = self.slot_owners().await
@@ -57,16 +67,16 @@ impl Node {
             }
             let sends = by_node.iter().flat_map(|((host, port), indices)| {
                 indices.chunks(PER_CALL).map(move |chunk| async move {
-                    (chunk, self.renew_at(host, *port, batch, chunk).await)
+                    (chunk, self.renew_at(host, *port, batch, chunk, wait).await)
                 })
             });
             let replies = futures_util::future::join_all(sends).await;
             calls += replies.len();
             for (chunk, reply) in replies {
-                let Ok(renewed) = reply else { continue };
+                let Ok((renewed, acks)) = reply else { continue };
                 for (&i, ok) in chunk.iter().zip(renewed) {
                     if ok {
-                        flags[i] = Some(Ok(true));
+                        flags[i] = Some(Ok((true, acks.clone())));
                     }
                 }
             }
@@ -92,7 +102,7 @@ impl Node {
                 g.dedup();
                 g.len()
             };
-            (chunk, slots, self.renew(&requests).await)
+            (chunk, slots, self.renew_acked(&requests, wait).await)
         });
         for (chunk, slots, reply) in futures_util::future::join_all(sends).await {
             calls += slots;
@@ -110,19 +120,24 @@ impl Node {
             }
         }
         NodeRenewal {
-            flags: flags.into_iter().map(|f| f.unwrap_or(Ok(false))).collect(),
+            flags: flags
+                .into_iter()
+                .map(|f| f.unwrap_or(Ok((false, None))))
+                .collect(),
             calls,
         }
     }
 
-    /// One `renew_node.lua` call at the primary `host:port` for the locks `chunk` of `batch`.
+    /// One `renew_node.lua` call at the primary `host:port` for the locks `chunk` of `batch`,
+    /// with `WAIT` behind it in one pipeline when `wait` asks for it.
     async fn renew_at(
         &self,
         host: &str,
         port: u16,
         batch: &[Renewal<'_>],
         chunk: &[usize],
-    ) -> Result<Vec<bool>> {
+        wait: Option<WaitFor>,
+    ) -> Result<(Vec<bool>, Option<Acks>)> {
         let Conn::Cluster(conn) = &self.conn else {
             return Err(Error::InvalidArgument(
                 "renew by node needs a cluster".into(),
@@ -139,8 +154,33 @@ impl Node {
             port,
         };
         let mut conn = conn.clone();
-        let send = conn.route_command(cmd, RoutingInfo::SingleNode(at));
-        let reply = bounded("renew", "", self.timeout, send).await?;
+        let (reply, acks) = match wait {
+            None => {
+                let send = conn.route_command(cmd, RoutingInfo::SingleNode(at));
+                (bounded("renew", "", self.timeout, send).await?, None)
+            }
+            Some(wait) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd).add_command(wait.command());
+                let send = conn.route_pipeline(pipe, 0, 2, at);
+                let limit = self.timeout + wait.timeout;
+                let mut replies = bounded("renew", "", limit, send).await?.into_iter();
+                let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
+                    return Err(Error::Protocol {
+                        script: "renew_node",
+                        reply: "fewer than two replies to a renewal and WAIT".into(),
+                    });
+                };
+                let acks: RedisResult<Value> = match acks {
+                    Value::ServerError(e) => Err(e.into()),
+                    other => Ok(other),
+                };
+                (reply, Some(self.read_acks(wait, acks)))
+            }
+        };
+        if let Value::ServerError(e) = reply {
+            return Err(Error::redis("renew", "", e.into()));
+        }
         let flags: Vec<i64> =
             redis::from_redis_value(reply).map_err(|e| Error::redis("renew", "", e.into()))?;
         if flags.len() != chunk.len() {
@@ -149,7 +189,7 @@ impl Node {
                 reply: format!("{} flags for {} locks", flags.len(), chunk.len()),
             });
         }
-        Ok(flags.into_iter().map(|f| f == 1).collect())
+        Ok((flags.into_iter().map(|f| f == 1).collect(), acks))
     }
 
     /// Which primary serves which slots (`CLUSTER SLOTS`, from any node).
