@@ -34,6 +34,7 @@ mod cluster;
 mod host;
 mod locks;
 mod probe;
+pub mod replica;
 mod server;
 mod shard;
 pub mod torture;
