@@ -99,6 +99,13 @@ pub enum Error {
     /// The client was shut down.
     #[error("the client is shut down")]
     Shutdown,
+    /// No sentinel knows a master of this name (`SENTINEL get-master-addr-by-name` answered
+    /// nothing): a wrong name, or sentinels that monitor other masters.
+    #[error("no sentinel knows a Redis master named `{name}`")]
+    UnknownMaster {
+        /// The master name asked for.
+        name: String,
+    },
 }
 
 impl Error {

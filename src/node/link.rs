@@ -22,6 +22,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::mpsc;
 
+use super::sentinel::{Resolver, into_redis};
 use super::shape::{Target, cluster_builder, server_client};
 use crate::error::Result;
 
@@ -45,6 +46,8 @@ pub(crate) enum Link {
         seeds: Vec<String>,
         timeout: Duration,
     },
+    /// The master the sentinels name at each connect (`sentinel.rs`); then as one server.
+    Sentinel(Resolver),
 }
 
 impl Link {
@@ -55,6 +58,7 @@ impl Link {
                 seeds: seeds.clone(),
                 timeout,
             },
+            Target::Sentinel(spec) => Link::Sentinel(Resolver::new(spec, timeout)?),
         })
     }
 
@@ -62,6 +66,11 @@ impl Link {
     pub(crate) async fn connect(&self) -> RedisResult<(Sink, Events)> {
         match self {
             Link::Server(client) => {
+                let (sink, stream) = client.get_async_pubsub().await?.split();
+                Ok((Sink::Server(sink), Events::Server(stream)))
+            }
+            Link::Sentinel(resolver) => {
+                let (_, client) = resolver.resolve().await.map_err(into_redis)?;
                 let (sink, stream) = client.get_async_pubsub().await?.split();
                 Ok((Sink::Server(sink), Events::Server(stream)))
             }

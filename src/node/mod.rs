@@ -21,6 +21,7 @@ mod link;
 mod lock_calls;
 mod renew_by_node;
 mod scan;
+mod sentinel;
 mod shape;
 mod transport;
 
@@ -75,9 +76,14 @@ impl Node {
     /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
     /// only fails the operations that need it.
     pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
-        let client = shape::server_client(target.first_url()?)?;
         let link = Link::new(target, timeout)?;
         let conn = shape::connect(target, timeout, lazy).await?;
+        // Behind sentinels, the master found at connect identifies the deployment.
+        let client = match &conn {
+            Conn::Server(sentinel::ServerConn::Sentinel(conn)) => conn.master_url(),
+            _ => None,
+        };
+        let client = shape::server_client(client.as_deref().unwrap_or(target.first_url()?))?;
         Ok(Node {
             conn,
             client,

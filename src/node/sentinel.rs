@@ -1,0 +1,514 @@
+//! Redis Sentinel: the master found by name through the sentinels, and followed across failovers.
+//!
+//! redis-rs's sentinel client resolves the master only when asked, and its connections stay
+//! pinned to the address found then. Here the command connection lives in a holder
+//! ([`SentinelConn`]) that asks the sentinels again when the master stops being one: a refused
+//! connection, or a `READONLY` / `MASTERDOWN` answer (the old master was demoted). Each
+//! resolution asks the sentinels in turn (`SENTINEL get-master-addr-by-name`), checks with `ROLE`
+//! that the address named really is a master, and swaps in a fresh connection to it. One
+//! resolution runs at a time; callers that failed on the connection it replaced just use the new
+//! one. `transport.rs` sends a command again after a resolution while the caller's limit lasts
+//! (only for answers that mean the command was not run); the subscriber resolves the master the
+//! same way each time it connects (`link.rs`).
+//!
+//! Credentials: those of the URL are the master's; each sentinel is asked with them too, and
+//! again without them if it refuses them (sentinels often have no password).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
+
+use super::shape::server_client;
+use crate::error::{Error, Result};
+
+/// The URL scheme that names a master through its sentinels:
+/// `redis+sentinel://[user:pass@]host:port[,host:port...]/<master-name>[/db][?query]`.
+pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
+
+/// A master named through sentinels, as the user gave it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SentinelSpec {
+    /// The name the sentinels monitor the master under.
+    pub master: String,
+    /// `host:port` of each sentinel.
+    pub sentinels: Vec<String>,
+    /// `user:pass@`, or empty.
+    pub credentials: String,
+    /// The master's database number.
+    pub db: i64,
+    /// `?query` for the master's URL (protocol, client name, ...), or empty.
+    pub query: String,
+    /// What identifies the deployment before the master is known (see
+    /// [`SentinelSpec::stand_in_url`]).
+    pub stand_in: String,
+}
+
+impl SentinelSpec {
+    /// Reads what follows [`SENTINEL_SCHEME`]. Never fails: [`SentinelSpec::check`] does, at
+    /// connect, so that `Client::builder` stays infallible.
+    pub(crate) fn parse(rest: &str) -> SentinelSpec {
+        let (before_query, query) = match rest.find('?') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        let (authority, path) = match before_query.find('/') {
+            Some(i) => (&before_query[..i], &before_query[i + 1..]),
+            None => (before_query, ""),
+        };
+        let (credentials, hosts) = match authority.rfind('@') {
+            Some(i) => (&authority[..=i], &authority[i + 1..]),
+            None => ("", authority),
+        };
+        let mut segments = path.split('/');
+        let master = segments.next().unwrap_or("").to_owned();
+        let db = match segments.next() {
+            None | Some("") => 0,
+            // An unreadable db is kept as -1 and refused by `check`.
+            Some(db) => db.parse().unwrap_or(-1),
+        };
+        let mut spec = SentinelSpec {
+            master,
+            sentinels: hosts
+                .split(',')
+                .filter(|host| !host.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            credentials: credentials.to_owned(),
+            db: if segments.next().is_some() { -1 } else { db },
+            query: query.to_owned(),
+            stand_in: String::new(),
+        };
+        spec.stand_in = spec.stand_in_url();
+        spec
+    }
+
+    /// The spec of `Client::builder_sentinel`: each sentinel as `host:port` or
+    /// `redis://[user:pass@]host:port[/db][?query]`; the credentials, db and query of the first
+    /// sentinel that gives them are used as those of the URL form are.
+    pub(crate) fn from_parts(master: String, sentinels: Vec<String>) -> SentinelSpec {
+        let mut spec = SentinelSpec {
+            master: master.clone(),
+            ..SentinelSpec::default()
+        };
+        let mut settled = false;
+        for sentinel in sentinels {
+            let rest = sentinel.strip_prefix("redis://").unwrap_or(&sentinel);
+            let (authority, after) = match rest.find(['/', '?']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            let one = SentinelSpec::parse(&format!("{authority}/{master}{after}"));
+            spec.sentinels.extend(one.sentinels);
+            if spec.credentials.is_empty() {
+                spec.credentials = one.credentials;
+            }
+            if !settled && !after.is_empty() {
+                (spec.db, spec.query, settled) = (one.db, one.query, true);
+            }
+        }
+        spec.stand_in = spec.stand_in_url();
+        spec
+    }
+
+    /// Refuses a spec that cannot work, before anything is sent.
+    fn check(&self) -> Result<()> {
+        if self.master.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a sentinel URL names the master: redis+sentinel://host:port[,host:port...]/<master-name>[/db]".into(),
+            ));
+        }
+        if self.sentinels.is_empty() {
+            return Err(Error::InvalidArgument(
+                "Redis Sentinel needs at least one sentinel address".into(),
+            ));
+        }
+        if self.db < 0 {
+            return Err(Error::InvalidArgument(
+                "the database of a sentinel URL must be a number: .../<master-name>/<db>".into(),
+            ));
+        }
+        for url in self
+            .sentinel_urls(true)
+            .iter()
+            .chain([&self.master_url("h:1")])
+        {
+            server_client(url)?;
+        }
+        Ok(())
+    }
+
+    /// The master's URL at `addr` (`host:port`).
+    fn master_url(&self, addr: &str) -> String {
+        let (credentials, db, query) = (&self.credentials, self.db, &self.query);
+        format!("redis://{credentials}{addr}/{db}{query}")
+    }
+
+    /// The URL of every sentinel, with the master's credentials or without any.
+    fn sentinel_urls(&self, with_credentials: bool) -> Vec<String> {
+        let credentials = if with_credentials {
+            self.credentials.as_str()
+        } else {
+            ""
+        };
+        self.sentinels
+            .iter()
+            .map(|host| format!("redis://{credentials}{host}"))
+            .collect()
+    }
+
+    /// A stand-in URL for what identifies the deployment (`multi/` keyspaces) while the master
+    /// is not known (a lazy client): the first sentinel's address, with the master's db.
+    fn stand_in_url(&self) -> String {
+        self.master_url(self.sentinels.first().map_or("127.0.0.1:0", String::as_str))
+    }
+}
+
+/// Finds the master: what the command holder and the subscriber share.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolver {
+    spec: Arc<SentinelSpec>,
+    timeout: Duration,
+}
+
+impl Resolver {
+    pub(crate) fn new(spec: &SentinelSpec, timeout: Duration) -> Result<Resolver> {
+        spec.check()?;
+        Ok(Resolver {
+            spec: Arc::new(spec.clone()),
+            timeout,
+        })
+    }
+
+    /// Asks the sentinels in turn for the master's address, and answers the first one that
+    /// `ROLE` confirms is a master, with a client for it. [`Error::UnknownMaster`] when every
+    /// sentinel that answered knows no master of that name.
+    pub(crate) async fn resolve(&self) -> Result<(String, redis::Client)> {
+        let mut unknown = 0;
+        let mut answered = 0;
+        let mut last: Option<Error> = None;
+        for i in 0..self.spec.sentinels.len() {
+            match self.ask(i).await {
+                Ok(Some(addr)) => {
+                    answered += 1;
+                    match self.verify(&addr).await {
+                        Ok(client) => return Ok((addr, client)),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Ok(None) => {
+                    answered += 1;
+                    unknown += 1;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if answered > 0 && unknown == answered {
+            return Err(Error::UnknownMaster {
+                name: self.spec.master.clone(),
+            });
+        }
+        Err(last.unwrap_or_else(|| no_master(&self.spec.master, "no sentinel answered")))
+    }
+
+    /// Sentinel `i`'s answer: the master's `host:port`, or `None` when it knows no such name.
+    async fn ask(&self, i: usize) -> Result<Option<String>> {
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("get-master-addr-by-name").arg(&self.spec.master);
+        let reply = match self.ask_with(i, true, &cmd).await {
+            Err(Error::Redis { source, .. })
+                if !self.spec.credentials.is_empty() && refused_credentials(&source) =>
+            {
+                self.ask_with(i, false, &cmd).await
+            }
+            other => other,
+        }?;
+        Ok(reply.map(|(host, port)| format!("{host}:{port}")))
+    }
+
+    async fn ask_with(
+        &self,
+        i: usize,
+        with_credentials: bool,
+        cmd: &Cmd,
+    ) -> Result<Option<(String, u16)>> {
+        let urls = self.spec.sentinel_urls(with_credentials);
+        let url = urls.get(i).map_or("", String::as_str);
+        let client = server_client(url)?;
+        let ask = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            cmd.query_async(&mut conn).await
+        };
+        super::bounded("ask sentinel", "", self.timeout, ask).await
+    }
+
+    /// A client of `addr` if it answers `ROLE` as a master.
+    async fn verify(&self, addr: &str) -> Result<redis::Client> {
+        let client = server_client(&self.spec.master_url(addr))?;
+        let role = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("ROLE")
+                .query_async::<Vec<Value>>(&mut conn)
+                .await
+        };
+        let role = super::bounded("check master role", "", self.timeout, role).await?;
+        match role.first() {
+            Some(Value::BulkString(role)) if role.as_slice() == b"master" => Ok(client),
+            _ => Err(no_master(
+                &self.spec.master,
+                "the address the sentinels name is not a master (yet)",
+            )),
+        }
+    }
+}
+
+/// Whether a sentinel refused the credentials (it has no password, or other ones).
+fn refused_credentials(e: &RedisError) -> bool {
+    let text = e.to_string();
+    e.kind() == ErrorKind::AuthenticationFailed
+        || text.contains("WRONGPASS")
+        || text.contains("without any password configured")
+        || text.contains("NOAUTH")
+}
+
+/// The error of a resolution that found no master this time (a failover under way, say).
+fn no_master(master: &str, why: &str) -> Error {
+    let source = RedisError::from((ErrorKind::Io, "no Redis master", format!("{master}: {why}")));
+    Error::Redis {
+        operation: "resolve master",
+        source,
+    }
+}
+
+/// The connection in use and the resolution that made it.
+struct Current {
+    conn: ConnectionManager,
+    /// The master's URL.
+    url: String,
+    generation: u64,
+}
+
+struct Holder {
+    resolver: Resolver,
+    current: parking_lot::Mutex<Option<Current>>,
+    /// One resolution at a time.
+    resolving: tokio::sync::Mutex<()>,
+}
+
+/// The command connection to the master the sentinels name: cheap to clone (clones share the
+/// holder), swapped for one to the new master after a failover.
+#[derive(Clone)]
+pub(crate) struct SentinelConn(Arc<Holder>);
+
+impl SentinelConn {
+    /// Resolves the master now, or (`lazy`) on first use.
+    pub(crate) async fn connect(resolver: Resolver, lazy: bool) -> Result<SentinelConn> {
+        let conn = SentinelConn(Arc::new(Holder {
+            resolver,
+            current: parking_lot::Mutex::new(None),
+            resolving: tokio::sync::Mutex::new(()),
+        }));
+        if !lazy {
+            let timeout = conn.0.resolver.timeout;
+            match tokio::time::timeout(timeout, conn.refresh(0)).await {
+                Ok(resolved) => resolved?,
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        operation: "connect",
+                        timeout,
+                    });
+                }
+            }
+        }
+        Ok(conn)
+    }
+
+    /// The resolution the connection in use came from (0: none yet).
+    pub(crate) fn generation(&self) -> u64 {
+        self.0.current.lock().as_ref().map_or(0, |c| c.generation)
+    }
+
+    /// The URL of the master in use, once resolved.
+    pub(crate) fn master_url(&self) -> Option<String> {
+        self.0.current.lock().as_ref().map(|c| c.url.clone())
+    }
+
+    /// Asks the sentinels again, unless the connection was swapped since `seen` (another caller
+    /// did it), and swaps in a connection to the master they name.
+    pub(crate) async fn refresh(&self, seen: u64) -> Result<()> {
+        let _turn = self.0.resolving.lock().await;
+        if self.generation() != seen {
+            return Ok(());
+        }
+        let (addr, client) = self.0.resolver.resolve().await?;
+        let timeout = self.0.resolver.timeout;
+        let manager = ConnectionManager::new_with_config(client, manager_config(timeout));
+        let conn = super::bounded("connect", "", timeout, manager).await?;
+        let generation = seen + 1;
+        let url = self.0.resolver.spec.master_url(&addr);
+        *self.0.current.lock() = Some(Current {
+            conn,
+            url,
+            generation,
+        });
+        if seen != 0 {
+            tracing::info!(master = %self.0.resolver.spec.master, %addr, "following the new Redis master");
+        }
+        Ok(())
+    }
+
+    /// The connection in use, resolving the master first when there is none yet (lazy).
+    async fn conn(&self) -> std::result::Result<ConnectionManager, RedisError> {
+        if let Some(current) = self.0.current.lock().as_ref() {
+            return Ok(current.conn.clone());
+        }
+        self.refresh(0).await.map_err(into_redis)?;
+        self.0
+            .current
+            .lock()
+            .as_ref()
+            .map(|c| c.conn.clone())
+            .ok_or_else(|| into_redis(no_master(&self.0.resolver.spec.master, "not resolved")))
+    }
+}
+
+/// The command connection's settings, as for one server (`shape::connect`), but with fewer
+/// reconnection attempts: after a failover the holder moves on instead.
+fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(None)
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(100))
+}
+
+/// A crate error as redis-rs's, for the connection traits.
+pub(crate) fn into_redis(e: Error) -> RedisError {
+    match e {
+        Error::Redis { source, .. } => source,
+        Error::UnknownMaster { name } => RedisError::from((
+            ErrorKind::MasterNameNotFoundBySentinel,
+            "no sentinel knows the master",
+            name,
+        )),
+        other => RedisError::from((ErrorKind::Io, "no Redis master", other.to_string())),
+    }
+}
+
+/// Whether a failed command means the master may have moved, and was not run (so it is safe to
+/// send it again after asking the sentinels): a refused connection, no master found, or a
+/// demoted master's `READONLY` / `MASTERDOWN`.
+pub(crate) fn master_moved(e: &Error) -> bool {
+    let Error::Redis { source, .. } = e else {
+        return false;
+    };
+    matches!(
+        source.kind(),
+        ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+    ) || source.is_connection_refusal()
+        || source.to_string().contains("no Redis master")
+}
+
+/// The connection to one server: named directly, or found through sentinels.
+#[derive(Clone)]
+pub(crate) enum ServerConn {
+    Direct(ConnectionManager),
+    Sentinel(SentinelConn),
+}
+
+impl ConnectionLike for ServerConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            ServerConn::Direct(conn) => conn.req_packed_command(cmd),
+            ServerConn::Sentinel(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            ServerConn::Direct(conn) => conn.req_packed_commands(pipeline, offset, count),
+            ServerConn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            ServerConn::Direct(conn) => conn.get_db(),
+            ServerConn::Sentinel(conn) => conn.get_db(),
+        }
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            conn.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            conn.req_packed_commands(pipeline, offset, count).await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.resolver.spec.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_names_sentinels_master_db_and_query() {
+        let spec = SentinelSpec::parse("u:p@a:1,b:2/mymaster/3?protocol=2");
+        assert_eq!(spec.sentinels, ["a:1", "b:2"]);
+        assert_eq!(spec.master, "mymaster");
+        assert_eq!(spec.db, 3);
+        assert_eq!(spec.credentials, "u:p@");
+        assert_eq!(spec.master_url("h:9"), "redis://u:p@h:9/3?protocol=2");
+        assert_eq!(spec.sentinel_urls(false), ["redis://a:1", "redis://b:2"]);
+        assert!(spec.check().is_ok());
+
+        let plain = SentinelSpec::parse("a:1/m");
+        assert_eq!((plain.master.as_str(), plain.db), ("m", 0));
+        assert!(plain.check().is_ok());
+    }
+
+    #[test]
+    fn bad_urls_are_refused() {
+        for rest in ["a:1", "a:1/", "/m", "a:1/m/x", "a:1/m/1/2"] {
+            let spec = SentinelSpec::parse(rest);
+            assert!(
+                matches!(spec.check(), Err(Error::InvalidArgument(_))),
+                "{rest}: {spec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn builder_parts_share_the_first_credentials() {
+        let spec = SentinelSpec::from_parts(
+            "m".into(),
+            vec!["redis://:pw@a:1/2?protocol=2".into(), "b:2".into()],
+        );
+        assert_eq!(spec.sentinels, ["a:1", "b:2"]);
+        assert_eq!(spec.credentials, ":pw@");
+        assert_eq!(spec.master_url("h:9"), "redis://:pw@h:9/2?protocol=2");
+    }
+}
