@@ -120,7 +120,10 @@ async fn a_held_lock_and_its_waiter_follow_the_new_master() {
     );
     eprintln!("promoted {promoted_after:?} after the kill; renewed there {followed_after:?} after");
     assert_eq!(owners(&group.servers[new], &key), 1);
-    assert!(!held.is_lost(), "the key was replicated: the holder keeps it");
+    assert!(
+        !held.is_lost(),
+        "the key was replicated: the holder keeps it"
+    );
     assert!(!waiter.is_finished(), "the waiter got a lock still held");
 
     let unlocked = Instant::now();
@@ -226,6 +229,12 @@ async fn mutual_exclusion_across_a_failover_is_kept_by_every_guard_not_reported_
         "{} sections: {before} before the kill, {after} after the promotion, {lost} lost",
         sections.len()
     );
+    let first_after = sections
+        .iter()
+        .filter(|s| s.start > promoted_at)
+        .map(|s| s.start.duration_since(promoted_at))
+        .min();
+    eprintln!("first section on the new master {first_after:?} after the promotion");
     assert!(before > 0, "no section ran before the kill");
     assert!(after > 0, "no section ran on the new master");
     for (i, a) in sections.iter().enumerate() {

@@ -153,13 +153,18 @@ impl SentinelGroup {
             .collect();
         let group = SentinelGroup { servers, sentinels };
         let formed = super::eventually(FORM_TIMEOUT, || {
-            group.servers[1..].iter().all(|s| role(s) == "slave" && linked(s))
+            group.servers[1..]
+                .iter()
+                .all(|s| role(s) == "slave" && linked(s))
                 && group
                     .sentinels
                     .iter()
                     .all(|s| s.count("replicas") == 2 && s.count("sentinels") == 2)
         });
-        assert!(formed, "the sentinel group did not form in {FORM_TIMEOUT:?}");
+        assert!(
+            formed,
+            "the sentinel group did not form in {FORM_TIMEOUT:?}"
+        );
         group
     }
 
