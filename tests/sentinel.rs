@@ -64,7 +64,8 @@ async fn connects_by_url_and_by_builder_and_refuses_a_wrong_master_name() {
 /// A watchdog-kept lock, replicated before the master dies: after the failover the holder's
 /// renewal lands on the new master within the failover time plus one renewal period, the
 /// holder is not told it lost the lock, the waiter does not get it meanwhile, and the waiter is
-/// woken (through the subscriber, now on the new master) as soon as the holder unlocks.
+/// woken (through the subscriber, now on the new master) as soon as the holder unlocks. The
+/// fence counter was replicated with the lock, so the waiter's token is above the holder's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_and_its_waiter_follow_the_new_master() {
     let mut group = start_group();
@@ -82,7 +83,14 @@ async fn a_held_lock_and_its_waiter_follow_the_new_master() {
         .unwrap();
     let name = unique_name("sentinel-failover");
     let key = key_of(&name);
-    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let held = holder
+        .lock(&name)
+        .unwrap()
+        .fenced(true)
+        .lock()
+        .await
+        .unwrap();
+    let first_token = held.fencing_token().expect("a fenced lock has a token");
     let old = group.master();
     let replicated = support::eventually(Duration::from_secs(5), || {
         (0..3)
@@ -90,7 +98,7 @@ async fn a_held_lock_and_its_waiter_follow_the_new_master() {
             .all(|i| exists(&group.servers[i], &key))
     });
     assert!(replicated, "the lock reached both replicas");
-    let lock = waiting.lock(&name).unwrap();
+    let lock = waiting.lock(&name).unwrap().fenced(true);
     let waiter = tokio::spawn(async move {
         let guard = lock.lock().await;
         (guard, Instant::now())
@@ -138,6 +146,11 @@ async fn a_held_lock_and_its_waiter_follow_the_new_master() {
         at.duration_since(unlocked)
     );
     assert!(exists(&group.servers[new], &key));
+    let token = guard.fencing_token().expect("a fenced lock has a token");
+    assert!(
+        token > first_token,
+        "the replicated fence counter goes on: {token} after {first_token}"
+    );
     guard.unlock().await.unwrap();
     holder.shutdown().await.unwrap();
     waiting.shutdown().await.unwrap();
@@ -256,4 +269,81 @@ async fn mutual_exclusion_across_a_failover_is_kept_by_every_guard_not_reported_
     for client in clients {
         let _ = client.shutdown().await;
     }
+}
+
+/// A planned failover (`SENTINEL FAILOVER`): the old master is not killed and goes on answering
+/// as a master for seconds after the promotion, so no command fails to tell the client; the
+/// sentinels' `+switch-master` announcement does. A watchdog-kept lock is renewed on the new
+/// master and never reported lost (a planned failover waits for the replica to catch up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_is_followed_and_keeps_the_lock() {
+    let group = start_group();
+    let lease = Duration::from_secs(3);
+    let client = Client::builder(group.url())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let name = unique_name("sentinel-planned");
+    let key = key_of(&name);
+    let held = client.lock(&name).unwrap().lock().await.unwrap();
+    let old = group.master();
+
+    let started = Instant::now();
+    redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER_NAME)
+        .query::<()>(&mut group.sentinels[0].conn())
+        .expect("SENTINEL FAILOVER");
+    let new = tokio::task::block_in_place(|| group.until_promoted(old, FAILOVER_LIMIT));
+    let promoted_after = started.elapsed();
+    // The old master still answers as one (the sentinels reconfigure it seconds later), yet the
+    // client moves to the new master soon after the announcement.
+    let new_port = group.servers[new].port();
+    let followed = support::eventually_async(Duration::from_secs(2), || async {
+        served_by(&client).await == Some(new_port)
+    })
+    .await;
+    let followed_after = started.elapsed();
+    assert!(
+        followed,
+        "not on the new master {followed_after:?} after SENTINEL FAILOVER (promoted after {promoted_after:?})"
+    );
+    eprintln!(
+        "planned failover: promoted after {promoted_after:?}, followed after {followed_after:?}"
+    );
+    // Usually still "master" here: nothing but the announcement told the client.
+    eprintln!(
+        "the old master's role meanwhile: {}",
+        support::sentinel::role(&group.servers[old])
+    );
+    let other = unique_name("sentinel-planned-other");
+    let guard = tokio::time::timeout(Duration::from_secs(5), client.lock(&other).unwrap().lock())
+        .await
+        .expect("a lock taken after the failover")
+        .unwrap();
+    assert!(exists(&group.servers[new], &key_of(&other)));
+    assert!(!exists(&group.servers[old], &key_of(&other)));
+    guard.unlock().await.unwrap();
+
+    // Two renewal periods later the held lock was renewed there and is not lost.
+    tokio::time::sleep(lease * 2 / 3).await;
+    let renewed = pttl(&group.servers[new], &key);
+    eprintln!("planned failover: lease left {renewed} ms on the new master");
+    assert!(
+        renewed > (lease / 3).as_millis() as i64,
+        "renewed on the new master: {renewed} ms left"
+    );
+    assert!(!held.is_lost());
+    held.unlock().await.unwrap();
+    assert!(!exists(&group.servers[new], &key));
+    client.shutdown().await.unwrap();
+}
+
+/// The port of the server the client's commands reach now.
+async fn served_by(client: &Client) -> Option<u16> {
+    let info: String = client.query(redis::cmd("INFO").arg("server")).await.ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("tcp_port:"))
+        .and_then(|port| port.trim().parse().ok())
 }

@@ -76,13 +76,15 @@ impl Node {
     /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
     /// only fails the operations that need it.
     pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
-        let link = Link::new(target, timeout)?;
+        let mut link = Link::new(target, timeout)?;
         let conn = shape::connect(target, timeout, lazy).await?;
-        // Behind sentinels, the master found at connect identifies the deployment.
-        let client = match &conn {
-            Conn::Server(sentinel::ServerConn::Sentinel(conn)) => conn.master_url(),
-            _ => None,
-        };
+        // Behind sentinels, the subscriber follows the command connection, and the master found
+        // at connect identifies the deployment.
+        let mut client = None;
+        if let Conn::Server(sentinel::ServerConn::Sentinel(conn)) = &conn {
+            link = Link::Sentinel(conn.clone());
+            client = conn.master_url();
+        }
         let client = shape::server_client(client.as_deref().unwrap_or(target.first_url()?))?;
         Ok(Node {
             conn,

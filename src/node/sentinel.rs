@@ -23,147 +23,10 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, 
 use super::shape::server_client;
 use crate::error::{Error, Result};
 
-/// The URL scheme that names a master through its sentinels:
-/// `redis+sentinel://[user:pass@]host:port[,host:port...]/<master-name>[/db][?query]`.
-pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
+mod spec;
+mod watch;
 
-/// A master named through sentinels, as the user gave it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SentinelSpec {
-    /// The name the sentinels monitor the master under.
-    pub master: String,
-    /// `host:port` of each sentinel.
-    pub sentinels: Vec<String>,
-    /// `user:pass@`, or empty.
-    pub credentials: String,
-    /// The master's database number.
-    pub db: i64,
-    /// `?query` for the master's URL (protocol, client name, ...), or empty.
-    pub query: String,
-    /// What identifies the deployment before the master is known (see
-    /// [`SentinelSpec::stand_in_url`]).
-    pub stand_in: String,
-}
-
-impl SentinelSpec {
-    /// Reads what follows [`SENTINEL_SCHEME`]. Never fails: [`SentinelSpec::check`] does, at
-    /// connect, so that `Client::builder` stays infallible.
-    pub(crate) fn parse(rest: &str) -> SentinelSpec {
-        let (before_query, query) = match rest.find('?') {
-            Some(i) => rest.split_at(i),
-            None => (rest, ""),
-        };
-        let (authority, path) = match before_query.find('/') {
-            Some(i) => (&before_query[..i], &before_query[i + 1..]),
-            None => (before_query, ""),
-        };
-        let (credentials, hosts) = match authority.rfind('@') {
-            Some(i) => (&authority[..=i], &authority[i + 1..]),
-            None => ("", authority),
-        };
-        let mut segments = path.split('/');
-        let master = segments.next().unwrap_or("").to_owned();
-        let db = match segments.next() {
-            None | Some("") => 0,
-            // An unreadable db is kept as -1 and refused by `check`.
-            Some(db) => db.parse().unwrap_or(-1),
-        };
-        let mut spec = SentinelSpec {
-            master,
-            sentinels: hosts
-                .split(',')
-                .filter(|host| !host.is_empty())
-                .map(str::to_owned)
-                .collect(),
-            credentials: credentials.to_owned(),
-            db: if segments.next().is_some() { -1 } else { db },
-            query: query.to_owned(),
-            stand_in: String::new(),
-        };
-        spec.stand_in = spec.stand_in_url();
-        spec
-    }
-
-    /// The spec of `Client::builder_sentinel`: each sentinel as `host:port` or
-    /// `redis://[user:pass@]host:port[/db][?query]`; the credentials, db and query of the first
-    /// sentinel that gives them are used as those of the URL form are.
-    pub(crate) fn from_parts(master: String, sentinels: Vec<String>) -> SentinelSpec {
-        let mut spec = SentinelSpec {
-            master: master.clone(),
-            ..SentinelSpec::default()
-        };
-        let mut settled = false;
-        for sentinel in sentinels {
-            let rest = sentinel.strip_prefix("redis://").unwrap_or(&sentinel);
-            let (authority, after) = match rest.find(['/', '?']) {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            let one = SentinelSpec::parse(&format!("{authority}/{master}{after}"));
-            spec.sentinels.extend(one.sentinels);
-            if spec.credentials.is_empty() {
-                spec.credentials = one.credentials;
-            }
-            if !settled && !after.is_empty() {
-                (spec.db, spec.query, settled) = (one.db, one.query, true);
-            }
-        }
-        spec.stand_in = spec.stand_in_url();
-        spec
-    }
-
-    /// Refuses a spec that cannot work, before anything is sent.
-    fn check(&self) -> Result<()> {
-        if self.master.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a sentinel URL names the master: redis+sentinel://host:port[,host:port...]/<master-name>[/db]".into(),
-            ));
-        }
-        if self.sentinels.is_empty() {
-            return Err(Error::InvalidArgument(
-                "Redis Sentinel needs at least one sentinel address".into(),
-            ));
-        }
-        if self.db < 0 {
-            return Err(Error::InvalidArgument(
-                "the database of a sentinel URL must be a number: .../<master-name>/<db>".into(),
-            ));
-        }
-        for url in self
-            .sentinel_urls(true)
-            .iter()
-            .chain([&self.master_url("h:1")])
-        {
-            server_client(url)?;
-        }
-        Ok(())
-    }
-
-    /// The master's URL at `addr` (`host:port`).
-    fn master_url(&self, addr: &str) -> String {
-        let (credentials, db, query) = (&self.credentials, self.db, &self.query);
-        format!("redis://{credentials}{addr}/{db}{query}")
-    }
-
-    /// The URL of every sentinel, with the master's credentials or without any.
-    fn sentinel_urls(&self, with_credentials: bool) -> Vec<String> {
-        let credentials = if with_credentials {
-            self.credentials.as_str()
-        } else {
-            ""
-        };
-        self.sentinels
-            .iter()
-            .map(|host| format!("redis://{credentials}{host}"))
-            .collect()
-    }
-
-    /// A stand-in URL for what identifies the deployment (`multi/` keyspaces) while the master
-    /// is not known (a lazy client): the first sentinel's address, with the master's db.
-    fn stand_in_url(&self) -> String {
-        self.master_url(self.sentinels.first().map_or("127.0.0.1:0", String::as_str))
-    }
-}
+pub(crate) use spec::{SENTINEL_SCHEME, SentinelSpec};
 
 /// Finds the master: what the command holder and the subscriber share.
 #[derive(Debug, Clone)]
@@ -181,33 +44,38 @@ impl Resolver {
         })
     }
 
-    /// Asks the sentinels in turn for the master's address, and answers the first one that
-    /// `ROLE` confirms is a master, with a client for it. [`Error::UnknownMaster`] when every
-    /// sentinel that answered knows no master of that name.
+    /// Asks every sentinel at once for the master's address, and answers the address named by
+    /// the most of them that `ROLE` confirms is a master, with a client for it. Right after a
+    /// failover the sentinel that led it may still name the old master (which may still answer
+    /// as one) while the others name the new one: the majority wins.
+    /// [`Error::UnknownMaster`] when every sentinel that answered knows no master of that name.
     pub(crate) async fn resolve(&self) -> Result<(String, redis::Client)> {
-        let mut unknown = 0;
-        let mut answered = 0;
-        let mut last: Option<Error> = None;
-        for i in 0..self.spec.sentinels.len() {
-            match self.ask(i).await {
-                Ok(Some(addr)) => {
-                    answered += 1;
-                    match self.verify(&addr).await {
-                        Ok(client) => return Ok((addr, client)),
-                        Err(e) => last = Some(e),
-                    }
-                }
-                Ok(None) => {
-                    answered += 1;
-                    unknown += 1;
-                }
+        let asks = (0..self.spec.sentinels.len()).map(|i| self.ask(i));
+        let answers = futures_util::future::join_all(asks).await;
+        let mut votes: Vec<(String, usize)> = Vec::new();
+        let (mut unknown, mut last) = (0, None);
+        for answer in answers {
+            match answer {
+                Ok(Some(addr)) => match votes.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, n)) => *n += 1,
+                    None => votes.push((addr, 1)),
+                },
+                Ok(None) => unknown += 1,
                 Err(e) => last = Some(e),
             }
         }
-        if answered > 0 && unknown == answered {
+        if votes.is_empty() && unknown > 0 {
             return Err(Error::UnknownMaster {
                 name: self.spec.master.clone(),
             });
+        }
+        // Most votes first; the order of the sentinels breaks ties (a stable sort).
+        votes.sort_by(|a, b| b.1.cmp(&a.1));
+        for (addr, _) in votes {
+            match self.verify(&addr).await {
+                Ok(client) => return Ok((addr, client)),
+                Err(e) => last = Some(e),
+            }
         }
         Err(last.unwrap_or_else(|| no_master(&self.spec.master, "no sentinel answered")))
     }
@@ -294,6 +162,9 @@ struct Holder {
     current: parking_lot::Mutex<Option<Current>>,
     /// One resolution at a time.
     resolving: tokio::sync::Mutex<()>,
+    /// The generation of the connection in use, for the subscriber (`link.rs`): a change ends
+    /// its connection, so it connects to the new master.
+    switched: tokio::sync::watch::Sender<u64>,
 }
 
 /// The command connection to the master the sentinels name: cheap to clone (clones share the
@@ -302,13 +173,21 @@ struct Holder {
 pub(crate) struct SentinelConn(Arc<Holder>);
 
 impl SentinelConn {
-    /// Resolves the master now, or (`lazy`) on first use.
-    pub(crate) async fn connect(resolver: Resolver, lazy: bool) -> Result<SentinelConn> {
-        let conn = SentinelConn(Arc::new(Holder {
+    /// A holder that has resolved nothing yet.
+    pub(crate) fn new(resolver: Resolver) -> SentinelConn {
+        SentinelConn(Arc::new(Holder {
             resolver,
             current: parking_lot::Mutex::new(None),
             resolving: tokio::sync::Mutex::new(()),
-        }));
+            switched: tokio::sync::watch::Sender::new(0),
+        }))
+    }
+
+    /// Resolves the master now, or (`lazy`) on first use, and starts listening for the
+    /// sentinels' failover announcements (`watch.rs`).
+    pub(crate) async fn connect(resolver: Resolver, lazy: bool) -> Result<SentinelConn> {
+        let conn = SentinelConn::new(resolver);
+        watch::spawn(&conn.0);
         if !lazy {
             let timeout = conn.0.resolver.timeout;
             match tokio::time::timeout(timeout, conn.refresh(0)).await {
@@ -354,8 +233,19 @@ impl SentinelConn {
         });
         if seen != 0 {
             tracing::info!(master = %self.0.resolver.spec.master, %addr, "following the new Redis master");
+            self.0.switched.send_replace(generation);
         }
         Ok(())
+    }
+
+    /// What finds the master.
+    pub(crate) fn resolver(&self) -> &Resolver {
+        &self.0.resolver
+    }
+
+    /// Changes each time the connection is swapped for one to a new master.
+    pub(crate) fn switched(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.switched.subscribe()
     }
 
     /// The connection in use, resolving the master first when there is none yet (lazy).
@@ -467,48 +357,5 @@ impl ConnectionLike for SentinelConn {
 
     fn get_db(&self) -> i64 {
         self.0.resolver.spec.db
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn url_names_sentinels_master_db_and_query() {
-        let spec = SentinelSpec::parse("u:p@a:1,b:2/mymaster/3?protocol=2");
-        assert_eq!(spec.sentinels, ["a:1", "b:2"]);
-        assert_eq!(spec.master, "mymaster");
-        assert_eq!(spec.db, 3);
-        assert_eq!(spec.credentials, "u:p@");
-        assert_eq!(spec.master_url("h:9"), "redis://u:p@h:9/3?protocol=2");
-        assert_eq!(spec.sentinel_urls(false), ["redis://a:1", "redis://b:2"]);
-        assert!(spec.check().is_ok());
-
-        let plain = SentinelSpec::parse("a:1/m");
-        assert_eq!((plain.master.as_str(), plain.db), ("m", 0));
-        assert!(plain.check().is_ok());
-    }
-
-    #[test]
-    fn bad_urls_are_refused() {
-        for rest in ["a:1", "a:1/", "/m", "a:1/m/x", "a:1/m/1/2"] {
-            let spec = SentinelSpec::parse(rest);
-            assert!(
-                matches!(spec.check(), Err(Error::InvalidArgument(_))),
-                "{rest}: {spec:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn builder_parts_share_the_first_credentials() {
-        let spec = SentinelSpec::from_parts(
-            "m".into(),
-            vec!["redis://:pw@a:1/2?protocol=2".into(), "b:2".into()],
-        );
-        assert_eq!(spec.sentinels, ["a:1", "b:2"]);
-        assert_eq!(spec.credentials, ":pw@");
-        assert_eq!(spec.master_url("h:9"), "redis://:pw@h:9/2?protocol=2");
     }
 }
