@@ -234,7 +234,7 @@ async fn mutual_exclusion_across_a_failover_is_kept_by_every_guard_not_reported_
     *stop_at.lock().unwrap() = Some(Instant::now() + Duration::from_secs(3));
     support::join_within(tasks, Duration::from_secs(20), "a task hung").await;
 
-    let sections = sections.lock().unwrap();
+    let sections = std::mem::take(&mut *sections.lock().unwrap());
     let before = sections.iter().filter(|s| s.end < killed_at).count();
     let after = sections.iter().filter(|s| s.start > promoted_at).count();
     let lost = sections.iter().filter(|s| s.lost).count();

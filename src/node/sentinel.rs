@@ -70,7 +70,7 @@ impl Resolver {
             });
         }
         // Most votes first; the order of the sentinels breaks ties (a stable sort).
-        votes.sort_by(|a, b| b.1.cmp(&a.1));
+        votes.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
         for (addr, _) in votes {
             match self.verify(&addr).await {
                 Ok(client) => return Ok((addr, client)),
