@@ -216,6 +216,12 @@ impl SentinelGroup {
     /// Waits until a majority of sentinels names a master other than `old` and that server
     /// answers ROLE as a master; its index. Panics after `within`.
     pub fn until_promoted(&self, old: usize, within: Duration) -> usize {
+        self.try_until_promoted(old, within)
+            .unwrap_or_else(|| panic!("no replica was promoted within {within:?}"))
+    }
+
+    /// [`SentinelGroup::until_promoted`], `None` after `within`.
+    pub fn try_until_promoted(&self, old: usize, within: Duration) -> Option<usize> {
         let deadline = Instant::now() + within;
         for _ in 0..within.as_millis() / POLL.as_millis() + 1 {
             let ports: Vec<u16> = self
@@ -231,7 +237,7 @@ impl SentinelGroup {
             if let Some(port) = new {
                 let i = self.index_of(port);
                 if role(&self.servers[i]) == "master" {
-                    return i;
+                    return Some(i);
                 }
             }
             if Instant::now() > deadline {
@@ -239,7 +245,53 @@ impl SentinelGroup {
             }
             std::thread::sleep(POLL);
         }
-        panic!("no replica was promoted within {within:?}");
+        None
+    }
+
+    /// The master named by a majority of sentinels, if they agree on one.
+    pub fn try_master(&self) -> Option<usize> {
+        let ports: Vec<u16> = self
+            .sentinels
+            .iter()
+            .filter_map(SentinelProcess::master_port)
+            .collect();
+        let port = ports
+            .iter()
+            .copied()
+            .find(|p| ports.iter().filter(|q| *q == p).count() >= 2)?;
+        self.servers.iter().position(|s| s.port() == port)
+    }
+
+    /// Whether the master has a replica in sync (`state=online`), which a failover needs.
+    pub fn has_online_replica(&self, master: usize) -> bool {
+        let Ok(client) = redis::Client::open(self.servers[master].url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+            return false;
+        };
+        let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+        redis::cmd("INFO")
+            .arg("replication")
+            .query::<String>(&mut conn)
+            .is_ok_and(|info| info.contains("state=online"))
+    }
+
+    /// `SENTINEL FAILOVER` through the first sentinel that accepts it: a planned failover.
+    pub fn planned_failover(&self) -> bool {
+        self.sentinels.iter().any(|s| {
+            redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(MASTER_NAME)
+                .query::<()>(&mut s.conn())
+                .is_ok()
+        })
+    }
+
+    /// Starts server `i` again after a kill, on its port, empty; the sentinels make it a
+    /// replica of the current master.
+    pub fn restart(&mut self, i: usize) {
+        self.servers[i].restart();
     }
 }
 

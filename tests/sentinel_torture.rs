@@ -1,0 +1,66 @@
+//! The randomized fault run (`support::torture`) behind Redis Sentinel: planned failovers
+//! (`SENTINEL FAILOVER`), kill -9 of the master (restarted later, empty, and made a replica by
+//! the sentinels) and `CLIENT PAUSE WRITE` of the master, drawn at random while fenced locks are
+//! taken and used through `redis+sentinel://` clients.
+
+mod support;
+
+use std::time::Duration;
+
+use redlease::Client;
+use support::sentinel::SentinelGroup;
+use support::torture::{self, Dice, Fences};
+use support::unique_names;
+
+const NAMES: usize = 3;
+const CLIENTS: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
+    let mut group = tokio::task::block_in_place(SentinelGroup::start);
+    let names = unique_names("sentinel-torture", NAMES);
+    let mut clients = Vec::new();
+    let mut acquirers = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = Client::builder(group.url())
+            .watchdog_lease(Duration::from_secs(3))
+            .timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap();
+        let (c, names) = (client.clone(), names.clone());
+        acquirers.push(torture::acquire(move |i| {
+            let lock = c.lock(&names[i]).map(|l| l.fenced(true));
+            async move { lock?.try_lock_for(Duration::from_secs(2)).await }
+        }));
+        clients.push(client);
+    }
+    let mut killed: Option<usize> = None;
+    let fault = move |dice: &mut Dice| {
+        if let Some(server) = killed.take() {
+            group.restart(server);
+        }
+        let Some(master) = group.try_master() else {
+            return;
+        };
+        let ready = group.has_online_replica(master);
+        match (dice.below(3), ready) {
+            (0, true) => {
+                if group.planned_failover() {
+                    group.try_until_promoted(master, Duration::from_secs(5));
+                }
+            }
+            (1, true) => {
+                group.servers[master].kill();
+                group.try_until_promoted(master, Duration::from_secs(15));
+                killed = Some(master);
+            }
+            _ => group.servers[master].client_pause(300, false),
+        }
+    };
+    // A failover may promote a replica that missed the last fence increments.
+    torture::run("sentinel", Fences::MayRegress, names, acquirers, fault).await;
+    for client in clients {
+        let _ = client.shutdown().await;
+    }
+}
