@@ -44,34 +44,40 @@ impl Resolver {
         })
     }
 
-    /// Asks every sentinel at once for the master's address, and answers the address named by
-    /// the most of them that `ROLE` confirms is a master, with a client for it. Right after a
-    /// failover the sentinel that led it may still name the old master (which may still answer
-    /// as one) while the others name the new one: the majority wins.
-    /// [`Error::UnknownMaster`] when every sentinel that answered knows no master of that name.
+    /// Asks every sentinel at once for the master (`SENTINEL MASTER`), and answers the first
+    /// address that `ROLE` confirms is a master, with a client for it: the address of the
+    /// newest configuration (highest config epoch) first, then the one most sentinels name.
+    /// Right after a failover the sentinel that led it still names the old master until the
+    /// failover ends (seconds), and the others switch one by one as they hear of it; the old
+    /// master meanwhile still answers as one. The newest epoch names the new master as soon as
+    /// any sentinel knows it. [`Error::UnknownMaster`] when every sentinel that answered knows
+    /// no master of that name.
     pub(crate) async fn resolve(&self) -> Result<(String, redis::Client)> {
         let asks = (0..self.spec.sentinels.len()).map(|i| self.ask(i));
         let answers = futures_util::future::join_all(asks).await;
-        let mut votes: Vec<(String, usize)> = Vec::new();
+        // (address, newest epoch naming it, votes)
+        let mut named: Vec<(String, u64, usize)> = Vec::new();
         let (mut unknown, mut last) = (0, None);
         for answer in answers {
             match answer {
-                Ok(Some(addr)) => match votes.iter_mut().find(|(a, _)| *a == addr) {
-                    Some((_, n)) => *n += 1,
-                    None => votes.push((addr, 1)),
+                Ok(Some((addr, epoch))) => match named.iter_mut().find(|(a, ..)| *a == addr) {
+                    Some((_, newest, votes)) => {
+                        *newest = (*newest).max(epoch);
+                        *votes += 1;
+                    }
+                    None => named.push((addr, epoch, 1)),
                 },
                 Ok(None) => unknown += 1,
                 Err(e) => last = Some(e),
             }
         }
-        if votes.is_empty() && unknown > 0 {
+        if named.is_empty() && unknown > 0 {
             return Err(Error::UnknownMaster {
                 name: self.spec.master.clone(),
             });
         }
-        // Most votes first; the order of the sentinels breaks ties (a stable sort).
-        votes.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-        for (addr, _) in votes {
+        named.sort_by_key(|&(_, epoch, votes)| std::cmp::Reverse((epoch, votes)));
+        for (addr, ..) in named {
             match self.verify(&addr).await {
                 Ok(client) => return Ok((addr, client)),
                 Err(e) => last = Some(e),
@@ -80,10 +86,11 @@ impl Resolver {
         Err(last.unwrap_or_else(|| no_master(&self.spec.master, "no sentinel answered")))
     }
 
-    /// Sentinel `i`'s answer: the master's `host:port`, or `None` when it knows no such name.
-    async fn ask(&self, i: usize) -> Result<Option<String>> {
+    /// Sentinel `i`'s answer: the master's `host:port` and the config epoch it knows it by, or
+    /// `None` when it knows no such name.
+    async fn ask(&self, i: usize) -> Result<Option<(String, u64)>> {
         let mut cmd = redis::cmd("SENTINEL");
-        cmd.arg("get-master-addr-by-name").arg(&self.spec.master);
+        cmd.arg("MASTER").arg(&self.spec.master);
         let reply = match self.ask_with(i, true, &cmd).await {
             Err(Error::Redis { source, .. })
                 if !self.spec.credentials.is_empty() && refused_credentials(&source) =>
@@ -91,8 +98,26 @@ impl Resolver {
                 self.ask_with(i, false, &cmd).await
             }
             other => other,
-        }?;
-        Ok(reply.map(|(host, port)| format!("{host}:{port}")))
+        };
+        let fields = match reply {
+            Err(Error::Redis { source, .. })
+                if source.to_string().contains("No such master with that name") =>
+            {
+                return Ok(None);
+            }
+            other => other?,
+        };
+        let field = |name: &str| fields.get(name).map(String::as_str);
+        match (field("ip"), field("port")) {
+            (Some(ip), Some(port)) => {
+                let epoch = field("config-epoch").and_then(|e| e.parse().ok());
+                Ok(Some((format!("{ip}:{port}"), epoch.unwrap_or(0))))
+            }
+            _ => Err(Error::Protocol {
+                script: "sentinel master",
+                reply: "no ip and port".into(),
+            }),
+        }
     }
 
     async fn ask_with(
@@ -100,7 +125,7 @@ impl Resolver {
         i: usize,
         with_credentials: bool,
         cmd: &Cmd,
-    ) -> Result<Option<(String, u16)>> {
+    ) -> Result<std::collections::HashMap<String, String>> {
         let urls = self.spec.sentinel_urls(with_credentials);
         let url = urls.get(i).map_or("", String::as_str);
         let client = server_client(url)?;
@@ -112,7 +137,7 @@ impl Resolver {
     }
 
     /// A client of `addr` if it answers `ROLE` as a master.
-    async fn verify(&self, addr: &str) -> Result<redis::Client> {
+    pub(crate) async fn verify(&self, addr: &str) -> Result<redis::Client> {
         let client = server_client(&self.spec.master_url(addr))?;
         let role = async {
             let mut conn = client.get_multiplexed_async_connection().await?;
@@ -221,11 +246,30 @@ impl SentinelConn {
             return Ok(());
         }
         let (addr, client) = self.0.resolver.resolve().await?;
+        self.install(seen, &addr, client).await
+    }
+
+    /// Moves to `addr`, which a sentinel just announced it promoted, once `ROLE` there says
+    /// master: sooner than [`SentinelConn::refresh`], since no sentinel names the new master
+    /// before the one that led the failover tells the others.
+    pub(crate) async fn promoted(&self, addr: &str) -> Result<()> {
+        let _turn = self.0.resolving.lock().await;
+        let seen = self.generation();
+        let client = self.0.resolver.verify(addr).await?;
+        self.install(seen, addr, client).await
+    }
+
+    /// Swaps in a connection to the master at `addr` (called under `resolving`), unless it is
+    /// the one in use: that connection reconnects by itself.
+    async fn install(&self, seen: u64, addr: &str, client: redis::Client) -> Result<()> {
+        let url = self.0.resolver.spec.master_url(addr);
+        if self.master_url().as_deref() == Some(url.as_str()) {
+            return Ok(());
+        }
         let timeout = self.0.resolver.timeout;
         let manager = ConnectionManager::new_with_config(client, manager_config(timeout));
         let conn = super::bounded("connect", "", timeout, manager).await?;
         let generation = seen + 1;
-        let url = self.0.resolver.spec.master_url(&addr);
         *self.0.current.lock() = Some(Current {
             conn,
             url,

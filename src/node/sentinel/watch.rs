@@ -14,6 +14,12 @@ use futures_util::StreamExt;
 
 use super::{Holder, Resolver, SentinelConn, refused_credentials};
 
+/// `<master-name> <old ip> <old port> <new ip> <new port>`: every sentinel, once it knows.
+const SWITCH: &str = "+switch-master";
+/// `slave <ip>:<port> <ip> <port> @ <master-name> <ip> <port>`: the sentinel that leads a
+/// failover, the moment the replica answers as a master.
+const PROMOTED: &str = "+promoted-slave";
+
 /// How often an idle listener checks that its client still exists.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -45,8 +51,17 @@ async fn listen(holder: Weak<Holder>, i: usize) {
                         Ok(None) => break,
                         Ok(Some(msg)) => {
                             let payload: String = msg.get_payload().unwrap_or_default();
-                            if payload.split(' ').next() == Some(resolver.spec.master.as_str()) {
-                                follow(SentinelConn(strong), &payload).await;
+                            let master = resolver.spec.master.as_str();
+                            match msg.get_channel_name() {
+                                SWITCH if payload.split(' ').next() == Some(master) => {
+                                    follow(SentinelConn(strong), &payload).await;
+                                }
+                                PROMOTED => {
+                                    if let Some(addr) = promoted_addr(&payload, master) {
+                                        promoted(SentinelConn(strong), &addr).await;
+                                    }
+                                }
+                                _ => {}
                             }
                         }
                     }
@@ -71,7 +86,27 @@ async fn follow(conn: SentinelConn, announcement: &str) {
     }
 }
 
-/// A subscription to `+switch-master` on sentinel `i` (with the master's credentials, or none
+/// The promoted replica's `ip:port` from a `+promoted-slave` payload about `master`.
+fn promoted_addr(payload: &str, master: &str) -> Option<String> {
+    let words: Vec<&str> = payload.split(' ').collect();
+    match words.as_slice() {
+        [_, _, ip, port, "@", name, ..] if *name == master => Some(format!("{ip}:{port}")),
+        _ => None,
+    }
+}
+
+/// Moves to the replica a sentinel announced it promoted.
+async fn promoted(conn: SentinelConn, addr: &str) {
+    tracing::debug!(addr, "sentinel promoted a replica");
+    let limit = conn.0.resolver.timeout;
+    match tokio::time::timeout(limit, conn.promoted(addr)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not move to the promoted replica"),
+        Err(_) => tracing::debug!("moving to the promoted replica timed out"),
+    }
+}
+
+/// A subscription to `+switch-master` and `+promoted-slave` on sentinel `i` (with the master's credentials, or none
 /// if it refuses them).
 async fn announcements(
     resolver: &Resolver,
@@ -95,7 +130,7 @@ async fn subscribe(
     let client = redis::Client::open(url)?;
     let subscribe = async {
         let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe("+switch-master").await?;
+        pubsub.subscribe(&[SWITCH, PROMOTED]).await?;
         Ok(pubsub.into_on_message())
     };
     match tokio::time::timeout(resolver.timeout, subscribe).await {
