@@ -190,6 +190,9 @@ struct Holder {
     /// The generation of the connection in use, for the subscriber (`link.rs`): a change ends
     /// its connection, so it connects to the new master.
     switched: tokio::sync::watch::Sender<u64>,
+    /// Until when commands wait, while a sentinel is promoting a replica (`watch.rs`): the old
+    /// master would accept writes the new one never sees.
+    paused: tokio::sync::watch::Sender<Option<tokio::time::Instant>>,
 }
 
 /// The command connection to the master the sentinels name: cheap to clone (clones share the
@@ -205,6 +208,7 @@ impl SentinelConn {
             current: parking_lot::Mutex::new(None),
             resolving: tokio::sync::Mutex::new(()),
             switched: tokio::sync::watch::Sender::new(0),
+            paused: tokio::sync::watch::Sender::new(None),
         }))
     }
 
@@ -279,6 +283,7 @@ impl SentinelConn {
             tracing::info!(master = %self.0.resolver.spec.master, %addr, "following the new Redis master");
             self.0.switched.send_replace(generation);
         }
+        self.resume();
         Ok(())
     }
 
@@ -293,7 +298,33 @@ impl SentinelConn {
     }
 
     /// The connection in use, resolving the master first when there is none yet (lazy).
+    /// Holds new commands back for at most `limit` (a failover has begun), until
+    /// [`SentinelConn::resume`].
+    pub(crate) fn pause(&self, limit: Duration) {
+        self.0
+            .paused
+            .send_replace(Some(tokio::time::Instant::now() + limit));
+    }
+
+    /// Lets commands go again.
+    pub(crate) fn resume(&self) {
+        self.0
+            .paused
+            .send_if_modified(|paused| paused.take().is_some());
+    }
+
+    /// Waits while commands are held back.
+    async fn unpaused(&self) {
+        let mut paused = self.0.paused.subscribe();
+        let Some(until) = *paused.borrow_and_update() else {
+            return;
+        };
+        let resumed = paused.wait_for(Option::is_none);
+        let _ = tokio::time::timeout_at(until, resumed).await;
+    }
+
     async fn conn(&self) -> std::result::Result<ConnectionManager, RedisError> {
+        self.unpaused().await;
         if let Some(current) = self.0.current.lock().as_ref() {
             return Ok(current.conn.clone());
         }

@@ -20,6 +20,21 @@ const SWITCH: &str = "+switch-master";
 /// failover, the moment the replica answers as a master.
 const PROMOTED: &str = "+promoted-slave";
 
+/// `slave ...` as for [`PROMOTED`]: the sentinel leading a failover chose the replica, and is
+/// about to make it a master. From then on, writes to the old master would be lost.
+const SELECTED: &str = "+selected-slave";
+/// `master <name> <ip> <port>`: the failover is over, or given up.
+const ENDED: [&str; 5] = [
+    "+failover-end",
+    "+failover-end-for-timeout",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+    "-failover-abort-not-elected",
+];
+/// The longest commands are held back between [`SELECTED`] and [`PROMOTED`] (normally about a
+/// tenth of a second apart).
+const PAUSE_LIMIT: Duration = Duration::from_secs(2);
+
 /// How often an idle listener checks that its client still exists.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -61,6 +76,14 @@ async fn listen(holder: Weak<Holder>, i: usize) {
                                         promoted(SentinelConn(strong), &addr).await;
                                     }
                                 }
+                                SELECTED if promoted_addr(&payload, master).is_some() => {
+                                    tracing::debug!(%payload, "a sentinel is promoting a replica");
+                                    SentinelConn(strong).pause(PAUSE_LIMIT);
+                                }
+                                _ if about_master(&payload, master) => {
+                                    // The failover ended or was given up.
+                                    SentinelConn(strong).resume();
+                                }
                                 _ => {}
                             }
                         }
@@ -93,6 +116,12 @@ fn promoted_addr(payload: &str, master: &str) -> Option<String> {
         [_, _, ip, port, "@", name, ..] if *name == master => Some(format!("{ip}:{port}")),
         _ => None,
     }
+}
+
+/// Whether an `ENDED` payload (`master <name> <ip> <port>`) is about `master`.
+fn about_master(payload: &str, master: &str) -> bool {
+    let mut words = payload.split(' ');
+    words.next() == Some("master") && words.next() == Some(master)
 }
 
 /// Moves to the replica a sentinel announced it promoted.
@@ -130,7 +159,8 @@ async fn subscribe(
     let client = redis::Client::open(url)?;
     let subscribe = async {
         let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(&[SWITCH, PROMOTED]).await?;
+        pubsub.subscribe(&[SWITCH, PROMOTED, SELECTED]).await?;
+        pubsub.subscribe(&ENDED).await?;
         Ok(pubsub.into_on_message())
     };
     match tokio::time::timeout(resolver.timeout, subscribe).await {
