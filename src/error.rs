@@ -99,8 +99,8 @@ pub enum Error {
     /// The client was shut down.
     #[error("the client is shut down")]
     Shutdown,
-    /// No sentinel knows a master of this name (`SENTINEL get-master-addr-by-name` answered
-    /// nothing): a wrong name, or sentinels that monitor other masters.
+    /// No sentinel knows a master of this name (`SENTINEL MASTER` answered "no such master"):
+    /// a wrong name, or sentinels that monitor other masters.
     #[error("no sentinel knows a Redis master named `{name}`")]
     UnknownMaster {
         /// The master name asked for.

@@ -2,14 +2,18 @@
 //!
 //! redis-rs's sentinel client resolves the master only when asked, and its connections stay
 //! pinned to the address found then. Here the command connection lives in a holder
-//! ([`SentinelConn`]) that asks the sentinels again when the master stops being one: a refused
-//! connection, or a `READONLY` / `MASTERDOWN` answer (the old master was demoted). Each
-//! resolution asks the sentinels in turn (`SENTINEL get-master-addr-by-name`), checks with `ROLE`
-//! that the address named really is a master, and swaps in a fresh connection to it. One
-//! resolution runs at a time; callers that failed on the connection it replaced just use the new
-//! one. `transport.rs` sends a command again after a resolution while the caller's limit lasts
-//! (only for answers that mean the command was not run); the subscriber resolves the master the
-//! same way each time it connects (`link.rs`).
+//! ([`SentinelConn`]) that is swapped for one to the new master:
+//!
+//! - when a command finds the connection refused, or gets `READONLY` / `MASTERDOWN` (a demoted
+//!   master): the sentinels are asked again ([`Resolver::resolve`]: `SENTINEL MASTER` on every
+//!   sentinel, newest config epoch first, `ROLE` must say master), and `transport.rs` sends the
+//!   command again while the caller's limit lasts (only answers that mean it was not run);
+//! - when a sentinel announces a failover (`watch.rs`): new commands wait from the leader's
+//!   `+selected-slave` to its `+promoted-slave`, then go to the promoted replica.
+//!
+//! One resolution runs at a time; callers that failed on the connection it replaced just use the
+//! new one. The subscriber resolves the master the same way each time it connects, and connects
+//! again whenever the holder swaps (`link.rs`).
 //!
 //! Credentials: those of the URL are the master's; each sentinel is asked with them too, and
 //! again without them if it refuses them (sentinels often have no password).
