@@ -43,6 +43,17 @@ async fn connects_by_url_and_by_builder_and_refuses_a_wrong_master_name() {
     second.unlock().await.unwrap();
     assert!(!exists(master, &key_of(&name)));
 
+    // Lazy: nothing is resolved at build; the first command finds the master.
+    let lazy = Client::builder(group.url())
+        .lazy(true)
+        .build()
+        .await
+        .unwrap();
+    let guard = lazy.lock(&name).unwrap().lock().await.unwrap();
+    assert!(exists(master, &key_of(&name)));
+    guard.unlock().await.unwrap();
+    lazy.shutdown().await.unwrap();
+
     match Client::connect_sentinel("no-such-master", group.sentinel_addrs()).await {
         Err(Error::UnknownMaster { name }) => assert_eq!(name, "no-such-master"),
         other => panic!("expected UnknownMaster, got {other:?}"),
