@@ -319,6 +319,9 @@ impl SentinelConn {
 
     /// Waits while commands are held back.
     async fn unpaused(&self) {
+        if self.0.paused.borrow().is_none() {
+            return;
+        }
         let mut paused = self.0.paused.subscribe();
         let Some(until) = *paused.borrow_and_update() else {
             return;
