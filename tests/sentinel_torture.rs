@@ -11,6 +11,8 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redlease::Client;
@@ -42,6 +44,8 @@ async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
         clients.push(client);
     }
     let mut killed: Option<usize> = None;
+    let failovers = Arc::new(AtomicUsize::new(0));
+    let counted = failovers.clone();
     let mut kills = 0;
     let fault = move |dice: &mut Dice| {
         if let Some(server) = killed.take() {
@@ -56,12 +60,21 @@ async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
             (0, true) => {
                 kills += 1;
                 group.servers[master].kill();
-                group.try_until_promoted(master, Duration::from_secs(15));
+                if group
+                    .try_until_promoted(master, Duration::from_secs(15))
+                    .is_some()
+                {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
                 killed = Some(master);
             }
             (1, true) => {
-                if group.planned_failover() {
-                    group.try_until_promoted(master, Duration::from_secs(5));
+                if group.planned_failover()
+                    && group
+                        .try_until_promoted(master, Duration::from_secs(5))
+                        .is_some()
+                {
+                    counted.fetch_add(1, Ordering::Relaxed);
                 }
             }
             _ => group.servers[master].client_pause(300, false),
@@ -69,6 +82,9 @@ async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
     };
     // A failover may promote a replica that missed the last fence increments.
     torture::run("sentinel", Fences::MayRegress, names, acquirers, fault).await;
+    let failovers = failovers.load(Ordering::Relaxed);
+    eprintln!("failovers: {failovers}");
+    assert!(failovers > 0, "no failover happened");
     for client in clients {
         let _ = client.shutdown().await;
     }
