@@ -110,7 +110,7 @@ impl ClientBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`] or [`Error::InvalidDuration`] for a bad URL or setting;
     /// [`Error::Timeout`] or [`Error::Redis`] when the server cannot be reached within the
-    /// timeout.
+    /// timeout; [`Error::UnknownMaster`] when no sentinel knows the master's name.
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
         if let Some(risk) = self.config.risks() {
@@ -147,7 +147,9 @@ impl Client {
     ///
     /// A URL of the form `redis+cluster://[user:pass@]host:port[,host:port...]` names a Redis
     /// Cluster by some of its nodes instead, as [`builder_cluster`](Client::builder_cluster)
-    /// does (the credentials and any `?query` apply to every node).
+    /// does (the credentials and any `?query` apply to every node); and a URL of the form
+    /// `redis+sentinel://[user:pass@]host:port[,host:port...]/<master-name>[/db][?query]` names
+    /// a master through Redis Sentinel, as [`builder_sentinel`](Client::builder_sentinel) does.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             target: Target::parse(&url.into()),
@@ -203,6 +205,66 @@ impl Client {
         S: Into<String>,
     {
         Client::builder_cluster(seeds).build().await
+    }
+
+    /// A builder for a client of the Redis master that Redis Sentinel monitors as
+    /// `master_name`, given the addresses of one or more sentinels: each `host:port` or
+    /// `redis://[user:pass@]host:port[/db][?query]`. The credentials, db and query of the first
+    /// sentinel that gives them are the master's (as in the URL form
+    /// `redis+sentinel://[user:pass@]host:port[,host:port...]/<master-name>[/db][?query]`,
+    /// which [`builder`](Client::builder) also reads); each sentinel is asked with those
+    /// credentials, and without any when it refuses them.
+    ///
+    /// The master is found by asking the sentinels in turn and checking with `ROLE` that the
+    /// address they name is a master. When a command finds the connection refused or the
+    /// server demoted (`READONLY`), the sentinels are asked again and the command is sent to the
+    /// new master, within the call's timeout; the subscriber follows the same way and wakes
+    /// every waiter when it reconnects. Locks taken on the old master are kept if the promoted
+    /// replica had them; if not, the watchdog's next renewal reports them lost. See
+    /// `docs/sentinel.md` for what a failover can and cannot keep (fencing tokens included).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// let client = redlease::Client::builder_sentinel(
+    ///     "mymaster",
+    ///     ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"],
+    /// )
+    /// .build()
+    /// .await?;
+    /// let guard = client.lock("orders:42")?.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_sentinel<I, S>(master_name: impl Into<String>, sentinels: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let sentinels = sentinels.into_iter().map(Into::into).collect();
+        ClientBuilder {
+            target: Target::sentinel(master_name.into(), sentinels),
+            config: Config::default(),
+            lazy: false,
+        }
+    }
+
+    /// Connects to the master that sentinels monitor as `master_name`, with the default
+    /// [`Config`]; see [`builder_sentinel`](Client::builder_sentinel).
+    ///
+    /// # Errors
+    /// As [`ClientBuilder::build`]; also [`Error::InvalidArgument`] when no sentinel or an empty
+    /// name is given, and [`Error::UnknownMaster`] when no sentinel knows the name.
+    pub async fn connect_sentinel<I, S>(
+        master_name: impl Into<String>,
+        sentinels: I,
+    ) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::builder_sentinel(master_name, sentinels)
+            .build()
+            .await
     }
 
     /// A handle to the lock `name`. Nothing is sent to Redis until you use it.

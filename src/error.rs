@@ -120,6 +120,13 @@ pub enum Error {
         /// The server's answer.
         reason: String,
     },
+    /// No sentinel knows a master of this name (`SENTINEL MASTER` answered "no such master"):
+    /// a wrong name, or sentinels that monitor other masters.
+    #[error("no sentinel knows a Redis master named `{name}`")]
+    UnknownMaster {
+        /// The master name asked for.
+        name: String,
+    },
 }
 
 impl Error {

@@ -153,9 +153,16 @@ fn reason(shown: &str, error: impl std::fmt::Display) -> String {
     format!("{shown}: {error}")
 }
 
-/// The failure for a node that could not be connected to.
+/// The failure for a node that could not be connected to. A master name that no sentinel
+/// knows (`redis+sentinel://.../<name>`) is a Redis that cannot be used, as an unreachable one.
 pub fn unreachable(shown: &str, error: &redlease::Error) -> Failure {
-    Failure::from_error(format_args!("cannot use Redis at {shown}"), error)
+    let context = format!("cannot use Redis at {shown}");
+    match error {
+        redlease::Error::UnknownMaster { .. } => {
+            Failure::new(exit::UNAVAILABLE, format!("{context}: {error}"))
+        }
+        _ => Failure::from_error(context, error),
+    }
 }
 
 /// The lock `name` on `client`. The one place a lock name is checked (the library refuses an
@@ -267,6 +274,10 @@ mod tests {
         assert_eq!(redact("redis://:pw@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(redact("rediss://u:p@w@h"), "rediss://u:***@h");
         assert_eq!(redact("redis://token@h"), "redis://***@h");
+        assert_eq!(
+            redact("redis+sentinel://:pw@a:1,b:2/mymaster/0"),
+            "redis+sentinel://:***@a:1,b:2/mymaster/0"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::mpsc;
 
+use super::sentinel::{Resolver, SentinelConn, into_redis};
 use super::shape::{Target, cluster_builder, server_client};
 use crate::error::Result;
 
@@ -45,6 +46,9 @@ pub(crate) enum Link {
         seeds: Vec<String>,
         timeout: Duration,
     },
+    /// The master the sentinels name at each connect (`sentinel.rs`); then as one server,
+    /// until the command connection moves to a new master.
+    Sentinel(SentinelConn),
 }
 
 impl Link {
@@ -55,6 +59,9 @@ impl Link {
                 seeds: seeds.clone(),
                 timeout,
             },
+            Target::Sentinel(spec) => {
+                Link::Sentinel(SentinelConn::new(Resolver::new(spec, timeout)?))
+            }
         })
     }
 
@@ -64,6 +71,12 @@ impl Link {
             Link::Server(client) => {
                 let (sink, stream) = client.get_async_pubsub().await?.split();
                 Ok((Sink::Server(sink), Events::Server(stream)))
+            }
+            Link::Sentinel(conn) => {
+                let switched = conn.switched();
+                let (_, client) = conn.resolver().resolve().await.map_err(into_redis)?;
+                let (sink, stream) = client.get_async_pubsub().await?.split();
+                Ok((Sink::Server(sink), Events::Sentinel(stream, switched)))
             }
             Link::Cluster { seeds, timeout } => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -150,6 +163,8 @@ fn unknown_command(e: &redis::RedisError) -> bool {
 /// The incoming side of a subscriber connection.
 pub(crate) enum Events {
     Server(redis::aio::PubSubStream),
+    /// As one server's, ended when the command connection moved to a new master.
+    Sentinel(redis::aio::PubSubStream, tokio::sync::watch::Receiver<u64>),
     Cluster(mpsc::UnboundedReceiver<PushInfo>),
 }
 
@@ -157,13 +172,12 @@ impl Events {
     /// The next event; `None` when the connection is gone for good (one server: connect again).
     pub(crate) async fn next(&mut self) -> Option<Event> {
         match self {
-            Events::Server(stream) => {
-                let msg = stream.next().await?;
-                Some(Event::Message {
-                    channel: msg.get_channel_name().to_owned(),
-                    payload: msg.get_payload_bytes().to_vec(),
-                })
-            }
+            Events::Server(stream) => Some(server_event(stream.next().await?)),
+            Events::Sentinel(stream, switched) => tokio::select! {
+                msg = stream.next() => Some(server_event(msg?)),
+                // A swap (or the holder gone): connect again, to the master named now.
+                _ = switched.changed() => None,
+            },
             Events::Cluster(pushes) => loop {
                 let push = pushes.recv().await?;
                 if let Some(event) = cluster_event(push) {
@@ -171,6 +185,13 @@ impl Events {
                 }
             },
         }
+    }
+}
+
+fn server_event(msg: redis::Msg) -> Event {
+    Event::Message {
+        channel: msg.get_channel_name().to_owned(),
+        payload: msg.get_payload_bytes().to_vec(),
     }
 }
 

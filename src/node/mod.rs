@@ -22,6 +22,7 @@ mod lock_calls;
 mod renew_by_node;
 mod replicas;
 mod scan;
+mod sentinel;
 mod shape;
 mod transport;
 
@@ -77,9 +78,16 @@ impl Node {
     /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
     /// only fails the operations that need it.
     pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
-        let client = shape::server_client(target.first_url()?)?;
-        let link = Link::new(target, timeout)?;
+        let mut link = Link::new(target, timeout)?;
         let conn = shape::connect(target, timeout, lazy).await?;
+        // Behind sentinels, the subscriber follows the command connection, and the master found
+        // at connect identifies the deployment.
+        let mut client = None;
+        if let Conn::Server(sentinel::ServerConn::Sentinel(conn)) = &conn {
+            link = Link::Sentinel(conn.clone());
+            client = conn.master_url();
+        }
+        let client = shape::server_client(client.as_deref().unwrap_or(target.first_url()?))?;
         Ok(Node {
             conn,
             client,

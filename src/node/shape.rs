@@ -9,6 +9,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::sentinel::{Resolver, SENTINEL_SCHEME, SentinelConn, SentinelSpec, ServerConn};
 use crate::error::{Error, Result};
 
 /// The URL scheme that names a cluster by its seed nodes:
@@ -22,15 +23,25 @@ pub(crate) enum Target {
     Server(String),
     /// A Redis Cluster, by the URLs of some of its nodes (any node will do: the rest are found).
     Cluster(Vec<String>),
+    /// A master found through Redis Sentinel, by name: `redis+sentinel://...`.
+    Sentinel(Box<SentinelSpec>),
 }
 
 impl Target {
     /// Reads a URL: a `redis+cluster://` URL names a cluster, anything else one server.
     pub(crate) fn parse(url: &str) -> Target {
+        if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
+            return Target::Sentinel(Box::new(SentinelSpec::parse(rest)));
+        }
         match url.strip_prefix(CLUSTER_SCHEME) {
             Some(rest) => Target::Cluster(split_cluster_url(rest)),
             None => Target::Server(url.to_owned()),
         }
+    }
+
+    /// A master through sentinels, as `Client::builder_sentinel` names it.
+    pub(crate) fn sentinel(master: String, sentinels: Vec<String>) -> Target {
+        Target::Sentinel(Box::new(SentinelSpec::from_parts(master, sentinels)))
     }
 
     /// The first URL: what identifies the deployment in messages and keyspace names.
@@ -40,6 +51,7 @@ impl Target {
             Target::Cluster(seeds) => seeds.first().map(String::as_str).ok_or_else(|| {
                 Error::InvalidArgument("a Redis Cluster needs at least one seed URL".into())
             }),
+            Target::Sentinel(spec) => Ok(&spec.stand_in),
         }
     }
 }
@@ -65,7 +77,8 @@ fn split_cluster_url(rest: &str) -> Vec<String> {
 /// The connection that carries commands: cheap to clone, reconnects by itself.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Server(ConnectionManager),
+    /// One server, named directly or found through sentinels (`sentinel.rs`).
+    Server(ServerConn),
     /// Routes each command to the primary of its key's slot, follows MOVED/ASK, refreshes the
     /// slot map and reconnects (redis-rs `cluster-async`). Never reads from replicas.
     Cluster(ClusterConnection),
@@ -122,7 +135,12 @@ pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> R
                 let connect = ConnectionManager::new_with_config(client, config);
                 super::bounded("connect", "", timeout, connect).await?
             };
-            Ok(Conn::Server(conn))
+            Ok(Conn::Server(ServerConn::Direct(conn)))
+        }
+        Target::Sentinel(spec) => {
+            let resolver = Resolver::new(spec, timeout)?;
+            let conn = SentinelConn::connect(resolver, lazy).await?;
+            Ok(Conn::Server(ServerConn::Sentinel(conn)))
         }
         Target::Cluster(seeds) => {
             let client = cluster_builder(seeds, timeout)?

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, RedisResult};
 
 use super::Node;
+use super::sentinel::{self, SentinelConn, ServerConn};
 use super::shape::{self, Conn};
 use crate::error::{Error, Result};
 
@@ -131,7 +132,9 @@ impl Node {
     /// own redirects did not settle, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, or READONLY from a
     /// primary just demoted). Those answers mean the command was not applied, so sending it again
     /// is safe for every script. One server's answers are returned as they are: a READONLY there
-    /// means the URL names a replica, which waiting does not change.
+    /// means the URL names a replica, which waiting does not change. Behind sentinels, an answer
+    /// that means the master moved (see [`sentinel::master_moved`]) has the sentinels asked
+    /// again before the request is sent again.
     pub(super) async fn through_transitions<T, F, Fut>(
         &self,
         limit: Duration,
@@ -141,8 +144,13 @@ impl Node {
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        if matches!(self.conn, Conn::Server(_)) {
-            return request(limit).await;
+        match &self.conn {
+            Conn::Server(ServerConn::Direct(_)) => return request(limit).await,
+            Conn::Server(ServerConn::Sentinel(conn)) => {
+                // Boxed: inlined, this future deepens every caller's past the layout limit.
+                return Box::pin(following_master(conn, limit, request)).await;
+            }
+            Conn::Cluster(_) => {}
         }
         let deadline = tokio::time::Instant::now() + limit;
         let mut pause = Duration::from_millis(20);
@@ -189,6 +197,40 @@ impl Node {
         cmd: &redis::Cmd,
     ) -> Result<T> {
         once_more_if_dropped(|| self.eval(operation, key, self.timeout, script, cmd)).await
+    }
+}
+
+/// [`Node::through_transitions`] behind sentinels: sends `request` again, until `limit` is
+/// spent, after each answer meaning the master moved, asking the sentinels in between (one
+/// resolution for all the callers that failed on the same connection).
+async fn following_master<T, F, Fut>(
+    conn: &SentinelConn,
+    limit: Duration,
+    mut request: F,
+) -> Result<T>
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let seen = conn.generation();
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match request(remaining).await {
+            Err(e) if sentinel::master_moved(&e) && remaining > pause * 2 => {
+                tracing::debug!(error = %e, "the master may have moved; asking the sentinels");
+                let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                match tokio::time::timeout(remaining, conn.refresh(seen)).await {
+                    Ok(Err(e)) if !sentinel::master_moved(&e) => return Err(e),
+                    Ok(Ok(())) if conn.generation() != seen => continue,
+                    _ => {}
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            outcome => return outcome,
+        }
     }
 }
 

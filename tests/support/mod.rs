@@ -12,6 +12,8 @@
 //!   and shard-channel subscribers ([`key_slot`], [`shard_numsub`]).
 //! - `probe`: what a server holds, read straight from it: [`exists`], [`owners`], [`pttl`],
 //!   [`channels`], [`until_subscribed`], [`until_gone`], [`until_no_channels`], ...
+//! - `sentinel`: [`sentinel::SentinelGroup`], a master, two replicas and three sentinels, with
+//!   kill -9 of the master and the wait for a promotion.
 //! - `torture`: the randomized fault run with its fencing oracle, for any deployment shape.
 //! - `locks`: [`client`]s of a server, the nodes of a RedLock ([`node_locks`], [`redlock`]),
 //!   and the lock moves tests repeat: [`spawn_waiter`],
@@ -35,6 +37,7 @@ mod host;
 mod locks;
 mod probe;
 pub mod replica;
+pub mod sentinel;
 mod server;
 mod shard;
 pub mod torture;
