@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::family::{CountDownLatch, FairLock, PermitSemaphore, ReadWriteLock, Semaphore};
 use crate::identity::{self, ClientInfo};
 use crate::lock::Lock;
-use crate::node::{Node, Target};
+use crate::node::{Dial, Node, Target};
 use crate::shared::{Client, Inner};
 use crate::watchdog::{self, RenewStats};
 
@@ -24,6 +24,7 @@ pub struct ClientBuilder {
     target: Target,
     config: Config,
     lazy: bool,
+    dial: Dial,
 }
 
 impl ClientBuilder {
@@ -86,18 +87,56 @@ impl ClientBuilder {
         self
     }
 
+    /// Certificates for a `rediss://` (or `rediss+cluster://`) deployment: a CA to trust
+    /// instead of the system's trust store, and a client certificate for mutual TLS. Used by
+    /// every connection of the client, the subscriber's and every cluster node's included.
+    /// Without it a `rediss://` URL still works against servers the system trusts.
+    ///
+    /// A server whose certificate the CA does not vouch for fails
+    /// [`build`](ClientBuilder::build) with [`Error::Tls`].
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls(mut self, tls: crate::node::TlsOptions) -> Self {
+        self.dial.tls = Some(tls);
+        self
+    }
+
+    /// redis-rs's settings for the connection manager of one server (reconnect retries and
+    /// their backoff, pipeline buffer, ...), instead of redlease's (2 retries, at most 500 ms
+    /// apart). The connection timeout, when unset there, is [`timeout`](ClientBuilder::timeout).
+    /// The response timeout must stay unset: every call is bounded by `timeout` already, and a
+    /// request may outlive its caller to give back a late grant. Ignored for a cluster.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// use redis::aio::ConnectionManagerConfig;
+    /// let settings = ConnectionManagerConfig::new().set_number_of_retries(5);
+    /// let client = redlease::Client::builder("redis://127.0.0.1:6379")
+    ///     .connection_manager_config(settings)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connection_manager_config(
+        mut self,
+        settings: redis::aio::ConnectionManagerConfig,
+    ) -> Self {
+        self.dial.manager = Some(settings);
+        self
+    }
+
     /// Connects and starts the watchdog.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] or [`Error::InvalidDuration`] for a bad URL or setting;
     /// [`Error::Timeout`] or [`Error::Redis`] when the server cannot be reached within the
-    /// timeout.
+    /// timeout; [`Error::Tls`] when the TLS handshake fails (an untrusted server certificate, a
+    /// refused client certificate).
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
         if let Some(risk) = self.config.risks() {
             tracing::warn!("{risk}");
         }
-        let node = Node::connect(&self.target, self.config.timeout, self.lazy).await?;
+        let node = Node::connect(&self.target, self.config.timeout, self.lazy, &self.dial).await?;
         let id = Uuid::new_v4();
         let id_text: Arc<str> = id.to_string().into();
         let me = ClientInfo::this_process(&id_text);
@@ -134,6 +173,32 @@ impl Client {
             target: Target::parse(&url.into()),
             config: Config::default(),
             lazy: false,
+            dial: Dial::default(),
+        }
+    }
+
+    /// A builder for a client of one server, reached through a `redis::Client` you built: any
+    /// [`redis::ConnectionInfo`] (address, database, credentials, protocol), or
+    /// `redis::Client::build_with_tls` with your own certificates. The subscriber connects
+    /// through the same client.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// let redis = redis::Client::open("redis://127.0.0.1:6379/2")
+    ///     .map_err(|e| redlease::Error::InvalidArgument(e.to_string()))?;
+    /// let client = redlease::Client::builder_from_redis(redis).build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_from_redis(client: redis::Client) -> ClientBuilder {
+        let name = client.get_connection_info().addr().to_string();
+        ClientBuilder {
+            target: Target::Server(name),
+            config: Config::default(),
+            lazy: false,
+            dial: Dial {
+                client: Some(client),
+                ..Dial::default()
+            },
         }
     }
 
@@ -170,6 +235,7 @@ impl Client {
             target: Target::Cluster(seeds.into_iter().map(Into::into).collect()),
             config: Config::default(),
             lazy: false,
+            dial: Dial::default(),
         }
     }
 

@@ -22,7 +22,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::mpsc;
 
-use super::shape::{Target, cluster_builder, server_client};
+use super::dial::Dial;
+use super::shape::{Target, cluster_builder};
 use crate::error::Result;
 
 /// What the subscriber connection reports.
@@ -36,7 +37,8 @@ pub(crate) enum Event {
     Disconnected,
 }
 
-/// How to open a subscriber connection.
+/// How to open a subscriber connection: with the same settings (TLS included) as the
+/// command connection.
 #[derive(Clone)]
 pub(crate) enum Link {
     // Boxed: a `redis::Client` is several times the size of the cluster variant.
@@ -44,16 +46,18 @@ pub(crate) enum Link {
     Cluster {
         seeds: Vec<String>,
         timeout: Duration,
+        dial: Box<Dial>,
     },
 }
 
 impl Link {
-    pub(crate) fn new(target: &Target, timeout: Duration) -> Result<Link> {
+    pub(crate) fn new(target: &Target, timeout: Duration, dial: &Dial) -> Result<Link> {
         Ok(match target {
-            Target::Server(url) => Link::Server(Box::new(server_client(url)?)),
+            Target::Server(url) => Link::Server(Box::new(dial.server_client(url)?)),
             Target::Cluster(seeds) => Link::Cluster {
                 seeds: seeds.clone(),
                 timeout,
+                dial: Box::new(dial.clone()),
             },
         })
     }
@@ -65,9 +69,13 @@ impl Link {
                 let (sink, stream) = client.get_async_pubsub().await?.split();
                 Ok((Sink::Server(sink), Events::Server(stream)))
             }
-            Link::Cluster { seeds, timeout } => {
+            Link::Cluster {
+                seeds,
+                timeout,
+                dial,
+            } => {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let client = cluster_builder(seeds, *timeout)
+                let client = cluster_builder(seeds, *timeout, dial)
                     .map_err(|e| redis::RedisError::from((ErrorKind::Io, "seeds", e.to_string())))?
                     .use_protocol(ProtocolVersion::RESP3)
                     .push_sender(tx)

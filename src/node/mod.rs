@@ -16,20 +16,25 @@ use crate::keys::LockKeys;
 use crate::scripts;
 
 mod batch;
+mod dial;
 mod family_calls;
 mod link;
 mod lock_calls;
 mod renew_by_node;
 mod scan;
 mod shape;
+mod tls;
 mod transport;
 
+pub(crate) use dial::Dial;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
 pub(crate) use lock_calls::{AcquireCall, Latch, ReleaseArgs, Successor};
 use shape::Conn;
 pub(crate) use shape::Target;
+#[cfg(feature = "tls-rustls")]
+pub use tls::TlsOptions;
 pub(crate) use transport::bounded;
 use transport::{evalsha, evalsha_without_keys, once_more_if_dropped};
 
@@ -74,10 +79,15 @@ pub(crate) struct Node {
 impl Node {
     /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
     /// only fails the operations that need it.
-    pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
-        let client = shape::server_client(target.first_url()?)?;
-        let link = Link::new(target, timeout)?;
-        let conn = shape::connect(target, timeout, lazy).await?;
+    pub(crate) async fn connect(
+        target: &Target,
+        timeout: Duration,
+        lazy: bool,
+        dial: &Dial,
+    ) -> Result<Node> {
+        let client = dial.server_client(target.first_url()?)?;
+        let link = Link::new(target, timeout, dial)?;
+        let conn = shape::connect(target, timeout, lazy, dial).await?;
         Ok(Node {
             conn,
             client,

@@ -36,6 +36,7 @@ mod locks;
 mod probe;
 mod server;
 mod shard;
+pub mod tls;
 pub mod torture;
 
 pub use binary::{server_flavor, valkey_binary};
