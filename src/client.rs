@@ -25,6 +25,7 @@ pub struct ClientBuilder {
     config: Config,
     lazy: bool,
     dial: Dial,
+    check_rights: bool,
 }
 
 impl ClientBuilder {
@@ -124,19 +125,35 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether [`build`](ClientBuilder::build) checks that the Redis user may do all this
+    /// crate does (ACL): every command its scripts call, on keys and channels under the
+    /// prefix, and subscribing when waiters use pub/sub. The check costs a script call, a
+    /// pipeline and a short-lived subscriber connection, once per client. A [`lazy`]
+    /// (ClientBuilder::lazy) client is not checked. Defaults to `true`; docs/acl.md lists
+    /// the rights.
+    pub fn check_rights(mut self, check: bool) -> Self {
+        self.check_rights = check;
+        self
+    }
+
     /// Connects and starts the watchdog.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] or [`Error::InvalidDuration`] for a bad URL or setting;
     /// [`Error::Timeout`] or [`Error::Redis`] when the server cannot be reached within the
     /// timeout; [`Error::Tls`] when the TLS handshake fails (an untrusted server certificate, a
-    /// refused client certificate).
+    /// refused client certificate); [`Error::NoPermission`] when the Redis user lacks a right
+    /// this crate needs (see [`check_rights`](ClientBuilder::check_rights)).
     pub async fn build(self) -> Result<Client> {
         self.config.validate()?;
         if let Some(risk) = self.config.risks() {
             tracing::warn!("{risk}");
         }
         let node = Node::connect(&self.target, self.config.timeout, self.lazy, &self.dial).await?;
+        if self.check_rights && !self.lazy {
+            let pubsub = self.config.wait_by == WaitBy::PubSub;
+            node.check_rights(&self.config.prefix, pubsub).await?;
+        }
         let id = Uuid::new_v4();
         let id_text: Arc<str> = id.to_string().into();
         let me = ClientInfo::this_process(&id_text);
@@ -174,6 +191,7 @@ impl Client {
             config: Config::default(),
             lazy: false,
             dial: Dial::default(),
+            check_rights: true,
         }
     }
 
@@ -199,6 +217,7 @@ impl Client {
                 client: Some(client),
                 ..Dial::default()
             },
+            check_rights: true,
         }
     }
 
@@ -236,6 +255,7 @@ impl Client {
             config: Config::default(),
             lazy: false,
             dial: Dial::default(),
+            check_rights: true,
         }
     }
 
