@@ -11,7 +11,7 @@ use support::{Server, key_of, spawn_waiter, unique_name, woken_after_unlock};
 
 /// The rights of docs/acl.md for one server and the default prefix (`redlease`).
 const LEAST: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all \
-    +evalsha +script|load +publish +subscribe +unsubscribe +ping \
+    +evalsha +script|load +publish +subscribe +unsubscribe \
     +get +hget +hgetall +hset +hmset +pexpire +exists +del \
     +hsetnx +hexists +hincrby +hdel +set +incr +incrby +decr +decrby \
     +rpush +lindex +lrem +lpop +type +pttl +time +pubsub|numsub";
