@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::family::{CountDownLatch, FairLock, PermitSemaphore, ReadWriteLock, Semaphore};
 use crate::identity::{self, ClientInfo};
 use crate::lock::Lock;
-use crate::node::{Dial, Node, Target};
+use crate::node::{Dial, Node, Target, denied};
 use crate::shared::{Client, Inner};
 use crate::watchdog::{self, RenewStats};
 
@@ -149,7 +149,9 @@ impl ClientBuilder {
         if let Some(risk) = self.config.risks() {
             tracing::warn!("{risk}");
         }
-        let node = Node::connect(&self.target, self.config.timeout, self.lazy, &self.dial).await?;
+        let node = Node::connect(&self.target, self.config.timeout, self.lazy, &self.dial)
+            .await
+            .map_err(|e| denied(e, &self.config.prefix))?;
         if self.check_rights && !self.lazy {
             let pubsub = self.config.wait_by == WaitBy::PubSub;
             node.check_rights(&self.config.prefix, pubsub).await?;

@@ -68,7 +68,7 @@ async fn a_least_privilege_user_does_everything() {
         .unwrap();
     let first = guard.fencing_token().expect("a fencing token");
     let waiting = spawn_waiter(waiter.lock(&name).unwrap().fenced(true));
-    support::until_subscribed(&server, &support::unlock_channel(&key_of(&name)), 1).await;
+    assert!(support::until_subscribed(&server, &support::unlock_channel(&key_of(&name)), 1).await);
     let woken = woken_after_unlock(guard, waiting, Duration::from_secs(5)).await;
     assert!(woken < Duration::from_secs(1), "woken after {woken:?}");
     let again = holder
@@ -171,4 +171,70 @@ async fn polling_needs_no_subscribe() {
         .build()
         .await;
     assert!(unchecked.is_ok(), "{unchecked:?}");
+}
+
+/// The cluster additions of docs/acl.md: sharded pub/sub, the topology reads, and ASKING.
+const CLUSTER_EXTRA: &str = "+spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub \
+    +cluster|slots +cluster|nodes +asking +eval +ping";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_user_does_everything_on_a_cluster() {
+    let cluster = support::Cluster::start();
+    for node in &cluster.nodes {
+        set_user(node, "locker", &format!("{LEAST} {CLUSTER_EXTRA}"));
+    }
+    let seeds: Vec<String> = cluster
+        .seeds()
+        .iter()
+        .map(|seed| seed.replacen("redis://", "redis://locker:<pw>@", 1))
+        .collect();
+    let holder = Client::connect_cluster(seeds.clone()).await.unwrap();
+    let waiter = Client::connect_cluster(seeds.clone()).await.unwrap();
+    let name = unique_name("acl-cluster");
+    let guard = holder
+        .lock(&name)
+        .unwrap()
+        .fenced(true)
+        .lock()
+        .await
+        .unwrap();
+    let first = guard.fencing_token().expect("a fencing token");
+    let waiting = spawn_waiter(waiter.lock(&name).unwrap().fenced(true));
+    assert!(support::until_shard_subscribed(&cluster, &key_of(&name), 1).await);
+    let woken = woken_after_unlock(guard, waiting, Duration::from_secs(5)).await;
+    assert!(woken < Duration::from_secs(1), "woken after {woken:?}");
+    let again = holder
+        .lock(&name)
+        .unwrap()
+        .fenced(true)
+        .lock()
+        .await
+        .unwrap();
+    assert!(again.fencing_token().expect("a token") > first);
+    assert_eq!(holder.renew_now().await.unwrap().failed_batches, 0);
+    again.unlock().await.unwrap();
+    holder.shutdown().await.unwrap();
+    waiter.shutdown().await.unwrap();
+    for node in &cluster.nodes {
+        let refused = acl_log(node);
+        assert!(refused.is_empty(), "{} refused: {refused:?}", node.port());
+    }
+
+    // Without sharded publishing, or the plain EVAL of the renewal by node, or the topology,
+    // the check names what is missing.
+    for (minus, named) in [
+        ("-spublish", "SPUBLISH"),
+        ("-ssubscribe", "SSUBSCRIBE"),
+        ("-eval", "EVAL"),
+        ("-cluster|slots", "CLUSTER SLOTS"),
+    ] {
+        for node in &cluster.nodes {
+            set_user(node, "locker", &format!("{LEAST} {CLUSTER_EXTRA} {minus}"));
+        }
+        let error = Client::connect_cluster(seeds.clone()).await.unwrap_err();
+        let Error::NoPermission { right, .. } = &error else {
+            panic!("without {minus}: {error:?}");
+        };
+        assert!(right.contains(named), "without {minus}: {right}");
+    }
 }

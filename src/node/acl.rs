@@ -101,6 +101,17 @@ impl Node {
         self.query_pipeline::<redis::Value>("check ACL rights", &key, &pipe)
             .await
             .map_err(|e| denied(e, prefix))?;
+        if self.is_cluster() {
+            // The watchdog's renewal per node is a plain EVAL (`renew_by_node.rs`); redis-rs
+            // checks its cluster connections with PING.
+            let mut eval = redis::cmd("EVAL");
+            eval.arg("return 0").arg(0);
+            for cmd in [redis::cmd("PING"), eval] {
+                self.query::<redis::Value>(&cmd)
+                    .await
+                    .map_err(|e| denied(e, prefix))?;
+            }
+        }
         if pubsub {
             self.check_subscribe(&channel, prefix).await?;
         }
@@ -121,8 +132,9 @@ impl Node {
     }
 }
 
-/// A refusal (NOPERM) becomes [`Error::NoPermission`]; anything else is unchanged.
-fn denied(error: Error, prefix: &str) -> Error {
+/// A refusal (NOPERM) becomes [`Error::NoPermission`]; anything else is unchanged. Also for
+/// the errors of connecting (a cluster's topology reads, `CLUSTER SLOTS`).
+pub(crate) fn denied(error: Error, prefix: &str) -> Error {
     let Error::Redis { source, .. } = &error else {
         return error;
     };

@@ -27,6 +27,7 @@ mod shape;
 mod tls;
 mod transport;
 
+pub(crate) use acl::denied;
 pub(crate) use dial::Dial;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
