@@ -128,8 +128,8 @@ impl ClientBuilder {
     /// Whether [`build`](ClientBuilder::build) checks that the Redis user may do all this
     /// crate does (ACL): every command its scripts call, on keys and channels under the
     /// prefix, and subscribing when waiters use pub/sub. The check costs a script call, a
-    /// pipeline and a short-lived subscriber connection, once per client. A [`lazy`]
-    /// (ClientBuilder::lazy) client is not checked. Defaults to `true`; docs/acl.md lists
+    /// pipeline and a short-lived subscriber connection, once per client. A
+    /// [`lazy`](ClientBuilder::lazy) client is not checked. Defaults to `true`; docs/acl.md lists
     /// the rights.
     pub fn check_rights(mut self, check: bool) -> Self {
         self.check_rights = check;

@@ -96,6 +96,7 @@ impl Node {
             .hgetall(&key)
             .hset_multiple(&key, &[("f", "1")])
             .pexpire(&key, 1000)
+            .pttl(&key)
             .exists(&key)
             .del(&key);
         self.query_pipeline::<redis::Value>("check ACL rights", &key, &pipe)
