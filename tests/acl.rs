@@ -43,6 +43,17 @@ fn acl_log(server: &Server) -> Vec<String> {
     entries.iter().map(|entry| format!("{entry:?}")).collect()
 }
 
+fn connected_clients(server: &Server) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query(&mut server.conn())
+        .expect("INFO clients");
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("connected_clients in INFO")
+}
+
 fn keys(server: &Server) -> Vec<String> {
     redis::cmd("KEYS")
         .arg("redlease:*")
@@ -57,6 +68,13 @@ async fn a_least_privilege_user_does_everything() {
     let url = url_of(&server, "locker");
     let holder = Client::connect(&url).await.unwrap();
     let waiter = Client::connect(&url).await.unwrap();
+    // The check's subscriber connections are closed by now: the two command connections and
+    // the one of this probe are left.
+    assert!(
+        support::eventually(Duration::from_secs(1), || connected_clients(&server) == 3),
+        "the check left a connection open: {} clients",
+        connected_clients(&server)
+    );
     let name = unique_name("acl");
 
     let guard = holder
