@@ -190,3 +190,64 @@ async fn valkeys_scheme_and_own_redis_client() {
     guard.unlock().await.unwrap();
     client.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls() {
+    let Some(cluster) = support::tls::TlsCluster::start() else {
+        return;
+    };
+    let ca = cluster.nodes[0].pki.ca_only();
+    let connect = || async {
+        Client::builder(cluster.url())
+            .tls(ca.clone())
+            .watchdog_lease(LEASE)
+            .timeout(LEASE / 3)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("TLS cluster client: {e}"))
+    };
+    let (holder, waiter) = (connect().await, connect().await);
+    // One name per primary, so every node's TLS connection carries a lock.
+    let mut names = Vec::new();
+    let mut primaries = std::collections::HashSet::new();
+    for i in 0..200 {
+        let name = unique_name(&format!("tls-cluster{i}"));
+        let slot = support::key_slot(&key_of(&name));
+        if primaries.insert(slot / 5461) {
+            names.push(name);
+        }
+        if primaries.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(names.len(), 3, "names for every primary");
+    let primary_of =
+        |name: &str| &cluster.nodes[(support::key_slot(&key_of(name)) / 5461) as usize].server;
+    let mut held = Vec::new();
+    for name in &names {
+        let guard = holder.lock(name).unwrap().lock().await.unwrap();
+        let waiting = spawn_waiter(waiter.lock(name).unwrap());
+        let channel = support::unlock_channel(&key_of(name));
+        let subscribed = support::eventually_async(Duration::from_secs(5), || async {
+            support::shard_numsub(primary_of(name), &channel) == 1
+        })
+        .await;
+        assert!(subscribed, "the waiter never subscribed over TLS");
+        held.push((name, guard, waiting));
+    }
+    // Two leases: the watchdog renews on every primary over TLS.
+    tokio::time::sleep(LEASE * 2).await;
+    for (name, guard, waiting) in held {
+        assert!(pttl(primary_of(name), &key_of(name)) > 0, "not renewed");
+        let woken = woken_after_unlock(guard, waiting, Duration::from_secs(5)).await;
+        assert!(
+            woken < LEASE,
+            "woken {woken:?} after the unlock: not by pub/sub"
+        );
+    }
+    for node in &cluster.nodes {
+        assert!(node.tls_connections() >= 2, "a primary without TLS clients");
+    }
+    holder.shutdown().await.unwrap();
+    waiter.shutdown().await.unwrap();
+}

@@ -5,6 +5,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -16,6 +17,7 @@ use super::host::{free_port, make_temp_dir};
 use super::server::Server;
 
 /// A CA with one server and one client certificate it signed, all PEM.
+#[derive(Clone)]
 pub struct Pki {
     pub ca_pem: String,
     pub server_cert_pem: String,
@@ -42,7 +44,11 @@ impl Pki {
         server
             .distinguished_name
             .push(DnType::CommonName, "redlease test server");
-        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        // ClientAuth too: cluster nodes present it to each other on the TLS bus.
+        server.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         let server_cert = server
             .signed_by(&server_key, &issuer)
             .expect("server certificate");
@@ -139,6 +145,105 @@ impl TlsServer {
             .expect("CLIENT LIST");
         let needle = format!("laddr=127.0.0.1:{} ", self.tls_port);
         list.lines().filter(|line| line.contains(&needle)).count()
+    }
+}
+
+/// Three primaries (no replicas) formed into a Redis Cluster whose clients and bus speak TLS
+/// (`--tls-cluster yes`); plain ports stay open for the probes.
+pub struct TlsCluster {
+    pub nodes: Vec<TlsServer>,
+}
+
+impl TlsCluster {
+    /// `None` (reason printed) without a TLS-capable server binary.
+    pub fn start() -> Option<TlsCluster> {
+        let binary = tls_binary()?;
+        let pki = Pki::new();
+        let certs = make_temp_dir();
+        let write = |name: &str, text: &str| {
+            let path = certs.join(name);
+            fs::write(&path, text).expect("writing a test certificate");
+            path
+        };
+        let cert = write("server.crt", &pki.server_cert_pem);
+        let key = write("server.key", &pki.server_key_pem);
+        let ca = write("ca.crt", &pki.ca_pem);
+        let mut nodes = Vec::new();
+        let mut bus_ports = Vec::new();
+        for _ in 0..3 {
+            let tls_port = free_port();
+            let bus_port = free_port();
+            let server = Server::builder()
+                .binary(&binary)
+                .arg("--cluster-enabled")
+                .arg("yes")
+                .arg("--cluster-node-timeout")
+                .arg("1000")
+                .arg("--cluster-port")
+                .arg(bus_port.to_string())
+                .arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cluster")
+                .arg("yes")
+                .arg("--tls-cert-file")
+                .arg(&cert)
+                .arg("--tls-key-file")
+                .arg(&key)
+                .arg("--tls-ca-cert-file")
+                .arg(&ca)
+                .arg("--tls-auth-clients")
+                .arg("no")
+                .start();
+            bus_ports.push(bus_port);
+            nodes.push(TlsServer {
+                server,
+                tls_port,
+                pki: pki.clone(),
+                certs: make_temp_dir(),
+            });
+        }
+        // Slots in three ranges, then every node meets the first (on its TLS port and bus).
+        let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
+        for (node, (first, last)) in nodes.iter().zip(ranges) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query(&mut node.server.conn())
+                .expect("CLUSTER ADDSLOTSRANGE");
+        }
+        for (node, bus) in nodes.iter().zip(&bus_ports).skip(1) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(node.tls_port)
+                .arg(*bus)
+                .query(&mut nodes[0].server.conn())
+                .expect("CLUSTER MEET");
+        }
+        let settled = super::eventually(Duration::from_secs(10), || {
+            nodes.iter().all(|node| {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut node.server.conn())
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+            })
+        });
+        assert!(settled, "the TLS cluster did not settle within 10 s");
+        // The servers read their certificates at start.
+        let _ = fs::remove_dir_all(&certs);
+        Some(TlsCluster { nodes })
+    }
+
+    /// `rediss+cluster://127.0.0.1:T1,127.0.0.1:T2,127.0.0.1:T3`
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.tls_port))
+            .collect();
+        format!("rediss+cluster://{}", hosts.join(","))
     }
 }
 
