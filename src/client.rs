@@ -103,9 +103,11 @@ impl ClientBuilder {
 
     /// redis-rs's settings for the connection manager of one server (reconnect retries and
     /// their backoff, pipeline buffer, ...), instead of redlease's (2 retries, at most 500 ms
-    /// apart). The connection timeout, when unset there, is [`timeout`](ClientBuilder::timeout).
-    /// The response timeout must stay unset: every call is bounded by `timeout` already, and a
-    /// request may outlive its caller to give back a late grant. Ignored for a cluster.
+    /// apart). The connection timeout, unless chosen there, is
+    /// [`timeout`](ClientBuilder::timeout). The response timeout must stay at redis-rs's
+    /// default, which redlease replaces by none: every call is bounded by `timeout` already,
+    /// and a request may outlive its caller to give back a late grant; a chosen one fails
+    /// `build` with [`Error::InvalidArgument`]. Ignored for a cluster.
     ///
     /// ```no_run
     /// # async fn demo() -> redlease::Result<()> {

@@ -251,3 +251,55 @@ async fn a_cluster_over_tls() {
     holder.shutdown().await.unwrap();
     waiter.shutdown().await.unwrap();
 }
+
+/// Bring your own connection settings (plain TCP here): a `redis::Client` for database 2, and
+/// redis-rs's connection manager settings, whose response timeout redlease refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_redis_client_and_connection_manager_settings() {
+    let server = support::Server::start();
+    let own = redis::Client::open(format!("{}/2", server.url())).unwrap();
+    let client = Client::builder_from_redis(own).build().await.unwrap();
+    let name = unique_name("own-db");
+    let guard = client.lock(&name).unwrap().lock().await.unwrap();
+    let in_db = |db: u8| -> i64 {
+        let mut conn = server.conn();
+        let _: () = redis::cmd("SELECT").arg(db).query(&mut conn).unwrap();
+        redis::cmd("EXISTS")
+            .arg(key_of(&name))
+            .query(&mut conn)
+            .unwrap()
+    };
+    assert_eq!(
+        (in_db(2), in_db(0)),
+        (1, 0),
+        "the lock is not in database 2"
+    );
+    guard.unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+
+    let settings = redis::aio::ConnectionManagerConfig::new().set_number_of_retries(0);
+    let client = Client::builder(server.url())
+        .connection_manager_config(settings)
+        .build()
+        .await
+        .unwrap();
+    client
+        .lock(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    client.shutdown().await.unwrap();
+
+    let bounded = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_millis(100)));
+    let error = Client::builder(server.url())
+        .connection_manager_config(bounded)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(error.is_invalid_input(), "{error:?}");
+}

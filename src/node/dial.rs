@@ -50,7 +50,7 @@ impl Dial {
     }
 
     /// The connection manager settings for one server: the caller's, or ours, with the
-    /// connection timeout set to `timeout` unless the caller set one. No response timeout:
+    /// connection timeout set to `timeout` unless the caller chose another. No response timeout:
     /// every call is bounded by `bounded`, and an abandoned acquire must be able to wait longer
     /// for its reply, to give back a late grant (see `Lock::attempt`).
     pub(crate) fn manager(&self, timeout: Duration) -> Result<ConnectionManagerConfig> {
@@ -63,15 +63,25 @@ impl Dial {
                 .set_number_of_retries(2)
                 .set_max_delay(Duration::from_millis(500)));
         };
-        if given.response_timeout().is_some() {
+        // redis-rs's default response timeout (untouched by the caller) gives way to none; one
+        // the caller chose is refused rather than silently dropped.
+        let default = ConnectionManagerConfig::new();
+        let chosen = given.response_timeout();
+        if chosen.is_some() && chosen != default.response_timeout() {
             return Err(Error::InvalidArgument(
-                "ConnectionManagerConfig: leave the response timeout unset; every call is \
-                 bounded by ClientBuilder::timeout"
+                "ConnectionManagerConfig: leave the response timeout at its default; every \
+                 call is bounded by ClientBuilder::timeout"
                     .into(),
             ));
         }
-        let connect = given.connection_timeout().unwrap_or(timeout);
-        Ok(given.clone().set_connection_timeout(Some(connect)))
+        let connect = match given.connection_timeout() {
+            Some(chosen) if Some(chosen) != default.connection_timeout() => chosen,
+            _ => timeout,
+        };
+        Ok(given
+            .clone()
+            .set_connection_timeout(Some(connect))
+            .set_response_timeout(None))
     }
 
     /// Adds the TLS settings to a cluster's builder; `seeds` tell whether TLS is asked for.
