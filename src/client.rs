@@ -131,8 +131,9 @@ impl ClientBuilder {
     /// crate does (ACL): every command its scripts call, on keys and channels under the
     /// prefix, and subscribing when waiters use pub/sub. The check costs a script call, a
     /// pipeline and a short-lived subscriber connection, once per client. A
-    /// [`lazy`](ClientBuilder::lazy) client is not checked. Defaults to `true`; docs/acl.md lists
-    /// the rights.
+    /// [`lazy`](ClientBuilder::lazy) client checks before its first script call (a lock, a
+    /// renewal, a status read) instead, and that call fails with the error. Defaults to
+    /// `true`; docs/acl.md lists the rights.
     pub fn check_rights(mut self, check: bool) -> Self {
         self.check_rights = check;
         self
@@ -151,12 +152,16 @@ impl ClientBuilder {
         if let Some(risk) = self.config.risks() {
             tracing::warn!("{risk}");
         }
-        let node = Node::connect(&self.target, self.config.timeout, self.lazy, &self.dial)
+        let mut node = Node::connect(&self.target, self.config.timeout, self.lazy, &self.dial)
             .await
             .map_err(|e| denied(e, &self.config.prefix))?;
-        if self.check_rights && !self.lazy {
+        if self.check_rights {
             let pubsub = self.config.wait_by == WaitBy::PubSub;
-            node.check_rights(&self.config.prefix, pubsub).await?;
+            if self.lazy {
+                node.check_rights_on_first_use(&self.config.prefix, pubsub);
+            } else {
+                node.check_rights(&self.config.prefix, pubsub).await?;
+            }
         }
         let id = Uuid::new_v4();
         let id_text: Arc<str> = id.to_string().into();

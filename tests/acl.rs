@@ -254,3 +254,45 @@ async fn a_least_privilege_user_does_everything_on_a_cluster() {
         assert!(right.contains(named), "without {minus}: {right}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_client_checks_before_its_first_lock() {
+    let server = Server::start();
+    set_user(&server, "lazy", &format!("{LEAST} -publish"));
+    let client = Client::builder(url_of(&server, "lazy"))
+        .lazy(true)
+        .build()
+        .await
+        .expect("a lazy client connects on first use");
+    let name = unique_name("acl-lazy");
+    let error = client.lock(&name).unwrap().try_lock().await.unwrap_err();
+    let Error::NoPermission { right, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert!(right.contains("PUBLISH"), "{right}");
+    assert!(keys(&server).is_empty(), "left behind: {:?}", keys(&server));
+
+    // Once the right is granted, the next call checks again, passes, and takes the lock.
+    set_user(&server, "lazy", LEAST);
+    let guard = client.lock(&name).unwrap().try_lock().await.unwrap();
+    assert!(guard.is_some(), "not granted after the right was given");
+    guard.unwrap().unlock().await.unwrap();
+    // Checked once: later calls run no check (each check loads its probe script; the lock
+    // scripts are loaded by now).
+    let loads_before = support::command_calls(&server, "script|load");
+    client
+        .lock(&name)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    assert_eq!(
+        support::command_calls(&server, "script|load"),
+        loads_before,
+        "checked again"
+    );
+    client.shutdown().await.unwrap();
+}

@@ -9,7 +9,10 @@
 //! outside scripts; and, when waiters listen on pub/sub, a subscriber connection subscribes
 //! the probe channel and unsubscribes it.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::OnceCell;
 
 use redis::Script;
 
@@ -61,7 +64,55 @@ return ''
     )
 });
 
+/// A lazy client's check, run once it succeeded, before the first script call or pipeline.
+pub(crate) struct Pending {
+    prefix: String,
+    pubsub: bool,
+    passed: OnceCell<()>,
+}
+
 impl Node {
+    /// Checks the rights (as [`check_rights`](Node::check_rights)) before the first script
+    /// call or pipeline instead of now: for a lazy client, whose server may be down yet.
+    pub(crate) fn check_rights_on_first_use(&mut self, prefix: &str, pubsub: bool) {
+        self.rights = Some(Arc::new(Pending {
+            prefix: prefix.to_owned(),
+            pubsub,
+            passed: OnceCell::new(),
+        }));
+    }
+
+    /// Whether a lazy client's check has yet to pass: one atomic read, for every call.
+    pub(crate) fn rights_pending(&self) -> bool {
+        self.rights
+            .as_ref()
+            .is_some_and(|pending| !pending.passed.initialized())
+    }
+
+    /// Runs a lazy client's pending check, until it passes once (a failure is tried again on
+    /// the next call). Boxed: the check's own calls are the ones that lead here.
+    pub(crate) fn rights_checked(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let Some(pending) = &self.rights else {
+                return Ok(());
+            };
+            // The check's own calls go through a node without the pending check.
+            let unchecked = Node {
+                rights: None,
+                ..self.clone()
+            };
+            pending
+                .passed
+                .get_or_try_init(|| async {
+                    unchecked
+                        .check_rights(&pending.prefix, pending.pubsub)
+                        .await
+                })
+                .await
+                .map(|_| ())
+        })
+    }
+
     /// Checks that the user may do everything the crate does under `prefix` (with `pubsub`:
     /// subscribe too).
     ///

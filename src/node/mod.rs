@@ -76,6 +76,8 @@ pub(crate) struct Node {
     link: Link,
     timeout: Duration,
     batches: Arc<Batches>,
+    /// A lazy client's rights check, run before its first script call or pipeline.
+    rights: Option<Arc<acl::Pending>>,
 }
 
 impl Node {
@@ -96,6 +98,7 @@ impl Node {
             link,
             timeout,
             batches: Arc::default(),
+            rights: None,
         })
     }
 
