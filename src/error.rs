@@ -101,7 +101,7 @@ pub enum Error {
     Shutdown,
     /// The TLS handshake failed: the server's certificate is not vouched for by the CA given
     /// (or the system's), does not name the host, or the server refused our client
-    /// certificate (or does not speak TLS on that port). A setting to fix, not an outage.
+    /// certificate. A setting to fix, not an outage.
     #[error("TLS handshake failed during {operation}: {reason}")]
     Tls {
         /// What was being done.

@@ -138,6 +138,18 @@ async fn a_wrong_ca_is_a_tls_error_at_connect() {
         .expect_err("the system trusted the test CA");
     assert!(error.is_tls(), "{error:?}");
 
+    // TLS spoken to the plain port: the server waits for the end of what it takes for an
+    // inline command, so this ends as a timeout; bounded all the same.
+    let start = Instant::now();
+    let error = Client::builder(format!("rediss://127.0.0.1:{}", server.server.port()))
+        .tls(server.pki.ca_only())
+        .timeout(TIMEOUT)
+        .build()
+        .await
+        .expect_err("TLS to a plain port succeeded");
+    assert!(error.is_tls() || error.is_timeout(), "{error:?}");
+    assert!(start.elapsed() < TIMEOUT + Duration::from_secs(1));
+
     // TLS options on a plain URL: refused before connecting.
     let plain = format!("redis://127.0.0.1:{}", server.server.port());
     let error = Client::builder(plain)
