@@ -262,6 +262,15 @@ async fn a_cluster_over_tls() {
     }
     holder.shutdown().await.unwrap();
     waiter.shutdown().await.unwrap();
+
+    // Another CA: a TLS error for the cluster too.
+    let error = Client::builder(cluster.url())
+        .tls(Pki::new().ca_only())
+        .timeout(TIMEOUT)
+        .build()
+        .await
+        .expect_err("a cluster signed by another CA was trusted");
+    assert!(error.is_tls(), "{error:?}");
 }
 
 /// Bring your own connection settings (plain TCP here): a `redis::Client` for database 2, and
