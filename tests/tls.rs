@@ -130,6 +130,17 @@ async fn a_wrong_ca_is_a_tls_error_at_connect() {
         start.elapsed()
     );
 
+    // A lazy client learns it at its first call (its rights check makes the first connection).
+    let lazy = Client::builder(server.url())
+        .tls(stranger.ca_only())
+        .timeout(TIMEOUT)
+        .lazy(true)
+        .build()
+        .await
+        .unwrap();
+    let error = lazy.lock("lazy").unwrap().try_lock().await.unwrap_err();
+    assert!(error.is_tls(), "{error:?}");
+
     // No CA given: the system's trust store does not know the test CA either.
     let error = Client::builder(server.url())
         .timeout(TIMEOUT)

@@ -110,6 +110,8 @@ impl Node {
                 })
                 .await
                 .map(|_| ())
+                // The first connection of a lazy client is made here: a failed handshake shows.
+                .map_err(super::tls::classify)
         })
     }
 
