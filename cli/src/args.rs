@@ -50,6 +50,8 @@ Exit status:
   70  the lease was lost while the command ran; it was stopped
   71  internal error         75  the lock was not acquired within --wait
   76  Redis sent a reply this version does not understand
+  77  the Redis user (ACL) lacks a right redlease needs; the message names it
+  78  the TLS handshake failed (untrusted server certificate, refused client certificate)
   126 the command could not be executed    127 the command was not found";
 
 const STATUS_EXAMPLES: &str = "\

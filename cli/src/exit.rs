@@ -22,6 +22,11 @@ pub const INTERNAL: u8 = 71;
 pub const TEMPFAIL: u8 = 75;
 /// Redis sent a reply this version does not understand.
 pub const PROTOCOL: u8 = 76;
+/// The Redis user (ACL) lacks a right redlease needs; the message names it (EX_NOPERM).
+pub const NO_PERMISSION: u8 = 77;
+/// The TLS handshake failed: an untrusted or misnamed server certificate, or a refused client
+/// certificate (EX_CONFIG: a setting to fix, not an outage).
+pub const TLS: u8 = 78;
 /// The command exists but could not be executed (like a shell).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (like a shell).
@@ -62,6 +67,8 @@ pub fn code_of(error: &Error) -> u8 {
     match error {
         Error::WrongType { .. } => DATA,
         Error::Protocol { .. } => PROTOCOL,
+        Error::NoPermission { .. } => NO_PERMISSION,
+        Error::Tls { .. } => TLS,
         // Refused us (NOAUTH, READONLY replica, OOM), or too few Redlock nodes answered:
         // either way the service cannot be used.
         Error::Redis { .. } | Error::Timeout { .. } | Error::Quorum { .. } => UNAVAILABLE,

@@ -22,8 +22,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::mpsc;
 
+use super::dial::Dial;
 use super::sentinel::{Resolver, SentinelConn, into_redis};
-use super::shape::{Target, cluster_builder, server_client};
+use super::shape::{Target, cluster_builder};
 use crate::error::Result;
 
 /// What the subscriber connection reports.
@@ -37,7 +38,8 @@ pub(crate) enum Event {
     Disconnected,
 }
 
-/// How to open a subscriber connection.
+/// How to open a subscriber connection: with the same settings (TLS included) as the
+/// command connection.
 #[derive(Clone)]
 pub(crate) enum Link {
     // Boxed: a `redis::Client` is several times the size of the cluster variant.
@@ -45,6 +47,7 @@ pub(crate) enum Link {
     Cluster {
         seeds: Vec<String>,
         timeout: Duration,
+        dial: Box<Dial>,
     },
     /// The master the sentinels name at each connect (`sentinel.rs`); then as one server,
     /// until the command connection moves to a new master.
@@ -52,12 +55,13 @@ pub(crate) enum Link {
 }
 
 impl Link {
-    pub(crate) fn new(target: &Target, timeout: Duration) -> Result<Link> {
+    pub(crate) fn new(target: &Target, timeout: Duration, dial: &Dial) -> Result<Link> {
         Ok(match target {
-            Target::Server(url) => Link::Server(Box::new(server_client(url)?)),
+            Target::Server(url) => Link::Server(Box::new(dial.server_client(url)?)),
             Target::Cluster(seeds) => Link::Cluster {
                 seeds: seeds.clone(),
                 timeout,
+                dial: Box::new(dial.clone()),
             },
             Target::Sentinel(spec) => {
                 Link::Sentinel(SentinelConn::new(Resolver::new(spec, timeout)?))
@@ -78,9 +82,13 @@ impl Link {
                 let (sink, stream) = client.get_async_pubsub().await?.split();
                 Ok((Sink::Server(sink), Events::Sentinel(stream, switched)))
             }
-            Link::Cluster { seeds, timeout } => {
+            Link::Cluster {
+                seeds,
+                timeout,
+                dial,
+            } => {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let client = cluster_builder(seeds, *timeout)
+                let client = cluster_builder(seeds, *timeout, dial)
                     .map_err(|e| redis::RedisError::from((ErrorKind::Io, "seeds", e.to_string())))?
                     .use_protocol(ProtocolVersion::RESP3)
                     .push_sender(tx)

@@ -15,7 +15,9 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts;
 
+mod acl;
 mod batch;
+mod dial;
 mod family_calls;
 mod link;
 mod lock_calls;
@@ -24,8 +26,11 @@ mod replicas;
 mod scan;
 mod sentinel;
 mod shape;
+mod tls;
 mod transport;
 
+pub(crate) use acl::denied;
+pub(crate) use dial::Dial;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
@@ -33,6 +38,8 @@ pub(crate) use lock_calls::{AcquireCall, Latch, ReleaseArgs, Successor};
 pub(crate) use replicas::{Acks, Shortfall, WaitFor};
 use shape::Conn;
 pub(crate) use shape::Target;
+#[cfg(feature = "tls-rustls")]
+pub use tls::TlsOptions;
 pub(crate) use transport::bounded;
 use transport::{evalsha, evalsha_without_keys, once_more_if_dropped};
 
@@ -72,28 +79,39 @@ pub(crate) struct Node {
     link: Link,
     timeout: Duration,
     batches: Arc<Batches>,
+    /// A lazy client's rights check, run before its first script call or pipeline.
+    rights: Option<Arc<acl::Pending>>,
 }
 
 impl Node {
     /// Connects now, or (`lazy`) on first use so that a server that is down at start-up
     /// only fails the operations that need it.
-    pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Node> {
-        let mut link = Link::new(target, timeout)?;
-        let conn = shape::connect(target, timeout, lazy).await?;
+    pub(crate) async fn connect(
+        target: &Target,
+        timeout: Duration,
+        lazy: bool,
+        dial: &Dial,
+    ) -> Result<Node> {
+        let mut link = Link::new(target, timeout, dial)?;
+        let conn = shape::connect(target, timeout, lazy, dial).await?;
         // Behind sentinels, the subscriber follows the command connection, and the master found
         // at connect identifies the deployment.
-        let mut client = None;
+        let mut master = None;
         if let Conn::Server(sentinel::ServerConn::Sentinel(conn)) = &conn {
             link = Link::Sentinel(conn.clone());
-            client = conn.master_url();
+            master = conn.master_url();
         }
-        let client = shape::server_client(client.as_deref().unwrap_or(target.first_url()?))?;
+        let client = match master {
+            Some(url) => shape::server_client(&url)?,
+            None => dial.server_client(target.first_url()?)?,
+        };
         Ok(Node {
             conn,
             client,
             link,
             timeout,
             batches: Arc::default(),
+            rights: None,
         })
     }
 

@@ -4,17 +4,20 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::dial::Dial;
 use super::sentinel::{Resolver, SENTINEL_SCHEME, SentinelConn, SentinelSpec, ServerConn};
+use super::tls;
 use crate::error::{Error, Result};
 
-/// The URL scheme that names a cluster by its seed nodes:
-/// `redis+cluster://[user:pass@]host:port[,host:port...][/?query]`.
-pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
+/// The schemes whose `+cluster` form names a cluster by its seed nodes:
+/// `redis+cluster://[user:pass@]host:port[,host:port...][/?query]`; each seed gets the scheme
+/// (`rediss+cluster://` → `rediss://` seeds: TLS).
+const CLUSTER_SCHEMES: [&str; 4] = ["redis", "rediss", "valkey", "valkeys"];
 
 /// Where to connect, as the user named it.
 #[derive(Debug, Clone)]
@@ -28,15 +31,20 @@ pub(crate) enum Target {
 }
 
 impl Target {
-    /// Reads a URL: a `redis+cluster://` URL names a cluster, anything else one server.
+    /// Reads a URL: a `redis+cluster://` URL (or `rediss+cluster://` for TLS, `valkey+cluster`,
+    /// `valkeys+cluster`) names a cluster, anything else one server.
     pub(crate) fn parse(url: &str) -> Target {
         if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
             return Target::Sentinel(Box::new(SentinelSpec::parse(rest)));
         }
-        match url.strip_prefix(CLUSTER_SCHEME) {
-            Some(rest) => Target::Cluster(split_cluster_url(rest)),
-            None => Target::Server(url.to_owned()),
+        for scheme in CLUSTER_SCHEMES {
+            let head = url.get(..scheme.len() + "+cluster://".len());
+            if head.is_some_and(|head| head.eq_ignore_ascii_case(&format!("{scheme}+cluster://"))) {
+                let rest = &url[scheme.len() + "+cluster://".len()..];
+                return Target::Cluster(split_cluster_url(scheme, rest));
+            }
         }
+        Target::Server(url.to_owned())
     }
 
     /// A master through sentinels, as `Client::builder_sentinel` names it.
@@ -57,8 +65,8 @@ impl Target {
 }
 
 /// `a:1,b:2/?x` with the credentials of `user:pass@` → `redis://user:pass@a:1/?x`,
-/// `redis://user:pass@b:2/?x`.
-fn split_cluster_url(rest: &str) -> Vec<String> {
+/// `redis://user:pass@b:2/?x` (for `scheme` `redis`).
+fn split_cluster_url(scheme: &str, rest: &str) -> Vec<String> {
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
@@ -70,7 +78,7 @@ fn split_cluster_url(rest: &str) -> Vec<String> {
     hosts
         .split(',')
         .filter(|host| !host.is_empty())
-        .map(|host| format!("redis://{credentials}{host}{path}"))
+        .map(|host| format!("{scheme}://{credentials}{host}{path}"))
         .collect()
 }
 
@@ -112,28 +120,27 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// Opens the command connection to `target`: now, or (`lazy`) on first use.
-pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> Result<Conn> {
+/// Opens the command connection to `target`: now, or (`lazy`) on first use. A failed TLS
+/// handshake is [`Error::Tls`].
+pub(crate) async fn connect(
+    target: &Target,
+    timeout: Duration,
+    lazy: bool,
+    dial: &Dial,
+) -> Result<Conn> {
     match target {
         Target::Server(url) => {
-            let client = server_client(url)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                // No response timeout here: every call is bounded by `bounded`, and an
-                // abandoned acquire must be able to wait longer for its reply, to give back a
-                // late grant (see `Lock::attempt`). redis-rs's limit was only a timer around
-                // the reply.
-                .set_response_timeout(None)
-                // Reconnection is retried on the next command anyway; a long retry chain would
-                // only stretch the time a caller waits for a down server.
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
+            let client = dial.server_client(url)?;
+            // Our own settings (or the caller's): no response timeout, a short retry chain.
+            let config = dial.manager(timeout)?;
             let conn = if lazy {
                 ConnectionManager::new_lazy_with_config(client, config)
                     .map_err(|e| Error::redis("connect", "", e))?
             } else {
                 let connect = ConnectionManager::new_with_config(client, config);
-                super::bounded("connect", "", timeout, connect).await?
+                super::bounded("connect", "", timeout, connect)
+                    .await
+                    .map_err(tls::classify)?
             };
             Ok(Conn::Server(ServerConn::Direct(conn)))
         }
@@ -143,7 +150,7 @@ pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> R
             Ok(Conn::Server(ServerConn::Sentinel(conn)))
         }
         Target::Cluster(seeds) => {
-            let client = cluster_builder(seeds, timeout)?
+            let client = cluster_builder(seeds, timeout, dial)?
                 .build()
                 .map_err(|e| bad_url(seeds, e))?;
             let conn = if lazy {
@@ -154,13 +161,16 @@ pub(crate) async fn connect(target: &Target, timeout: Duration, lazy: bool) -> R
                 client.get_pending_async_connection_with_config(config)
             } else {
                 let connect = client.get_async_connection();
-                super::bounded("connect", "", timeout, connect).await?
+                super::bounded("connect", "", timeout, connect)
+                    .await
+                    .map_err(tls::classify)?
             };
             Ok(Conn::Cluster(conn))
         }
     }
 }
 
+/// A plain client of one server (the sentinels, and a master found through them).
 pub(crate) fn server_client(url: &str) -> Result<redis::Client> {
     redis::Client::open(url)
         .map_err(|e| Error::InvalidArgument(format!("bad Redis URL `{url}`: {e}")))
@@ -178,16 +188,20 @@ fn bad_url(seeds: &[String], e: redis::RedisError) -> Error {
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The cluster settings every connection of the client shares.
-pub(crate) fn cluster_builder(seeds: &[String], timeout: Duration) -> Result<ClusterClientBuilder> {
+pub(crate) fn cluster_builder(
+    seeds: &[String],
+    timeout: Duration,
+    dial: &Dial,
+) -> Result<ClusterClientBuilder> {
     if seeds.is_empty() {
         return Err(Error::InvalidArgument(
             "a Redis Cluster needs at least one seed URL".into(),
         ));
     }
     for seed in seeds {
-        server_client(seed)?;
+        redis::Client::open(seed.as_str()).map_err(|e| bad_url(seeds, e))?;
     }
-    Ok(ClusterClientBuilder::new(seeds.to_vec())
+    let builder = ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(timeout)
         // As for one server: each call is bounded by the caller's own limit (`bounded`), and a
         // request may outlive its caller to give back a late grant. Within that limit redis-rs
@@ -197,7 +211,8 @@ pub(crate) fn cluster_builder(seeds: &[String], timeout: Duration) -> Result<Clu
         .overall_response_timeout(None)
         .retries(16)
         .min_retry_wait(10)
-        .max_retry_wait(200))
+        .max_retry_wait(200);
+    dial.cluster(seeds, builder)
 }
 
 /// The slot of the key a command is routed by: the first key of `EVAL`/`EVALSHA` (none when it
@@ -317,6 +332,10 @@ mod tests {
             seeds,
             ["redis://u:p@a:1/?protocol=2", "redis://u:p@b:2/?protocol=2"]
         );
+        let Target::Cluster(seeds) = Target::parse("rediss+cluster://a:1,b:2") else {
+            panic!("not a cluster")
+        };
+        assert_eq!(seeds, ["rediss://a:1", "rediss://b:2"]);
         assert!(matches!(Target::parse("redis://a:1"), Target::Server(_)));
     }
 

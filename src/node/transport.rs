@@ -30,6 +30,9 @@ impl Node {
         key: &str,
         pipe: &redis::Pipeline,
     ) -> Result<T> {
+        if self.rights_pending() {
+            self.rights_checked().await?;
+        }
         if let Some(groups) = self.pipeline_groups(pipe) {
             return self
                 .query_pipeline_split(operation, key, pipe, groups)
@@ -121,6 +124,9 @@ impl Node {
         script: &redis::Script,
         cmd: &redis::Cmd,
     ) -> Result<T> {
+        if self.rights_pending() {
+            self.rights_checked().await?;
+        }
         self.through_transitions(limit, |limit| {
             self.eval_once(operation, key, limit, script, cmd)
         })

@@ -40,6 +40,7 @@ pub mod replica;
 pub mod sentinel;
 mod server;
 mod shard;
+pub mod tls;
 pub mod torture;
 
 pub use binary::{server_flavor, valkey_binary};
