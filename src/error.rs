@@ -146,6 +146,15 @@ pub enum Error {
         /// The server's answer.
         reason: String,
     },
+    /// The lock stayed held by another owner for as long as the caller chose to wait
+    /// (`#[redlease::locked(busy = error)]`). Not an outage: Redis answered.
+    #[error("lock `{name}` stayed busy for {waited:?}")]
+    Busy {
+        /// The lock name.
+        name: String,
+        /// How long each attempt waited for it.
+        waited: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -161,6 +170,11 @@ impl Error {
             }
             _ => false,
         }
+    }
+
+    /// True when the lock stayed held by another owner for the whole wait ([`Error::Busy`]).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy { .. })
     }
 
     /// True when the lease was lost while held.

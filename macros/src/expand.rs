@@ -113,9 +113,9 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
                 Busy::Error | Busy::Wait => {
                     let waited = duration(wait.value);
                     quote! {{
-                        let #error = ::redlease::Error::Timeout {
-                            operation: "waiting for the lock",
-                            timeout: #waited,
+                        let #error = ::redlease::Error::Busy {
+                            name: #name.clone(),
+                            waited: #waited,
                         };
                         #fail
                     }}

@@ -43,7 +43,7 @@ use proc_macro::TokenStream;
 ///
 /// impl OrderService {
 ///     // One caller at a time per order, across every process; others wait up to 5 s,
-///     // then get `Err(ShopError::Lock(redlease::Error::Timeout { .. }))`.
+///     // then get `Err(ShopError::Lock(redlease::Error::Busy { .. }))`.
 ///     #[locked(key = "order:{order.id}", client = self.client, wait = "5s", busy = error)]
 ///     async fn pay(&self, order: &Order) -> Result<u64, ShopError> {
 ///         if order.id == 0 {
@@ -88,7 +88,7 @@ use proc_macro::TokenStream;
 /// | `lease = "30s"` | hold at most this long, with no renewal | the watchdog renews the lease while the body runs |
 /// | `busy = wait` | wait as long as it takes (`Lock::run`) | yes |
 /// | `busy = skip(<expr>)` | when the lock stays busy, return `<expr>` (of the fn's return type, e.g. `Ok(None)`) without running the body. The expression is evaluated after the arguments moved into the body: it may use arguments that are shared references or `Copy`, not owned ones (nor `&mut`). | |
-/// | `busy = error` | when the lock stays busy, return `Err(E::from(redlease::Error::Timeout { operation: "waiting for the lock", timeout: <wait> }))` | |
+/// | `busy = error` | when the lock stays busy, return `Err(E::from(redlease::Error::Busy { name, waited: <wait> }))` | |
 /// | `retries = 3` | after a try found the lock busy, try again up to 3 more times | 0 |
 /// | `pause = "100ms"` | the pause before each retry | `"100ms"` |
 /// | `on_lost = cancel` | if the lease is lost while the body runs, the body is dropped at its next `.await` and the fn returns `Err(E::from(redlease::Error::LeaseLost { .. }))` (what `Lock::run` does; the only behaviour) | `cancel` |
@@ -100,8 +100,7 @@ use proc_macro::TokenStream;
 /// `redlease::Error::LeaseLost` when the lease was lost while the body ran (the body was
 /// cancelled), `Error::InvalidName` for a key that builds an empty or too long name,
 /// `Error::Timeout` / `Error::Redis` when Redis is unreachable, `Error::Shutdown` after
-/// `Client::shutdown`; and, with `busy = error`, `Error::Timeout` with
-/// `operation: "waiting for the lock"` when the lock stayed busy.
+/// `Client::shutdown`; and, with `busy = error`, `Error::Busy` when the lock stayed busy.
 ///
 /// # Compile errors
 /// An unknown argument in the key, a bad duration literal, a non-`async` fn, an unknown or

@@ -16,7 +16,7 @@ pub(crate) enum Busy {
     Wait,
     /// Return this expression instead of running the body.
     Skip(Expr),
-    /// Return `Err(From::from(redlease::Error::Timeout { .. }))`.
+    /// Return `Err(From::from(redlease::Error::Busy { .. }))`.
     Error,
 }
 

@@ -159,9 +159,9 @@ async fn busy_error_returns_a_timeout_through_from_and_body_errors_pass() {
     let busy = within(take_stock(&caller, sku, 1)).await;
     let waited = start.elapsed();
     match busy {
-        Err(ShopError::Lock(Error::Timeout { operation, timeout })) => {
-            assert_eq!(operation, "waiting for the lock");
-            assert_eq!(timeout, Duration::from_millis(200));
+        Err(ShopError::Lock(Error::Busy { name, waited })) => {
+            assert_eq!(name, format!("stock:{sku}"));
+            assert_eq!(waited, Duration::from_millis(200));
         }
         other => panic!("expected the busy timeout, got {other:?}"),
     }
@@ -348,7 +348,7 @@ async fn nested_calls_reenter_and_others_are_kept_out() {
     let guard = client.lock("account:7").unwrap().lock().await.unwrap();
     let outside = within(audit(&client, id, &server)).await;
     assert!(
-        matches!(outside, Err(Error::Timeout { .. })),
+        matches!(outside, Err(Error::Busy { .. })),
         "a separate call should find the lock busy: {outside:?}"
     );
     guard.unlock().await.unwrap();
