@@ -89,8 +89,15 @@ fn receipt(lock: &HeldLock, order: &Order) -> String {
 #[tokio::main]
 async fn main() -> Result<(), OrderError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let (charges, reports) = run(&url).await?;
+    println!("{charges} charges, {reports} nightly report(s)");
+    Ok(())
+}
+
+/// The example's run against the server at `url`: the charges and reports recorded.
+async fn run(url: &str) -> Result<(u32, u32), OrderError> {
     let service = Arc::new(OrderService {
-        client: Client::connect(&url).await?,
+        client: Client::connect(url).await?,
         charges: AtomicU32::new(0),
         reports: AtomicU32::new(0),
     });
@@ -145,5 +152,27 @@ async fn main() -> Result<(), OrderError> {
     );
 
     service.client.shutdown().await?;
-    Ok(())
+    Ok((
+        service.charges.load(Ordering::SeqCst),
+        service.reports.load(Ordering::SeqCst),
+    ))
+}
+
+#[cfg(test)]
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example's own run, against a private server: eight concurrent payments of one order
+    /// charge once each, one at a time, and of three simultaneous nightly reports one runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_example_charges_each_payment_once_and_reports_once() {
+        let server = support::Server::start();
+        let (charges, reports) = run(&server.url()).await.expect("the example ran");
+        assert_eq!(charges, 8);
+        assert_eq!(reports, 1);
+    }
 }
