@@ -15,9 +15,18 @@ pub const SELECTORS: [&str; 4] = ["C1", "C3", "C4", "C6"];
 
 pub const ONE_SERVER: &str = "redlease one server";
 pub const CLUSTER: &str = "redlease cluster";
+/// rslock's cluster mode, on the same cluster (its ratio is against redlease's).
+pub const RSLOCK_CLUSTER: &str = "rslock cluster";
+
+/// `redis+cluster://h1:p1,h2:p2` → `redis://h1:p1/`, `redis://h2:p2/`.
+fn seed_urls(cluster_url: &str) -> Vec<String> {
+    let hosts = cluster_url.trim_start_matches("redis+cluster://");
+    hosts.split(',').map(|h| format!("redis://{h}/")).collect()
+}
 
 #[cfg(feature = "redlease")]
 pub async fn cluster(r: &mut Runner, c: &Counts, cluster_url: &str, wants: impl Fn(&str) -> bool) {
+    use crate::peers::rslock::Rslock;
     use crate::redlease_impl::Redlease;
     use crate::workloads::{many_keys, one_caller, wake_up};
 
@@ -31,6 +40,14 @@ pub async fn cluster(r: &mut Runner, c: &Counts, cluster_url: &str, wants: impl 
         })
         .await;
     }
+    if wants("C1") {
+        let (n, seeds) = (c.w1, seed_urls(cluster_url));
+        r.measure(C1, RSLOCK_CLUSTER, |_| {
+            let seeds = seeds.clone();
+            async move { one_caller::run(Arc::new(Rslock::new_cluster(&seeds)?), n).await }
+        })
+        .await;
+    }
     for (name, target) in targets.iter().filter(|_| wants("C3")) {
         let (tasks, rounds) = (c.w3_tasks, c.w3_rounds);
         r.measure(C3, name, |_| {
@@ -38,6 +55,14 @@ pub async fn cluster(r: &mut Runner, c: &Counts, cluster_url: &str, wants: impl 
             async move {
                 many_keys::run(Arc::new(Redlease::new(&target).await?), tasks, rounds).await
             }
+        })
+        .await;
+    }
+    if wants("C3") {
+        let (tasks, rounds, seeds) = (c.w3_tasks, c.w3_rounds, seed_urls(cluster_url));
+        r.measure(C3, RSLOCK_CLUSTER, |_| {
+            let seeds = seeds.clone();
+            async move { many_keys::run(Arc::new(Rslock::new_cluster(&seeds)?), tasks, rounds).await }
         })
         .await;
     }

@@ -152,9 +152,18 @@ impl Node {
             .pttl(&key)
             .exists(&key)
             .del(&key);
-        self.query_pipeline::<redis::Value>("check ACL rights", &key, &pipe)
+        match self
+            .query_pipeline::<redis::Value>("check ACL rights", &key, &pipe)
             .await
-            .map_err(|e| denied(e, prefix))?;
+        {
+            // A replica refuses the writes whatever the user's rights: the rights cannot be
+            // checked there, and every lock call will answer with the typed READONLY error.
+            Err(e) if on_a_replica(&e) => {
+                tracing::debug!(error = %e, "connected to a replica: ACL rights not checked");
+                return Ok(());
+            }
+            outcome => outcome.map_err(|e| denied(e, prefix))?,
+        };
         if self.is_cluster() {
             // The watchdog's renewal per node is a plain EVAL (`renew_by_node.rs`); redis-rs
             // checks its cluster connections with PING.
@@ -184,6 +193,15 @@ impl Node {
             .await
             .map_err(|e| denied(e, prefix))
     }
+}
+
+/// Whether `error` is a replica's refusal to write (READONLY), alone or in a pipeline's failures.
+fn on_a_replica(error: &Error) -> bool {
+    let Error::Redis { source, .. } = error else {
+        return false;
+    };
+    source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || source.to_string().contains("ReadOnly:")
 }
 
 /// A refusal (NOPERM) becomes [`Error::NoPermission`]; anything else is unchanged. Also for
