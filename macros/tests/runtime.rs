@@ -144,7 +144,7 @@ async fn take_stock(client: &Client, sku: u32, amount: u32) -> Result<u32, ShopE
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn busy_error_returns_a_timeout_through_from_and_body_errors_pass() {
+async fn busy_error_returns_busy_through_from_and_body_errors_pass() {
     let server = Server::start();
     let [holder, caller] = support::clients(&server).await;
     let sku = 4711;

@@ -41,7 +41,7 @@ impl Client {
         ClientBuilder::new(Target::Cluster(seeds.into_iter().map(Into::into).collect()))
     }
 
-    /// Connects to a Redis Cluster with the default [`Config`]; see
+    /// Connects to a Redis Cluster with the default [`Config`](crate::Config); see
     /// [`builder_cluster`](Client::builder_cluster).
     ///
     /// # Errors
@@ -92,7 +92,7 @@ impl Client {
     }
 
     /// Connects to the master that sentinels monitor as `master_name`, with the default
-    /// [`Config`]; see [`builder_sentinel`](Client::builder_sentinel).
+    /// [`Config`](crate::Config); see [`builder_sentinel`](Client::builder_sentinel).
     ///
     /// # Errors
     /// As [`ClientBuilder::build`]; also [`Error::InvalidArgument`] when no sentinel or an empty
