@@ -378,7 +378,8 @@ fn hold_counts(server: &support::Server, key: &str) -> Vec<i64> {
 /// With `WAIT` on, every lock handed out was acknowledged by both replicas: whichever one the
 /// sentinels promote after a kill -9 of the master has every lock, with its hold count, and
 /// the holder keeps renewing them there (acknowledged again once the old master rejoins as a
-/// replica) while another client's waiter still cannot take them.
+/// replica) while another client's waiter still cannot take them. Then `Replicas::Auto`, after
+/// one replica went away: the first acquisition falls short, the next is counted anew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_no_acknowledged_lock_is_lost_by_the_failover() {
     let mut group = start_group();
@@ -476,6 +477,40 @@ async fn with_wait_no_acknowledged_lock_is_lost_by_the_failover() {
     }
     holder.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
+
+    // Replicas::Auto after a replica went away: the first acquisition falls short of the
+    // count, and the replicas are counted again for the next one.
+    let auto = Client::builder(group.url())
+        .replicas(Replicas::Auto {
+            timeout: Duration::from_millis(200),
+        })
+        .build()
+        .await
+        .unwrap();
+    let lock = auto.lock(&unique_name("sentinel-auto-gone")).unwrap();
+    lock.try_lock().await.unwrap().expect("free").unlock().await.unwrap();
+    group.servers[old].kill();
+    let master = &group.servers[new];
+    let dropped = support::eventually(Duration::from_secs(5), || {
+        support::replica::info(master, "replication").contains("connected_slaves:1")
+    });
+    assert!(dropped, "the master still counts the killed replica");
+    match lock.try_lock().await {
+        Err(Error::ReplicasUnacknowledged {
+            acknowledged,
+            wanted,
+            ..
+        }) => assert_eq!((acknowledged, wanted), (1, 2)),
+        other => panic!("expected the count of two to fall short, got {other:?}"),
+    }
+    let waits_before = support::command_calls(master, "wait");
+    let guard = lock.try_lock().await.unwrap().expect("free");
+    assert!(
+        support::command_calls(master, "wait") > waits_before,
+        "Auto stopped waiting for the replica that is left"
+    );
+    guard.unlock().await.unwrap();
+    auto.shutdown().await.unwrap();
 }
 
 /// The contrast, in one failover: the replicas lag (frozen, their links dropped) when locks
