@@ -460,7 +460,13 @@ async fn with_wait_no_acknowledged_lock_is_lost_by_the_failover() {
     for (name, waiter) in names.iter().zip(&waiters) {
         assert!(!waiter.is_finished(), "the waiter took {name}");
         assert!(
-            other.lock(name).unwrap().try_lock().await.unwrap().is_none(),
+            other
+                .lock(name)
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none(),
             "another client took {name} after the failover"
         );
     }
@@ -488,7 +494,13 @@ async fn with_wait_no_acknowledged_lock_is_lost_by_the_failover() {
         .await
         .unwrap();
     let lock = auto.lock(&unique_name("sentinel-auto-gone")).unwrap();
-    lock.try_lock().await.unwrap().expect("free").unlock().await.unwrap();
+    lock.try_lock()
+        .await
+        .unwrap()
+        .expect("free")
+        .unlock()
+        .await
+        .unwrap();
     group.servers[old].kill();
     let master = &group.servers[new];
     let dropped = support::eventually(Duration::from_secs(5), || {
@@ -566,7 +578,10 @@ async fn without_wait_a_lock_taken_while_replicas_lag_vanishes_with_the_failover
             .filter(|&i| i != old)
             .all(|i| exists(&group.servers[i], &key_of(&kept_name)))
     });
-    assert!(replicated, "the lock taken before the lag reached both replicas");
+    assert!(
+        replicated,
+        "the lock taken before the lag reached both replicas"
+    );
 
     let lagging = group.lag_replicas(old);
     let doomed = plain.lock(&lost_name).unwrap().lock().await.unwrap();
@@ -604,10 +619,17 @@ async fn without_wait_a_lock_taken_while_replicas_lag_vanishes_with_the_failover
     eprintln!("reported lost {:?} after the kill", killed_at.elapsed());
     assert!(doomed.is_lost());
     assert!(!kept.is_lost(), "the replicated lock was reported lost");
-    assert!(matches!(doomed.unlock().await, Err(Error::LeaseLost { .. })));
+    assert!(matches!(
+        doomed.unlock().await,
+        Err(Error::LeaseLost { .. })
+    ));
     // The danger WAIT guards against: a second holder of a lock whose first guard was handed out.
     let second = waiting.lock(&lost_name).unwrap().replicas(Replicas::Off);
-    let taken = second.try_lock().await.unwrap().expect("the vanished lock is free");
+    let taken = second
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the vanished lock is free");
     taken.unlock().await.unwrap();
     assert!(
         waiting

@@ -328,10 +328,11 @@ impl Node {
         let reason = match reply {
             Ok(Value::Int(n)) => {
                 let n = u32::try_from(n.max(0)).unwrap_or(u32::MAX);
-                if !wait.strict && n < wait.replicas {
-                    if let Some(count) = self.replica_state().counted.lock().as_mut() {
-                        count.stale = true;
-                    }
+                if !wait.strict
+                    && n < wait.replicas
+                    && let Some(count) = self.replica_state().counted.lock().as_mut()
+                {
+                    count.stale = true;
                 }
                 return Acks::Count(n);
             }
