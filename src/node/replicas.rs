@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
-use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
+use super::sentinel::ServerConn;
 use super::shape::Conn;
 use super::{Node, Renewal, bounded, evalsha, once_more_if_dropped};
 use crate::config::Replicas;
@@ -104,11 +105,45 @@ impl Shortfall {
     }
 }
 
+/// How long after a master switch an `Auto` count is provisional: the other replicas are
+/// still moving to the new master, so a count taken then may be short.
+const SETTLING: Duration = Duration::from_secs(10);
+/// How often a provisional count is taken again, at most.
+const RECOUNT_EVERY: Duration = Duration::from_secs(1);
+
 /// What a node learnt about its replicas: how many `Auto` found, whether `WAIT` is refused.
 #[derive(Debug, Default)]
 pub(crate) struct ReplicaState {
-    detected: OnceCell<u32>,
+    /// The last count, `None` until taken.
+    counted: parking_lot::Mutex<Option<Count>>,
+    /// One count at a time.
+    counting: tokio::sync::Mutex<()>,
     unsupported: AtomicBool,
+}
+
+/// An `Auto` count of the replicas, and of which master.
+#[derive(Debug, Clone, Copy)]
+struct Count {
+    replicas: u32,
+    /// The sentinel connection's generation it was taken at (0: no sentinels).
+    generation: u64,
+    /// When the first count of this generation was taken (about when the master changed).
+    first: Instant,
+    /// When this count was taken.
+    at: Instant,
+    /// A write fell short of it: count again.
+    stale: bool,
+}
+
+impl Count {
+    /// Whether it still stands for the master of `generation`: taken there, and, shortly after
+    /// a switch, not too long ago.
+    fn stands(&self, generation: u64, now: Instant) -> bool {
+        let provisional = generation > 1 && self.at.duration_since(self.first) < SETTLING;
+        self.generation == generation
+            && !self.stale
+            && !(provisional && now - self.at >= RECOUNT_EVERY)
+    }
 }
 
 impl Node {
@@ -116,8 +151,18 @@ impl Node {
         &self.batches.replicas
     }
 
-    /// What `replicas` asks of this deployment: `None` sends no `WAIT`. `Auto` asks the server
-    /// once (a failed question is asked again next time, and sends no `WAIT` meanwhile).
+    /// Which master the connection goes to: the sentinel connection's generation, which changes
+    /// with each master it follows (0 when the server is named directly, or a cluster).
+    fn master_generation(&self) -> u64 {
+        match &self.conn {
+            Conn::Server(ServerConn::Sentinel(conn)) => conn.generation(),
+            _ => 0,
+        }
+    }
+
+    /// What `replicas` asks of this deployment: `None` sends no `WAIT`. `Auto` counts the
+    /// replicas ([`Node::replica_count`]; a failed count is taken again next time, and sends
+    /// no `WAIT` meanwhile).
     pub(crate) async fn wait_for(&self, replicas: Replicas) -> Option<WaitFor> {
         match replicas {
             Replicas::Off => None,
@@ -131,12 +176,8 @@ impl Node {
                 if state.unsupported.load(Ordering::Acquire) {
                     return None;
                 }
-                let detected = state
-                    .detected
-                    .get_or_try_init(|| self.connected_replicas())
-                    .await;
-                match detected {
-                    Ok(&n) if n > 0 => Some(WaitFor {
+                match self.replica_count().await {
+                    Ok(n) if n > 0 => Some(WaitFor {
                         replicas: n,
                         timeout,
                         strict: false,
@@ -149,6 +190,41 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// The replicas `Auto` waits for, counted once and again only when the count may be wrong:
+    /// behind sentinels, when the connection follows a new master (and, for
+    /// [`SETTLING`] after that, at most every [`RECOUNT_EVERY`], while the other replicas
+    /// move over), and anywhere after a write fell short of it ([`Node::read_acks`]).
+    async fn replica_count(&self) -> Result<u32> {
+        let state = self.replica_state();
+        let generation = self.master_generation();
+        let current = |now| {
+            let counted = *state.counted.lock();
+            counted.filter(|c| c.stands(generation, now))
+        };
+        if let Some(count) = current(Instant::now()) {
+            return Ok(count.replicas);
+        }
+        let _turn = state.counting.lock().await;
+        if let Some(count) = current(Instant::now()) {
+            return Ok(count.replicas);
+        }
+        let replicas = self.connected_replicas().await?;
+        let now = Instant::now();
+        let mut counted = state.counted.lock();
+        let first = match *counted {
+            Some(c) if c.generation == generation => c.first,
+            _ => now,
+        };
+        *counted = Some(Count {
+            replicas,
+            generation,
+            first,
+            at: now,
+            stale: false,
+        });
+        Ok(replicas)
     }
 
     /// `connected_slaves` of `INFO replication`: of the server, or the fewest of any primary
@@ -246,10 +322,20 @@ impl Node {
     }
 
     /// What a `WAIT` reply says. In `Auto` mode an error is warned about once, and no `WAIT` is
-    /// sent from then on.
+    /// sent from then on; fewer acknowledgements than counted have the replicas counted again
+    /// before the next write.
     pub(super) fn read_acks(&self, wait: WaitFor, reply: RedisResult<Value>) -> Acks {
         let reason = match reply {
-            Ok(Value::Int(n)) => return Acks::Count(u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
+            Ok(Value::Int(n)) => {
+                let n = u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+                if !wait.strict
+                    && n < wait.replicas
+                    && let Some(count) = self.replica_state().counted.lock().as_mut()
+                {
+                    count.stale = true;
+                }
+                return Acks::Count(n);
+            }
             Ok(other) => format!("unexpected WAIT reply {other:?}"),
             Err(e) => e.to_string(),
         };

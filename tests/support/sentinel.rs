@@ -136,12 +136,18 @@ impl SentinelGroup {
     /// Starts the group and waits until the replicas are in sync and every sentinel knows both
     /// replicas and the two other sentinels (so a failover can be agreed on).
     pub fn start() -> SentinelGroup {
-        let master = Server::start();
+        // Without the default 5 s pause before a diskless full sync, a replica (re)links at once.
+        let master = Server::builder()
+            .arg("--repl-diskless-sync-delay")
+            .arg("0")
+            .start();
         let master_port = master.port();
         let mut servers = vec![master];
         for _ in 0..2 {
             servers.push(
                 Server::builder()
+                    .arg("--repl-diskless-sync-delay")
+                    .arg("0")
                     .arg("--replicaof")
                     .arg("127.0.0.1")
                     .arg(master_port.to_string())
@@ -292,6 +298,79 @@ impl SentinelGroup {
     /// replica of the current master.
     pub fn restart(&mut self, i: usize) {
         self.servers[i].restart();
+    }
+
+    /// Starts the killed server `i` again, empty, as a replica of `master` at once (the
+    /// sentinels would convert it only after seconds), and waits until `master` has every
+    /// other server as an acknowledging replica (`WAIT 2` answers 2).
+    pub fn rejoin_as_replica(&mut self, i: usize, master: usize) {
+        self.servers[i].restart();
+        let port = self.servers[master].port().to_string();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(port)
+            .query(&mut self.servers[i].conn())
+            .expect("REPLICAOF");
+        let master = &self.servers[master];
+        let acknowledging = super::eventually(FORM_TIMEOUT, || {
+            let mut conn = master.conn();
+            let _: () = redis::cmd("SET")
+                .arg("rejoin-probe")
+                .arg(1)
+                .query(&mut conn)
+                .expect("SET");
+            let acks: u64 = redis::cmd("WAIT")
+                .arg(2)
+                .arg(200)
+                .query(&mut conn)
+                .expect("WAIT");
+            acks == 2
+        });
+        assert!(acknowledging, "the rejoined server never acknowledged");
+    }
+
+    /// Makes the replicas of `master` lag behind it until the returned guard drops: each is
+    /// frozen (SIGSTOP) and the master drops its replication links (`CLIENT KILL TYPE
+    /// replica`), so a write the master takes from now on reaches no replica, not even from a
+    /// socket buffer once they go on. Drop the guard (SIGCONT) only after killing the master,
+    /// or the replicas reconnect and fetch what they missed.
+    pub fn lag_replicas(&self, master: usize) -> Lagging {
+        let pids: Vec<u32> = (0..self.servers.len())
+            .filter(|&i| i != master)
+            .map(|i| self.servers[i].pid())
+            .collect();
+        let lagging = Lagging(pids);
+        assert!(lagging.signal("STOP"), "could not SIGSTOP the replicas");
+        let _: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query(&mut self.servers[master].conn())
+            .expect("CLIENT KILL TYPE replica");
+        lagging
+    }
+}
+
+/// Replicas frozen by [`SentinelGroup::lag_replicas`] (by pid, so the group can still be
+/// changed meanwhile); dropping it lets them go on (SIGCONT), so a failed assertion never
+/// leaves them frozen.
+pub struct Lagging(Vec<u32>);
+
+impl Lagging {
+    /// Sends `sig` to every replica; whether every `kill` succeeded.
+    fn signal(&self, sig: &str) -> bool {
+        self.0.iter().all(|pid| {
+            Command::new("kill")
+                .args([format!("-{sig}"), pid.to_string()])
+                .status()
+                .is_ok_and(|status| status.success())
+        })
+    }
+}
+
+impl Drop for Lagging {
+    fn drop(&mut self) {
+        let _ = self.signal("CONT");
     }
 }
 
