@@ -3,6 +3,7 @@
 
 use crate::cluster_suite::{C1, C3, C4, C6, CLUSTER, ONE_SERVER};
 use crate::family_suite::{F1, F2};
+use crate::replica_suite::{OFF, R1, WAIT};
 use crate::tls_suite::{PLAIN, T1, TLS};
 use crate::model::{
     ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE,
@@ -119,7 +120,13 @@ impl Context<'_> {
                 (ratio(rslock, "rslock"), at_least(rslock, "rslock"))
             }
             ("W2", WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
-            (T1, _) if e.implementation == TLS => (ratio(self.find(T1, PLAIN, m.metric), "plain"), String::new()),
+            // Same-run prices: of TLS over the plain port, of WAIT over no acknowledgement.
+            (T1, _) if e.implementation == TLS => {
+                (ratio(self.find(T1, PLAIN, m.metric), "plain"), String::new())
+            }
+            (R1, _) if e.implementation == WAIT => {
+                (ratio(self.find(R1, OFF, m.metric), "Off"), String::new())
+            }
             (F1, ACQ_PER_SEC) if e.implementation == "redlease FairLock" => {
                 let lock = self.find(F1, "redlease Lock", ACQ_PER_SEC);
                 let k = 0.8;

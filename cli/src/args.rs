@@ -20,6 +20,9 @@ Examples:
   # Free a lock whose holder is stuck (the holder is stopped at its next renewal):
   redlease unlock --force nightly-report
 
+  # Over TLS, trusting a private CA (add --tls-cert/--tls-key for mutual TLS):
+  redlease status --url rediss://redis.internal:6380 --tls-ca ca.crt nightly-report
+
 The Redis URL comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379.
 Several --url options name independent masters and use the Redlock algorithm.";
 
