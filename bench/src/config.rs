@@ -153,14 +153,16 @@ impl Config {
             urls: args.urls,
             cluster_url: args.cluster_url,
             replica_url: args.replica_url,
-            tls: args.tls_server.and_then(|t| match <[String; 3]>::try_from(t) {
-                Ok([plain_url, tls_url, ca_file]) => Some(crate::tls_suite::Target {
-                    plain_url,
-                    tls_url,
-                    ca_file: PathBuf::from(ca_file),
+            tls: args
+                .tls_server
+                .and_then(|t| match <[String; 3]>::try_from(t) {
+                    Ok([plain_url, tls_url, ca_file]) => Some(crate::tls_suite::Target {
+                        plain_url,
+                        tls_url,
+                        ca_file: PathBuf::from(ca_file),
+                    }),
+                    Err(_) => None,
                 }),
-                Err(_) => None,
-            }),
         }
     }
 

@@ -3,12 +3,12 @@
 
 use crate::cluster_suite::{C1, C3, C4, C6, CLUSTER, ONE_SERVER};
 use crate::family_suite::{F1, F2};
-use crate::replica_suite::{OFF, R1, WAIT};
-use crate::tls_suite::{PLAIN, T1, TLS};
 use crate::model::{
     ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE,
     TICK, TICK_RT, Unit, WAIT_MAX, WAKE, family,
 };
+use crate::replica_suite::{OFF, R1, WAIT};
+use crate::tls_suite::{PLAIN, T1, TLS};
 
 /// What the targets need to know about the run.
 pub struct Context<'a> {
@@ -121,9 +121,10 @@ impl Context<'_> {
             }
             ("W2", WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
             // Same-run prices: of TLS over the plain port, of WAIT over no acknowledgement.
-            (T1, _) if e.implementation == TLS => {
-                (ratio(self.find(T1, PLAIN, m.metric), "plain"), String::new())
-            }
+            (T1, _) if e.implementation == TLS => (
+                ratio(self.find(T1, PLAIN, m.metric), "plain"),
+                String::new(),
+            ),
             (R1, _) if e.implementation == WAIT => {
                 (ratio(self.find(R1, OFF, m.metric), "Off"), String::new())
             }

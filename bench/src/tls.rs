@@ -129,10 +129,8 @@ fn temp_dir() -> Result<PathBuf> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "redlease-bench-tls-{}-{nanos}",
-        std::process::id()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("redlease-bench-tls-{}-{nanos}", std::process::id()));
     fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
 }

@@ -2,7 +2,6 @@
 //! through its TLS port, in the same run for the ratio: the price of TLS (`docs/tls.md`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use crate::config::Counts;
 use crate::runner::Runner;
@@ -27,6 +26,8 @@ pub struct Target {
 
 #[cfg(feature = "redlease")]
 pub async fn tls(r: &mut Runner, c: &Counts, target: &Target) {
+    use std::sync::Arc;
+
     use crate::redlease_impl::Redlease;
     use crate::workloads::one_caller;
 

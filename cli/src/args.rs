@@ -165,10 +165,20 @@ pub struct Target {
     #[arg(long, value_name = "FILE", env = "REDLEASE_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
     /// Present this client certificate (PEM, with --tls-key) to servers that require one.
-    #[arg(long, value_name = "FILE", env = "REDLEASE_TLS_CERT", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "REDLEASE_TLS_CERT",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert.
-    #[arg(long, value_name = "FILE", env = "REDLEASE_TLS_KEY", requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "REDLEASE_TLS_KEY",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
 }
 

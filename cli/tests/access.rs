@@ -92,7 +92,12 @@ fn tls_ca_makes_a_private_ca_trusted_on_every_subcommand() {
     let name = unique_name("cli-tls-ca");
     let before = script_calls(&server);
     let sub = format!("run --tls-ca {ca}");
-    let done = finish(rl(&server.url(), &sub, &name, &["sh", "-c", "echo ran-under-lock"]));
+    let done = finish(rl(
+        &server.url(),
+        &sub,
+        &name,
+        &["sh", "-c", "echo ran-under-lock"],
+    ));
     assert_eq!(done.code(), Some(0), "stderr: {}", done.stderr());
     assert_eq!(done.stdout().trim(), "ran-under-lock");
     assert!(script_calls(&server) > before, "no lock script ran");
@@ -139,20 +144,48 @@ fn tls_cert_and_key_pass_a_server_that_requires_client_certificates() {
 fn unusable_tls_options_exit_64_before_connecting() {
     let certs = Scratch::new("tls-bad");
     fs::write(certs.path("ca.crt"), "not a certificate").expect("writing");
-    let ca = certs.path("ca.crt").to_str().expect("utf-8 path").to_owned();
-    let missing = certs.path("missing.crt").to_str().expect("utf-8").to_owned();
+    let ca = certs
+        .path("ca.crt")
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned();
+    let missing = certs
+        .path("missing.crt")
+        .to_str()
+        .expect("utf-8")
+        .to_owned();
     // No server: none of these may get as far as connecting (that would be 69, not 64).
     let dead = common::dead_url();
     let tls_dead = dead.replacen("redis://", "rediss://", 1);
     let cases = [
-        (dead.clone(), format!("status --tls-ca {ca}"), "need TLS URLs"),
-        (tls_dead.clone(), format!("status --tls-ca {missing}"), "cannot read"),
-        (tls_dead.clone(), format!("status --tls-ca {ca}"), "no PEM CERTIFICATE"),
-        (tls_dead.clone(), format!("status --tls-cert {ca}"), "--tls-key"),
+        (
+            dead.clone(),
+            format!("status --tls-ca {ca}"),
+            "need TLS URLs",
+        ),
+        (
+            tls_dead.clone(),
+            format!("status --tls-ca {missing}"),
+            "cannot read",
+        ),
+        (
+            tls_dead.clone(),
+            format!("status --tls-ca {ca}"),
+            "no PEM CERTIFICATE",
+        ),
+        (
+            tls_dead.clone(),
+            format!("status --tls-cert {ca}"),
+            "--tls-key",
+        ),
     ];
     for (url, sub, says) in cases {
         let done = finish(rl(&url, &sub, "L", &[]));
         assert_eq!(done.code(), Some(64), "{sub}: stderr: {}", done.stderr());
-        assert!(done.stderr().contains(says), "{sub}: stderr: {}", done.stderr());
+        assert!(
+            done.stderr().contains(says),
+            "{sub}: stderr: {}",
+            done.stderr()
+        );
     }
 }
