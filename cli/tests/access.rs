@@ -9,7 +9,7 @@ mod common;
 use std::fs;
 
 use common::{Scratch, finish, rl};
-use support::tls::TlsServer;
+use support::tls::{TlsCluster, TlsServer};
 use support::{Server, unique_name};
 
 #[test]
@@ -138,6 +138,32 @@ fn tls_cert_and_key_pass_a_server_that_requires_client_certificates() {
     let done = finish(rl(&server.url(), &sub, &name, &["true"]));
     assert_eq!(done.code(), Some(0), "stderr: {}", done.stderr());
     assert!(script_calls(&server) > before, "no lock script ran");
+}
+
+#[test]
+fn tls_ca_reaches_every_node_of_a_tls_cluster() {
+    let Some(cluster) = TlsCluster::start() else {
+        return;
+    };
+    let certs = cert_files(&cluster.nodes[0]);
+    let ca = certs.path("ca.crt");
+    let ca = ca.to_str().expect("utf-8 path");
+    let url = cluster.url();
+    // Untrusted first: the cluster's CA is private.
+    let name = unique_name("cli-tls-cluster");
+    let done = finish(rl(&url, "run", &name, &["true"]));
+    assert_eq!(done.code(), Some(78), "stderr: {}", done.stderr());
+    let calls = |c: &TlsCluster| c.nodes.iter().map(script_calls).sum::<u64>();
+    let before = calls(&cluster);
+    let sub = format!("run --tls-ca {ca}");
+    let done = finish(rl(&url, &sub, &name, &["sh", "-c", "echo ran-under-lock"]));
+    assert_eq!(done.code(), Some(0), "stderr: {}", done.stderr());
+    assert_eq!(done.stdout().trim(), "ran-under-lock");
+    assert!(calls(&cluster) > before, "no lock script ran");
+    let mut list = rl(&url, "list", "*", &[]);
+    list.env("REDLEASE_TLS_CA", ca);
+    let done = finish(list);
+    assert_eq!(done.code(), Some(0), "list: stderr: {}", done.stderr());
 }
 
 #[test]
