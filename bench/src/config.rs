@@ -205,3 +205,34 @@ impl Config {
         args
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A measuring process gets the T1 server and the other servers as the parent has them.
+    #[test]
+    fn child_args_carry_the_tls_server() {
+        let mut parent = Config::parse(["--only".to_string(), "T1".into()]);
+        assert!(parent.wants("T1") && !parent.wants("W1"));
+        parent.tls = Some(crate::tls_suite::Target {
+            plain_url: "redis://127.0.0.1:7001/".into(),
+            tls_url: "rediss://127.0.0.1:7002/".into(),
+            ca_file: PathBuf::from("/tmp/bench-tls/ca.crt"),
+        });
+        let urls = ["redis://127.0.0.1:7000/".to_string()];
+        let mut args = parent.child_args(&urls);
+        args.extend([
+            "--cell".into(),
+            "T1 W1 over TLS".into(),
+            "redlease TLS".into(),
+        ]);
+        let child = Config::parse(args);
+        let tls = child.tls.as_ref().expect("the child knows the TLS server");
+        assert_eq!(tls.plain_url, "redis://127.0.0.1:7001/");
+        assert_eq!(tls.tls_url, "rediss://127.0.0.1:7002/");
+        assert_eq!(tls.ca_file, PathBuf::from("/tmp/bench-tls/ca.crt"));
+        assert_eq!(child.urls, urls);
+        assert!(child.wants("T1") && !child.wants("R1"));
+    }
+}
