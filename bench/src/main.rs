@@ -313,8 +313,10 @@ permits. F2 and F3 run a fifth of W3's rounds.
 - R1: W1 on a primary with one replica on the same machine, with `Replicas::Off` and with \
 `Replicas::Wait { replicas: 1, timeout: 100ms }` (`WAIT 1 100` pipelined behind every acquire) \
 in the same run: the ratio is the price of the replica's acknowledgement (docs/replicas.md).
-- T1: W1 against one redis-server with a plain port and a TLS port (certificates made with rcgen \
+- T1: W1 and its floor against one redis-server with a plain port and a TLS port (certificates made with rcgen \
 at start; server authentication only, no client certificate), through each port in the same \
-run: the ratio is the price of TLS (rustls, ring) on loopback, where encryption is all it adds.
+run: \"× plain\" is the price of TLS (rustls, ring) on loopback, where encryption is all it adds; \
+the floor rows (two bare EVALSHA through redis-rs, with the same rustls) show that price without \
+a lock, and \"× own floor\" what redlease adds over the same transport.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";
