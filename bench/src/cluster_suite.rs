@@ -1,6 +1,7 @@
 //! The cluster workloads (C1, C3, C4, C6: W1, W3, W4 and W6 on a 3-primary Redis Cluster),
 //! each with redlease on one server in the same run for the ratio.
 
+#[cfg(feature = "redlease")]
 use std::sync::Arc;
 
 use crate::config::Counts;

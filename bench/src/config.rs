@@ -19,7 +19,7 @@ struct Args {
     /// Smoke run with ~1/20 of the counts.
     #[arg(long)]
     quick: bool,
-    /// Workloads to run (W1..W6; default all).
+    /// Workloads to run (W1..W6, C1, C3, C4, C6, F1..F3, R1, T1; default all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs).
@@ -53,6 +53,9 @@ struct Args {
     /// Internal (child process): the URL of the primary that has a replica (R1).
     #[arg(long, hide = true)]
     replica_url: Option<String>,
+    /// Internal (child process): the T1 server's plain URL, TLS URL and CA certificate file.
+    #[arg(long, num_args = 3, value_names = ["PLAIN_URL", "TLS_URL", "CA_FILE"], hide = true)]
+    tls_server: Option<Vec<String>>,
 }
 
 pub struct Counts {
@@ -119,6 +122,8 @@ pub struct Config {
     pub cluster_url: Option<String>,
     /// The primary with a replica (started by the parent when R1 runs).
     pub replica_url: Option<String>,
+    /// The server with a TLS port (started by the parent when T1 runs).
+    pub tls: Option<crate::tls_suite::Target>,
 }
 
 impl Config {
@@ -148,6 +153,16 @@ impl Config {
             urls: args.urls,
             cluster_url: args.cluster_url,
             replica_url: args.replica_url,
+            tls: args
+                .tls_server
+                .and_then(|t| match <[String; 3]>::try_from(t) {
+                    Ok([plain_url, tls_url, ca_file]) => Some(crate::tls_suite::Target {
+                        plain_url,
+                        tls_url,
+                        ca_file: PathBuf::from(ca_file),
+                    }),
+                    Err(_) => None,
+                }),
         }
     }
 
@@ -178,6 +193,46 @@ impl Config {
         if let Some(url) = &self.replica_url {
             args.extend(["--replica-url".into(), url.clone()]);
         }
+        if let Some(t) = &self.tls {
+            let ca = t.ca_file.to_string_lossy().into_owned();
+            args.extend([
+                "--tls-server".into(),
+                t.plain_url.clone(),
+                t.tls_url.clone(),
+                ca,
+            ]);
+        }
         args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A measuring process gets the T1 server and the other servers as the parent has them.
+    #[test]
+    fn child_args_carry_the_tls_server() {
+        let mut parent = Config::parse(["--only".to_string(), "T1".into()]);
+        assert!(parent.wants("T1") && !parent.wants("W1"));
+        parent.tls = Some(crate::tls_suite::Target {
+            plain_url: "redis://127.0.0.1:7001/".into(),
+            tls_url: "rediss://127.0.0.1:7002/".into(),
+            ca_file: PathBuf::from("/tmp/bench-tls/ca.crt"),
+        });
+        let urls = ["redis://127.0.0.1:7000/".to_string()];
+        let mut args = parent.child_args(&urls);
+        args.extend([
+            "--cell".into(),
+            "T1 W1 over TLS".into(),
+            "redlease TLS".into(),
+        ]);
+        let child = Config::parse(args);
+        let tls = child.tls.as_ref().expect("the child knows the TLS server");
+        assert_eq!(tls.plain_url, "redis://127.0.0.1:7001/");
+        assert_eq!(tls.tls_url, "rediss://127.0.0.1:7002/");
+        assert_eq!(tls.ca_file, PathBuf::from("/tmp/bench-tls/ca.crt"));
+        assert_eq!(child.urls, urls);
+        assert!(child.wants("T1") && !child.wants("R1"));
     }
 }

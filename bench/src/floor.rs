@@ -25,10 +25,19 @@ async fn fan_out(script: &Script, conns: &mut [ConnectionManager]) -> Result<()>
 /// `n` times two round trips in a row (the shape of a lock+unlock pair);
 /// with several URLs each round trip fans out to all servers at once.
 pub async fn pairs(urls: Vec<String>, n: usize) -> Result<Vec<Measure>> {
+    let clients = urls
+        .iter()
+        .map(|url| redis::Client::open(url.as_str()))
+        .collect::<Result<Vec<_>, _>>()?;
+    pairs_on(clients, n).await
+}
+
+/// [`pairs`] through clients made by the caller (e.g. with TLS certificates).
+pub async fn pairs_on(clients: Vec<redis::Client>, n: usize) -> Result<Vec<Measure>> {
     tokio::spawn(async move {
         let mut conns = Vec::new();
-        for url in &urls {
-            conns.push(connect(url).await?);
+        for client in &clients {
+            conns.push(client.get_connection_manager().await?);
         }
         let script = Script::new("return 1");
         for _ in 0..100 {

@@ -23,6 +23,8 @@ mod server;
 mod stats;
 mod suite;
 mod targets;
+mod tls;
+mod tls_suite;
 mod workloads;
 
 use std::sync::Arc;
@@ -93,6 +95,26 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
         }
         _ => None,
     };
+    // And the server with a TLS port of the T1 rows; without one, T1 says why.
+    let mut tls_missing = None;
+    let _tls = match (&cfg.cell, cfg.wants(tls_suite::SELECTOR)) {
+        (None, true) => match tls::TlsServer::start(server_cpus.as_deref()) {
+            Ok(server) => {
+                cfg.tls = Some(tls_suite::Target {
+                    plain_url: server.server.url(),
+                    tls_url: server.tls_url(),
+                    ca_file: server.ca_file(),
+                });
+                Some(server)
+            }
+            Err(e) => {
+                eprintln!("T1 not run: {e:#}");
+                tls_missing = Some(format!("{e:#}"));
+                None
+            }
+        },
+        _ => None,
+    };
     let load_before = loadavg();
     let (servers, mode) = match &cfg.cell {
         Some((workload, implementation)) => {
@@ -159,6 +181,14 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
     }
     if let (true, Some(url)) = (cfg.wants(replica_suite::SELECTOR), cfg.replica_url.clone()) {
         replica_suite::replicas(&mut runner, c, &url).await;
+        runner.run_queued().await;
+    }
+    if cfg.wants(tls_suite::SELECTOR) {
+        match (&cfg.tls, &tls_missing) {
+            (Some(target), _) => tls_suite::tls(&mut runner, c, target).await,
+            (None, Some(why)) => tls_suite::not_applicable(&mut runner, why),
+            (None, None) => {}
+        }
         runner.run_queued().await;
     }
     if ["F1", "F2", "F3"].iter().any(|f| cfg.wants(f)) {
@@ -283,5 +313,10 @@ permits. F2 and F3 run a fifth of W3's rounds.
 - R1: W1 on a primary with one replica on the same machine, with `Replicas::Off` and with \
 `Replicas::Wait { replicas: 1, timeout: 100ms }` (`WAIT 1 100` pipelined behind every acquire) \
 in the same run: the ratio is the price of the replica's acknowledgement (docs/replicas.md).
+- T1: W1 and its floor against one redis-server with a plain port and a TLS port (certificates made with rcgen \
+at start; server authentication only, no client certificate), through each port in the same \
+run: \"× plain\" is the price of TLS (rustls, ring) on loopback, where encryption is all it adds; \
+the floor rows (two bare EVALSHA through redis-rs, with the same rustls) show that price without \
+a lock, and \"× own floor\" what redlease adds over the same transport.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

@@ -27,6 +27,13 @@ impl Redlease {
         Ok(Redlease { client })
     }
 
+    /// A client of a `rediss://` server whose certificate `ca_pem` (PEM) signed (the T1 rows).
+    pub async fn with_tls(url: &str, ca_pem: Vec<u8>) -> Result<Self> {
+        let tls = redlease::TlsOptions::new().root_ca_pem(ca_pem);
+        let client = Client::builder(url).tls(tls).build().await?;
+        Ok(Redlease { client })
+    }
+
     /// One renewal tick of every watchdog-leased hold of this client.
     pub async fn renew_now(&self) -> Result<RenewStats> {
         Ok(self.client.renew_now().await?)

@@ -2,6 +2,7 @@
 //! acknowledgement off and with `WAIT 1` behind every acquisition, in the same run for the
 //! ratio (`docs/replicas.md`).
 
+#[cfg(feature = "redlease")]
 use std::sync::Arc;
 
 use crate::config::Counts;

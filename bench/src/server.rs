@@ -145,7 +145,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }

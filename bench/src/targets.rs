@@ -7,6 +7,8 @@ use crate::model::{
     ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE,
     TICK, TICK_RT, Unit, WAIT_MAX, WAKE, family,
 };
+use crate::replica_suite::{OFF, R1, WAIT};
+use crate::tls_suite::{FLOOR_PLAIN, FLOOR_TLS, PLAIN, T1, TLS};
 
 /// What the targets need to know about the run.
 pub struct Context<'a> {
@@ -82,6 +84,24 @@ impl Context<'_> {
             };
             return (r, t);
         }
+        if w == T1 {
+            // TLS against plain (the price of TLS), redlease against the floor the same way.
+            let (plain, floor) = match e.implementation.as_str() {
+                TLS => (Some(PLAIN), Some(FLOOR_TLS)),
+                PLAIN => (None, Some(FLOOR_PLAIN)),
+                FLOOR_TLS => (Some(FLOOR_PLAIN), None),
+                _ => (None, None),
+            };
+            let mut texts = Vec::new();
+            if let Some(plain) = plain {
+                texts.push(ratio(self.find(T1, plain, m.metric), "plain"));
+            }
+            if let Some(floor) = floor {
+                texts.push(ratio(self.find(T1, floor, m.metric), "own floor"));
+            }
+            texts.retain(|t| !t.is_empty());
+            return (texts.join("; "), String::new());
+        }
         if fam == "floor" {
             return (String::new(), String::new());
         }
@@ -118,6 +138,10 @@ impl Context<'_> {
                 (ratio(rslock, "rslock"), at_least(rslock, "rslock"))
             }
             ("W2", WAIT_MAX) => (String::new(), verdict(m.value <= 20_000.0, "≤ 20 ms")),
+            // The same-run price of WAIT over no acknowledgement (T1's TLS rows: above).
+            (R1, _) if e.implementation == WAIT => {
+                (ratio(self.find(R1, OFF, m.metric), "Off"), String::new())
+            }
             (F1, ACQ_PER_SEC) if e.implementation == "redlease FairLock" => {
                 let lock = self.find(F1, "redlease Lock", ACQ_PER_SEC);
                 let k = 0.8;

@@ -1,6 +1,7 @@
 //! The command line: subcommands, options and their help texts.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -18,6 +19,9 @@ Examples:
 
   # Free a lock whose holder is stuck (the holder is stopped at its next renewal):
   redlease unlock --force nightly-report
+
+  # Over TLS, trusting a private CA (add --tls-cert/--tls-key for mutual TLS):
+  redlease status --url rediss://redis.internal:6380 --tls-ca ca.crt nightly-report
 
 The Redis URL comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379.
 Several --url options name independent masters and use the Redlock algorithm.";
@@ -156,6 +160,26 @@ pub struct Target {
         value_parser = parse_replicas
     )]
     pub replicas: redlease::Replicas,
+    /// Trust the CA certificate(s) in this PEM file for `rediss://` URLs, instead of the
+    /// system's trust store.
+    #[arg(long, value_name = "FILE", env = "REDLEASE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Present this client certificate (PEM, with --tls-key) to servers that require one.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "REDLEASE_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "REDLEASE_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Target {

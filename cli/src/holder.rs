@@ -76,7 +76,7 @@ fn configure(lock: Lock, args: &RunArgs) -> Lock {
 /// Redlock over every `--url`. A majority must be reachable now; the nodes that are down still
 /// count toward the quorum, which is a majority of every node given.
 async fn acquire_redlock(args: &RunArgs) -> Result<Option<Held>, Failure> {
-    let nodes = nodes::connect_all(&args.target).await;
+    let nodes = nodes::connect_all(&args.target).await?;
     nodes::require_majority(&nodes)?;
     let down = nodes::down_reasons(&nodes);
     if args.verbose && !down.is_empty() {

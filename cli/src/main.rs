@@ -17,6 +17,7 @@ mod output;
 mod run;
 mod signals;
 mod status;
+mod tls;
 mod unlock;
 mod watch;
 

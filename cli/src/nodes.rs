@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use redlease::{Client, ClientBuilder, Lock, WaitBy};
+use redlease::{Client, ClientBuilder, Lock, TlsOptions, WaitBy};
 use tokio::task::JoinSet;
 
 use crate::args::Target;
@@ -15,6 +15,8 @@ pub struct Node {
     /// The URL as given, to connect again.
     url: String,
     pub client: Result<Client, redlease::Error>,
+    /// The `--tls-*` certificates, to connect again.
+    tls: Option<TlsOptions>,
 }
 
 /// One node's answer to a question about a lock: its error as text when it had none.
@@ -29,26 +31,33 @@ pub fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
-/// A client for `url` with the prefix, timeout and way of waiting of `target`.
-fn builder(target: &Target, url: &str) -> ClientBuilder {
+/// A client for `url` with the prefix, timeout and way of waiting of `target`, and the
+/// certificates read from its `--tls-*` files.
+fn builder(target: &Target, url: &str, tls: Option<&TlsOptions>) -> ClientBuilder {
     let wait_by = if target.poll {
         WaitBy::POLLING
     } else {
         WaitBy::PubSub
     };
-    Client::builder(url)
+    let builder = Client::builder(url)
         .prefix(target.prefix.clone())
         .timeout(target.redis_timeout)
         .wait_by(wait_by)
-        .replicas(target.replicas)
+        .replicas(target.replicas);
+    match tls {
+        Some(tls) => builder.tls(tls.clone()),
+        None => builder,
+    }
 }
 
-/// Connects to every URL concurrently; the result keeps the order of the URLs.
-pub async fn connect_all(target: &Target) -> Vec<Node> {
+/// Connects to every URL concurrently; the result keeps the order of the URLs. Fails (exit 64)
+/// only when the `--tls-*` options cannot be used; an unreachable node is in its [`Node`].
+pub async fn connect_all(target: &Target) -> Result<Vec<Node>, Failure> {
     let urls = target.urls();
+    let tls = crate::tls::options(target, &urls)?;
     let mut tasks = JoinSet::new();
     for (i, url) in urls.iter().enumerate() {
-        let builder = builder(target, url);
+        let builder = builder(target, url, tls.as_ref());
         tasks.spawn(async move { (i, builder.build().await) });
     }
     let mut clients: Vec<Option<Result<Client, redlease::Error>>> =
@@ -59,7 +68,8 @@ pub async fn connect_all(target: &Target) -> Vec<Node> {
             clients[i] = Some(client);
         }
     }
-    urls.into_iter()
+    Ok(urls
+        .into_iter()
         .zip(clients)
         .map(|(url, client)| Node {
             shown: redact(&url),
@@ -70,14 +80,15 @@ pub async fn connect_all(target: &Target) -> Vec<Node> {
                 )))
             }),
             url,
+            tls: tls.clone(),
         })
-        .collect()
+        .collect())
 }
 
 /// Connects to the single node of a one-URL target; any failure ends the command.
 pub async fn connect_one(target: &Target) -> Result<Client, Failure> {
     let node = connect_all(target)
-        .await
+        .await?
         .pop()
         .ok_or_else(|| Failure::new(exit::USAGE, "no Redis URL given"))?;
     node.client.map_err(|e| unreachable(&node.shown, &e))
@@ -92,7 +103,7 @@ pub async fn keep_votes(target: &Target, nodes: Vec<Node>) -> Result<Vec<Client>
     for node in nodes {
         let client = match node.client {
             Ok(client) => client,
-            Err(_) => builder(target, &node.url)
+            Err(_) => builder(target, &node.url, node.tls.as_ref())
                 .lazy(true)
                 .build()
                 .await

@@ -20,7 +20,7 @@ fn held(view: &NodeView) -> bool {
 }
 
 pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
-    let nodes = nodes::connect_all(&args.target).await;
+    let nodes = nodes::connect_all(&args.target).await?;
     nodes::require_majority(&nodes)?;
     let locks = nodes::node_locks(&nodes, &args.name)?;
     // The same on every node: the name and prefix make it.

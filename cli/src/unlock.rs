@@ -8,7 +8,7 @@ use crate::nodes::{self, quorum};
 use crate::output;
 
 pub async fn unlock(args: UnlockArgs) -> Result<u8, Failure> {
-    let nodes = nodes::connect_all(&args.target).await;
+    let nodes = nodes::connect_all(&args.target).await?;
     nodes::require_majority(&nodes)?;
     let single = nodes.len() == 1;
     let locks = nodes::node_locks(&nodes, &args.name)?;
