@@ -51,18 +51,25 @@ if values['w'] then
         redis.call('HDEL', key, 'w', 'wn', 'wd')
     end
 end
+-- One pass: who reads and waits, what expired (dropped), and the latest deadline. The key lives
+-- as long as its latest deadline (at least: a release does not shorten it, and whatever ended
+-- is dropped by the next call), and goes when nothing is left in it.
+local latest = writer_until
 for field, value in pairs(values) do
-    local who = string.match(field, '^rd:(.*)$')
-    if who then
+    local head = string.sub(field, 1, 3)
+    if head == 'rd:' then
         local deadline = tonumber(value)
+        latest = math.max(latest, deadline)
         if deadline > now then
             readers = readers + 1
             reader_until = math.max(reader_until, deadline)
         else
-            redis.call('HDEL', key, 'r:' .. who, field)
+            redis.call('HDEL', key, 'r:' .. string.sub(field, 4), field)
         end
-    elseif string.sub(field, 1, 2) == 'q:' then
-        if tonumber(value) > now then
+    elseif string.sub(head, 1, 2) == 'q:' then
+        local deadline = tonumber(value)
+        latest = math.max(latest, deadline)
+        if deadline > now then
             if string.sub(field, 3) ~= owner then
                 intents = intents + 1
             end
@@ -72,32 +79,25 @@ for field, value in pairs(values) do
     end
 end
 
--- The key lives as long as its latest deadline (at least: a release does not shorten it, and
--- whatever ended is dropped by the next call), and goes when nothing is left in it.
-local latest = 0
-for field, value in pairs(values) do
-    if field == 'wd' or string.sub(field, 1, 3) == 'rd:' or string.sub(field, 1, 2) == 'q:' then
-        latest = math.max(latest, tonumber(value))
-    end
-end
-
+-- A key that this call emptied is gone already; PEXPIRE on it does nothing.
 local function settle()
-    if latest > now and redis.call('EXISTS', key) == 1 then
+    if latest > now then
         redis.call('PEXPIRE', key, latest - now)
     else
         redis.call('DEL', key)
     end
 end
 
+-- `values` is the hash as this call found it: nothing before `extend` changes these fields.
 local function extend(deadline_field)
-    local old = tonumber(redis.call('HGET', key, deadline_field) or '0')
+    local old = tonumber(values[deadline_field] or '0')
     local deadline = math.max(old, now + lease)
     redis.call('HSET', key, deadline_field, deadline)
     latest = math.max(latest, deadline)
 end
 
-local reads = tonumber(redis.call('HGET', key, 'r:' .. owner) or '0')
-if reads > 0 and tonumber(redis.call('HGET', key, 'rd:' .. owner) or '0') <= now then
+local reads = tonumber(values['r:' .. owner] or '0')
+if reads > 0 and tonumber(values['rd:' .. owner] or '0') <= now then
     reads = 0
 end
 
