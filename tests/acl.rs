@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use redlease::{Client, Error, WaitBy};
-use support::{Server, key_of, spawn_waiter, unique_name, woken_after_unlock};
+use redlease::{Client, Error, LockGuard, WaitBy};
+use support::{Server, key_of, spawn_waiter, take_and_release, unique_name, woken_after_unlock};
 
 /// The rights of docs/acl.md for one server and the default prefix (`redlease`).
 const LEAST: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all \
@@ -61,6 +61,28 @@ fn keys(server: &Server) -> Vec<String> {
         .expect("KEYS")
 }
 
+/// The moves every least-privilege test makes: a fenced lock, a waiter of another client woken
+/// by the unlock message (`subscribed` tells when it listens), a second fenced hold with a larger
+/// token, and a renewal round without failures. Returns the second hold.
+async fn fenced_round(
+    holder: &Client,
+    waiter: &Client,
+    name: &str,
+    subscribed: impl AsyncFn() -> bool,
+) -> LockGuard {
+    let fenced = |client: &Client| client.lock(name).unwrap().fenced(true);
+    let guard = fenced(holder).lock().await.unwrap();
+    let first = guard.fencing_token().expect("a fencing token");
+    let waiting = spawn_waiter(fenced(waiter));
+    assert!(subscribed().await, "the waiter never subscribed");
+    let woken = woken_after_unlock(guard, waiting, Duration::from_secs(5)).await;
+    assert!(woken < Duration::from_secs(1), "woken after {woken:?}");
+    let again = fenced(holder).lock().await.unwrap();
+    assert!(again.fencing_token().expect("a token") > first);
+    assert_eq!(holder.renew_now().await.unwrap().failed_batches, 0);
+    again
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_user_does_everything() {
     let server = Server::start();
@@ -76,28 +98,11 @@ async fn a_least_privilege_user_does_everything() {
         connected_clients(&server)
     );
     let name = unique_name("acl");
-
-    let guard = holder
-        .lock(&name)
-        .unwrap()
-        .fenced(true)
-        .lock()
-        .await
-        .unwrap();
-    let first = guard.fencing_token().expect("a fencing token");
-    let waiting = spawn_waiter(waiter.lock(&name).unwrap().fenced(true));
-    assert!(support::until_subscribed(&server, &support::unlock_channel(&key_of(&name)), 1).await);
-    let woken = woken_after_unlock(guard, waiting, Duration::from_secs(5)).await;
-    assert!(woken < Duration::from_secs(1), "woken after {woken:?}");
-    let again = holder
-        .lock(&name)
-        .unwrap()
-        .fenced(true)
-        .lock()
-        .await
-        .unwrap();
-    assert!(again.fencing_token().expect("a token") > first);
-    assert_eq!(holder.renew_now().await.unwrap().failed_batches, 0);
+    let channel = support::unlock_channel(&key_of(&name));
+    let again = fenced_round(&holder, &waiter, &name, async || {
+        support::until_subscribed(&server, &channel, 1).await
+    })
+    .await;
     let status = holder.lock(&name).unwrap().status().await.unwrap();
     assert_eq!(status.holders.len(), 1, "{status:?}");
     again.unlock().await.unwrap();
@@ -207,27 +212,10 @@ async fn a_least_privilege_user_does_everything_on_a_cluster() {
     let holder = Client::connect_cluster(seeds.clone()).await.unwrap();
     let waiter = Client::connect_cluster(seeds.clone()).await.unwrap();
     let name = unique_name("acl-cluster");
-    let guard = holder
-        .lock(&name)
-        .unwrap()
-        .fenced(true)
-        .lock()
-        .await
-        .unwrap();
-    let first = guard.fencing_token().expect("a fencing token");
-    let waiting = spawn_waiter(waiter.lock(&name).unwrap().fenced(true));
-    assert!(support::until_shard_subscribed(&cluster, &key_of(&name), 1).await);
-    let woken = woken_after_unlock(guard, waiting, Duration::from_secs(5)).await;
-    assert!(woken < Duration::from_secs(1), "woken after {woken:?}");
-    let again = holder
-        .lock(&name)
-        .unwrap()
-        .fenced(true)
-        .lock()
-        .await
-        .unwrap();
-    assert!(again.fencing_token().expect("a token") > first);
-    assert_eq!(holder.renew_now().await.unwrap().failed_batches, 0);
+    let again = fenced_round(&holder, &waiter, &name, async || {
+        support::until_shard_subscribed(&cluster, &key_of(&name), 1).await
+    })
+    .await;
     again.unlock().await.unwrap();
     holder.shutdown().await.unwrap();
     waiter.shutdown().await.unwrap();
@@ -280,15 +268,7 @@ async fn a_lazy_client_checks_before_its_first_lock() {
     // Checked once: later calls run no check (each check loads its probe script; the lock
     // scripts are loaded by now).
     let loads_before = support::command_calls(&server, "script|load");
-    client
-        .lock(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&client.lock(&name).unwrap()).await;
     assert_eq!(
         support::command_calls(&server, "script|load"),
         loads_before,

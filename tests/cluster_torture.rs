@@ -31,11 +31,7 @@ async fn fenced_locks_hold_their_invariants_under_random_cluster_faults() {
             .build()
             .await
             .unwrap();
-        let (c, names) = (client.clone(), names.clone());
-        acquirers.push(torture::acquire(move |i| {
-            let lock = c.lock(&names[i]).map(|l| l.fenced(true));
-            async move { lock?.try_lock_for(Duration::from_secs(2)).await }
-        }));
+        acquirers.push(torture::fenced_lock(&client, &names));
         clients.push(client);
     }
     let mut killed: Option<usize> = None;

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use redlease::{Client, Error, TlsOptions};
 use support::tls::{Pki, TlsServer};
-use support::{command_calls, key_of, pttl, spawn_waiter, unique_name, woken_after_unlock};
+use support::{
+    command_calls, key_of, pttl, spawn_waiter, take_and_release, unique_name, woken_after_unlock,
+};
 
 const LEASE: Duration = Duration::from_millis(900);
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -190,15 +192,7 @@ async fn valkeys_scheme_and_own_redis_client() {
         .await
         .unwrap();
     let name = unique_name("valkeys");
-    client
-        .lock(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&client.lock(&name).unwrap()).await;
     client.shutdown().await.unwrap();
 
     // A redis::Client built by the caller with its own certificates.
@@ -315,15 +309,7 @@ async fn own_redis_client_and_connection_manager_settings() {
         .build()
         .await
         .unwrap();
-    client
-        .lock(&name)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&client.lock(&name).unwrap()).await;
     client.shutdown().await.unwrap();
 
     let bounded = redis::aio::ConnectionManagerConfig::new()

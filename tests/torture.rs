@@ -60,11 +60,7 @@ async fn fenced_locks_hold_their_invariants_under_random_server_faults() {
     let mut acquirers = Vec::new();
     for _ in 0..CLIENTS {
         let client = client_of(&server).await;
-        let (c, names) = (client.clone(), names.clone());
-        acquirers.push(torture::acquire(move |i| {
-            let lock = c.lock(&names[i]).map(|l| l.fenced(true));
-            async move { lock?.try_lock_for(Duration::from_secs(2)).await }
-        }));
+        acquirers.push(torture::fenced_lock(&client, &names));
         clients.push(client);
     }
     let fault = move |dice: &mut Dice| break_server(&mut server, dice);

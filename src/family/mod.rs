@@ -86,6 +86,10 @@ pub(crate) enum Wake {
 }
 
 impl Wake {
+    /// Semaphores' waiters: granted permits hint that more may be free, so a grant wakes two
+    /// more local waiters.
+    pub(crate) const PERMITS: Wake = Wake::relay(0, 2);
+
     /// Relay waiting, class `class`; a grant wakes `pass` more waiters of the class.
     pub(crate) const fn relay(class: usize, pass: usize) -> Wake {
         Wake::Relay(RelayClass { class, pass })
@@ -95,8 +99,7 @@ impl Wake {
 /// Attempts until one succeeds or `wait` is spent (`Ok(None)`). After the first failed attempt
 /// it subscribes to `channel` and attempts once more at once (a message sent before the
 /// subscription would be missed) unless the client was subscribed since before the attempt,
-/// then sleeps until a message (or, relay waiters, its turn) or
-/// the nap, whichever is first.
+/// then sleeps until a message (or, relay waiters, its turn) or the nap, whichever is first.
 ///
 /// # Cancel safety
 /// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it,
@@ -138,15 +141,17 @@ where
         let Some(remaining) = wait.remaining() else {
             return Ok(None);
         };
-        if subscription.is_none() {
-            let (subscribed, continuous) = inner.subscriber.subscribe_since(channel, mark).await?;
-            subscription = Some(subscribed);
-            if !continuous {
-                continue;
+        let subscribed = match subscription {
+            Some(ref subscribed) => subscribed,
+            None => {
+                let (subscribed, continuous) =
+                    inner.subscriber.subscribe_since(channel, mark).await?;
+                let subscribed = subscription.insert(subscribed);
+                if !continuous {
+                    continue;
+                }
+                subscribed
             }
-        }
-        let Some(subscribed) = subscription.as_ref() else {
-            continue;
         };
         let nap = remaining.map_or(nap, |left| left.min(nap));
         match wake {

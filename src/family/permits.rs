@@ -7,9 +7,6 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
 use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
-
-/// A granted permit hints that more may be free: it wakes two more local waiters.
-const RELAY: Wake = Wake::relay(0, 2);
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
@@ -168,17 +165,23 @@ impl PermitSemaphore {
             Some(wait) => Wait::until(wait)?,
             None => Wait::Forever,
         };
-        let granted = wait_for(&self.client, &self.keys.channel, wait, RELAY, || async {
-            let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
-            let started = Instant::now();
-            Ok(match self.attempt(&id, lease).await? {
-                1 => Attempt::Done((id, started)),
-                -1 => Attempt::Again(None),
-                n => Attempt::Again(Some(std::time::Duration::from_millis(
-                    (-2 - n).max(0) as u64 + 1,
-                ))),
-            })
-        })
+        let granted = wait_for(
+            &self.client,
+            &self.keys.channel,
+            wait,
+            Wake::PERMITS,
+            || async {
+                let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+                let started = Instant::now();
+                Ok(match self.attempt(&id, lease).await? {
+                    1 => Attempt::Done((id, started)),
+                    -1 => Attempt::Again(None),
+                    n => Attempt::Again(Some(std::time::Duration::from_millis(
+                        (-2 - n).max(0) as u64 + 1,
+                    ))),
+                })
+            },
+        )
         .await?;
         Ok(granted.map(|(id, started)| self.permit(id, lease, started)))
     }

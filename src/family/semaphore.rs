@@ -5,9 +5,6 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
-
-/// Granted permits hint that more may be free: a grant wakes two more local waiters.
-const RELAY: Wake = Wake::relay(0, 2);
 use crate::node::FamilyScript;
 use crate::shared::Client;
 use crate::task::FinishOnDrop;
@@ -161,12 +158,18 @@ impl Semaphore {
 
     async fn acquire_within(&self, permits: u32, wait: Wait) -> Result<bool> {
         positive("permits", permits)?;
-        let taken = wait_for(&self.client, &self.keys.channel, wait, RELAY, || async {
-            Ok(match self.attempt(permits).await? {
-                true => Attempt::Done(()),
-                false => Attempt::Again(None),
-            })
-        })
+        let taken = wait_for(
+            &self.client,
+            &self.keys.channel,
+            wait,
+            Wake::PERMITS,
+            || async {
+                Ok(match self.attempt(permits).await? {
+                    true => Attempt::Done(()),
+                    false => Attempt::Again(None),
+                })
+            },
+        )
         .await?;
         Ok(taken.is_some())
     }

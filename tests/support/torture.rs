@@ -255,3 +255,12 @@ where
         Box::pin(async move { Ok(fut.await?.map(|g| Box::new(g) as Box<dyn Guard>)) })
     })
 }
+
+/// The acquirer most runs use: `client`'s fenced lock on `names[i]`, waited for up to 2 s.
+pub fn fenced_lock(client: &Client, names: &[String]) -> Acquire {
+    let (client, names) = (client.clone(), names.to_vec());
+    acquire(move |i| {
+        let lock = client.lock(&names[i]).map(|l| l.fenced(true));
+        async move { lock?.try_lock_for(Duration::from_secs(2)).await }
+    })
+}
