@@ -71,7 +71,11 @@ pub fn code_of(error: &Error) -> u8 {
         Error::Tls { .. } => TLS,
         // Refused us (NOAUTH, READONLY replica, OOM), or too few Redlock nodes answered:
         // either way the service cannot be used.
-        Error::Redis { .. } | Error::Timeout { .. } | Error::Quorum { .. } => UNAVAILABLE,
+        // A master name no sentinel knows is a Redis that cannot be used, as an unreachable one.
+        Error::Redis { .. }
+        | Error::Timeout { .. }
+        | Error::Quorum { .. }
+        | Error::UnknownMaster { .. } => UNAVAILABLE,
         // Too few replicas acknowledged (the lock was given back), or WAIT is refused.
         _ if error.is_replicas() => UNAVAILABLE,
         _ => INTERNAL,

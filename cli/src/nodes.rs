@@ -164,16 +164,9 @@ fn reason(shown: &str, error: impl std::fmt::Display) -> String {
     format!("{shown}: {error}")
 }
 
-/// The failure for a node that could not be connected to. A master name that no sentinel
-/// knows (`redis+sentinel://.../<name>`) is a Redis that cannot be used, as an unreachable one.
+/// The failure for a node that could not be connected to.
 pub fn unreachable(shown: &str, error: &redlease::Error) -> Failure {
-    let context = format!("cannot use Redis at {shown}");
-    match error {
-        redlease::Error::UnknownMaster { .. } => {
-            Failure::new(exit::UNAVAILABLE, format!("{context}: {error}"))
-        }
-        _ => Failure::from_error(context, error),
-    }
+    Failure::from_error(format!("cannot use Redis at {shown}"), error)
 }
 
 /// The lock `name` on `client`. The one place a lock name is checked (the library refuses an
