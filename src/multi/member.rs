@@ -42,21 +42,16 @@ impl Lock {
         lock
     }
 
-    /// `host:port` of the server this lock's client talks to.
+    /// The server this lock's client talks to (`host:port`; behind Sentinel, the sentinels and
+    /// the master's name).
     pub(crate) fn server_addr(&self) -> String {
-        self.client
-            .inner
-            .node
-            .redis_client()
-            .get_connection_info()
-            .addr()
-            .to_string()
+        self.client.inner.node.keyspace().server.clone()
     }
 
     /// `host:port/db`: one logical keyspace.
     pub(crate) fn keyspace(&self) -> String {
-        let info = self.client.inner.node.redis_client().get_connection_info();
-        format!("{}/{}", info.addr(), info.redis_settings().db())
+        let keyspace = self.client.inner.node.keyspace();
+        format!("{}/{}", keyspace.server, keyspace.db)
     }
 
     /// One acquisition attempt on this lock alone; see [`attempt_batch`].

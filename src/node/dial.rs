@@ -26,6 +26,15 @@ pub(crate) struct Dial {
 }
 
 impl Dial {
+    /// Whether nothing beyond the URL was given.
+    pub(crate) fn is_plain(&self) -> bool {
+        #[cfg(feature = "tls-rustls")]
+        if self.tls.is_some() {
+            return false;
+        }
+        self.client.is_none() && self.manager.is_none()
+    }
+
     /// The client for one server at `url` (or the caller's own).
     pub(crate) fn server_client(&self, url: &str) -> Result<redis::Client> {
         if let Some(client) = &self.client {

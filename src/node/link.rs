@@ -23,9 +23,9 @@ use redis::{ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisResult, ServerE
 use tokio::sync::mpsc;
 
 use super::dial::Dial;
-use super::sentinel::{Resolver, SentinelConn, into_redis};
-use super::shape::{Target, cluster_builder};
-use crate::error::Result;
+use super::sentinel::{SentinelConn, ServerConn, into_redis};
+use super::shape::{Conn, Target, cluster_builder};
+use crate::error::{Error, Result};
 
 /// What the subscriber connection reports.
 #[derive(Debug)]
@@ -55,7 +55,17 @@ pub(crate) enum Link {
 }
 
 impl Link {
-    pub(crate) fn new(target: &Target, timeout: Duration, dial: &Dial) -> Result<Link> {
+    /// How to subscribe on `target`, whose command connection is `conn`: behind sentinels the
+    /// subscriber follows that connection's master.
+    pub(crate) fn new(
+        target: &Target,
+        conn: &Conn,
+        timeout: Duration,
+        dial: &Dial,
+    ) -> Result<Link> {
+        if let Conn::Server(ServerConn::Sentinel(conn)) = conn {
+            return Ok(Link::Sentinel(conn.clone()));
+        }
         Ok(match target {
             Target::Server(url) => Link::Server(Box::new(dial.server_client(url)?)),
             Target::Cluster(seeds) => Link::Cluster {
@@ -63,8 +73,10 @@ impl Link {
                 timeout,
                 dial: Box::new(dial.clone()),
             },
-            Target::Sentinel(spec) => {
-                Link::Sentinel(SentinelConn::new(Resolver::new(spec, timeout)?))
+            Target::Sentinel(_) => {
+                return Err(Error::InvalidArgument(
+                    "a sentinel target needs its sentinel connection".into(),
+                ));
             }
         })
     }

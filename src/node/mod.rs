@@ -70,11 +70,40 @@ pub(crate) struct Snapshot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub(crate) struct Shard(u16);
 
+/// What identifies a deployment, whatever server answers now: the server (`host:port`) and
+/// database named; a cluster by its first seed; behind Sentinel, the sentinels and the
+/// master's name (not the master found, which a failover changes).
+#[derive(Debug)]
+pub(crate) struct Keyspace {
+    /// `host:port`, or `sentinels <host:port,...>/<master>`.
+    pub server: String,
+    pub db: i64,
+}
+
+impl Keyspace {
+    fn of(target: &Target, dial: &Dial) -> Result<Keyspace> {
+        if let Target::Sentinel(spec) = target {
+            let mut sentinels = spec.sentinels.clone();
+            sentinels.sort();
+            return Ok(Keyspace {
+                server: format!("sentinels {}/{}", sentinels.join(","), spec.master),
+                db: spec.db,
+            });
+        }
+        let client = dial.server_client(target.first_url()?)?;
+        let info = client.get_connection_info();
+        Ok(Keyspace {
+            server: info.addr().to_string(),
+            db: info.redis_settings().db(),
+        })
+    }
+}
+
 #[derive(Clone)]
 pub(crate) struct Node {
     conn: Conn,
-    /// The (first) server named: what identifies the deployment (`multi/` keyspaces).
-    client: redis::Client,
+    /// What identifies the deployment (`multi/`: duplicate members, RedLock's independent masters).
+    keyspace: Arc<Keyspace>,
     /// How the subscriber connects to the same deployment.
     link: Link,
     timeout: Duration,
@@ -92,22 +121,12 @@ impl Node {
         lazy: bool,
         dial: &Dial,
     ) -> Result<Node> {
-        let mut link = Link::new(target, timeout, dial)?;
+        let keyspace = Arc::new(Keyspace::of(target, dial)?);
         let conn = shape::connect(target, timeout, lazy, dial).await?;
-        // Behind sentinels, the subscriber follows the command connection, and the master found
-        // at connect identifies the deployment.
-        let mut master = None;
-        if let Conn::Server(sentinel::ServerConn::Sentinel(conn)) = &conn {
-            link = Link::Sentinel(conn.clone());
-            master = conn.master_url();
-        }
-        let client = match master {
-            Some(url) => shape::server_client(&url)?,
-            None => dial.server_client(target.first_url()?)?,
-        };
+        let link = Link::new(target, &conn, timeout, dial)?;
         Ok(Node {
             conn,
-            client,
+            keyspace,
             link,
             timeout,
             batches: Arc::default(),
@@ -115,8 +134,9 @@ impl Node {
         })
     }
 
-    pub(crate) fn redis_client(&self) -> &redis::Client {
-        &self.client
+    /// What identifies this deployment.
+    pub(crate) fn keyspace(&self) -> &Keyspace {
+        &self.keyspace
     }
 
     /// How to open a subscriber connection to this deployment.

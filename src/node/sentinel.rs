@@ -191,6 +191,10 @@ struct Holder {
     current: parking_lot::Mutex<Option<Current>>,
     /// One resolution at a time.
     resolving: tokio::sync::Mutex<()>,
+    /// Resolutions finished, successful or not: callers that queued behind one take its
+    /// outcome instead of asking every sentinel again one after another (while a master is
+    /// down and not yet replaced, each resolution finds the same master and swaps nothing).
+    resolutions: std::sync::atomic::AtomicU64,
     /// The generation of the connection in use, for the subscriber (`link.rs`): a change ends
     /// its connection, so it connects to the new master.
     switched: tokio::sync::watch::Sender<u64>,
@@ -211,6 +215,7 @@ impl SentinelConn {
             resolver,
             current: parking_lot::Mutex::new(None),
             resolving: tokio::sync::Mutex::new(()),
+            resolutions: std::sync::atomic::AtomicU64::new(0),
             switched: tokio::sync::watch::Sender::new(0),
             paused: tokio::sync::watch::Sender::new(None),
         }))
@@ -246,14 +251,19 @@ impl SentinelConn {
         self.0.current.lock().as_ref().map(|c| c.url.clone())
     }
 
-    /// Asks the sentinels again, unless the connection was swapped since `seen` (another caller
-    /// did it), and swaps in a connection to the master they name.
+    /// Asks the sentinels again, unless the connection was swapped since `seen` or another
+    /// caller's resolution finished while this one waited for its turn, and swaps in a
+    /// connection to the master they name.
     pub(crate) async fn refresh(&self, seen: u64) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let asked = self.0.resolutions.load(Ordering::Acquire);
         let _turn = self.0.resolving.lock().await;
-        if self.generation() != seen {
+        if self.generation() != seen || self.0.resolutions.load(Ordering::Acquire) != asked {
             return Ok(());
         }
-        let (addr, client) = self.0.resolver.resolve().await?;
+        let resolved = self.0.resolver.resolve().await;
+        self.0.resolutions.fetch_add(1, Ordering::AcqRel);
+        let (addr, client) = resolved?;
         self.install(seen, &addr, client).await
     }
 

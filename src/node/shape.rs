@@ -52,14 +52,16 @@ impl Target {
         Target::Sentinel(Box::new(SentinelSpec::from_parts(master, sentinels)))
     }
 
-    /// The first URL: what identifies the deployment in messages and keyspace names.
+    /// The URL of the server named, or a cluster's first seed (sentinels have none).
     pub(crate) fn first_url(&self) -> Result<&str> {
         match self {
             Target::Server(url) => Ok(url),
             Target::Cluster(seeds) => seeds.first().map(String::as_str).ok_or_else(|| {
                 Error::InvalidArgument("a Redis Cluster needs at least one seed URL".into())
             }),
-            Target::Sentinel(spec) => Ok(&spec.stand_in),
+            Target::Sentinel(_) => Err(Error::InvalidArgument(
+                "a master found through sentinels has no URL of its own".into(),
+            )),
         }
     }
 }
@@ -145,6 +147,11 @@ pub(crate) async fn connect(
             Ok(Conn::Server(ServerConn::Direct(conn)))
         }
         Target::Sentinel(spec) => {
+            if !dial.is_plain() {
+                return Err(Error::InvalidArgument(
+                    "TLS options, your own redis::Client and connection manager settings do not apply behind Sentinel yet".into(),
+                ));
+            }
             let resolver = Resolver::new(spec, timeout)?;
             let conn = SentinelConn::connect(resolver, lazy).await?;
             Ok(Conn::Server(ServerConn::Sentinel(conn)))

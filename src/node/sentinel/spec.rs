@@ -20,9 +20,6 @@ pub(crate) struct SentinelSpec {
     pub db: i64,
     /// `?query` for the master's URL (protocol, client name, ...), or empty.
     pub query: String,
-    /// What identifies the deployment before the master is known (see
-    /// [`SentinelSpec::stand_in_url`]).
-    pub stand_in: String,
 }
 
 impl SentinelSpec {
@@ -48,7 +45,7 @@ impl SentinelSpec {
             // An unreadable db is kept as -1 and refused by `check`.
             Some(db) => db.parse().unwrap_or(-1),
         };
-        let mut spec = SentinelSpec {
+        SentinelSpec {
             master,
             sentinels: hosts
                 .split(',')
@@ -58,10 +55,7 @@ impl SentinelSpec {
             credentials: credentials.to_owned(),
             db: if segments.next().is_some() { -1 } else { db },
             query: query.to_owned(),
-            stand_in: String::new(),
-        };
-        spec.stand_in = spec.stand_in_url();
-        spec
+        }
     }
 
     /// The spec of `Client::builder_sentinel`: each sentinel as `host:port` or
@@ -88,7 +82,6 @@ impl SentinelSpec {
                 (spec.db, spec.query, settled) = (one.db, one.query, true);
             }
         }
-        spec.stand_in = spec.stand_in_url();
         spec
     }
 
@@ -136,12 +129,6 @@ impl SentinelSpec {
             .iter()
             .map(|host| format!("redis://{credentials}{host}"))
             .collect()
-    }
-
-    /// A stand-in URL for what identifies the deployment (`multi/` keyspaces) while the master
-    /// is not known (a lazy client): the first sentinel's address, with the master's db.
-    fn stand_in_url(&self) -> String {
-        self.master_url(self.sentinels.first().map_or("127.0.0.1:0", String::as_str))
     }
 }
 
