@@ -118,6 +118,9 @@ pub(crate) struct ReplicaState {
     counted: parking_lot::Mutex<Option<Count>>,
     /// One count at a time.
     counting: tokio::sync::Mutex<()>,
+    /// When a count last failed (a proxy or a user without `INFO`): the next one waits
+    /// [`RECOUNT_EVERY`], so such a deployment is not sent `INFO` before every write.
+    failed_at: parking_lot::Mutex<Option<Instant>>,
     unsupported: AtomicBool,
 }
 
@@ -161,8 +164,8 @@ impl Node {
     }
 
     /// What `replicas` asks of this deployment: `None` sends no `WAIT`. `Auto` counts the
-    /// replicas ([`Node::replica_count`]; a failed count is taken again next time, and sends
-    /// no `WAIT` meanwhile).
+    /// replicas ([`Node::replica_count`]; a failed count is taken again [`RECOUNT_EVERY`] later
+    /// at the soonest, and writes meanwhile send no `WAIT`).
     pub(crate) async fn wait_for(&self, replicas: Replicas) -> Option<WaitFor> {
         match replicas {
             Replicas::Off => None,
@@ -174,6 +177,13 @@ impl Node {
             Replicas::Auto { timeout } => {
                 let state = self.replica_state();
                 if state.unsupported.load(Ordering::Acquire) {
+                    return None;
+                }
+                let failed_lately = state
+                    .failed_at
+                    .lock()
+                    .is_some_and(|at| at.elapsed() < RECOUNT_EVERY);
+                if failed_lately {
                     return None;
                 }
                 match self.replica_count().await {
@@ -210,7 +220,13 @@ impl Node {
         if let Some(count) = current(Instant::now()) {
             return Ok(count.replicas);
         }
-        let replicas = self.connected_replicas().await?;
+        let replicas = match self.connected_replicas().await {
+            Ok(replicas) => replicas,
+            Err(e) => {
+                *state.failed_at.lock() = Some(Instant::now());
+                return Err(e);
+            }
+        };
         let now = Instant::now();
         let mut counted = state.counted.lock();
         let first = match *counted {
@@ -279,6 +295,10 @@ impl Node {
         cmd: &redis::Cmd,
         wait: WaitFor,
     ) -> Result<(Value, Acks)> {
+        // A lazy client's rights check, as before every other script call.
+        if self.rights_pending() {
+            self.rights_checked().await?;
+        }
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.add_command(cmd.clone()).add_command(wait.command());
