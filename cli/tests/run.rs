@@ -262,6 +262,8 @@ fn a_killed_runner_frees_the_lock_within_one_lease() {
         &["sh", "-c", &body],
     ));
     first.wait_for(&dir, "pid");
+    // Created is not written: `echo $$ > pid` creates the file before it writes the pid.
+    dir.wait_for("pid");
     first.signal(libc::SIGKILL);
     let killed_at = Instant::now();
     let second = finish(rl(&server.url(), "run --wait 10s", &name, &["true"]));
