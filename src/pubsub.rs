@@ -226,6 +226,15 @@ impl Subscriber {
         }
     }
 
+    /// Gives one relay waiter of `class` on `channel` a turn now (or the next to wait), as a
+    /// local release that lets one in would: its attempt then rides behind the release
+    /// (`Node::family_call_then`); the release's own message still comes.
+    pub(crate) fn wake_one(&self, channel: &str, class: usize) {
+        if let Some(channel) = self.channels.lock().get(channel) {
+            channel.wake_one(class);
+        }
+    }
+
     fn deliver(&self, channel: &str, payload: &[u8]) {
         if let Some(channel) = self.channels.lock().get(channel) {
             channel.wake(payload == self.own_id.as_bytes());

@@ -94,6 +94,14 @@ impl Wake {
     pub(crate) const fn relay(class: usize, pass: usize) -> Wake {
         Wake::Relay(RelayClass { class, pass })
     }
+
+    /// The relay class (0 for [`Wake::All`]).
+    pub(crate) fn class(self) -> usize {
+        match self {
+            Wake::All => 0,
+            Wake::Relay(relay) => relay.class,
+        }
+    }
 }
 
 /// Attempts until one succeeds or `wait` is spent (`Ok(None)`). After the first failed attempt

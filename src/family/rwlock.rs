@@ -15,7 +15,7 @@ use crate::task::FinishOnDrop;
 use crate::terms::{Lease, Wait};
 
 pub(crate) static SCRIPT: FamilyScript =
-    FamilyScript::new("rwlock", include_str!("../../lua/rwlock.lua"));
+    FamilyScript::batching("rwlock", include_str!("../../lua/rwlock.lua"));
 
 /// How long a waiting writer keeps new readers out without asking again: a writer asks at
 /// least once a second while it waits, so only a writer that crashed while waiting holds
@@ -177,6 +177,33 @@ impl ReadWriteLock {
     ) -> Result<i64> {
         self.client.inner.check_open()?;
         self.send(op, field, lease_ms, intent_ms).await
+    }
+
+    /// Gives back one hold of `kind` (`checked`: refused once the client shuts down; a guard's
+    /// own release is not).
+    ///
+    /// Local hand-over between writers: a write release wakes one of this client's waiting
+    /// writers as soon as the release is queued, so its attempt rides in the same script call,
+    /// behind the release, and is granted there, instead of a round trip and a message later.
+    /// (Waiting writers keep new readers out, so they are the ones a write release lets in;
+    /// readers are woken by its message once no writer waits.) A writer woken in vain (a
+    /// re-entered write hold, a writer of another client first) is refused and waits on.
+    pub(crate) async fn release(&self, kind: Kind, field: &str, checked: bool) -> Result<i64> {
+        if checked {
+            self.client.inner.check_open()?;
+        }
+        let keys = [&*self.keys.key, &*self.keys.channel];
+        let hand_over = || {
+            if kind == Kind::Write {
+                let subscriber = &self.client.inner.subscriber;
+                subscriber.wake_one(&self.keys.channel, Kind::Write.wake().class());
+            }
+        };
+        self.client
+            .inner
+            .node
+            .family_call_then(&SCRIPT, &keys, &[kind.ops().1, field, "0", "0"], hand_over)
+            .await
     }
 
     /// [`call_with_intent`](Self::call_with_intent) even while the client shuts down (its

@@ -39,7 +39,7 @@ impl RwHold {
             let (lock, field) = (lock.clone(), field.clone());
             move || {
                 let (lock, field) = (lock.clone(), field.clone());
-                async move { lock.send(kind.ops().1, &field, 0, 0).await.map(drop) }
+                async move { lock.release(kind, &field, false).await.map(drop) }
             }
         };
         let name = lock.keys.name.clone();
@@ -56,7 +56,7 @@ impl RwHold {
     async fn unlock(mut self) -> Result<()> {
         self.released = true;
         let lost = self.kept.is_lost();
-        let reply = self.lock.call(self.kind.ops().1, &self.field, 0).await?;
+        let reply = self.lock.release(self.kind, &self.field, true).await?;
         if reply < 0 || lost {
             return Err(Error::LeaseLost {
                 name: self.lock.keys.name.to_string(),
@@ -71,10 +71,10 @@ impl Drop for RwHold {
         if self.released {
             return;
         }
-        let (lock, field, op) = (self.lock.clone(), self.field.clone(), self.kind.ops().1);
+        let (lock, field, kind) = (self.lock.clone(), self.field.clone(), self.kind);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let release = async move {
-                if let Err(e) = lock.call(op, &field, 0).await {
+                if let Err(e) = lock.release(kind, &field, true).await {
                     tracing::warn!(lock = %lock.keys.name, error = %e, "release of a dropped read-write lock guard failed; it expires with its lease");
                 }
             };

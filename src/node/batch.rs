@@ -102,6 +102,25 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
         S: Fn(Vec<E>, Duration) -> F + Send + Sync + 'static,
         F: Future<Output = Vec<Result<R>>> + Send + 'static,
     {
+        self.call_then(entry, shard, limit, operation, sender, || ())
+            .await
+    }
+
+    /// [`call`](Self::call), running `queued` once the entry is in the queue: calls made by
+    /// tasks it wakes join the same batch, behind this entry.
+    pub(super) async fn call_then<S, F>(
+        self: &Arc<Self>,
+        entry: E,
+        shard: Shard,
+        limit: Duration,
+        operation: &'static str,
+        sender: impl FnOnce() -> S,
+        queued: impl FnOnce(),
+    ) -> Result<R>
+    where
+        S: Fn(Vec<E>, Duration) -> F + Send + Sync + 'static,
+        F: Future<Output = Vec<Result<R>>> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let first = {
             let mut queue = self.queue.lock();
@@ -113,6 +132,7 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
             });
             queue.len() == 1
         };
+        queued();
         if first {
             let (batcher, send) = (self.clone(), sender());
             let flush = async move {

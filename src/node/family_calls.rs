@@ -1,23 +1,35 @@
-//! The script calls of the lock family (semaphores, latches, read-write locks): one door for
-//! every family script, which picks the script's variant for this deployment (sharded pub/sub on
-//! a cluster) and loads it on NOSCRIPT.
+//! The script calls of the lock family (semaphores, latches, read-write locks, fair locks): one
+//! door for every family script, which picks the script's variant for this deployment (sharded
+//! pub/sub on a cluster), loads it on NOSCRIPT, and coalesces concurrent calls of one script
+//! into one script call the way the lock's calls are (`batch.rs`).
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
-use redis::{FromRedisValue, Script};
+use parking_lot::Mutex;
+use redis::{FromRedisValue, Script, Value};
 
+use super::batch::Batcher;
 use super::shape::{Conn, sharded};
 use super::{Node, evalsha};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
-/// A family script, in the variant for one server and the one for a cluster, each made on
-/// first use.
+/// A family script, in the variants for one server and for a cluster, each alone and as a
+/// batch, each made on first use.
 pub(crate) struct FamilyScript {
     /// The script's name, for errors and spans.
     pub name: &'static str,
     source: &'static str,
-    plain: OnceLock<Script>,
-    sharded: OnceLock<Script>,
+    /// The source takes batches itself (and only batches): no wrapper around it, and a call
+    /// made alone goes as a batch of one.
+    batches_itself: bool,
+    /// Indexed by [`variant`]: plain, sharded, plain batch, sharded batch.
+    variants: [OnceLock<Script>; 4],
+}
+
+/// The index of a script's variant in [`FamilyScript::variants`].
+fn variant(cluster: bool, batch: bool) -> usize {
+    usize::from(cluster) + 2 * usize::from(batch)
 }
 
 impl FamilyScript {
@@ -25,34 +37,145 @@ impl FamilyScript {
         FamilyScript {
             name,
             source,
-            plain: OnceLock::new(),
-            sharded: OnceLock::new(),
+            batches_itself: false,
+            variants: [const { OnceLock::new() }; 4],
         }
     }
 
-    fn get(&self, cluster: bool) -> &Script {
-        match cluster {
-            false => self.plain.get_or_init(|| Script::new(self.source)),
-            true => self
-                .sharded
-                .get_or_init(|| Script::new(&sharded::variant(self.source))),
+    /// A script written for batches (the shape [`batched`] gives others), which can share its
+    /// reads and writes among the entries of a batch.
+    pub(crate) const fn batching(name: &'static str, source: &'static str) -> Self {
+        FamilyScript {
+            name,
+            source,
+            batches_itself: true,
+            variants: [const { OnceLock::new() }; 4],
         }
+    }
+
+    fn get(&self, cluster: bool, batch: bool) -> &Script {
+        self.variants[variant(cluster, batch)].get_or_init(|| {
+            let source = match cluster {
+                false => self.source.to_string(),
+                true => sharded::variant(self.source),
+            };
+            match batch && !self.batches_itself {
+                false => Script::new(&source),
+                true => Script::new(&batched(&source)),
+            }
+        })
+    }
+}
+
+/// `source` run once per entry of a batch: the script becomes a function of its own `KEYS` and
+/// `ARGV`, and a loop hands it each entry's. `ARGV` is, per entry, its key count, its argument
+/// count and its arguments; `KEYS` is every entry's keys in order. The reply has one pair per
+/// entry: `{1, reply}`, or `{0, error message}` for an entry that failed (the others go on; the
+/// family scripts fail before they write anything).
+fn batched(source: &str) -> String {
+    format!(
+        "local function entry(KEYS, ARGV)\n{source}\nend\n\
+local out, k, a = {{}}, 1, 1
+while a <= #ARGV do
+    local nkeys, nargs = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    local keys, args = {{}}, {{}}
+    for i = 1, nkeys do keys[i] = KEYS[k + i - 1] end
+    for i = 1, nargs do args[i] = ARGV[a + 1 + i] end
+    k, a = k + nkeys, a + 2 + nargs
+    local ok, reply = pcall(entry, keys, args)
+    if ok then
+        out[#out + 1] = {{1, reply}}
+    elseif type(reply) == 'table' and reply.err then
+        out[#out + 1] = {{0, reply.err}}
+    else
+        out[#out + 1] = {{0, tostring(reply)}}
+    end
+end
+return out
+"
+    )
+}
+
+/// One family call waiting in a batch.
+pub(super) struct FamilyEntry {
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+/// Each family script's batcher on one node, made on its first coalesced call.
+#[derive(Default)]
+pub(super) struct FamilyBatches(Mutex<HashMap<&'static str, Arc<Batcher<FamilyEntry>>>>);
+
+impl FamilyBatches {
+    fn of(&self, script: &'static FamilyScript) -> Arc<Batcher<FamilyEntry>> {
+        self.0.lock().entry(script.name).or_default().clone()
     }
 }
 
 impl Node {
     /// Runs `script` on `keys` (all of one lock, so of one cluster slot) with `args`, within the
-    /// node's timeout. Not sent again after a lost reply: most family scripts count, and a
-    /// second run would count twice. A cluster's answers that mean "not run" (a moving slot, an
-    /// election) are sent again, as for every script.
+    /// node's timeout; coalesced with other calls of the same script while requests are in
+    /// flight. Not sent again after a lost reply: most family scripts count, and a second run
+    /// would count twice. A cluster's answers that mean "not run" (a moving slot, an election)
+    /// are sent again, as for every script.
     pub(crate) async fn family_call<T: FromRedisValue>(
         &self,
-        script: &FamilyScript,
+        script: &'static FamilyScript,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
+        self.family_call_then(script, keys, args, || ()).await
+    }
+
+    /// [`family_call`](Self::family_call), running `queued` once the call is sure to reach the
+    /// server before any call made after `queued` ran: when it joins a batch, as soon as it is
+    /// queued (calls of tasks it wakes ride in the same script call, behind it); alone, once
+    /// answered.
+    pub(crate) async fn family_call_then<T: FromRedisValue>(
+        &self,
+        script: &'static FamilyScript,
+        keys: &[&str],
+        args: &[&str],
+        queued: impl FnOnce(),
+    ) -> Result<T> {
         let cluster = matches!(self.conn, Conn::Cluster(_));
-        let script_variant = script.get(cluster);
+        let key = keys.first().copied().unwrap_or("");
+        let (_counted, alone) = self.batches.traffic.enter();
+        let entry = || FamilyEntry {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        let typed = |reply: Value| {
+            T::from_redis_value(reply).map_err(|e| Error::redis(script.name, key, e.into()))
+        };
+        if alone && script.batches_itself {
+            let mut replies = self.family_batch(script, vec![entry()], self.timeout).await;
+            queued();
+            return match replies.pop() {
+                Some(reply) => typed(reply?),
+                None => Err(Error::Protocol {
+                    script: script.name,
+                    reply: "no reply for a batch of one".into(),
+                }),
+            };
+        }
+        if !alone {
+            let entry = entry();
+            let batcher = self.batches.family.of(script);
+            let node = self.clone();
+            let sender = move || {
+                move |batch: Vec<FamilyEntry>, limit| {
+                    let node = node.clone();
+                    async move { node.family_batch(script, batch, limit).await }
+                }
+            };
+            let shard = self.shard(key);
+            let reply = batcher
+                .call_then(entry, shard, self.timeout, script.name, sender, queued)
+                .await?;
+            return typed(reply);
+        }
+        let script_variant = script.get(cluster, false);
         let bytes = keys.iter().chain(args).map(|s| s.len()).sum::<usize>();
         let mut cmd = evalsha(script_variant, keys.len(), args.len(), bytes);
         for key in keys {
@@ -61,10 +184,94 @@ impl Node {
         for arg in args {
             cmd.arg(*arg);
         }
-        let key = keys.first().copied().unwrap_or("");
-        self.eval(script.name, key, self.timeout, script_variant, &cmd)
-            .await
+        let reply = self
+            .eval(script.name, key, self.timeout, script_variant, &cmd)
+            .await;
+        queued();
+        reply
     }
+
+    /// Sends a batch of one script's calls (all of one shard) as one call; one reply per entry.
+    async fn family_batch(
+        &self,
+        script: &'static FamilyScript,
+        batch: Vec<FamilyEntry>,
+        limit: std::time::Duration,
+    ) -> Vec<Result<Value>> {
+        let cluster = matches!(self.conn, Conn::Cluster(_));
+        let script_variant = script.get(cluster, true);
+        let nkeys: usize = batch.iter().map(|e| e.keys.len()).sum();
+        let nargs: usize = batch.iter().map(|e| e.args.len() + 2).sum();
+        let bytes: usize = batch
+            .iter()
+            .flat_map(|e| e.keys.iter().chain(&e.args))
+            .map(|s| s.len() + 1)
+            .sum();
+        let mut cmd = evalsha(script_variant, nkeys, nargs, bytes);
+        for key in batch.iter().flat_map(|e| &e.keys) {
+            cmd.arg(key);
+        }
+        for e in &batch {
+            cmd.arg(e.keys.len()).arg(e.args.len());
+            for arg in &e.args {
+                cmd.arg(arg);
+            }
+        }
+        let key = batch.first().and_then(|e| e.keys.first()).map_or("", |k| k);
+        let reply: Result<Value> = self
+            .eval(script.name, key, limit, script_variant, &cmd)
+            .await;
+        let keys = batch
+            .iter()
+            .map(|e| e.keys.first().map_or("", |k| k.as_str()));
+        split_replies(script.name, reply, keys)
+    }
+}
+
+/// One reply per entry of a family batch (see [`batched`]). A failure of the call, or a reply
+/// of the wrong shape, is every entry's failure.
+fn split_replies<'a>(
+    script: &'static str,
+    reply: Result<Value>,
+    keys: impl ExactSizeIterator<Item = &'a str>,
+) -> Vec<Result<Value>> {
+    let n = keys.len();
+    let replies = match reply {
+        Ok(Value::Array(replies)) if replies.len() == n => replies,
+        Ok(reply) => {
+            let error = Error::Protocol {
+                script,
+                reply: format!("{reply:?} for a batch of {n}"),
+            };
+            return vec![Err(error); n];
+        }
+        Err(e) => return vec![Err(e); n],
+    };
+    replies
+        .into_iter()
+        .zip(keys)
+        .map(|(reply, key)| {
+            let Value::Array(pair) = reply else {
+                return Err(Error::Protocol {
+                    script,
+                    reply: format!("{reply:?} for one entry"),
+                });
+            };
+            match <[Value; 2]>::try_from(pair) {
+                Ok([Value::Int(1), reply]) => Ok(reply),
+                Ok([Value::Int(0), message]) => {
+                    let message = String::from_redis_value(message).unwrap_or_default();
+                    let (code, detail) = message.split_once(' ').unwrap_or((&message, ""));
+                    let error = redis::make_extension_error(code.into(), Some(detail.into()));
+                    Err(Error::redis(script, key, error))
+                }
+                other => Err(Error::Protocol {
+                    script,
+                    reply: format!("{other:?} for one entry"),
+                }),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

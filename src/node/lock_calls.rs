@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use super::batch::{Batcher, Traffic};
+use super::family_calls::FamilyBatches;
 use super::replicas::{Acks, ReplicaState, WaitFor};
 use super::{Node, RequestId, evalsha, evalsha_without_keys};
 use crate::error::{Error, Result};
@@ -50,9 +51,10 @@ type Acked = (Value, Option<Acks>);
 /// the node learnt about its replicas (`replicas.rs`).
 #[derive(Default)]
 pub(super) struct Batches {
-    traffic: Traffic,
+    pub(super) traffic: Traffic,
     acquires: Arc<Batcher<AcquireEntry, Acked>>,
     releases: Arc<Batcher<ReleaseEntry>>,
+    pub(super) family: FamilyBatches,
     pub(super) replicas: ReplicaState,
 }
 

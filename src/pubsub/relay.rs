@@ -81,6 +81,13 @@ impl Subscription {
     }
 }
 
+impl Channel {
+    /// Gives one relay waiter of `class` a turn (the next to wait if none waits now).
+    pub(super) fn wake_one(&self, class: usize) {
+        self.relays[class.min(RELAY_CLASSES - 1)].baton.notify_one();
+    }
+}
+
 /// A relay turn being used. Granted, it wakes the class's next waiters; refused, it ends; dropped
 /// unused (an error, a cancelled wait), it wakes one waiter so the turn is not lost.
 pub(crate) struct Turn {
