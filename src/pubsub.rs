@@ -235,6 +235,14 @@ impl Subscriber {
         }
     }
 
+    /// Gives every relay waiter of `class` waiting on `channel` now a turn (see
+    /// [`wake_one`](Self::wake_one)).
+    pub(crate) fn wake_class(&self, channel: &str, class: usize) {
+        if let Some(channel) = self.channels.lock().get(channel) {
+            channel.wake_class(class);
+        }
+    }
+
     fn deliver(&self, channel: &str, payload: &[u8]) {
         if let Some(channel) = self.channels.lock().get(channel) {
             channel.wake(payload == self.own_id.as_bytes());

@@ -25,6 +25,7 @@ mod latch;
 mod permits;
 mod rwlock;
 mod rwlock_guard;
+mod rwlock_local;
 mod semaphore;
 
 pub use fair::{FairGuard, FairLock};

@@ -1,11 +1,11 @@
 //! [`ReadWriteLock`]: many readers or one writer, each hold with its own lease.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::family::rwlock_guard::{ReadGuard, RwHold, WriteGuard};
+use crate::family::rwlock_local::{LocalTurns, Waiting};
 use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
@@ -64,6 +64,8 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 pub struct ReadWriteLock {
     pub(crate) client: Client,
     pub(crate) keys: Arc<FamilyKeys>,
+    /// This handle's holds and waiters, for local hand-over (`rwlock_local.rs`).
+    pub(crate) local: Arc<LocalTurns>,
     owner: Option<Owner>,
 }
 
@@ -89,6 +91,11 @@ impl Kind {
             Kind::Read => Wake::relay(0, 2),
             Kind::Write => Wake::relay(1, 0),
         }
+    }
+
+    /// This side's relay class.
+    pub(crate) fn class(self) -> usize {
+        self.wake().class()
     }
 
     pub(crate) fn ops(self) -> (&'static str, &'static str, &'static str) {
@@ -120,6 +127,7 @@ impl ReadWriteLock {
         Ok(ReadWriteLock {
             client,
             keys: Arc::new(keys),
+            local: Arc::default(),
             owner: None,
         })
     }
@@ -180,24 +188,16 @@ impl ReadWriteLock {
     }
 
     /// Gives back one hold of `kind` (`checked`: refused once the client shuts down; a guard's
-    /// own release is not).
-    ///
-    /// Local hand-over between writers: a write release wakes one of this client's waiting
-    /// writers as soon as the release is queued, so its attempt rides in the same script call,
-    /// behind the release, and is granted there, instead of a round trip and a message later.
-    /// (Waiting writers keep new readers out, so they are the ones a write release lets in;
-    /// readers are woken by its message once no writer waits.) A writer woken in vain (a
-    /// re-entered write hold, a writer of another client first) is refused and waits on.
+    /// own release is not). As soon as the release is queued, it wakes the local waiters it is
+    /// likely to let in (`rwlock_local.rs`).
     pub(crate) async fn release(&self, kind: Kind, field: &str, checked: bool) -> Result<i64> {
         if checked {
             self.client.inner.check_open()?;
         }
         let keys = [&*self.keys.key, &*self.keys.channel];
         let hand_over = || {
-            if kind == Kind::Write {
-                let subscriber = &self.client.inner.subscriber;
-                subscriber.wake_one(&self.keys.channel, Kind::Write.wake().class());
-            }
+            let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
+            self.local.hand_over(subscriber, channel, kind);
         };
         self.client
             .inner
@@ -234,17 +234,20 @@ impl std::fmt::Debug for ReadWriteLock {
     }
 }
 
-/// Withdraws a waiting writer's intent when its wait ends without the lock (also when the wait
-/// is cancelled), so readers need not wait out the intent's lease.
+/// A waiter, counted locally while it waits; a writer's also withdraws its intent when its
+/// wait ends without the lock (also when the wait is cancelled), so readers need not wait out
+/// the intent's lease.
 struct Intent {
     lock: ReadWriteLock,
     field: Arc<str>,
-    armed: AtomicBool,
+    kind: Kind,
+    waiting: Waiting,
 }
 
 impl Drop for Intent {
     fn drop(&mut self) {
-        if !self.armed.load(Ordering::Relaxed) {
+        // Armed only while waiting, which leaves a writer's intent on the server.
+        if !self.waiting.disarm() || self.kind == Kind::Read {
             return;
         }
         let (lock, field) = (self.lock.clone(), self.field.clone());
@@ -283,7 +286,8 @@ impl Side {
         let intent = Intent {
             lock: lock.clone(),
             field: field.clone(),
-            armed: AtomicBool::new(false),
+            kind: self.kind,
+            waiting: lock.local.waiting(self.kind),
         };
         let (field_ref, intent_ref) = (&field, &intent);
         let granted = wait_for(
@@ -303,8 +307,8 @@ impl Side {
                         name: lock.keys.name.to_string(),
                     }),
                     n => {
-                        if self.kind == Kind::Write && intent_ms > 0 {
-                            intent_ref.armed.store(true, Ordering::Relaxed);
+                        if intent_ms > 0 {
+                            intent_ref.waiting.arm();
                         }
                         let ttl = (-2 - n).max(0) as u64;
                         Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
@@ -316,7 +320,7 @@ impl Side {
         match granted {
             Ok(Some(started)) => {
                 // The grant cleared our intent on the server.
-                intent.armed.store(false, Ordering::Relaxed);
+                intent.waiting.disarm();
                 let hold = RwHold::new(lock.clone(), self.kind, field, lease, started);
                 Ok(Some(hold))
             }

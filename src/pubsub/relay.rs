@@ -82,6 +82,13 @@ impl Subscription {
 }
 
 impl Channel {
+    /// Gives every relay waiter of `class` waiting now a turn.
+    pub(super) fn wake_class(&self, class: usize) {
+        self.relays[class.min(RELAY_CLASSES - 1)]
+            .baton
+            .notify_waiters();
+    }
+
     /// Gives one relay waiter of `class` a turn (the next to wait if none waits now).
     pub(super) fn wake_one(&self, class: usize) {
         self.relays[class.min(RELAY_CLASSES - 1)].baton.notify_one();
