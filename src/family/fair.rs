@@ -15,7 +15,7 @@ use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::terms::{Lease, Wait};
 
-static SCRIPT: FamilyScript = FamilyScript::new("fair", include_str!("../../lua/fair.lua"));
+static SCRIPT: FamilyScript = FamilyScript::alone("fair", include_str!("../../lua/fair.lua"));
 
 /// How long a waiter keeps its place in the queue without asking again. A waiter asks at least
 /// once a second, so only a waiter that crashed keeps its place this long, and holds up the

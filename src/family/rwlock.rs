@@ -46,8 +46,14 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 ///   can in turn keep readers waiting.
 /// - **Waking**: a write release wakes the waiting readers and writers; a read release wakes
 ///   them when it was the last reader. Each waiter also looks again when the lease it waits
-///   for runs out (a writer waiting for readers gets the lock just after the last reader's
-///   lease, as soon as it asks again), and at least once a second.
+///   for runs out (a writer waiting for readers looks again at each reader's deadline, so it
+///   gets the lock just after the last reader's lease), and at least once a second. Within
+///   one client a write release hands over at once, to a waiting writer of the same handle
+///   (or its clones) or else to all its waiting readers: their attempts go out in the same
+///   script call as the release.
+/// - **Cost**: one client's concurrent calls go out together as one script call, and a call
+///   reads a dozen fields of the lock whatever the number of readers (the whole hash only when
+///   some deadline may have passed). `make bench` F2 measures 64 tasks on one lock.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {

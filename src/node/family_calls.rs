@@ -20,11 +20,22 @@ pub(crate) struct FamilyScript {
     /// The script's name, for errors and spans.
     pub name: &'static str,
     source: &'static str,
-    /// The source takes batches itself (and only batches): no wrapper around it, and a call
-    /// made alone goes as a batch of one.
-    batches_itself: bool,
+    batching: Batching,
     /// Indexed by [`variant`]: plain, sharded, plain batch, sharded batch.
     variants: [OnceLock<Script>; 4],
+}
+
+/// Whether and how a family script's concurrent calls are coalesced.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Batching {
+    /// Never: every call goes alone. For scripts whose calls hand a lock over one at a time
+    /// (a fair lock), where the wait for a batch to fill only adds to each hand-over.
+    Never,
+    /// In the wrapper [`batched`] makes, which runs the script once per entry.
+    Wrapped,
+    /// The source takes batches itself (and only batches): no wrapper around it, and a call
+    /// made alone goes as a batch of one.
+    Native,
 }
 
 /// The index of a script's variant in [`FamilyScript::variants`].
@@ -33,24 +44,29 @@ fn variant(cluster: bool, batch: bool) -> usize {
 }
 
 impl FamilyScript {
-    pub(crate) const fn new(name: &'static str, source: &'static str) -> Self {
+    const fn with(name: &'static str, source: &'static str, batching: Batching) -> Self {
         FamilyScript {
             name,
             source,
-            batches_itself: false,
+            batching,
             variants: [const { OnceLock::new() }; 4],
         }
+    }
+
+    /// A script whose concurrent calls are coalesced, in a wrapper that runs it per entry.
+    pub(crate) const fn new(name: &'static str, source: &'static str) -> Self {
+        Self::with(name, source, Batching::Wrapped)
+    }
+
+    /// A script whose calls always go alone.
+    pub(crate) const fn alone(name: &'static str, source: &'static str) -> Self {
+        Self::with(name, source, Batching::Never)
     }
 
     /// A script written for batches (the shape [`batched`] gives others), which can share its
     /// reads and writes among the entries of a batch.
     pub(crate) const fn batching(name: &'static str, source: &'static str) -> Self {
-        FamilyScript {
-            name,
-            source,
-            batches_itself: true,
-            variants: [const { OnceLock::new() }; 4],
-        }
+        Self::with(name, source, Batching::Native)
     }
 
     fn get(&self, cluster: bool, batch: bool) -> &Script {
@@ -59,7 +75,7 @@ impl FamilyScript {
                 false => self.source.to_string(),
                 true => sharded::variant(self.source),
             };
-            match batch && !self.batches_itself {
+            match batch && self.batching == Batching::Wrapped {
                 false => Script::new(&source),
                 true => Script::new(&batched(&source)),
             }
@@ -148,7 +164,7 @@ impl Node {
         let typed = |reply: Value| {
             T::from_redis_value(reply).map_err(|e| Error::redis(script.name, key, e.into()))
         };
-        if alone && script.batches_itself {
+        if alone && script.batching == Batching::Native {
             let mut replies = self.family_batch(script, vec![entry()], self.timeout).await;
             queued();
             return match replies.pop() {
@@ -159,7 +175,7 @@ impl Node {
                 }),
             };
         }
-        if !alone {
+        if !alone && script.batching != Batching::Never {
             let entry = entry();
             let batcher = self.batches.family.of(script);
             let node = self.clone();
