@@ -18,23 +18,9 @@ async fn polling_client(server: &Server) -> Client {
     client_with(server, |b| b.wait_by(POLL)).await
 }
 
-/// Subscription commands the server has run since it started (`INFO commandstats`).
+/// Subscription commands the server has run since it started.
 fn subscribes(server: &Server) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_subscribe:") || l.starts_with("cmdstat_ssubscribe:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    server.command_calls(&["subscribe", "ssubscribe"])
 }
 
 /// Runs `wait` while something else holds, checks it is still waiting after 150 ms, frees it

@@ -23,21 +23,7 @@ fn fields(server: &Server, key: &str) -> HashMap<String, String> {
 }
 
 fn script_calls(server: &Server) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    server.command_calls(&["evalsha", "eval"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

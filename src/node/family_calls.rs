@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use redis::{FromRedisValue, Script, Value};
 
 use super::batch::Batcher;
+use super::lock_calls::entry_error;
 use super::shape::{Conn, sharded};
 use super::{Node, evalsha};
 use crate::error::{Error, Result};
@@ -277,9 +278,7 @@ fn split_replies<'a>(
                 Ok([Value::Int(1), reply]) => Ok(reply),
                 Ok([Value::Int(0), message]) => {
                     let message = String::from_redis_value(message).unwrap_or_default();
-                    let (code, detail) = message.split_once(' ').unwrap_or((&message, ""));
-                    let error = redis::make_extension_error(code.into(), Some(detail.into()));
-                    Err(Error::redis(script, key, error))
+                    Err(entry_error(script, key, &message))
                 }
                 other => Err(Error::Protocol {
                     script,

@@ -327,12 +327,11 @@ fn split_batch_reply<'a>(
             .into_iter()
             .zip(hashes)
             .map(|(reply, hash)| match reply {
-                Value::BulkString(message) => {
-                    let message = String::from_utf8_lossy(&message);
-                    let (code, detail) = message.split_once(' ').unwrap_or((&message, ""));
-                    let error = redis::make_extension_error(code.into(), Some(detail.into()));
-                    Err(Error::redis(script, hash, error))
-                }
+                Value::BulkString(message) => Err(entry_error(
+                    script,
+                    hash,
+                    &String::from_utf8_lossy(&message),
+                )),
                 reply => Ok(reply),
             })
             .collect(),
@@ -345,6 +344,14 @@ fn split_batch_reply<'a>(
         }
         Err(e) => vec![Err(e); n],
     }
+}
+
+/// The error of one entry of a batch, from the message the script answered for it (`WRONGTYPE
+/// Operation against a key ...`), typed as if the entry had been sent alone.
+pub(super) fn entry_error(script: &'static str, key: &str, message: &str) -> Error {
+    let (code, detail) = message.split_once(' ').unwrap_or((message, ""));
+    let error = redis::make_extension_error(code.into(), Some(detail.into()));
+    Error::redis(script, key, error)
 }
 
 /// One acquisition of a pipelined set (the members of a MultiLock or RedLock on one node).
