@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts;
 
+mod acked_calls;
 mod acl;
 mod batch;
 mod dial;

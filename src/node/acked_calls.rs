@@ -1,0 +1,146 @@
+//! The script calls that wait for replicas: `WAIT n timeout` pipelined right behind a lock
+//! script (acquisitions) or a renewal, on the same connection, and what its answer means for
+//! the lock (`replicas.rs` decides how many to wait for).
+//!
+//! On one server the pipeline leaves on the one multiplexed connection. On a cluster a lone
+//! `WAIT` would go to every primary (redis-rs routes it to all and answers the minimum); in a
+//! pipeline behind the script it goes where the script goes, to the key's primary: redis-rs
+//! sends a pipeline to the node of its first keyed command.
+//!
+//! `WAIT` blocks the connection it is sent on until it answers: other commands of this client
+//! queue behind it for up to the timeout (see `docs/replicas.md`).
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
+
+use super::replicas::{Acks, WaitFor};
+use super::{Node, Renewal, bounded, evalsha, once_more_if_dropped};
+use crate::error::{Error, Result};
+use crate::scripts;
+
+impl Node {
+    /// Runs the script call `cmd` with `WAIT` behind it in one pipeline: the script's reply
+    /// and what `WAIT` answered. `NOSCRIPT` loads the script and sends both again; a cluster in
+    /// transition sends them again (neither the script nor `WAIT` ran then).
+    pub(super) async fn eval_acked(
+        &self,
+        operation: &'static str,
+        key: &str,
+        limit: Duration,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+        wait: WaitFor,
+    ) -> Result<(Value, Acks)> {
+        // A lazy client's rights check, as before every other script call.
+        if self.rights_pending() {
+            self.rights_checked().await?;
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(cmd.clone()).add_command(wait.command());
+        let pipe = &pipe;
+        // The server holds the reply for up to the WAIT timeout.
+        let limit = limit + wait.timeout;
+        self.through_transitions(limit, |limit| async move {
+            let first = self.send_acked(operation, key, limit, pipe).await?;
+            let (reply, acks) = match first {
+                (Err(e), _) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    self.load_script(operation, script).await?;
+                    self.send_acked(operation, key, limit, pipe).await?
+                }
+                other => other,
+            };
+            let reply = reply.map_err(|e| Error::redis(operation, key, e))?;
+            Ok((reply, self.read_acks(wait, acks)))
+        })
+        .await
+    }
+
+    /// Sends `pipe` (a script call and `WAIT`) and answers both replies.
+    async fn send_acked(
+        &self,
+        operation: &'static str,
+        key: &str,
+        limit: Duration,
+        pipe: &redis::Pipeline,
+    ) -> Result<(RedisResult<Value>, RedisResult<Value>)> {
+        let mut conn = self.conn.clone();
+        let replies: Vec<RedisResult<Value>> =
+            bounded(operation, key, limit, pipe.query_async(&mut conn)).await?;
+        let mut replies = replies.into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(reply), Some(acks)) => Ok((reply, acks)),
+            _ => Err(Error::Protocol {
+                script: operation,
+                reply: "fewer than two replies to a script call and WAIT".into(),
+            }),
+        }
+    }
+
+    /// Renews a batch of leases as [`Node::renew`] does, with `WAIT` behind each script call
+    /// when `wait` asks for it: per lock, renewed or not and what its call's `WAIT` answered.
+    pub(crate) async fn renew_acked(
+        &self,
+        batch: &[Renewal<'_>],
+        wait: Option<WaitFor>,
+    ) -> Result<Vec<(bool, Option<Acks>)>> {
+        let Some(wait) = wait else {
+            let flags = self.renew(batch).await?;
+            return Ok(flags.into_iter().map(|f| (f, None)).collect());
+        };
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| self.shard(batch[i].hash));
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for i in order {
+            match groups.last_mut() {
+                Some(group) if self.shard(batch[group[0]].hash) == self.shard(batch[i].hash) => {
+                    group.push(i);
+                }
+                _ => groups.push(vec![i]),
+            }
+        }
+        let calls = groups.iter().map(|group| async move {
+            let requests: Vec<&Renewal<'_>> = group.iter().map(|&i| &batch[i]).collect();
+            self.renew_group_acked(&requests, wait).await
+        });
+        let replies = futures_util::future::join_all(calls).await;
+        let mut out = vec![(false, None); batch.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let (flags, acks) = reply?;
+            for (&i, flag) in group.iter().zip(flags) {
+                out[i] = (flag, Some(acks.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `renew.lua` for the leases of one shard, as `Node::renew_group` sends it, with `WAIT`.
+    async fn renew_group_acked(
+        &self,
+        batch: &[&Renewal<'_>],
+        wait: WaitFor,
+    ) -> Result<(Vec<bool>, Acks)> {
+        let bytes: usize = batch.iter().map(|r| r.hash.len() + r.field.len() + 8).sum();
+        let mut cmd = evalsha(&scripts::RENEW, batch.len(), 2 * batch.len(), bytes);
+        for r in batch {
+            cmd.arg(r.hash);
+        }
+        for r in batch {
+            cmd.arg(r.field).arg(r.lease_ms);
+        }
+        let (reply, acks) = once_more_if_dropped(|| {
+            self.eval_acked("renew", "", self.timeout, &scripts::RENEW, &cmd, wait)
+        })
+        .await?;
+        let flags: Vec<i64> =
+            redis::from_redis_value(reply).map_err(|e| Error::redis("renew", "", e.into()))?;
+        if flags.len() != batch.len() {
+            return Err(Error::Protocol {
+                script: "renew",
+                reply: format!("{} flags for {} locks", flags.len(), batch.len()),
+            });
+        }
+        Ok((flags.into_iter().map(|f| f == 1).collect(), acks))
+    }
+}
