@@ -6,13 +6,13 @@ mod support;
 
 use std::time::Duration;
 
-use redlease::{Client, Error, LockGuard, WaitBy};
+use redlease::{Client, Error, LockGuard, Owner, WaitBy};
 use support::{Server, key_of, spawn_waiter, take_and_release, unique_name, woken_after_unlock};
 
 /// The rights of docs/acl.md for one server and the default prefix (`redlease`).
 const LEAST: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all \
     +evalsha +script|load +publish +subscribe +unsubscribe \
-    +get +hget +hgetall +hset +hmset +pexpire +exists +del \
+    +get +hget +hmget +hgetall +hset +hmset +pexpire +exists +del \
     +hsetnx +hexists +hincrby +hdel +set +incr +incrby +decr +decrby \
     +rpush +lindex +lrem +lpop +type +pttl +time +pubsub|numsub";
 
@@ -83,6 +83,34 @@ async fn fenced_round(
     again
 }
 
+/// One move of each kind of the lock family, a writer waiting for a reader among them (its
+/// intent and its wake-up).
+async fn family_round(client: &Client, name: &str) {
+    let rw = client.read_write_lock(name).unwrap();
+    let reading = rw.read().lock().await.unwrap();
+    let writer = client
+        .read_write_lock(name)
+        .unwrap()
+        .with_owner(Owner::new());
+    let writing = tokio::spawn(async move { writer.write().lock().await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    reading.unlock().await.unwrap();
+    writing.await.unwrap().unwrap();
+    let semaphore = client.semaphore(name).unwrap();
+    semaphore.set_permits(2).await.unwrap();
+    semaphore.acquire(1).await.unwrap();
+    semaphore.release(1).await.unwrap();
+    let permits = client.permit_semaphore(name).unwrap();
+    permits.set_permits(1).await.unwrap();
+    permits.acquire().await.unwrap().release().await.unwrap();
+    let latch = client.count_down_latch(name).unwrap();
+    assert!(latch.try_set_count(1).await.unwrap());
+    latch.count_down().await.unwrap();
+    latch.wait().await.unwrap();
+    let fair = client.fair_lock(name).unwrap();
+    fair.lock().await.unwrap().unlock().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_user_does_everything() {
     let server = Server::start();
@@ -106,6 +134,7 @@ async fn a_least_privilege_user_does_everything() {
     let status = holder.lock(&name).unwrap().status().await.unwrap();
     assert_eq!(status.holders.len(), 1, "{status:?}");
     again.unlock().await.unwrap();
+    family_round(&holder, &name).await;
     holder.shutdown().await.unwrap();
     waiter.shutdown().await.unwrap();
     let refused = acl_log(&server);
@@ -134,6 +163,7 @@ async fn a_missing_right_is_named_at_connect() {
         ("-pubsub|numsub", "PUBSUB NUMSUB"),
         ("-get", "GET"),
         ("-hmset", "HMSET"),
+        ("-hmget", "HMGET"),
     ] {
         let error = build_without(&server, "partial", minus).await;
         let Error::NoPermission { right, .. } = &error else {

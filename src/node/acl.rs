@@ -33,7 +33,8 @@ static PROBE: LazyLock<Script> = LazyLock::new(|| {
 local key, channel = KEYS[1], ARGV[1]
 local calls = {
     {'HSET', key, 'f', '1'}, {'HSETNX', key, 'f', '1'}, {'HGET', key, 'f'},
-    {'HEXISTS', key, 'f'}, {'HGETALL', key}, {'HINCRBY', key, 'f', 1}, {'HDEL', key, 'f'},
+    {'HEXISTS', key, 'f'}, {'HGETALL', key}, {'HMGET', key, 'f'}, {'HINCRBY', key, 'f', 1},
+    {'HDEL', key, 'f'},
     {'SET', key, '1'}, {'GET', key}, {'INCR', key}, {'INCRBY', key, 1}, {'DECR', key},
     {'DECRBY', key, 1}, {'RPUSH', key, 'x'}, {'LINDEX', key, 0}, {'LREM', key, 0, 'x'},
     {'LPOP', key}, {'EXISTS', key}, {'TYPE', key}, {'PEXPIRE', key, 1000}, {'PTTL', key},
