@@ -179,8 +179,9 @@ impl Node {
         if !alone && script.batching != Batching::Never {
             let entry = entry();
             let batcher = self.batches.family.of(script);
-            let node = self.clone();
-            let sender = move || {
+            // Made for a batch's first entry only (a node's clone allocates).
+            let sender = || {
+                let node = self.clone();
                 move |batch: Vec<FamilyEntry>, limit| {
                     let node = node.clone();
                     async move { node.family_batch(script, batch, limit).await }
