@@ -15,9 +15,8 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use super::replicas::{Acks, WaitFor};
-use super::{Node, Renewal, bounded, evalsha, once_more_if_dropped};
+use super::{Node, bounded};
 use crate::error::{Error, Result};
-use crate::scripts;
 
 impl Node {
     /// Runs the script call `cmd` with `WAIT` behind it in one pipeline: the script's reply
@@ -76,71 +75,5 @@ impl Node {
                 reply: "fewer than two replies to a script call and WAIT".into(),
             }),
         }
-    }
-
-    /// Renews a batch of leases as [`Node::renew`] does, with `WAIT` behind each script call
-    /// when `wait` asks for it: per lock, renewed or not and what its call's `WAIT` answered.
-    pub(crate) async fn renew_acked(
-        &self,
-        batch: &[Renewal<'_>],
-        wait: Option<WaitFor>,
-    ) -> Result<Vec<(bool, Option<Acks>)>> {
-        let Some(wait) = wait else {
-            let flags = self.renew(batch).await?;
-            return Ok(flags.into_iter().map(|f| (f, None)).collect());
-        };
-        let mut order: Vec<usize> = (0..batch.len()).collect();
-        order.sort_by_key(|&i| self.shard(batch[i].hash));
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for i in order {
-            match groups.last_mut() {
-                Some(group) if self.shard(batch[group[0]].hash) == self.shard(batch[i].hash) => {
-                    group.push(i);
-                }
-                _ => groups.push(vec![i]),
-            }
-        }
-        let calls = groups.iter().map(|group| async move {
-            let requests: Vec<&Renewal<'_>> = group.iter().map(|&i| &batch[i]).collect();
-            self.renew_group_acked(&requests, wait).await
-        });
-        let replies = futures_util::future::join_all(calls).await;
-        let mut out = vec![(false, None); batch.len()];
-        for (group, reply) in groups.iter().zip(replies) {
-            let (flags, acks) = reply?;
-            for (&i, flag) in group.iter().zip(flags) {
-                out[i] = (flag, Some(acks.clone()));
-            }
-        }
-        Ok(out)
-    }
-
-    /// `renew.lua` for the leases of one shard, as `Node::renew_group` sends it, with `WAIT`.
-    async fn renew_group_acked(
-        &self,
-        batch: &[&Renewal<'_>],
-        wait: WaitFor,
-    ) -> Result<(Vec<bool>, Acks)> {
-        let bytes: usize = batch.iter().map(|r| r.hash.len() + r.field.len() + 8).sum();
-        let mut cmd = evalsha(&scripts::RENEW, batch.len(), 2 * batch.len(), bytes);
-        for r in batch {
-            cmd.arg(r.hash);
-        }
-        for r in batch {
-            cmd.arg(r.field).arg(r.lease_ms);
-        }
-        let (reply, acks) = once_more_if_dropped(|| {
-            self.eval_acked("renew", "", self.timeout, &scripts::RENEW, &cmd, wait)
-        })
-        .await?;
-        let flags: Vec<i64> =
-            redis::from_redis_value(reply).map_err(|e| Error::redis("renew", "", e.into()))?;
-        if flags.len() != batch.len() {
-            return Err(Error::Protocol {
-                script: "renew",
-                reply: format!("{} flags for {} locks", flags.len(), batch.len()),
-            });
-        }
-        Ok((flags.into_iter().map(|f| f == 1).collect(), acks))
     }
 }

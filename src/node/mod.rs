@@ -176,46 +176,43 @@ impl Node {
     /// Renews a batch of leases; one flag per lock, in order. Locks of one [`Shard`] go in one
     /// script call; the calls of several shards leave together (pipelined per server).
     pub(crate) async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
-        let mut order: Vec<usize> = (0..batch.len()).collect();
-        order.sort_by_key(|&i| self.shard(batch[i].hash));
-        let mut groups: Vec<&[usize]> = Vec::new();
-        let mut rest = order.as_slice();
-        while let Some(&first) = rest.first() {
-            let shard = self.shard(batch[first].hash);
-            let len = rest
-                .iter()
-                .position(|&i| self.shard(batch[i].hash) != shard)
-                .unwrap_or(rest.len());
-            let (group, tail) = rest.split_at(len);
-            groups.push(group);
-            rest = tail;
-        }
-        if groups.len() <= 1 {
-            return self.renew_group(batch).await;
-        }
-        let calls = groups.iter().map(|group| {
-            let requests: Vec<Renewal<'_>> = group
-                .iter()
-                .map(|&i| Renewal {
-                    hash: batch[i].hash,
-                    field: batch[i].field,
-                    lease_ms: batch[i].lease_ms,
-                })
-                .collect();
-            async move { self.renew_group(&requests).await }
-        });
-        let replies = futures_util::future::join_all(calls).await;
-        let mut flags = vec![false; batch.len()];
-        for (group, reply) in groups.iter().zip(replies) {
-            for (&i, flag) in group.iter().zip(reply?) {
-                flags[i] = flag;
-            }
-        }
-        Ok(flags)
+        let renewed = self.renew_acked(batch, None).await?;
+        Ok(renewed.into_iter().map(|(flag, _)| flag).collect())
     }
 
-    /// Renews the leases of one shard in one script call.
-    async fn renew_group(&self, batch: &[Renewal<'_>]) -> Result<Vec<bool>> {
+    /// [`renew`](Self::renew), with `WAIT` behind each script call when `wait` asks for it:
+    /// per lock, renewed or not and what its call's `WAIT` answered.
+    pub(crate) async fn renew_acked(
+        &self,
+        batch: &[Renewal<'_>],
+        wait: Option<WaitFor>,
+    ) -> Result<Vec<(bool, Option<Acks>)>> {
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| self.shard(batch[i].hash));
+        let groups: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| self.shard(batch[a].hash) == self.shard(batch[b].hash))
+            .collect();
+        let calls = groups.iter().map(|group| async move {
+            let requests: Vec<&Renewal<'_>> = group.iter().map(|&i| &batch[i]).collect();
+            self.renew_group(&requests, wait).await
+        });
+        let replies = futures_util::future::join_all(calls).await;
+        let mut out = vec![(false, None); batch.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let (flags, acks) = reply?;
+            for (&i, flag) in group.iter().zip(flags) {
+                out[i] = (flag, acks.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Renews the leases of one shard in one script call (with `WAIT` behind it for `wait`).
+    async fn renew_group(
+        &self,
+        batch: &[&Renewal<'_>],
+        wait: Option<WaitFor>,
+    ) -> Result<(Vec<bool>, Option<Acks>)> {
         let bytes: usize = batch.iter().map(|r| r.hash.len() + r.field.len() + 8).sum();
         let mut cmd = evalsha(&scripts::RENEW, batch.len(), 2 * batch.len(), bytes);
         // KEYS: the hashes; ARGV: field and lease of each, in the same order.
@@ -225,16 +222,24 @@ impl Node {
         for r in batch {
             cmd.arg(r.field).arg(r.lease_ms);
         }
-        let reply: Vec<i64> = self
-            .eval_retried("renew", "", &scripts::RENEW, &cmd)
-            .await?;
-        if reply.len() != batch.len() {
+        let script = &scripts::RENEW;
+        let (reply, acks) = match wait {
+            None => (self.eval_retried("renew", "", script, &cmd).await?, None),
+            Some(wait) => {
+                let acked = || self.eval_acked("renew", "", self.timeout, script, &cmd, wait);
+                let (reply, acks) = once_more_if_dropped(acked).await?;
+                (reply, Some(acks))
+            }
+        };
+        let flags: Vec<i64> =
+            redis::from_redis_value(reply).map_err(|e| Error::redis("renew", "", e.into()))?;
+        if flags.len() != batch.len() {
             return Err(Error::Protocol {
                 script: "renew",
-                reply: format!("{reply:?}"),
+                reply: format!("{} flags for {} locks", flags.len(), batch.len()),
             });
         }
-        Ok(reply.into_iter().map(|flag| flag == 1).collect())
+        Ok((flags.into_iter().map(|flag| flag == 1).collect(), acks))
     }
 
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
