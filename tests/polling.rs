@@ -20,7 +20,7 @@ async fn polling_client(server: &Server) -> Client {
 
 /// Subscription commands the server has run since it started.
 fn subscribes(server: &Server) -> u64 {
-    server.command_calls(&["subscribe", "ssubscribe"])
+    support::command_calls(server, "subscribe") + support::command_calls(server, "ssubscribe")
 }
 
 /// Runs `wait` while something else holds, checks it is still waiting after 150 ms, frees it

@@ -23,7 +23,7 @@ fn fields(server: &Server, key: &str) -> HashMap<String, String> {
 }
 
 fn script_calls(server: &Server) -> u64 {
-    server.command_calls(&["evalsha", "eval"])
+    support::command_calls(server, "evalsha") + support::command_calls(server, "eval")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

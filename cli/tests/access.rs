@@ -70,14 +70,9 @@ fn cert_files(server: &TlsServer) -> Scratch {
 
 /// Lock script calls the server ran (read on its plain port): a lock was really taken.
 fn script_calls(server: &TlsServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.server.conn())
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_eval") || l.starts_with("cmdstat_fcall"))
-        .filter_map(|l| l.split(',').find_map(|f| f.split("calls=").nth(1)))
-        .filter_map(|n| n.parse::<u64>().ok())
+    ["eval", "evalsha"]
+        .iter()
+        .map(|command| support::command_calls(&server.server, command))
         .sum()
 }
 

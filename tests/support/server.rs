@@ -212,30 +212,6 @@ impl Server {
         conn
     }
 
-    /// How many times the server ran any of `commands` since it started (`INFO commandstats`;
-    /// lower-case names as INFO spells them, e.g. `evalsha`).
-    pub fn command_calls(&self, commands: &[&str]) -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut self.conn())
-            .expect("INFO commandstats failed");
-        info.lines()
-            .filter_map(|line| {
-                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-                if !commands.contains(&name) {
-                    return None;
-                }
-                stats
-                    .split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
-    }
-
     /// The server log so far (all runs, restarts marked).
     pub fn log(&self) -> String {
         read_log(&self.dir)

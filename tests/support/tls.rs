@@ -14,7 +14,7 @@ use rcgen::{
 
 use super::binary::{default_binary, valkey_binary};
 use super::host::{free_port, make_temp_dir};
-use super::server::Server;
+use super::server::{Builder, Server};
 
 /// A CA with one server and one client certificate it signed, all PEM.
 #[derive(Clone)]
@@ -90,7 +90,54 @@ pub struct TlsServer {
     pub server: Server,
     pub tls_port: u16,
     pub pki: Pki,
-    certs: PathBuf,
+    /// Its certificate files, while it may read them (a cluster's go once it has started).
+    _files: Option<ServerFiles>,
+}
+
+/// The server's certificate and key and the CA, in files of a temporary directory removed on
+/// drop.
+struct ServerFiles {
+    dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+impl ServerFiles {
+    fn write(pki: &Pki) -> ServerFiles {
+        let dir = make_temp_dir();
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            fs::write(&path, text).expect("writing a test certificate");
+            path
+        };
+        ServerFiles {
+            cert: write("server.crt", &pki.server_cert_pem),
+            key: write("server.key", &pki.server_key_pem),
+            ca: write("ca.crt", &pki.ca_pem),
+            dir,
+        }
+    }
+
+    /// `builder` with these files, letting in only clients with a certificate of the CA when
+    /// `require_client_cert`.
+    fn args(&self, builder: Builder, require_client_cert: bool) -> Builder {
+        builder
+            .arg("--tls-cert-file")
+            .arg(&self.cert)
+            .arg("--tls-key-file")
+            .arg(&self.key)
+            .arg("--tls-ca-cert-file")
+            .arg(&self.ca)
+            .arg("--tls-auth-clients")
+            .arg(if require_client_cert { "yes" } else { "no" })
+    }
+}
+
+impl Drop for ServerFiles {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl TlsServer {
@@ -100,34 +147,18 @@ impl TlsServer {
     pub fn start(require_client_cert: bool) -> Option<TlsServer> {
         let binary = tls_binary()?;
         let pki = Pki::new();
-        let certs = make_temp_dir();
-        let write = |name: &str, text: &str| {
-            let path = certs.join(name);
-            fs::write(&path, text).expect("writing a test certificate");
-            path
-        };
-        let cert = write("server.crt", &pki.server_cert_pem);
-        let key = write("server.key", &pki.server_key_pem);
-        let ca = write("ca.crt", &pki.ca_pem);
+        let files = ServerFiles::write(&pki);
         let tls_port = free_port();
-        let server = Server::builder()
+        let builder = Server::builder()
             .binary(binary)
             .arg("--tls-port")
-            .arg(tls_port.to_string())
-            .arg("--tls-cert-file")
-            .arg(&cert)
-            .arg("--tls-key-file")
-            .arg(&key)
-            .arg("--tls-ca-cert-file")
-            .arg(&ca)
-            .arg("--tls-auth-clients")
-            .arg(if require_client_cert { "yes" } else { "no" })
-            .start();
+            .arg(tls_port.to_string());
+        let server = files.args(builder, require_client_cert).start();
         Some(TlsServer {
             server,
             tls_port,
             pki,
-            certs,
+            _files: Some(files),
         })
     }
 
@@ -159,21 +190,13 @@ impl TlsCluster {
     pub fn start() -> Option<TlsCluster> {
         let binary = tls_binary()?;
         let pki = Pki::new();
-        let certs = make_temp_dir();
-        let write = |name: &str, text: &str| {
-            let path = certs.join(name);
-            fs::write(&path, text).expect("writing a test certificate");
-            path
-        };
-        let cert = write("server.crt", &pki.server_cert_pem);
-        let key = write("server.key", &pki.server_key_pem);
-        let ca = write("ca.crt", &pki.ca_pem);
+        let files = ServerFiles::write(&pki);
         let mut nodes = Vec::new();
         let mut bus_ports = Vec::new();
         for _ in 0..3 {
             let tls_port = free_port();
             let bus_port = free_port();
-            let server = Server::builder()
+            let builder = Server::builder()
                 .binary(&binary)
                 .arg("--cluster-enabled")
                 .arg("yes")
@@ -184,22 +207,14 @@ impl TlsCluster {
                 .arg("--tls-port")
                 .arg(tls_port.to_string())
                 .arg("--tls-cluster")
-                .arg("yes")
-                .arg("--tls-cert-file")
-                .arg(&cert)
-                .arg("--tls-key-file")
-                .arg(&key)
-                .arg("--tls-ca-cert-file")
-                .arg(&ca)
-                .arg("--tls-auth-clients")
-                .arg("no")
-                .start();
+                .arg("yes");
+            let server = files.args(builder, false).start();
             bus_ports.push(bus_port);
             nodes.push(TlsServer {
                 server,
                 tls_port,
                 pki: pki.clone(),
-                certs: make_temp_dir(),
+                _files: None,
             });
         }
         // Slots in three ranges, then every node meets the first (on its TLS port and bus).
@@ -232,7 +247,7 @@ impl TlsCluster {
         });
         assert!(settled, "the TLS cluster did not settle within 10 s");
         // The servers read their certificates at start.
-        let _ = fs::remove_dir_all(&certs);
+        drop(files);
         Some(TlsCluster { nodes })
     }
 
@@ -244,12 +259,6 @@ impl TlsCluster {
             .map(|node| format!("127.0.0.1:{}", node.tls_port))
             .collect();
         format!("rediss+cluster://{}", hosts.join(","))
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.certs);
     }
 }
 
