@@ -207,11 +207,8 @@ async fn polling_needs_no_subscribe() {
         "poller",
         &format!("{LEAST} -subscribe -unsubscribe"),
     );
-    let client = Client::builder(url_of(&server, "poller"))
-        .wait_by(WaitBy::POLLING)
-        .build()
-        .await
-        .unwrap();
+    let client =
+        support::client_at(url_of(&server, "poller"), |b| b.wait_by(WaitBy::POLLING)).await;
     let name = unique_name("acl-poll");
     let guard = client.lock(&name).unwrap().lock().await.unwrap();
     guard.unlock().await.unwrap();

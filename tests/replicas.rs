@@ -246,13 +246,12 @@ async fn auto_with_a_replica_waits_for_it() {
 async fn a_renewal_without_acknowledgement_puts_the_guard_at_risk_then_loses_it() {
     let (primary, replica) = primary_with_replica();
     let lease = Duration::from_millis(900);
-    let client = Client::builder(primary.url())
-        .replicas(wait_for(1, 150))
-        .watchdog_lease(lease)
-        .timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let client = support::client_at(primary.url(), |b| {
+        b.replicas(wait_for(1, 150))
+            .watchdog_lease(lease)
+            .timeout(Duration::from_millis(300))
+    })
+    .await;
     let guard = client
         .lock(&support::unique_name("renew"))
         .unwrap()

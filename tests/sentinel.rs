@@ -44,11 +44,7 @@ async fn connects_by_url_and_by_builder_and_refuses_a_wrong_master_name() {
     assert!(!exists(master, &key_of(&name)));
 
     // Lazy: nothing is resolved at build; the first command finds the master.
-    let lazy = Client::builder(group.url())
-        .lazy(true)
-        .build()
-        .await
-        .unwrap();
+    let lazy = support::client_at(group.url(), |b| b.lazy(true)).await;
     let guard = lazy.lock(&name).unwrap().lock().await.unwrap();
     assert!(exists(master, &key_of(&name)));
     guard.unlock().await.unwrap();
@@ -82,16 +78,8 @@ async fn a_held_lock_and_its_waiter_follow_the_new_master() {
     let mut group = start_group();
     let lease = Duration::from_secs(9);
     let renewal_period = lease / 3;
-    let holder = Client::builder(group.url())
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .unwrap();
-    let waiting = Client::builder(group.url())
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .unwrap();
+    let holder = support::client_at(group.url(), |b| b.watchdog_lease(lease)).await;
+    let waiting = support::client_at(group.url(), |b| b.watchdog_lease(lease)).await;
     let name = unique_name("sentinel-failover");
     let key = key_of(&name);
     let held = holder
@@ -184,12 +172,10 @@ async fn mutual_exclusion_across_a_failover_is_kept_by_every_guard_not_reported_
     let lease = Duration::from_secs(3);
     let mut clients = Vec::new();
     for _ in 0..2 {
-        let client = Client::builder(group.url())
-            .watchdog_lease(lease)
-            .timeout(Duration::from_secs(1))
-            .build()
-            .await
-            .unwrap();
+        let client = support::client_at(group.url(), |b| {
+            b.watchdog_lease(lease).timeout(Duration::from_secs(1))
+        })
+        .await;
         clients.push(client);
     }
     let name = unique_name("sentinel-exclusion");
@@ -290,11 +276,7 @@ async fn mutual_exclusion_across_a_failover_is_kept_by_every_guard_not_reported_
 async fn a_planned_failover_is_followed_and_keeps_the_lock() {
     let group = start_group();
     let lease = Duration::from_secs(3);
-    let client = Client::builder(group.url())
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .unwrap();
+    let client = support::client_at(group.url(), |b| b.watchdog_lease(lease)).await;
     let name = unique_name("sentinel-planned");
     let key = key_of(&name);
     let held = client.lock(&name).unwrap().lock().await.unwrap();

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redlease::Client;
 use support::sentinel::SentinelGroup;
 use support::torture::{self, Dice, Fences};
 use support::unique_names;
@@ -30,12 +29,11 @@ async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
     let mut clients = Vec::new();
     let mut acquirers = Vec::new();
     for _ in 0..CLIENTS {
-        let client = Client::builder(group.url())
-            .watchdog_lease(Duration::from_secs(3))
-            .timeout(Duration::from_secs(1))
-            .build()
-            .await
-            .unwrap();
+        let client = support::client_at(group.url(), |b| {
+            b.watchdog_lease(Duration::from_secs(3))
+                .timeout(Duration::from_secs(1))
+        })
+        .await;
         acquirers.push(torture::fenced_lock(&client, &names));
         clients.push(client);
     }

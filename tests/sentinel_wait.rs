@@ -9,7 +9,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redlease::{Client, Error, Replicas};
+use redlease::{Error, Replicas};
 use support::sentinel::SentinelGroup;
 use support::{exists, key_of, pttl, unique_name};
 
@@ -45,17 +45,11 @@ fn hold_counts(server: &support::Server, key: &str) -> Vec<i64> {
 async fn with_wait_no_acknowledged_lock_is_lost_by_the_failover() {
     let mut group = start_group();
     let lease = Duration::from_secs(9);
-    let holder = Client::builder(group.url())
-        .watchdog_lease(lease)
-        .replicas(both_replicas(500))
-        .build()
-        .await
-        .unwrap();
-    let other = Client::builder(group.url())
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .unwrap();
+    let holder = support::client_at(group.url(), |b| {
+        b.watchdog_lease(lease).replicas(both_replicas(500))
+    })
+    .await;
+    let other = support::client_at(group.url(), |b| b.watchdog_lease(lease)).await;
     let names = support::unique_names("sentinel-wait", 5);
     let mut guards = Vec::new();
     for name in &names {
@@ -147,13 +141,12 @@ async fn with_wait_no_acknowledged_lock_is_lost_by_the_failover() {
 
     // Replicas::Auto after a replica went away: the first acquisition falls short of the
     // count, and the replicas are counted again for the next one.
-    let auto = Client::builder(group.url())
-        .replicas(Replicas::Auto {
+    let auto = support::client_at(group.url(), |b| {
+        b.replicas(Replicas::Auto {
             timeout: Duration::from_millis(200),
         })
-        .build()
-        .await
-        .unwrap();
+    })
+    .await;
     let lock = auto.lock(&unique_name("sentinel-auto-gone")).unwrap();
     lock.try_lock()
         .await
@@ -198,24 +191,17 @@ async fn without_wait_a_lock_taken_while_replicas_lag_vanishes_with_the_failover
     let mut group = start_group();
     // Long enough for the replicated lock to be renewed on the new master before it expires.
     let lease = Duration::from_secs(6);
-    let plain = Client::builder(group.url())
-        .watchdog_lease(lease)
-        .build()
-        .await
-        .unwrap();
-    let waiting = Client::builder(group.url())
-        .watchdog_lease(lease)
-        .replicas(both_replicas(100))
-        .build()
-        .await
-        .unwrap();
-    let auto = Client::builder(group.url())
-        .replicas(Replicas::Auto {
+    let plain = support::client_at(group.url(), |b| b.watchdog_lease(lease)).await;
+    let waiting = support::client_at(group.url(), |b| {
+        b.watchdog_lease(lease).replicas(both_replicas(100))
+    })
+    .await;
+    let auto = support::client_at(group.url(), |b| {
+        b.replicas(Replicas::Auto {
             timeout: Duration::from_millis(300),
         })
-        .build()
-        .await
-        .unwrap();
+    })
+    .await;
     let kept_name = unique_name("sentinel-lag-kept");
     let lost_name = unique_name("sentinel-lag-lost");
     let refused_name = unique_name("sentinel-lag-refused");

@@ -133,13 +133,10 @@ async fn a_wrong_ca_is_a_tls_error_at_connect() {
     );
 
     // A lazy client learns it at its first call (its rights check makes the first connection).
-    let lazy = Client::builder(server.url())
-        .tls(stranger.ca_only())
-        .timeout(TIMEOUT)
-        .lazy(true)
-        .build()
-        .await
-        .unwrap();
+    let lazy = support::client_at(server.url(), |b| {
+        b.tls(stranger.ca_only()).timeout(TIMEOUT).lazy(true)
+    })
+    .await;
     let error = lazy.lock("lazy").unwrap().try_lock().await.unwrap_err();
     assert!(error.is_tls(), "{error:?}");
 
@@ -186,11 +183,7 @@ async fn valkeys_scheme_and_own_redis_client() {
         return;
     };
     let url = format!("valkeys://127.0.0.1:{}", server.tls_port);
-    let client = Client::builder(url.as_str())
-        .tls(server.pki.ca_only())
-        .build()
-        .await
-        .unwrap();
+    let client = support::client_at(url.as_str(), |b| b.tls(server.pki.ca_only())).await;
     let name = unique_name("valkeys");
     take_and_release(&client.lock(&name).unwrap()).await;
     client.shutdown().await.unwrap();
@@ -304,11 +297,7 @@ async fn own_redis_client_and_connection_manager_settings() {
     client.shutdown().await.unwrap();
 
     let settings = redis::aio::ConnectionManagerConfig::new().set_number_of_retries(0);
-    let client = Client::builder(server.url())
-        .connection_manager_config(settings)
-        .build()
-        .await
-        .unwrap();
+    let client = support::client_at(server.url(), |b| b.connection_manager_config(settings)).await;
     take_and_release(&client.lock(&name).unwrap()).await;
     client.shutdown().await.unwrap();
 

@@ -41,10 +41,19 @@ pub async fn client_with(
     server: &Server,
     settings: impl FnOnce(ClientBuilder) -> ClientBuilder,
 ) -> Client {
-    settings(Client::builder(server.url()))
+    client_at(server.url(), settings).await
+}
+
+/// A client of the deployment at `url` (a sentinel group, a TLS port, a replicated primary)
+/// built with `settings`.
+pub async fn client_at(
+    url: impl Into<String>,
+    settings: impl FnOnce(ClientBuilder) -> ClientBuilder,
+) -> Client {
+    settings(Client::builder(url))
         .build()
         .await
-        .expect("connect to the test server")
+        .expect("connect to the test deployment")
 }
 
 /// A client of `server` whose watchdog lease is `lease`.

@@ -46,9 +46,10 @@ pub mod torture;
 pub use binary::{server_flavor, valkey_binary};
 pub use cluster::Cluster;
 pub use locks::{
-    client, client_with, client_with_lease, clients, connect, increment_unprotected, join_within,
-    key_of, locked_out, node_locks, node_locks_with, patient, read_counter, redlock, spawn_waiter,
-    take_and_release, try_lock_retrying, unlock_channel, until_free, woken_after_unlock,
+    client, client_at, client_with, client_with_lease, clients, connect, increment_unprotected,
+    join_within, key_of, locked_out, node_locks, node_locks_with, patient, read_counter, redlock,
+    spawn_waiter, take_and_release, try_lock_retrying, unlock_channel, until_free,
+    woken_after_unlock,
 };
 pub use probe::{
     assert_ttl_kept, channels, command_calls, exists, get_string, numsub, owners, pttl, set_string,
