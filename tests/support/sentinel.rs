@@ -192,17 +192,8 @@ impl SentinelGroup {
 
     /// Index in `servers` of the master a majority of sentinels names now.
     pub fn master(&self) -> usize {
-        let ports: Vec<u16> = self
-            .sentinels
-            .iter()
-            .filter_map(SentinelProcess::master_port)
-            .collect();
-        let port = ports
-            .iter()
-            .copied()
-            .find(|p| ports.iter().filter(|q| *q == p).count() >= 2)
-            .unwrap_or_else(|| panic!("no majority of sentinels names one master: {ports:?}"));
-        self.index_of(port)
+        self.try_master()
+            .expect("no majority of sentinels names one master of this group's servers")
     }
 
     fn index_of(&self, port: u16) -> usize {
