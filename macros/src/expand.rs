@@ -56,15 +56,13 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
     }
     let key = key::parse(&options.key, &argument_names(&function))?;
 
-    // Names of the expansion's own: invisible to the body (mixed-site hygiene).
-    let site = Span::mixed_site();
-    let name = syn::Ident::new("__redlease_name", site);
-    let client = syn::Ident::new("__redlease_client", site);
-    let lock = syn::Ident::new("__redlease_lock", site);
-    let body = syn::Ident::new("__redlease_body", site);
-    let held = syn::Ident::new("__redlease_held", site);
-    let error = syn::Ident::new("__redlease_error", site);
-    let value = syn::Ident::new("__redlease_value", site);
+    let name = own("name");
+    let client = own("client");
+    let lock = own("lock");
+    let body = own("body");
+    let held = own("held");
+    let error = own("error");
+    let value = own("value");
 
     // Lock errors leave through the fn's error type; `into` is spanned at the return type,
     // which a missing `From<redlease::Error>` then points at.
@@ -147,19 +145,24 @@ pub(crate) fn expand(options: Options, function: ItemFn) -> syn::Result<TokenStr
     })
 }
 
+/// A name of the expansion's own, `__redlease_<name>`: invisible to the body (mixed-site
+/// hygiene).
+fn own(name: &str) -> syn::Ident {
+    syn::Ident::new(&format!("__redlease_{name}"), Span::mixed_site())
+}
+
 /// `try_run` once, then again after each pause up to `retries` times; `busy` when every try
 /// found the lock held. The body closure sits in an `Option` so that a try which did not run it
 /// leaves it for the next.
 fn tries(options: &Options, wait: Duration, busy: TokenStream, fail: &TokenStream) -> TokenStream {
-    let site = Span::mixed_site();
-    let lock = syn::Ident::new("__redlease_lock", site);
-    let body = syn::Ident::new("__redlease_body", site);
-    let slot = syn::Ident::new("__redlease_slot", site);
-    let held = syn::Ident::new("__redlease_held", site);
-    let error = syn::Ident::new("__redlease_error", site);
-    let value = syn::Ident::new("__redlease_value", site);
-    let outcome = syn::Ident::new("__redlease_outcome", site);
-    let tried = syn::Ident::new("__redlease_tried", site);
+    let lock = own("lock");
+    let body = own("body");
+    let slot = own("slot");
+    let held = own("held");
+    let error = own("error");
+    let value = own("value");
+    let outcome = own("outcome");
+    let tried = own("tried");
     let wait = duration(wait);
     let lease = options.lease.map(|l| {
         let l = duration(l.value);
