@@ -190,7 +190,7 @@ impl ReadWriteLock {
         intent_ms: u64,
     ) -> Result<i64> {
         self.client.inner.check_open()?;
-        self.send(op, field, lease_ms, intent_ms).await
+        self.request(op, field, lease_ms, intent_ms, || ()).await
     }
 
     /// Gives back one hold of `kind` (`checked`: refused once the client shuts down; a guard's
@@ -200,35 +200,29 @@ impl ReadWriteLock {
         if checked {
             self.client.inner.check_open()?;
         }
-        let keys = [&*self.keys.key, &*self.keys.channel];
         let hand_over = || {
             let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
             self.local.hand_over(subscriber, channel, kind);
         };
-        self.client
-            .inner
-            .node
-            .family_call_then(&SCRIPT, &keys, &[kind.ops().1, field, "0", "0"], hand_over)
-            .await
+        self.request(kind.ops().1, field, 0, 0, hand_over).await
     }
 
-    /// [`call_with_intent`](Self::call_with_intent) even while the client shuts down (its
-    /// releases).
-    pub(crate) async fn send(
+    /// One operation of `lua/rwlock.lua` for `field`, whether or not the client shuts down;
+    /// `queued` runs once the request is queued (`Node::family_call_then`).
+    async fn request(
         &self,
         op: &str,
         field: &str,
         lease_ms: u64,
         intent_ms: u64,
+        queued: impl FnOnce(),
     ) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let intent = itoa::Buffer::new().format(intent_ms).to_owned();
         let keys = [&*self.keys.key, &*self.keys.channel];
-        self.client
-            .inner
-            .node
-            .family_call(&SCRIPT, &keys, &[op, field, &lease, &intent])
-            .await
+        let args = [op, field, &lease, &intent];
+        let node = &self.client.inner.node;
+        node.family_call_then(&SCRIPT, &keys, &args, queued).await
     }
 }
 
