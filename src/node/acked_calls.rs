@@ -31,17 +31,13 @@ impl Node {
         cmd: &redis::Cmd,
         wait: WaitFor,
     ) -> Result<(Value, Acks)> {
-        // A lazy client's rights check, as before every other script call.
-        if self.rights_pending() {
-            self.rights_checked().await?;
-        }
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.add_command(cmd.clone()).add_command(wait.command());
         let pipe = &pipe;
         // The server holds the reply for up to the WAIT timeout.
         let limit = limit + wait.timeout;
-        self.through_transitions(limit, |limit| async move {
+        self.checked_request(limit, |limit| async move {
             let first = self.send_acked(operation, key, limit, pipe).await?;
             let (reply, acks) = match first {
                 (Err(e), _) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {

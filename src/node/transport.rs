@@ -124,13 +124,23 @@ impl Node {
         script: &redis::Script,
         cmd: &redis::Cmd,
     ) -> Result<T> {
-        if self.rights_pending() {
-            self.rights_checked().await?;
-        }
-        self.through_transitions(limit, |limit| {
+        self.checked_request(limit, |limit| {
             self.eval_once(operation, key, limit, script, cmd)
         })
         .await
+    }
+
+    /// Sends a script request through [`through_transitions`](Self::through_transitions),
+    /// after a lazy client's rights check (run once, before its first script call).
+    pub(super) async fn checked_request<T, F, Fut>(&self, limit: Duration, request: F) -> Result<T>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        if self.rights_pending() {
+            self.rights_checked().await?;
+        }
+        self.through_transitions(limit, request).await
     }
 
     /// Sends `request` again, until `limit` is spent, while a cluster answers that it did not run
