@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::family::RwLocals;
 use crate::hold::Holds;
 use crate::identity::ClientInfo;
 use crate::local_queue::LocalQueues;
@@ -54,6 +55,8 @@ pub(crate) struct Inner {
     /// The lock family's holds, which shutdown gives back like `holds`.
     pub open_holds: Arc<OpenHolds>,
     pub local_queues: LocalQueues,
+    /// Read-write locks' local waiters and shared read holds, per lock.
+    pub rw_locals: RwLocals,
     /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
     /// and wait for the owner's releases in flight.
     pub turns: Arc<Turns>,
@@ -86,6 +89,7 @@ impl Inner {
             holds: Holds::default(),
             open_holds: Arc::default(),
             local_queues: LocalQueues::default(),
+            rw_locals: RwLocals::default(),
             turns: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),

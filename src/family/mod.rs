@@ -26,6 +26,7 @@ mod permits;
 mod rwlock;
 mod rwlock_guard;
 mod rwlock_local;
+mod rwlock_share;
 mod semaphore;
 
 pub use fair::{FairGuard, FairLock};
@@ -34,6 +35,7 @@ pub use latch::CountDownLatch;
 pub use permits::{Permit, PermitSemaphore};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use rwlock_guard::{ReadGuard, WriteGuard};
+pub(crate) use rwlock_local::RwLocals;
 pub use semaphore::Semaphore;
 
 /// How long a waiter sleeps at most without a message before it looks again: messages can be

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::family::rwlock_guard::{ReadGuard, RwHold, WriteGuard};
 use crate::family::rwlock_local::{LocalTurns, Waiting};
+use crate::family::rwlock_share::{Join, Joined};
 use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
@@ -51,6 +52,16 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 ///   one client a write release hands over at once, to a waiting writer of the same handle
 ///   (or its clones) or else to all its waiting readers: their attempts go out in the same
 ///   script call as the release.
+/// - **Shared read holds**: one client's concurrent readers without an explicit lease share
+///   one hold on the server (field `<client id>:readers-<n>`): the first asks, the others join
+///   it without a round trip, each guard still releases only its own place, and the last one
+///   out frees the lock. A share admits new readers for 5 ms after its grant (then only
+///   re-entries); a writer of the same client closes it at once, so a writer of another
+///   client waits at most those 5 ms longer than for separate holds. A share that had several
+///   readers at once stays, empty, until its 5 ms end; one that only ever had one reader goes
+///   with that reader's unlock. Members share the lease and its renewal, so a lost share is
+///   lost for each of them. Readers with a fixed lease, and an owner that holds the write
+///   lock, hold in their own name.
 /// - **Cost**: one client's concurrent calls go out together as one script call, and a call
 ///   reads a dozen fields of the lock whatever the number of readers (the whole hash only when
 ///   some deadline may have passed). `make bench` F2 measures 64 tasks on one lock.
@@ -70,7 +81,8 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 pub struct ReadWriteLock {
     pub(crate) client: Client,
     pub(crate) keys: Arc<FamilyKeys>,
-    /// This handle's holds and waiters, for local hand-over (`rwlock_local.rs`).
+    /// This client's waiters of the lock, for local hand-over (`rwlock_local.rs`), and its
+    /// shared read holds (`rwlock_share.rs`).
     pub(crate) local: Arc<LocalTurns>,
     owner: Option<Owner>,
 }
@@ -131,9 +143,9 @@ impl ReadWriteLock {
     pub(crate) fn new(client: Client, name: &str) -> Result<ReadWriteLock> {
         let keys = FamilyKeys::new(&client, name, "rw", "unlock")?;
         Ok(ReadWriteLock {
+            local: client.inner.rw_locals.of(&keys.key),
             client,
             keys: Arc::new(keys),
-            local: Arc::default(),
             owner: None,
         })
     }
@@ -205,6 +217,19 @@ impl ReadWriteLock {
             self.local.hand_over(subscriber, channel, kind);
         };
         self.request(kind.ops().1, field, 0, 0, hand_over).await
+    }
+
+    /// Releases a shared read hold (`rwlock_share.rs`); as soon as the release is queued it
+    /// wakes a local waiting writer, whom it may let in.
+    pub(crate) async fn release_share(&self, field: &str, checked: bool) -> Result<i64> {
+        if checked {
+            self.client.inner.check_open()?;
+        }
+        let hand_over = || {
+            let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
+            self.local.hand_over_share(subscriber, channel);
+        };
+        self.request("unread", field, 0, 0, hand_over).await
     }
 
     /// One operation of `lua/rwlock.lua` for `field`, whether or not the client shuts down;
@@ -283,28 +308,67 @@ impl Side {
             None => Wait::Forever,
         };
         let field = lock.field();
+        let shares = &lock.local.shares;
+        match self.kind {
+            Kind::Read if matches!(lease, Lease::Watchdog(_)) => match shares
+                .join(lock, &field, wait)
+            {
+                Join::Member(share) => return Ok(Some(RwHold::shared(lock.clone(), share, field))),
+                Join::Wait(interest) => match interest.granted(wait).await {
+                    Joined::Member(share) => {
+                        return Ok(Some(RwHold::shared(lock.clone(), share, field)));
+                    }
+                    Joined::TimedOut => return Ok(None),
+                    Joined::Alone => {}
+                },
+                Join::Alone => {}
+            },
+            Kind::Read => {}
+            Kind::Write => {
+                // Readers of this client's shared holds go first: an owner among them would
+                // wait for itself; a shared hold nobody uses any more goes now.
+                if let Some(release) = shares.writer_arrives(lock, &field)? {
+                    release.await;
+                }
+            }
+        }
+        let started = lock.wait_hold(self.kind, &field, lease, wait).await?;
+        Ok(started.map(|started| RwHold::new(lock.clone(), self.kind, field, lease, started)))
+    }
+}
+
+impl ReadWriteLock {
+    /// Waits on `wait`'s terms for a hold of `kind` for `field`; when granted, the time its
+    /// request was sent.
+    pub(crate) async fn wait_hold(
+        &self,
+        kind: Kind,
+        field: &Arc<str>,
+        lease: Lease,
+        wait: Wait,
+    ) -> Result<Option<Instant>> {
         let intent = Intent {
-            lock: lock.clone(),
+            lock: self.clone(),
             field: field.clone(),
-            kind: self.kind,
-            waiting: lock.local.waiting(self.kind),
+            kind,
+            waiting: self.local.waiting(kind),
         };
-        let (field_ref, intent_ref) = (&field, &intent);
+        let intent_ref = &intent;
         let granted = wait_for(
-            &lock.client,
-            &lock.keys.channel,
+            &self.client,
+            &self.keys.channel,
             wait,
-            self.kind.wake(),
+            kind.wake(),
             move || async move {
                 let started = Instant::now();
                 let intent_ms = match wait {
                     Wait::Once => 0,
                     _ => WRITE_INTENT.as_millis() as u64,
                 };
-                match self.attempt(field_ref, lease, intent_ms).await? {
+                match self.attempt(kind, field, lease, intent_ms).await? {
                     n if n >= 1 => Ok(Attempt::Done(started)),
                     0 => Err(Error::WouldDeadlock {
-                        name: lock.keys.name.to_string(),
+                        name: self.keys.name.to_string(),
                     }),
                     n => {
                         if intent_ms > 0 {
@@ -316,30 +380,31 @@ impl Side {
                 }
             },
         )
-        .await;
-        match granted {
-            Ok(Some(started)) => {
-                // The grant cleared our intent on the server.
-                intent.waiting.disarm();
-                let hold = RwHold::new(lock.clone(), self.kind, field, lease, started);
-                Ok(Some(hold))
-            }
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
+        .await?;
+        if granted.is_some() {
+            // The grant cleared our intent on the server.
+            intent.waiting.disarm();
         }
+        Ok(granted)
     }
 
     /// One acquisition request; a grant whose caller stopped waiting is given back.
-    async fn attempt(&self, field: &Arc<str>, lease: Lease, intent_ms: u64) -> Result<i64> {
-        let (op, unop, _) = self.kind.ops();
-        let lock = self.lock.clone();
+    async fn attempt(
+        &self,
+        kind: Kind,
+        field: &Arc<str>,
+        lease: Lease,
+        intent_ms: u64,
+    ) -> Result<i64> {
+        let (op, unop, _) = kind.ops();
+        let lock = self.clone();
         let request_field = field.clone();
         let lease_ms = lease.ms();
         let request = async move {
             lock.call_with_intent(op, &request_field, lease_ms, intent_ms)
                 .await
         };
-        let lock = self.lock.clone();
+        let lock = self.clone();
         let field = field.clone();
         let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
             if let Ok(n) = outcome
@@ -351,7 +416,7 @@ impl Side {
                 }
             }
         })
-        .tracked(&self.lock.client.inner.background);
+        .tracked(&self.client.inner.background);
         call.await
     }
 }

@@ -8,15 +8,27 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
 use crate::family::rwlock::{Kind, ReadWriteLock};
+use crate::family::rwlock_share::{Share, WriteHeld};
 use crate::terms::Lease;
 
 /// One read or write hold.
 pub(crate) struct RwHold {
     lock: ReadWriteLock,
     kind: Kind,
+    /// The owner's field.
     field: Arc<str>,
-    kept: Kept,
+    held: Held,
     released: bool,
+}
+
+enum Held {
+    /// A hold in the owner's name; a write hold is counted while it lives.
+    Own {
+        kept: Kept,
+        _counted: Option<WriteHeld>,
+    },
+    /// A place in this client's shared read hold (`rwlock_share.rs`).
+    Shared(Arc<Share>),
 }
 
 impl RwHold {
@@ -44,19 +56,47 @@ impl RwHold {
         };
         let name = lock.keys.name.clone();
         let kept = Kept::new(&lock.client, name, lease, started, renew, release);
+        let write_held = (kind == Kind::Write).then(|| lock.local.shares.write_held(&field));
         RwHold {
             lock,
             kind,
             field,
-            kept,
+            held: Held::Own {
+                kept,
+                _counted: write_held,
+            },
             released: false,
+        }
+    }
+
+    /// Owner `field`'s place in `share`, which it already took.
+    pub(crate) fn shared(lock: ReadWriteLock, share: Arc<Share>, field: Arc<str>) -> RwHold {
+        RwHold {
+            lock,
+            kind: Kind::Read,
+            field,
+            held: Held::Shared(share),
+            released: false,
+        }
+    }
+
+    pub(crate) fn kept(&self) -> &Kept {
+        match &self.held {
+            Held::Own { kept, .. } => kept,
+            Held::Shared(share) => &share.kept,
         }
     }
 
     async fn unlock(mut self) -> Result<()> {
         self.released = true;
-        let lost = self.kept.is_lost();
-        let reply = self.lock.release(self.kind, &self.field, true).await?;
+        let lost = self.kept().is_lost();
+        let reply = match &self.held {
+            Held::Own { .. } => self.lock.release(self.kind, &self.field, true).await?,
+            Held::Shared(share) => match self.lock.local.shares.leave(share, &self.field) {
+                Some(share) => self.lock.release_share(&share.field, true).await?,
+                None => 1,
+            },
+        };
         if reply < 0 || lost {
             return Err(Error::LeaseLost {
                 name: self.lock.keys.name.to_string(),
@@ -71,10 +111,22 @@ impl Drop for RwHold {
         if self.released {
             return;
         }
-        let (lock, field, kind) = (self.lock.clone(), self.field.clone(), self.kind);
+        let (lock, kind) = (self.lock.clone(), self.kind);
+        let field = match &self.held {
+            Held::Own { .. } => self.field.clone(),
+            Held::Shared(share) => match lock.local.shares.leave(share, &self.field) {
+                Some(share) => share.field.clone(),
+                None => return,
+            },
+        };
+        let shared = matches!(self.held, Held::Shared(_));
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let release = async move {
-                if let Err(e) = lock.release(kind, &field, true).await {
+                let released = match shared {
+                    true => lock.release_share(&field, true).await,
+                    false => lock.release(kind, &field, true).await,
+                };
+                if let Err(e) = released {
                     tracing::warn!(lock = %lock.keys.name, error = %e, "release of a dropped read-write lock guard failed; it expires with its lease");
                 }
             };
@@ -106,18 +158,18 @@ macro_rules! guard {
             /// Resolves when the hold is known lost (a renewal found it gone, or could not
             /// confirm it before its validity ran out). Never resolves for a fixed lease.
             pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-                self.0.kept.lost()
+                self.0.kept().lost()
             }
 
             /// Whether the hold is known lost.
             pub fn is_lost(&self) -> bool {
-                self.0.kept.is_lost()
+                self.0.kept().is_lost()
             }
 
             /// Until when the hold is known valid: the start of the last confirmed acquisition
             /// or renewal, plus the lease, minus the drift allowance.
             pub fn valid_until(&self) -> Instant {
-                self.0.kept.valid_until()
+                self.0.kept().valid_until()
             }
 
             /// The lock's name.

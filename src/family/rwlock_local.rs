@@ -8,17 +8,46 @@
 //! is a guess (holds and waiters of other handles and clients are unknown here): a waiter woken
 //! in vain is refused and waits on, and the release's message still comes.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use dashmap::DashMap;
 
 use super::rwlock::Kind;
+use super::rwlock_share::ReadShares;
 use crate::pubsub::Subscriber;
 
-/// One handle's waiters, per side.
-#[derive(Default, Debug)]
+/// One client's [`LocalTurns`] per lock key, shared by every handle of the lock.
+#[derive(Default)]
+pub(crate) struct RwLocals {
+    map: DashMap<Arc<str>, Weak<LocalTurns>, foldhash::fast::RandomState>,
+}
+
+impl RwLocals {
+    /// The lock `key`'s waiters and shared read holds in this client.
+    pub(crate) fn of(&self, key: &Arc<str>) -> Arc<LocalTurns> {
+        let mut entry = self.map.entry(key.clone()).or_default();
+        if let Some(turns) = entry.upgrade() {
+            return turns;
+        }
+        let turns = Arc::new(LocalTurns::default());
+        *entry = Arc::downgrade(&turns);
+        drop(entry);
+        // Forget locks no handle uses any more, now and then (amortized O(1) a call).
+        let len = self.map.len();
+        if len >= 64 && len.is_power_of_two() {
+            self.map.retain(|_, turns| turns.strong_count() > 0);
+        }
+        turns
+    }
+}
+
+/// One lock's waiters per side, and its shared read holds (`rwlock_share.rs`), in one client.
+#[derive(Default)]
 pub(crate) struct LocalTurns {
     readers_waiting: Arc<AtomicUsize>,
     writers_waiting: Arc<AtomicUsize>,
+    pub(crate) shares: ReadShares,
 }
 
 impl LocalTurns {
@@ -31,6 +60,13 @@ impl LocalTurns {
         Waiting {
             counter: counter.clone(),
             armed: AtomicBool::new(false),
+        }
+    }
+
+    /// Wakes a waiting writer, whom the release of a shared read hold may let in.
+    pub(crate) fn hand_over_share(&self, subscriber: &Subscriber, channel: &str) {
+        if self.writers_waiting.load(Ordering::Acquire) > 0 {
+            subscriber.wake_one(channel, Kind::Write.class());
         }
     }
 

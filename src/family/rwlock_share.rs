@@ -1,0 +1,443 @@
+//! Shared read holds of a [`ReadWriteLock`](crate::ReadWriteLock): one client's concurrent
+//! readers of one lock (watchdog leases only) share one read hold on the server, under a field
+//! of their own (`<client id>:readers-<n>`), instead of a hold and two script calls each.
+//!
+//! - **Forming**: the first reader that finds no share open starts a background task that
+//!   waits for a read hold like any reader (pub/sub, hand-over, intent rules); readers that
+//!   come meanwhile wait for the same grant. When nobody waits any more the task stops (a grant
+//!   on the wire is given back).
+//! - **Joining**: a share admits new readers for [`JOIN_WINDOW`] after its grant, then only
+//!   re-entries of its members; later readers form the next share. So a writer of another
+//!   client, whose intent keeps new holds out on the server, waits at most that window longer
+//!   than for separate holds. A writer of this client closes the share at once.
+//! - **Leaving**: the last member out of a closed share releases it on the server (its unlock
+//!   waits for that). A share that had several readers at once stays open, empty, until its
+//!   window ends, for the next reader; a share that only ever had one reader is released by
+//!   that reader's unlock, as a hold of its own would be.
+//! - **Not shared**: fixed-lease readers (their lease is theirs), and an owner that holds the
+//!   write lock (its read lock, a downgrade, is granted in its own name only).
+//! - **What members share**: the lease, its renewal, and so `lost()` and `valid_until()`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use super::kept::Kept;
+use super::rwlock::{Kind, ReadWriteLock};
+use crate::error::{Error, Result};
+use crate::terms::{Lease, Wait};
+
+/// How long after its grant a shared read hold admits new readers.
+pub(crate) const JOIN_WINDOW: Duration = Duration::from_millis(5);
+
+/// Numbers the shares' fields (unique within the process; the client id makes them unique
+/// on the server).
+static NEXT_SHARE: AtomicU64 = AtomicU64::new(1);
+
+/// One lock's shared read holds in one client.
+#[derive(Default)]
+pub(crate) struct ReadShares {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Granted and not yet released, oldest first; only the newest may be open.
+    live: Vec<Slot>,
+    forming: Option<Forming>,
+    /// Owners holding the write lock through this client, once per hold: such an owner reads
+    /// alone (a downgrade is granted in its own name only).
+    writers: Vec<Arc<str>>,
+}
+
+struct Slot {
+    share: Arc<Share>,
+    /// Members and their hold counts (re-entries count).
+    owners: Vec<(Arc<str>, u32)>,
+    /// Readers that waited for the grant and have not taken their place yet.
+    pending: usize,
+    /// Most readers in at once.
+    most: usize,
+    /// No new readers; the last one out releases.
+    closed: bool,
+}
+
+impl Slot {
+    fn members(&self) -> usize {
+        self.owners.len() + self.pending
+    }
+
+    fn position(&self, owner: &str) -> Option<usize> {
+        self.owners.iter().position(|(o, _)| &**o == owner)
+    }
+
+    fn enter(&mut self, owner: &Arc<str>) {
+        match self.position(owner) {
+            Some(i) => self.owners[i].1 += 1,
+            None => self.owners.push((owner.clone(), 1)),
+        }
+        self.most = self.most.max(self.members());
+    }
+
+    /// Whether an empty share goes now: closed, lost, or never shared by two readers.
+    fn done_when_empty(&self) -> bool {
+        self.closed || self.most < 2 || self.share.kept.is_lost()
+    }
+}
+
+/// A share being asked for.
+struct Forming {
+    id: u64,
+    /// Readers waiting for its grant.
+    interest: usize,
+    outcome: watch::Sender<Outcome>,
+    task: AbortHandle,
+}
+
+#[derive(Clone)]
+enum Outcome {
+    Pending,
+    Granted(Arc<Share>),
+    /// The task ended without a grant (an error, shutdown): the readers try alone.
+    Failed,
+}
+
+/// One shared read hold on the server.
+pub(crate) struct Share {
+    pub(crate) field: Arc<str>,
+    pub(crate) kept: Kept,
+}
+
+/// Where a reader goes.
+pub(crate) enum Join {
+    Member(Arc<Share>),
+    /// A share is being asked for: wait for its grant.
+    Wait(Interest),
+    Alone,
+}
+
+/// What a reader that waited for a share's grant got.
+pub(crate) enum Joined {
+    Member(Arc<Share>),
+    TimedOut,
+    Alone,
+}
+
+impl ReadShares {
+    /// Places a reader `owner` who may wait on `wait`'s terms.
+    pub(crate) fn join(&self, lock: &ReadWriteLock, owner: &Arc<str>, wait: Wait) -> Join {
+        let mut state = self.state.lock();
+        if state.writers.contains(owner) {
+            return Join::Alone;
+        }
+        let usable = |slot: &Slot| !slot.share.kept.is_lost();
+        let reentry = state
+            .live
+            .iter_mut()
+            .find(|slot| usable(slot) && slot.position(owner).is_some());
+        let slot = match reentry {
+            Some(slot) => Some(slot),
+            None => state.live.last_mut().filter(|s| usable(s) && !s.closed),
+        };
+        if let Some(slot) = slot {
+            slot.enter(owner);
+            return Join::Member(slot.share.clone());
+        }
+        if matches!(wait, Wait::Once) {
+            return Join::Alone;
+        }
+        let forming = state.forming.get_or_insert_with(|| {
+            let id = NEXT_SHARE.fetch_add(1, Ordering::Relaxed);
+            let task = lock.client.inner.background.spawn(form(lock.clone(), id));
+            Forming {
+                id,
+                interest: 0,
+                outcome: watch::channel(Outcome::Pending).0,
+                task: task.abort_handle(),
+            }
+        });
+        forming.interest += 1;
+        Join::Wait(Interest {
+            lock: lock.clone(),
+            id: forming.id,
+            outcome: forming.outcome.subscribe(),
+            owner: owner.clone(),
+            done: false,
+        })
+    }
+
+    /// A writer `owner` is about to ask: an owner reading through a share would wait for
+    /// itself ([`Error::WouldDeadlock`]); the open share closes, and a share nobody is in is
+    /// released (the returned future, to await before asking).
+    pub(crate) fn writer_arrives(
+        &self,
+        lock: &ReadWriteLock,
+        owner: &str,
+    ) -> Result<Option<impl Future<Output = ()> + use<>>> {
+        let mut state = self.state.lock();
+        if state.live.iter().any(|slot| slot.position(owner).is_some()) {
+            return Err(Error::WouldDeadlock {
+                name: lock.keys.name.to_string(),
+            });
+        }
+        let Some(slot) = state.live.last_mut().filter(|slot| !slot.closed) else {
+            return Ok(None);
+        };
+        slot.closed = true;
+        let share = slot.share.clone();
+        let done = take_if_done(&mut state, &share);
+        drop(state);
+        let lock = lock.clone();
+        Ok(done.map(|share| async move {
+            let _ = release(&lock, &share, true).await;
+        }))
+    }
+
+    /// A member `owner` leaves `share`; the share to release when it was the last one out.
+    pub(crate) fn leave(&self, share: &Arc<Share>, owner: &str) -> Option<Arc<Share>> {
+        let mut state = self.state.lock();
+        let slot = state
+            .live
+            .iter_mut()
+            .find(|s| Arc::ptr_eq(&s.share, share))?;
+        let i = slot.position(owner)?;
+        slot.owners[i].1 -= 1;
+        if slot.owners[i].1 == 0 {
+            slot.owners.swap_remove(i);
+        }
+        take_if_done(&mut state, share)
+    }
+
+    /// A write hold of `owner` in this client, counted until dropped.
+    pub(crate) fn write_held(&self, owner: &Arc<str>) -> WriteHeld {
+        self.state.lock().writers.push(owner.clone());
+        WriteHeld(self.state.clone(), owner.clone())
+    }
+
+    /// The task asking for share `id` got it at `started`.
+    fn granted(&self, lock: &ReadWriteLock, id: u64, field: Arc<str>, started: Instant) {
+        let lease = Lease::Watchdog(lock.client.inner.config.watchdog_lease);
+        let share = Arc::new(Share {
+            kept: kept(lock, field.clone(), lease, started),
+            field,
+        });
+        let mut state = self.state.lock();
+        let Some(forming) = state.forming.take_if(|f| f.id == id) else {
+            // Everyone stopped waiting as the grant came.
+            drop(state);
+            return give_back(lock, share);
+        };
+        for older in &mut state.live {
+            older.closed = true;
+        }
+        state.live.push(Slot {
+            share: share.clone(),
+            owners: Vec::new(),
+            pending: forming.interest,
+            most: forming.interest,
+            closed: false,
+        });
+        forming
+            .outcome
+            .send_replace(Outcome::Granted(share.clone()));
+        drop(state);
+        let tracker = lock.client.inner.background.clone();
+        let lock = lock.clone();
+        let window = async move {
+            tokio::time::sleep(JOIN_WINDOW).await;
+            if let Some(share) = lock.local.shares.close(&share) {
+                let _ = release(&lock, &share, false).await;
+            }
+        };
+        drop(tracker.spawn(window));
+    }
+
+    /// `share` admits no new readers; it is returned to release when nobody is in it.
+    fn close(&self, share: &Arc<Share>) -> Option<Arc<Share>> {
+        let mut state = self.state.lock();
+        let slot = state
+            .live
+            .iter_mut()
+            .find(|s| Arc::ptr_eq(&s.share, share))?;
+        slot.closed = true;
+        take_if_done(&mut state, share)
+    }
+
+    /// The task asking for share `id` ended without a grant.
+    fn failed(&self, id: u64) {
+        let mut state = self.state.lock();
+        if let Some(forming) = state.forming.take_if(|f| f.id == id) {
+            forming.outcome.send_replace(Outcome::Failed);
+        }
+    }
+}
+
+/// Removes `share` when nobody is in it and it is done with (see [`Slot::done_when_empty`]);
+/// the caller releases it.
+fn take_if_done(state: &mut State, share: &Arc<Share>) -> Option<Arc<Share>> {
+    let i = state
+        .live
+        .iter()
+        .position(|s| Arc::ptr_eq(&s.share, share))?;
+    let slot = &state.live[i];
+    if slot.members() > 0 || !slot.done_when_empty() {
+        return None;
+    }
+    Some(state.live.remove(i).share)
+}
+
+/// Releases a share on the server (`checked`: refused once the client shuts down).
+async fn release(lock: &ReadWriteLock, share: &Share, checked: bool) -> Result<i64> {
+    let released = lock.release_share(&share.field, checked).await;
+    if let Err(e) = &released {
+        tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
+    }
+    released
+}
+
+/// Releases in the background a share nobody will use.
+fn give_back(lock: &ReadWriteLock, share: Arc<Share>) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let tracker = lock.client.inner.background.clone();
+    let lock = lock.clone();
+    let task = async move {
+        let _ = release(&lock, &share, false).await;
+    };
+    drop(tracker.spawn_on(task, &handle));
+}
+
+/// The lease side of a share: renewed while it lives, released at shutdown.
+fn kept(lock: &ReadWriteLock, field: Arc<str>, lease: Lease, started: Instant) -> Kept {
+    let renew = {
+        let (lock, field) = (lock.clone(), field.clone());
+        let lease_ms = lease.ms();
+        move || {
+            let (lock, field) = (lock.clone(), field.clone());
+            async move { Ok(lock.call(Kind::Read.ops().2, &field, lease_ms).await? == 1) }
+        }
+    };
+    let release = {
+        let lock = lock.clone();
+        move || {
+            let (lock, field) = (lock.clone(), field.clone());
+            async move { lock.release_share(&field, false).await.map(drop) }
+        }
+    };
+    let name = lock.keys.name.clone();
+    Kept::new(&lock.client, name, lease, started, renew, release)
+}
+
+/// Asks for share `id` for as long as readers wait for it (aborted when none does).
+async fn form(lock: ReadWriteLock, id: u64) {
+    let field: Arc<str> = format!("{}:readers-{id}", lock.client.inner.id_text).into();
+    let lease = Lease::Watchdog(lock.client.inner.config.watchdog_lease);
+    let shares = &lock.local.shares;
+    match lock
+        .wait_hold(Kind::Read, &field, lease, Wait::Forever)
+        .await
+    {
+        Ok(Some(started)) => shares.granted(&lock, id, field, started),
+        Ok(None) => shares.failed(id),
+        Err(e) => {
+            tracing::debug!(lock = %lock.keys.name, error = %e, "a shared read hold was not granted; its readers ask alone");
+            shares.failed(id);
+        }
+    }
+}
+
+/// A reader waiting for a share's grant; dropped unclaimed, it gives up its place.
+pub(crate) struct Interest {
+    lock: ReadWriteLock,
+    id: u64,
+    outcome: watch::Receiver<Outcome>,
+    owner: Arc<str>,
+    done: bool,
+}
+
+impl Interest {
+    /// Waits (on `wait`'s terms) for the grant and takes the reader's place in the share.
+    ///
+    /// # Cancel safety
+    /// Dropped while waiting, the reader gives up its place (see `Drop`).
+    pub(crate) async fn granted(mut self, wait: Wait) -> Joined {
+        let changed = self.outcome.wait_for(|o| !matches!(o, Outcome::Pending));
+        let outcome = match wait {
+            Wait::Until(at) => match tokio::time::timeout_at(at.into(), changed).await {
+                Ok(outcome) => outcome.map(|o| o.clone()),
+                Err(_) => return Joined::TimedOut,
+            },
+            _ => changed.await.map(|o| o.clone()),
+        };
+        let Ok(Outcome::Granted(share)) = outcome else {
+            self.done = true;
+            return Joined::Alone;
+        };
+        let mut state = self.lock.local.shares.state.lock();
+        let slot = state
+            .live
+            .iter_mut()
+            .find(|s| Arc::ptr_eq(&s.share, &share));
+        let Some(slot) = slot else {
+            // Lost and released before this reader came: it asks alone.
+            self.done = true;
+            return Joined::Alone;
+        };
+        slot.pending -= 1;
+        slot.enter(&self.owner);
+        self.done = true;
+        Joined::Member(share)
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut state = self.lock.local.shares.state.lock();
+        if let Some(forming) = state.forming.as_mut().filter(|f| f.id == self.id) {
+            forming.interest -= 1;
+            if forming.interest == 0 {
+                // Nobody waits: stop asking (a grant on the wire is given back).
+                if let Some(forming) = state.forming.take() {
+                    forming.task.abort();
+                }
+            }
+            return;
+        }
+        let Outcome::Granted(share) = self.outcome.borrow().clone() else {
+            return;
+        };
+        let Some(slot) = state
+            .live
+            .iter_mut()
+            .find(|s| Arc::ptr_eq(&s.share, &share))
+        else {
+            return;
+        };
+        slot.pending -= 1;
+        let Some(share) = take_if_done(&mut state, &share) else {
+            return;
+        };
+        drop(state);
+        give_back(&self.lock, share);
+    }
+}
+
+/// One write hold of an owner in this client, counted in [`ReadShares`] while it lives.
+pub(crate) struct WriteHeld(Arc<Mutex<State>>, Arc<str>);
+
+impl Drop for WriteHeld {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        if let Some(i) = state.writers.iter().position(|w| *w == self.1) {
+            state.writers.swap_remove(i);
+        }
+    }
+}
