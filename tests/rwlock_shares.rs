@@ -219,3 +219,42 @@ async fn readers_that_stop_waiting_for_a_share_leave_nothing() {
     let r = lock.read().try_lock().await.unwrap().expect("free");
     r.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_held_back_by_a_local_writer_come_in_when_it_gives_up() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("rw-held-back");
+    let theirs = b
+        .read_write_lock(&name)
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let lock = a.read_write_lock(&name).unwrap();
+    // A writer of `a` waits for `b`'s reader, keeping new readers out; a reader of `a` waits
+    // for a share (its wake-ups send nothing while the writer waits).
+    let writer = lock.clone().with_owner(Owner::new());
+    let reader = lock.clone().with_owner(Owner::new());
+    let t0 = Instant::now();
+    let give_up = LockOptions::new().wait(Duration::from_millis(300));
+    let write = writer.write();
+    let (written, read) = tokio::join!(write.try_lock_with(give_up), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = reader.read().lock().await.unwrap();
+        (r, t0.elapsed())
+    });
+    assert!(
+        written.unwrap().is_none(),
+        "the writer got in beside a reader"
+    );
+    let (r, waited) = read;
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_millis(900),
+        "the reader came in after {waited:?}"
+    );
+    r.unlock().await.unwrap();
+    theirs.unlock().await.unwrap();
+}

@@ -332,7 +332,9 @@ impl Side {
                 }
             }
         }
-        let started = lock.wait_hold(self.kind, &field, lease, wait).await?;
+        let started = lock
+            .wait_hold(self.kind, &field, lease, wait, false)
+            .await?;
         Ok(started.map(|started| RwHold::new(lock.clone(), self.kind, field, lease, started)))
     }
 }
@@ -340,12 +342,17 @@ impl Side {
 impl ReadWriteLock {
     /// Waits on `wait`'s terms for a hold of `kind` for `field`; when granted, the time its
     /// request was sent.
+    ///
+    /// `fresh`: `field` holds nothing yet (a shared read hold being asked for), so while a
+    /// writer of this client waits, whose intent keeps new readers out, a wake-up sends no
+    /// attempt: the writer's grant or withdrawal wakes the readers again.
     pub(crate) async fn wait_hold(
         &self,
         kind: Kind,
         field: &Arc<str>,
         lease: Lease,
         wait: Wait,
+        fresh: bool,
     ) -> Result<Option<Instant>> {
         let intent = Intent {
             lock: self.clone(),
@@ -354,28 +361,35 @@ impl ReadWriteLock {
             waiting: self.local.waiting(kind),
         };
         let intent_ref = &intent;
+        let mut first = true;
         let granted = wait_for(
             &self.client,
             &self.keys.channel,
             wait,
             kind.wake(),
-            move || async move {
-                let started = Instant::now();
-                let intent_ms = match wait {
-                    Wait::Once => 0,
-                    _ => WRITE_INTENT.as_millis() as u64,
-                };
-                match self.attempt(kind, field, lease, intent_ms).await? {
-                    n if n >= 1 => Ok(Attempt::Done(started)),
-                    0 => Err(Error::WouldDeadlock {
-                        name: self.keys.name.to_string(),
-                    }),
-                    n => {
-                        if intent_ms > 0 {
-                            intent_ref.waiting.arm();
+            move || {
+                let skip = fresh && !std::mem::take(&mut first) && self.local.writers_wait();
+                async move {
+                    if skip {
+                        return Ok(Attempt::Again(None));
+                    }
+                    let started = Instant::now();
+                    let intent_ms = match wait {
+                        Wait::Once => 0,
+                        _ => WRITE_INTENT.as_millis() as u64,
+                    };
+                    match self.attempt(kind, field, lease, intent_ms).await? {
+                        n if n >= 1 => Ok(Attempt::Done(started)),
+                        0 => Err(Error::WouldDeadlock {
+                            name: self.keys.name.to_string(),
+                        }),
+                        n => {
+                            if intent_ms > 0 {
+                                intent_ref.waiting.arm();
+                            }
+                            let ttl = (-2 - n).max(0) as u64;
+                            Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
                         }
-                        let ttl = (-2 - n).max(0) as u64;
-                        Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
                     }
                 }
             },

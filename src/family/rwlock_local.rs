@@ -63,6 +63,11 @@ impl LocalTurns {
         }
     }
 
+    /// Whether a writer of this client waits (its intent keeps new readers out).
+    pub(crate) fn writers_wait(&self) -> bool {
+        self.writers_waiting.load(Ordering::Acquire) > 0
+    }
+
     /// Wakes a waiting writer, whom the release of a shared read hold may let in.
     pub(crate) fn hand_over_share(&self, subscriber: &Subscriber, channel: &str) {
         if self.writers_waiting.load(Ordering::Acquire) > 0 {

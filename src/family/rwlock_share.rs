@@ -339,7 +339,7 @@ async fn form(lock: ReadWriteLock, id: u64) {
     let lease = Lease::Watchdog(lock.client.inner.config.watchdog_lease);
     let shares = &lock.local.shares;
     match lock
-        .wait_hold(Kind::Read, &field, lease, Wait::Forever)
+        .wait_hold(Kind::Read, &field, lease, Wait::Forever, true)
         .await
     {
         Ok(Some(started)) => shares.granted(&lock, id, field, started),
