@@ -15,7 +15,9 @@ async fn main() -> redlease::Result<()> {
     let started = Instant::now();
     let at = move || started.elapsed().as_millis();
 
-    // Two readers at once, each its own owner; their guards renew their leases while they live.
+    // Two readers at once, each its own owner. They share one read hold on the server (one
+    // client's concurrent readers do), renewed while their guards live; each guard still
+    // releases only its own place.
     let readers: Vec<_> = (0..2)
         .map(|i| {
             let lock = client
