@@ -2,9 +2,11 @@
 //! and queues, the subscriber and the watchdog's wake-up. Below every lock kind (`lock`,
 //! `multi`, `family`, `watchdog`, `release` build on it); `client.rs` adds the public API.
 
-use std::sync::Arc;
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
+use dashmap::DashMap;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
@@ -12,7 +14,6 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::family::RwLocals;
 use crate::hold::Holds;
 use crate::identity::ClientInfo;
 use crate::local_queue::LocalQueues;
@@ -55,8 +56,9 @@ pub(crate) struct Inner {
     /// The lock family's holds, which shutdown gives back like `holds`.
     pub open_holds: Arc<OpenHolds>,
     pub local_queues: LocalQueues,
-    /// Read-write locks' local waiters and shared read holds, per lock.
-    pub rw_locals: RwLocals,
+    /// Lock kinds' state within this client, per lock (a read-write lock's waiters and shared
+    /// read holds).
+    pub local_states: LocalStates,
     /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
     /// and wait for the owner's releases in flight.
     pub turns: Arc<Turns>,
@@ -89,7 +91,7 @@ impl Inner {
             holds: Holds::default(),
             open_holds: Arc::default(),
             local_queues: LocalQueues::default(),
-            rw_locals: RwLocals::default(),
+            local_states: LocalStates::default(),
             turns: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),
@@ -138,5 +140,35 @@ impl Inner {
             client: &self.id_text,
             n: self.next_request.fetch_add(1, Ordering::Relaxed),
         }
+    }
+}
+
+/// State that a lock kind keeps per lock within one client, shared by every handle of the lock
+/// and dropped with the last one. Typed by the kind (this layer does not know the kinds).
+#[derive(Default)]
+pub(crate) struct LocalStates {
+    map: DashMap<Arc<str>, Weak<dyn Any + Send + Sync>, foldhash::fast::RandomState>,
+}
+
+impl LocalStates {
+    /// The state of lock `key`, made when no handle of the lock has it.
+    pub(crate) fn of<T: Default + Send + Sync + 'static>(&self, key: &Arc<str>) -> Arc<T> {
+        let mut entry = self
+            .map
+            .entry(key.clone())
+            .or_insert_with(|| Weak::<T>::new());
+        if let Some(state) = entry.upgrade().and_then(|s| s.downcast::<T>().ok()) {
+            return state;
+        }
+        let state = Arc::new(T::default());
+        let erased: Arc<dyn Any + Send + Sync> = state.clone();
+        *entry = Arc::downgrade(&erased);
+        drop(entry);
+        // Forget locks no handle uses any more, now and then (amortized O(1) a call).
+        let len = self.map.len();
+        if len >= 64 && len.is_power_of_two() {
+            self.map.retain(|_, state| state.strong_count() > 0);
+        }
+        state
     }
 }

@@ -35,7 +35,6 @@ pub use latch::CountDownLatch;
 pub use permits::{Permit, PermitSemaphore};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use rwlock_guard::{ReadGuard, WriteGuard};
-pub(crate) use rwlock_local::RwLocals;
 pub use semaphore::Semaphore;
 
 /// How long a waiter sleeps at most without a message before it looks again: messages can be

@@ -143,7 +143,7 @@ impl ReadWriteLock {
     pub(crate) fn new(client: Client, name: &str) -> Result<ReadWriteLock> {
         let keys = FamilyKeys::new(&client, name, "rw", "unlock")?;
         Ok(ReadWriteLock {
-            local: client.inner.rw_locals.of(&keys.key),
+            local: client.inner.local_states.of::<LocalTurns>(&keys.key),
             client,
             keys: Arc::new(keys),
             owner: None,

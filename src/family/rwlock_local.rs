@@ -8,41 +8,15 @@
 //! is a guess (holds and waiters of other handles and clients are unknown here): a waiter woken
 //! in vain is refused and waits on, and the release's message still comes.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
-
-use dashmap::DashMap;
 
 use super::rwlock::Kind;
 use super::rwlock_share::ReadShares;
 use crate::pubsub::Subscriber;
 
-/// One client's [`LocalTurns`] per lock key, shared by every handle of the lock.
-#[derive(Default)]
-pub(crate) struct RwLocals {
-    map: DashMap<Arc<str>, Weak<LocalTurns>, foldhash::fast::RandomState>,
-}
-
-impl RwLocals {
-    /// The lock `key`'s waiters and shared read holds in this client.
-    pub(crate) fn of(&self, key: &Arc<str>) -> Arc<LocalTurns> {
-        let mut entry = self.map.entry(key.clone()).or_default();
-        if let Some(turns) = entry.upgrade() {
-            return turns;
-        }
-        let turns = Arc::new(LocalTurns::default());
-        *entry = Arc::downgrade(&turns);
-        drop(entry);
-        // Forget locks no handle uses any more, now and then (amortized O(1) a call).
-        let len = self.map.len();
-        if len >= 64 && len.is_power_of_two() {
-            self.map.retain(|_, turns| turns.strong_count() > 0);
-        }
-        turns
-    }
-}
-
-/// One lock's waiters per side, and its shared read holds (`rwlock_share.rs`), in one client.
+/// One lock's waiters per side, and its shared read holds (`rwlock_share.rs`), in one client
+/// (kept in the client's `LocalStates`, so every handle of the lock sees the same).
 #[derive(Default)]
 pub(crate) struct LocalTurns {
     readers_waiting: Arc<AtomicUsize>,
