@@ -5,10 +5,11 @@
 -- KEYS     lock hash P:{N}:rw (fields below; PEXPIRE = the latest deadline in it), and channel
 --          P:{N}:rw:unlock (published when a release lets others in)
 -- ARGV     2 (its key count), 4 (its argument count), then
---          operation: 'read', 'write', 'unread', 'unwrite', 'renew_read', 'renew_write',
---            'withdraw'
+--          operation: 'read', 'reenter' (a read that a writer's intent does not hold back: the
+--            owner already reads in another name), 'write', 'unread', 'unwrite', 'renew_read',
+--            'renew_write', 'withdraw'
 --          owner field <client uuid>:<owner>
---          lease in milliseconds ('read', 'write', 'renew_*')
+--          lease in milliseconds ('read', 'reenter', 'write', 'renew_*')
 --          write intent lease in milliseconds ('write'): how long a waiting writer keeps new
 --            readers out without asking again; '0' for a single attempt, which leaves no intent
 -- The entries run in order, exactly as the same calls sent one after another would; the reply
@@ -176,7 +177,7 @@ function ops.read(v, e)
     -- A re-entry, or a writer taking the read lock, never waits; anybody else waits for the
     -- writers that wait.
     local mine = v.f['q:' .. owner] and 1 or 0
-    if reads == 0 and writer ~= owner and num(v, 'qn') - mine > 0 then
+    if reads == 0 and writer ~= owner and not e.reentry and num(v, 'qn') - mine > 0 then
         return -2 - 1000
     end
     local deadline = now + e.lease
@@ -195,6 +196,13 @@ function ops.read(v, e)
     set(v, 'rd:' .. owner, deadline)
     v.latest = math.max(v.latest, deadline)
     return reads + 1
+end
+
+-- A read by an owner that already reads in another name (the client's shared read hold):
+-- a re-entry, which a waiting writer's intent does not hold back.
+function ops.reenter(v, e)
+    e.reentry = true
+    return ops.read(v, e)
 end
 
 function ops.write(v, e)

@@ -112,15 +112,21 @@ async fn a_lone_reader_is_released_by_its_unlock() {
             .expect("freed by the unlock");
         w.unlock().await.unwrap();
     }
-    // A fixed lease is the reader's own: it holds in its own name.
+    // A fixed lease is the reader's own: it holds in its own name, and so does its owner's
+    // next read (a re-entry); another owner's reader forms a share.
     let fixed = LockOptions::new().lease(Duration::from_secs(5));
     let r = lock.read().try_lock_with(fixed).await.unwrap().unwrap();
-    let shared = lock.read().lock().await.unwrap();
+    let again = lock.read().lock().await.unwrap();
+    let names = readers(&server, lock.key());
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert_eq!(fields(&server, lock.key())[&format!("r:{}", names[0])], "2");
+    let other = lock.clone().with_owner(Owner::new());
+    let shared = other.read().lock().await.unwrap();
     let names = readers(&server, lock.key());
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.iter().any(|n| n.contains(":readers-")));
-    assert!(names.iter().any(|n| !n.contains(":readers-")), "{names:?}");
     r.unlock().await.unwrap();
+    again.unlock().await.unwrap();
     shared.unlock().await.unwrap();
     assert!(!support::exists(&server, lock.key()));
 }
@@ -257,4 +263,53 @@ async fn readers_held_back_by_a_local_writer_come_in_when_it_gives_up() {
     );
     r.unlock().await.unwrap();
     theirs.unlock().await.unwrap();
+}
+
+/// A writer of another client waits (its intent keeps new readers out) while `owner` reads
+/// again: a re-entry, in whatever name the first read holds, is never held back.
+async fn reenters_past_a_waiting_writer(first_fixed: bool) {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("rw-reenter");
+    let lock = a.read_write_lock(&name).unwrap();
+    let fixed = LockOptions::new().lease(Duration::from_secs(10));
+    let first = match first_fixed {
+        // In its own name: a single attempt forms no share.
+        true => lock.read().try_lock().await.unwrap().unwrap(),
+        false => lock.read().lock().await.unwrap(),
+    };
+    let writer = b.read_write_lock(&name).unwrap();
+    let waiting = tokio::spawn(async move {
+        let w = writer.write().lock().await.unwrap();
+        w.unlock().await.unwrap();
+    });
+    let intent = support::eventually(Duration::from_secs(1), || {
+        fields(&server, lock.key())
+            .keys()
+            .any(|f| f.starts_with("q:"))
+    });
+    assert!(intent, "the writer never waited");
+    let options = match first_fixed {
+        true => LockOptions::new().wait(Duration::from_secs(2)),
+        false => fixed.wait(Duration::from_secs(2)),
+    };
+    let again = lock.read().try_lock_with(options).await.unwrap();
+    let again = again.expect("a re-entry was held back by the writer that waits for it");
+    again.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the writer never got in")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_reading_in_its_own_name_reenters_past_a_waiting_writer() {
+    reenters_past_a_waiting_writer(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_member_reenters_with_a_fixed_lease_past_a_waiting_writer() {
+    reenters_past_a_waiting_writer(false).await;
 }

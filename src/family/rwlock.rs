@@ -23,6 +23,9 @@ pub(crate) static SCRIPT: FamilyScript =
 /// readers up, for this long at most.
 pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 
+/// `lua/rwlock.lua`'s reply to a reader held back by a waiting writer's intent.
+const HELD_BACK: i64 = -2 - 1000;
+
 /// A read-write lock (Redisson's `RReadWriteLock`): many readers at once, or one writer.
 ///
 /// Made by [`Client::read_write_lock`]; cheap to clone. [`read`](ReadWriteLock::read) and
@@ -122,6 +125,18 @@ impl Kind {
             Kind::Write => ("write", "unwrite", "renew_write"),
         }
     }
+}
+
+/// In whose name, and how, a hold is asked for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asking {
+    /// The owner's own hold.
+    Own,
+    /// A shared read hold (`rwlock_share.rs`): its field holds nothing yet.
+    Share,
+    /// A read in the owner's own name by an owner already reading through a share: a
+    /// re-entry, which passes a waiting writer's intent as one.
+    Reentry,
 }
 
 #[derive(Clone)]
@@ -324,6 +339,14 @@ impl Side {
                 Join::Alone => {}
             },
             Kind::Read => {}
+            Kind::Write => {}
+        }
+        let asking = match self.kind {
+            Kind::Read if shares.is_member(&field) => Asking::Reentry,
+            _ => Asking::Own,
+        };
+        match self.kind {
+            Kind::Read => {}
             Kind::Write => {
                 // Readers of this client's shared holds go first: an owner among them would
                 // wait for itself; a shared hold nobody uses any more goes now.
@@ -333,7 +356,7 @@ impl Side {
             }
         }
         let started = lock
-            .wait_hold(self.kind, &field, lease, wait, false)
+            .wait_hold(self.kind, &field, lease, wait, asking)
             .await?;
         Ok(started.map(|started| RwHold::new(lock.clone(), self.kind, field, lease, started)))
     }
@@ -343,16 +366,16 @@ impl ReadWriteLock {
     /// Waits on `wait`'s terms for a hold of `kind` for `field`; when granted, the time its
     /// request was sent.
     ///
-    /// `fresh`: `field` holds nothing yet (a shared read hold being asked for), so while a
-    /// writer of this client waits, whose intent keeps new readers out, a wake-up sends no
-    /// attempt: the writer's grant or withdrawal wakes the readers again.
+    /// A shared read hold being asked for holds nothing yet, so while a writer of this client
+    /// waits and the last attempt found a writer's intent (younger than the intent's lease),
+    /// a wake-up sends no attempt: the writer's grant or withdrawal wakes the readers again.
     pub(crate) async fn wait_hold(
         &self,
         kind: Kind,
         field: &Arc<str>,
         lease: Lease,
         wait: Wait,
-        fresh: bool,
+        asking: Asking,
     ) -> Result<Option<Instant>> {
         let intent = Intent {
             lock: self.clone(),
@@ -361,14 +384,20 @@ impl ReadWriteLock {
             waiting: self.local.waiting(kind),
         };
         let intent_ref = &intent;
-        let mut first = true;
+        // When the last attempt was refused for a writer's intent.
+        let held_back: parking_lot::Mutex<Option<Instant>> = parking_lot::Mutex::new(None);
+        let held_back = &held_back;
         let granted = wait_for(
             &self.client,
             &self.keys.channel,
             wait,
             kind.wake(),
             move || {
-                let skip = fresh && !std::mem::take(&mut first) && self.local.writers_wait();
+                let skip = asking == Asking::Share
+                    && self.local.writers_wait()
+                    && held_back
+                        .lock()
+                        .is_some_and(|at| at.elapsed() < WRITE_INTENT);
                 async move {
                     if skip {
                         return Ok(Attempt::Again(None));
@@ -378,7 +407,9 @@ impl ReadWriteLock {
                         Wait::Once => 0,
                         _ => WRITE_INTENT.as_millis() as u64,
                     };
-                    match self.attempt(kind, field, lease, intent_ms).await? {
+                    let reply = self.attempt(kind, asking, field, lease, intent_ms).await?;
+                    *held_back.lock() = (reply == HELD_BACK).then_some(started);
+                    match reply {
                         n if n >= 1 => Ok(Attempt::Done(started)),
                         0 => Err(Error::WouldDeadlock {
                             name: self.keys.name.to_string(),
@@ -406,11 +437,16 @@ impl ReadWriteLock {
     async fn attempt(
         &self,
         kind: Kind,
+        asking: Asking,
         field: &Arc<str>,
         lease: Lease,
         intent_ms: u64,
     ) -> Result<i64> {
         let (op, unop, _) = kind.ops();
+        let op = match asking {
+            Asking::Reentry => "reenter",
+            _ => op,
+        };
         let lock = self.clone();
         let request_field = field.clone();
         let lease_ms = lease.ms();

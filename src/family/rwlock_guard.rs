@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
 use crate::family::rwlock::{Kind, ReadWriteLock};
-use crate::family::rwlock_share::{Share, WriteHeld};
+use crate::family::rwlock_share::{OwnHeld, Share};
 use crate::terms::Lease;
 
 /// One read or write hold.
@@ -22,11 +22,8 @@ pub(crate) struct RwHold {
 }
 
 enum Held {
-    /// A hold in the owner's name; a write hold is counted while it lives.
-    Own {
-        kept: Kept,
-        _counted: Option<WriteHeld>,
-    },
+    /// A hold in the owner's name, counted while it lives (`ReadShares::own_held`).
+    Own { kept: Kept, _counted: OwnHeld },
     /// A place in this client's shared read hold (`rwlock_share.rs`).
     Shared(Arc<Share>),
 }
@@ -56,14 +53,14 @@ impl RwHold {
         };
         let name = lock.keys.name.clone();
         let kept = Kept::new(&lock.client, name, lease, started, renew, release);
-        let write_held = (kind == Kind::Write).then(|| lock.local.shares.write_held(&field));
+        let counted = lock.local.shares.own_held(&field);
         RwHold {
             lock,
             kind,
             field,
             held: Held::Own {
                 kept,
-                _counted: write_held,
+                _counted: counted,
             },
             released: false,
         }
@@ -89,7 +86,11 @@ impl RwHold {
 
     async fn unlock(mut self) -> Result<()> {
         self.released = true;
-        let lost = self.kept().is_lost();
+        // A member that is not the last one out sends nothing: a share no longer confirmed
+        // valid counts as lost.
+        let shared = matches!(self.held, Held::Shared(_));
+        let unconfirmed = shared && Instant::now() >= self.kept().valid_until();
+        let lost = self.kept().is_lost() || unconfirmed;
         let reply = match &self.held {
             Held::Own { .. } => self.lock.release(self.kind, &self.field, true).await?,
             Held::Shared(share) => match self.lock.local.shares.leave(share, &self.field) {

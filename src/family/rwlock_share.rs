@@ -15,7 +15,9 @@
 //!   window ends, for the next reader; a share that only ever had one reader is released by
 //!   that reader's unlock, as a hold of its own would be.
 //! - **Not shared**: fixed-lease readers (their lease is theirs), and an owner that holds the
-//!   write lock (its read lock, a downgrade, is granted in its own name only).
+//!   lock in its own name (a fixed-lease read, or the write lock): its next read is a
+//!   re-entry or a downgrade, which passes a waiting writer's intent only in its own name. A
+//!   member's own fixed-lease read is asked for as a re-entry for the same reason.
 //! - **What members share**: the lease, its renewal, and so `lost()` and `valid_until()`.
 
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::kept::Kept;
-use super::rwlock::{Kind, ReadWriteLock};
+use super::rwlock::{Asking, Kind, ReadWriteLock};
 use crate::error::{Error, Result};
 use crate::terms::{Lease, Wait};
 
@@ -49,9 +51,10 @@ struct State {
     /// Granted and not yet released, oldest first; only the newest may be open.
     live: Vec<Slot>,
     forming: Option<Forming>,
-    /// Owners holding the write lock through this client, once per hold: such an owner reads
-    /// alone (a downgrade is granted in its own name only).
-    writers: Vec<Arc<str>>,
+    /// Owners holding a read or write hold in their own name through this client, once per
+    /// hold: such an owner reads in its own name too (a re-entry, or a downgrade, passes a
+    /// waiting writer's intent only in the owner's own name).
+    holding: Vec<Arc<str>>,
 }
 
 struct Slot {
@@ -67,6 +70,12 @@ struct Slot {
 }
 
 impl Slot {
+    /// Whether readers may still enter: not lost, and known valid (a renewal that fails stops
+    /// confirming the hold before it reports it lost).
+    fn usable(&self) -> bool {
+        !self.share.kept.is_lost() && Instant::now() < self.share.kept.valid_until()
+    }
+
     fn members(&self) -> usize {
         self.owners.len() + self.pending
     }
@@ -131,17 +140,16 @@ impl ReadShares {
     /// Places a reader `owner` who may wait on `wait`'s terms.
     pub(crate) fn join(&self, lock: &ReadWriteLock, owner: &Arc<str>, wait: Wait) -> Join {
         let mut state = self.state.lock();
-        if state.writers.contains(owner) {
+        if state.holding.contains(owner) {
             return Join::Alone;
         }
-        let usable = |slot: &Slot| !slot.share.kept.is_lost();
         let reentry = state
             .live
             .iter_mut()
-            .find(|slot| usable(slot) && slot.position(owner).is_some());
+            .find(|slot| slot.usable() && slot.position(owner).is_some());
         let slot = match reentry {
             Some(slot) => Some(slot),
-            None => state.live.last_mut().filter(|s| usable(s) && !s.closed),
+            None => state.live.last_mut().filter(|s| s.usable() && !s.closed),
         };
         if let Some(slot) = slot {
             slot.enter(owner);
@@ -191,10 +199,24 @@ impl ReadShares {
         let share = slot.share.clone();
         let done = take_if_done(&mut state, &share);
         drop(state);
-        let lock = lock.clone();
-        Ok(done.map(|share| async move {
-            let _ = release(&lock, &share, true).await;
+        // In the background, awaited: a writer that stops waiting must not cancel the release
+        // of a share nobody renews any more.
+        let released = done.map(|share| {
+            let lock = lock.clone();
+            let tracker = lock.client.inner.background.clone();
+            tracker.spawn(async move {
+                let _ = release(&lock, &share, false).await;
+            })
+        });
+        Ok(released.map(|task| async move {
+            let _ = task.await;
         }))
+    }
+
+    /// Whether `owner` reads through one of this client's shares.
+    pub(crate) fn is_member(&self, owner: &str) -> bool {
+        let state = self.state.lock();
+        state.live.iter().any(|slot| slot.position(owner).is_some())
     }
 
     /// A member `owner` leaves `share`; the share to release when it was the last one out.
@@ -212,10 +234,10 @@ impl ReadShares {
         take_if_done(&mut state, share)
     }
 
-    /// A write hold of `owner` in this client, counted until dropped.
-    pub(crate) fn write_held(&self, owner: &Arc<str>) -> WriteHeld {
-        self.state.lock().writers.push(owner.clone());
-        WriteHeld(self.state.clone(), owner.clone())
+    /// A hold of `owner` in its own name in this client, counted until dropped.
+    pub(crate) fn own_held(&self, owner: &Arc<str>) -> OwnHeld {
+        self.state.lock().holding.push(owner.clone());
+        OwnHeld(self.state.clone(), owner.clone())
     }
 
     /// The task asking for share `id` got it at `started`.
@@ -225,6 +247,11 @@ impl ReadShares {
             kept: kept(lock, field.clone(), lease, started),
             field,
         });
+        if lock.client.inner.check_open().is_err() {
+            // Shutdown gave back the holds it knew of; this one came after.
+            give_back(lock, share);
+            return self.failed(id);
+        }
         let mut state = self.state.lock();
         let Some(forming) = state.forming.take_if(|f| f.id == id) else {
             // Everyone stopped waiting as the grant came.
@@ -239,7 +266,8 @@ impl ReadShares {
             owners: Vec::new(),
             pending: forming.interest,
             most: forming.interest,
-            closed: false,
+            // A writer of this client came meanwhile: only the waiting readers enter.
+            closed: lock.local.writers_wait(),
         });
         forming
             .outcome
@@ -335,11 +363,19 @@ fn kept(lock: &ReadWriteLock, field: Arc<str>, lease: Lease, started: Instant) -
 
 /// Asks for share `id` for as long as readers wait for it (aborted when none does).
 async fn form(lock: ReadWriteLock, id: u64) {
+    // Ended any other way (a panic, its runtime gone), the readers must not wait for it.
+    struct Unfinished(ReadWriteLock, u64);
+    impl Drop for Unfinished {
+        fn drop(&mut self) {
+            self.0.local.shares.failed(self.1);
+        }
+    }
+    let _unfinished = Unfinished(lock.clone(), id);
     let field: Arc<str> = format!("{}:readers-{id}", lock.client.inner.id_text).into();
     let lease = Lease::Watchdog(lock.client.inner.config.watchdog_lease);
     let shares = &lock.local.shares;
     match lock
-        .wait_hold(Kind::Read, &field, lease, Wait::Forever, true)
+        .wait_hold(Kind::Read, &field, lease, Wait::Forever, Asking::Share)
         .await
     {
         Ok(Some(started)) => shares.granted(&lock, id, field, started),
@@ -378,19 +414,26 @@ impl Interest {
             self.done = true;
             return Joined::Alone;
         };
+        self.done = true;
         let mut state = self.lock.local.shares.state.lock();
         let slot = state
             .live
             .iter_mut()
             .find(|s| Arc::ptr_eq(&s.share, &share));
         let Some(slot) = slot else {
-            // Lost and released before this reader came: it asks alone.
-            self.done = true;
             return Joined::Alone;
         };
         slot.pending -= 1;
+        if !slot.usable() {
+            // Lost (or no longer confirmed) before this reader came: it asks alone.
+            let done = take_if_done(&mut state, &share);
+            drop(state);
+            if let Some(share) = done {
+                give_back(&self.lock, share);
+            }
+            return Joined::Alone;
+        }
         slot.enter(&self.owner);
-        self.done = true;
         Joined::Member(share)
     }
 }
@@ -430,14 +473,15 @@ impl Drop for Interest {
     }
 }
 
-/// One write hold of an owner in this client, counted in [`ReadShares`] while it lives.
-pub(crate) struct WriteHeld(Arc<Mutex<State>>, Arc<str>);
+/// One hold of an owner in its own name in this client, counted in [`ReadShares`] while it
+/// lives.
+pub(crate) struct OwnHeld(Arc<Mutex<State>>, Arc<str>);
 
-impl Drop for WriteHeld {
+impl Drop for OwnHeld {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        if let Some(i) = state.writers.iter().position(|w| *w == self.1) {
-            state.writers.swap_remove(i);
+        if let Some(i) = state.holding.iter().position(|w| *w == self.1) {
+            state.holding.swap_remove(i);
         }
     }
 }
