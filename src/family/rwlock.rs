@@ -1,19 +1,20 @@
 //! [`ReadWriteLock`]: many readers or one writer, each hold with its own lease.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::family::rwlock_guard::{ReadGuard, RwHold, WriteGuard};
-use crate::family::rwlock_local::{LocalTurns, Waiting};
-use crate::family::rwlock_share::{Join, Joined};
-use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
+use crate::family::rwlock_guard::{ReadGuard, WriteGuard};
+use crate::family::rwlock_local::LocalTurns;
+use crate::family::{FamilyKeys, Wake};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
-use crate::terms::{Lease, Wait};
+
+mod acquire;
+
+pub(crate) use acquire::Asking;
 
 pub(crate) static SCRIPT: FamilyScript =
     FamilyScript::batching("rwlock", include_str!("../../lua/rwlock.lua"));
@@ -22,9 +23,6 @@ pub(crate) static SCRIPT: FamilyScript =
 /// least once a second while it waits, so only a writer that crashed while waiting holds
 /// readers up, for this long at most.
 pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
-
-/// `lua/rwlock.lua`'s reply to a reader held back by a waiting writer's intent.
-const HELD_BACK: i64 = -2 - 1000;
 
 /// A read-write lock (Redisson's `RReadWriteLock`): many readers at once, or one writer.
 ///
@@ -125,18 +123,6 @@ impl Kind {
             Kind::Write => ("write", "unwrite", "renew_write"),
         }
     }
-}
-
-/// In whose name, and how, a hold is asked for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Asking {
-    /// The owner's own hold.
-    Own,
-    /// A shared read hold (`rwlock_share.rs`): its field holds nothing yet.
-    Share,
-    /// A read in the owner's own name by an owner already reading through a share: a
-    /// re-entry, which passes a waiting writer's intent as one.
-    Reentry,
 }
 
 #[derive(Clone)]
@@ -271,203 +257,6 @@ impl std::fmt::Debug for ReadWriteLock {
         f.debug_struct("ReadWriteLock")
             .field("name", &self.keys.name)
             .finish_non_exhaustive()
-    }
-}
-
-/// A waiter, counted locally while it waits; a writer's also withdraws its intent when its
-/// wait ends without the lock (also when the wait is cancelled), so readers need not wait out
-/// the intent's lease.
-struct Intent {
-    lock: ReadWriteLock,
-    field: Arc<str>,
-    kind: Kind,
-    waiting: Waiting,
-}
-
-impl Drop for Intent {
-    fn drop(&mut self) {
-        // Armed only while waiting, which leaves a writer's intent on the server.
-        if !self.waiting.disarm() || self.kind == Kind::Read {
-            return;
-        }
-        let (lock, field) = (self.lock.clone(), self.field.clone());
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let withdraw = async move {
-                if let Err(e) = lock.call("withdraw", &field, 0).await {
-                    tracing::debug!(lock = %lock.keys.name, error = %e, "could not withdraw a write intent; it expires");
-                }
-            };
-            drop(lock_tracker(&self.lock).spawn_on(withdraw, &handle));
-        }
-    }
-}
-
-fn lock_tracker(lock: &ReadWriteLock) -> tokio_util::task::TaskTracker {
-    lock.client.inner.background.clone()
-}
-
-impl Side {
-    async fn acquire(&self, options: LockOptions) -> Result<Option<RwHold>> {
-        let lock = &self.lock;
-        let (wait, lease) = options.parts();
-        let lease = match lease {
-            Some(lease) => Lease::fixed(lease)?,
-            None => {
-                let lease = lock.client.inner.config.watchdog_lease;
-                crate::config::lease_ms("watchdog lease", lease)?;
-                Lease::Watchdog(lease)
-            }
-        };
-        let wait = match wait {
-            Some(wait) => Wait::until(wait)?,
-            None => Wait::Forever,
-        };
-        let field = lock.field();
-        let shares = &lock.local.shares;
-        match self.kind {
-            Kind::Read if matches!(lease, Lease::Watchdog(_)) => match shares
-                .join(lock, &field, wait)
-            {
-                Join::Member(share) => return Ok(Some(RwHold::shared(lock.clone(), share, field))),
-                Join::Wait(interest) => match interest.granted(wait).await {
-                    Joined::Member(share) => {
-                        return Ok(Some(RwHold::shared(lock.clone(), share, field)));
-                    }
-                    Joined::TimedOut => return Ok(None),
-                    Joined::Alone => {}
-                },
-                Join::Alone => {}
-            },
-            Kind::Read => {}
-            Kind::Write => {}
-        }
-        let asking = match self.kind {
-            Kind::Read if shares.is_member(&field) => Asking::Reentry,
-            _ => Asking::Own,
-        };
-        match self.kind {
-            Kind::Read => {}
-            Kind::Write => {
-                // Readers of this client's shared holds go first: an owner among them would
-                // wait for itself; a shared hold nobody uses any more goes now.
-                if let Some(release) = shares.writer_arrives(lock, &field)? {
-                    release.await;
-                }
-            }
-        }
-        let started = lock
-            .wait_hold(self.kind, &field, lease, wait, asking)
-            .await?;
-        Ok(started.map(|started| RwHold::new(lock.clone(), self.kind, field, lease, started)))
-    }
-}
-
-impl ReadWriteLock {
-    /// Waits on `wait`'s terms for a hold of `kind` for `field`; when granted, the time its
-    /// request was sent.
-    ///
-    /// A shared read hold being asked for holds nothing yet, so while a writer of this client
-    /// waits and the last attempt found a writer's intent (younger than the intent's lease),
-    /// a wake-up sends no attempt: the writer's grant or withdrawal wakes the readers again.
-    pub(crate) async fn wait_hold(
-        &self,
-        kind: Kind,
-        field: &Arc<str>,
-        lease: Lease,
-        wait: Wait,
-        asking: Asking,
-    ) -> Result<Option<Instant>> {
-        let intent = Intent {
-            lock: self.clone(),
-            field: field.clone(),
-            kind,
-            waiting: self.local.waiting(kind),
-        };
-        let intent_ref = &intent;
-        // When the last attempt was refused for a writer's intent.
-        let held_back: parking_lot::Mutex<Option<Instant>> = parking_lot::Mutex::new(None);
-        let held_back = &held_back;
-        let granted = wait_for(
-            &self.client,
-            &self.keys.channel,
-            wait,
-            kind.wake(),
-            move || {
-                let skip = asking == Asking::Share
-                    && self.local.writers_wait()
-                    && held_back
-                        .lock()
-                        .is_some_and(|at| at.elapsed() < WRITE_INTENT);
-                async move {
-                    if skip {
-                        return Ok(Attempt::Again(None));
-                    }
-                    let started = Instant::now();
-                    let intent_ms = match wait {
-                        Wait::Once => 0,
-                        _ => WRITE_INTENT.as_millis() as u64,
-                    };
-                    let reply = self.attempt(kind, asking, field, lease, intent_ms).await?;
-                    *held_back.lock() = (reply == HELD_BACK).then_some(started);
-                    match reply {
-                        n if n >= 1 => Ok(Attempt::Done(started)),
-                        0 => Err(Error::WouldDeadlock {
-                            name: self.keys.name.to_string(),
-                        }),
-                        n => {
-                            if intent_ms > 0 {
-                                intent_ref.waiting.arm();
-                            }
-                            let ttl = (-2 - n).max(0) as u64;
-                            Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
-                        }
-                    }
-                }
-            },
-        )
-        .await?;
-        if granted.is_some() {
-            // The grant cleared our intent on the server.
-            intent.waiting.disarm();
-        }
-        Ok(granted)
-    }
-
-    /// One acquisition request; a grant whose caller stopped waiting is given back.
-    async fn attempt(
-        &self,
-        kind: Kind,
-        asking: Asking,
-        field: &Arc<str>,
-        lease: Lease,
-        intent_ms: u64,
-    ) -> Result<i64> {
-        let (op, unop, _) = kind.ops();
-        let op = match asking {
-            Asking::Reentry => "reenter",
-            _ => op,
-        };
-        let lock = self.clone();
-        let request_field = field.clone();
-        let lease_ms = lease.ms();
-        let request = async move {
-            lock.call_with_intent(op, &request_field, lease_ms, intent_ms)
-                .await
-        };
-        let lock = self.clone();
-        let field = field.clone();
-        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
-            if let Ok(n) = outcome
-                && n >= 1
-            {
-                tracing::debug!(lock = %lock.keys.name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = lock.call(unop, &field, 0).await {
-                    tracing::warn!(lock = %lock.keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
-                }
-            }
-        })
-        .tracked(&self.client.inner.background);
-        call.await
     }
 }
 
