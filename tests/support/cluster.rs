@@ -4,7 +4,7 @@
 //! when the [`Cluster`] drops (through its [`Server`]).
 
 use std::collections::HashMap;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::host::free_port;
@@ -36,43 +36,26 @@ impl Cluster {
         Cluster::start_with(None)
     }
 
-    /// The same with `binary` (a valkey-server, say).
+    /// The same with `binary` (a valkey-server, say). `redis-cli --cluster create` waits
+    /// without end for nodes that never meet (a cluster bus port taken meanwhile, say): it is
+    /// given 30 s, then the nodes are stopped and started again on fresh ports, three times.
     pub fn start_with(binary: Option<std::path::PathBuf>) -> Cluster {
-        let nodes: Vec<Server> = (0..6)
-            .map(|_| {
-                let mut builder = Server::builder()
-                    .arg("--cluster-enabled")
-                    .arg("yes")
-                    .arg("--cluster-node-timeout")
-                    .arg("1000")
-                    .arg("--cluster-port")
-                    .arg(free_port().to_string())
-                    // A primary that lost its slots' majority keeps answering reads; we never
-                    // read from one, and writes fail either way.
-                    .arg("--cluster-require-full-coverage")
-                    .arg("no");
-                if let Some(binary) = &binary {
-                    builder = builder.binary(binary);
+        let mut last = String::new();
+        for _ in 0..3 {
+            let nodes = start_nodes(binary.as_deref());
+            match create(&nodes, Duration::from_secs(30)) {
+                Ok(()) => {
+                    let cluster = Cluster { nodes };
+                    cluster.until_settled();
+                    return cluster;
                 }
-                builder.start()
-            })
-            .collect();
-        let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
-        for node in &nodes {
-            create.arg(format!("127.0.0.1:{}", node.port()));
+                Err(why) => {
+                    eprintln!("cluster create failed, starting over: {why}");
+                    last = why;
+                }
+            }
         }
-        create.args(["--cluster-replicas", "1", "--cluster-yes"]);
-        let out = create.output().expect("running redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cluster = Cluster { nodes };
-        cluster.until_settled();
-        cluster
+        panic!("redis-cli --cluster create failed three times: {last}");
     }
 
     /// A Valkey cluster when a valkey-server is found, else `None` (the caller skips).
@@ -415,4 +398,62 @@ fn parse_nodes(text: &str) -> Vec<NodeInfo> {
             })
         })
         .collect()
+}
+
+/// Six cluster-enabled nodes on free ports.
+fn start_nodes(binary: Option<&std::path::Path>) -> Vec<Server> {
+    (0..6)
+        .map(|_| {
+            let mut builder = Server::builder()
+                .arg("--cluster-enabled")
+                .arg("yes")
+                .arg("--cluster-node-timeout")
+                .arg("1000")
+                .arg("--cluster-port")
+                .arg(free_port().to_string())
+                // A primary that lost its slots' majority keeps answering reads; we never
+                // read from one, and writes fail either way.
+                .arg("--cluster-require-full-coverage")
+                .arg("no");
+            if let Some(binary) = binary {
+                builder = builder.binary(binary);
+            }
+            builder.start()
+        })
+        .collect()
+}
+
+/// `redis-cli --cluster create` over `nodes` (3 primaries, 3 replicas), killed after `limit`.
+fn create(nodes: &[Server], limit: Duration) -> Result<(), String> {
+    let mut create = Command::new("redis-cli");
+    create.arg("--cluster").arg("create");
+    for node in nodes {
+        create.arg(format!("127.0.0.1:{}", node.port()));
+    }
+    create.args(["--cluster-replicas", "1", "--cluster-yes"]);
+    create.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = create
+        .spawn()
+        .map_err(|e| format!("running redis-cli: {e}"))?;
+    let deadline = Instant::now() + limit;
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().map_err(|e| e.to_string())?;
+            return Err(format!(
+                "not done after {limit:?}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
 }
