@@ -202,3 +202,161 @@ async fn a_crashed_waiter_delays_the_others_by_its_waiter_lease_at_most() {
     );
     got.unlock().await.unwrap();
 }
+
+fn hash(server: &Server, key: &str) -> std::collections::HashMap<String, String> {
+    redis::cmd("HGETALL")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_first_waiter_on_the_server() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("fair-hand-over");
+    let holder = a.fair_lock(&name).unwrap();
+    let held = holder.lock().await.unwrap();
+    let waiter = b.fair_lock(&name).unwrap().with_owner(Owner::new());
+    let waiting = tokio::spawn(async move { waiter.lock().await.unwrap() });
+    let queued_up = support::eventually_async(Duration::from_secs(2), || async {
+        queued(&server, holder.key()).len() == 1
+    })
+    .await;
+    assert!(queued_up, "the waiter never queued");
+    held.unlock().await.unwrap();
+    // The release itself made the waiter the holder: no request of the waiter's needed.
+    let after = hash(&server, holder.key());
+    assert!(
+        after.get("h").is_some_and(|h| h.contains(":owner-")),
+        "not handed over by the release: {after:?}"
+    );
+    assert!(queued(&server, holder.key()).is_empty());
+    let guard = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the waiter never took the hand-over")
+        .unwrap();
+    // Claimed by its first renewal, at once: the full watchdog lease, not the place's 3 s.
+    let claimed = support::eventually(Duration::from_secs(2), || {
+        !hash(&server, holder.key()).contains_key("hu")
+            && support::pttl(&server, holder.key()) > 10_000
+    });
+    assert!(claimed, "not claimed: {:?}", hash(&server, holder.key()));
+    assert!(!guard.is_lost());
+    assert!(guard.valid_until() > Instant::now() + Duration::from_secs(10));
+    // Held for real: nobody else gets in until it unlocks.
+    assert!(
+        a.fair_lock(&name)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.unlock().await.unwrap();
+    assert!(
+        a.fair_lock(&name)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_waiters_are_handed_the_lock_in_order_and_alone() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("fair-chain");
+    let counter = format!("{name}:counter");
+    let first = a.fair_lock(&name).unwrap().lock().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let lock = [&a, &b][i % 2]
+            .fair_lock(&name)
+            .unwrap()
+            .with_owner(Owner::new());
+        let (order, url, counter) = (order.clone(), server.url(), counter.clone());
+        waiters.push(tokio::spawn(async move {
+            let mut conn = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            // Non-atomic under the lock: a second holder would lose an increment.
+            let n: Option<u64> = redis::AsyncCommands::get(&mut conn, &counter)
+                .await
+                .unwrap();
+            tokio::task::yield_now().await;
+            let _: () = redis::AsyncCommands::set(&mut conn, &counter, n.unwrap_or(0) + 1)
+                .await
+                .unwrap();
+            guard.unlock().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    first.unlock().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5, 6, 7]);
+    let n: u64 = redis::Commands::get(&mut server.conn(), &counter).unwrap();
+    assert_eq!(n, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_leaves_as_the_lock_is_handed_to_it_passes_it_on() {
+    support::init_tracing();
+    let server = Server::start();
+    let a = support::client(&server).await;
+    let name = unique_name("fair-hand-back");
+    let holder = a.fair_lock(&name).unwrap();
+    let key = holder.key().to_owned();
+    let held = holder.lock().await.unwrap();
+    // A waiter that takes hand-overs, as the client asks (lua/fair.lua), gets its place.
+    let script = redis::Script::new(include_str!("../lua/fair.lua"));
+    let call = |op: &str, hand_over: &str, ticket: &str| -> redis::Value {
+        script
+            .key(&key)
+            .key(queue_of(&key))
+            .key(format!("{key}:waiters"))
+            .arg(op)
+            .arg("elsewhere:owner-1")
+            .arg(30_000)
+            .arg(3_000)
+            .arg(format!("{key}:wake:"))
+            .arg(hand_over)
+            .arg(ticket)
+            .invoke(&mut server.conn())
+            .unwrap()
+    };
+    let (refused, ticket): (i64, String) =
+        redis::FromRedisValue::from_redis_value(call("acquire", "1", "")).unwrap();
+    assert!(refused <= -2 && !ticket.is_empty());
+    held.unlock().await.unwrap();
+    assert_eq!(
+        hash(&server, &key).get("hu"),
+        Some(&ticket),
+        "not handed over"
+    );
+    // Nobody else gets in while it is the waiter's.
+    assert!(holder.try_lock().await.unwrap().is_none());
+    // It stops waiting: its withdrawal, naming the place, gives the lock back.
+    call("withdraw", "", &ticket);
+    let next = holder.try_lock().await.unwrap();
+    assert!(
+        next.is_some(),
+        "the hand-over was not given back: {:?}",
+        hash(&server, &key)
+    );
+    next.unwrap().unlock().await.unwrap();
+}
