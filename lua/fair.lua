@@ -11,7 +11,7 @@
 --          without asking again; '0' for a single attempt, which takes no place
 -- ARGV[5]  wake channel prefix P:{N}:fair:wake: ; a waiter listens on the prefix + its field
 -- ARGV[6]  ('acquire') '1': a waiter that takes the lock handed over in its absence (a
---          watchdog lease, claimed by its first renewal), else ''
+--          watchdog lease, renewed at once), else ''
 -- ARGV[7]  ('acquire', 'renew', 'withdraw') the caller's place's ticket, or ''
 --
 -- Hand-over: a release that frees the lock grants it at once to the first waiter when that
@@ -43,9 +43,8 @@ local ticket = ARGV[7] or ''
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
-local held = redis.call('HMGET', hash, 'h', 'hd')
-local holder = held[1]
-if holder and tonumber(held[2]) <= now then
+local holder = redis.call('HGET', hash, 'h')
+if holder and tonumber(redis.call('HGET', hash, 'hd')) <= now then
     redis.call('DEL', hash)
     holder = nil
 end
@@ -71,9 +70,8 @@ end
 
 local function settle()
     local until_ms = latest
-    local deadline = redis.call('HGET', hash, 'hd')
-    if deadline then
-        until_ms = math.max(until_ms, tonumber(deadline))
+    if redis.call('EXISTS', hash) == 1 then
+        until_ms = math.max(until_ms, tonumber(redis.call('HGET', hash, 'hd')))
     end
     for _, key in ipairs({hash, queue, waiters}) do
         if until_ms > now then

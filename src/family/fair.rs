@@ -40,11 +40,10 @@ pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(3);
 ///   its place only while it keeps asking (at least once a second); one that crashed holds up
 ///   the others for 3 s at most, and one that gives up leaves the queue at once.
 /// - **Handed over by the release**: a waiter without an explicit lease (waiting by message)
-///   is made the holder by the release itself and told so, with no request of its own. Until
-///   its guard's first renewal claims it (halfway through, to the full lease) the hold lasts
-///   as long as the waiter's place would have (3 s from its last request), so a waiter that
-///   crashed holds the lock no longer than it would have held up the queue; one that stops
-///   waiting gives it back.
+///   is made the holder by the release itself and told so, with no request of its own; its
+///   guard claims the hold with a renewal to the full lease at once. Until then the hold lasts
+///   as long as the waiter's place would have, so a waiter that crashed holds the lock no
+///   longer than it would have held up the queue, and one that stops waiting gives it back.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {

@@ -90,8 +90,7 @@ impl Kept {
     }
 
     /// A watchdog hold handed over on the server with a shorter deadline than its lease, known
-    /// valid until `valid_until`: first renewed (to its full lease) halfway to that, then as
-    /// usual. A short hold is released before it, at no extra call.
+    /// valid until `valid_until`: renewed at once to its full lease, then as usual.
     pub(super) fn handed_over<F, Fut, R, RFut>(
         client: &Client,
         name: Arc<str>,
@@ -106,8 +105,15 @@ impl Kept {
         R: Fn() -> RFut + Send + Sync + 'static,
         RFut: Future<Output = Result<()>> + Send + 'static,
     {
-        let halfway = valid_until.saturating_duration_since(Instant::now()) / 2;
-        Kept::start(client, name, lease, valid_until, halfway, renew, release)
+        Kept::start(
+            client,
+            name,
+            lease,
+            valid_until,
+            Duration::ZERO,
+            renew,
+            release,
+        )
     }
 
     fn start<F, Fut, R, RFut>(
