@@ -10,26 +10,15 @@
 -- ARGV[4]  waiter lease in milliseconds ('acquire'): how long a refused owner keeps its place
 --          without asking again; '0' for a single attempt, which takes no place
 -- ARGV[5]  wake channel prefix P:{N}:fair:wake: ; a waiter listens on the prefix + its field
--- ARGV[6]  ('acquire') '1': a waiter that takes the lock handed over in its absence (a
---          watchdog lease, renewed at once), else ''
--- ARGV[7]  ('acquire', 'renew', 'withdraw') the caller's place's ticket, or ''
---
--- Hand-over: a release that frees the lock grants it at once to the first waiter when that
--- waiter said it takes a hand-over: the hold is the waiter's, marked 'hu' = its place's ticket
--- (unclaimed) with the waiter's place deadline as its own, and the waiter is told
--- 'g:<ticket>'. The waiter claims it with a renewal (or an acquire) naming the ticket; a
--- waiter that withdraws instead gives it back. A crashed waiter so holds the lock no longer
--- than it would have held up the queue.
 --
 -- Deadlines are the server's clock (TIME, ms). Every call first drops the holder and the
 -- waiters at the head of the queue past their deadline, so a crashed waiter holds the others
 -- up for its waiter lease at most, whatever the clients' clocks say.
 --
 -- Returns
---   acquire   {n, ticket}: n >= 1: granted (this owner's hold count); n <= -2: refused
---             (queued, with the place's ticket, unless a single attempt); worth asking again
---             in -n - 2 ms at the latest (the holder's deadline, or 100 ms when the lock is
---             free and another waiter is first)
+--   acquire   n >= 1: granted (this owner's hold count); n <= -2: refused (queued unless a
+--             single attempt); worth asking again in -n - 2 ms at the latest (the holder's
+--             deadline, or 100 ms when the lock is free and another waiter is first)
 --   release   -1 not the holder; n >= 0 the holds left (at 0 the first waiter is told)
 --   renew     1 renewed, 0 not the holder
 --   withdraw  1
@@ -38,7 +27,6 @@
 local hash, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local op, field = ARGV[1], ARGV[2]
 local prefix = ARGV[5]
-local ticket = ARGV[7] or ''
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -60,7 +48,7 @@ while first do
         break
     end
     redis.call('LPOP', queue)
-    redis.call('HDEL', waiters, first, 't:' .. first, 'g:' .. first)
+    redis.call('HDEL', waiters, first)
     first = redis.call('LINDEX', queue, 0)
 end
 local latest = 0
@@ -89,79 +77,38 @@ local function wake_first()
     end
 end
 
--- The lock was just freed: hand it to the first waiter if it takes hand-overs (its place is
--- live: ended places at the head were dropped above), else wake it.
-local function hand_over()
-    local head = redis.call('LINDEX', queue, 0)
-    if not head then
-        return
-    end
-    local place = redis.call('HMGET', waiters, head, 't:' .. head, 'g:' .. head)
-    if not place[1] or not place[2] or not place[3] or tonumber(place[1]) <= now then
-        return wake_first()
-    end
-    redis.call('LPOP', queue)
-    redis.call('HDEL', waiters, head, 't:' .. head, 'g:' .. head)
-    redis.call('HSET', hash, 'h', head, 'hn', 1, 'hd', place[1], 'hu', place[2])
-    redis.call('PUBLISH', prefix .. head, 'g:' .. place[2])
-end
-
--- A hold handed over and not claimed yet is claimed by its waiter's ticket.
-local function claim()
-    local unclaimed = redis.call('HGET', hash, 'hu')
-    if unclaimed and unclaimed == ticket then
-        redis.call('HDEL', hash, 'hu')
-        return true
-    end
-    return false
-end
-
 if op == 'acquire' then
     local lease = tonumber(ARGV[3])
-    if holder == field and claim() then
-        redis.call('HSET', hash, 'hd', math.max(tonumber(redis.call('HGET', hash, 'hd')), now + lease))
-        settle()
-        return { 1, '' }
-    end
     if holder == field then
         local count = redis.call('HINCRBY', hash, 'hn', 1)
         redis.call('HSET', hash, 'hd', math.max(tonumber(redis.call('HGET', hash, 'hd')), now + lease))
         settle()
-        return { count, '' }
+        return count
     end
     if not holder and (not first or first == field) then
         if first then
             redis.call('LPOP', queue)
-            redis.call('HDEL', waiters, field, 't:' .. field, 'g:' .. field)
+            redis.call('HDEL', waiters, field)
         end
         redis.call('HSET', hash, 'h', field, 'hn', 1, 'hd', now + lease)
         settle()
-        return { 1, '' }
+        return 1
     end
     local waiter_lease = tonumber(ARGV[4])
-    local place = ''
     if waiter_lease > 0 then
         if redis.call('HEXISTS', waiters, field) == 0 then
             redis.call('RPUSH', queue, field)
-            -- Unique per place: the server's clock and a count of the places given.
-            place = clock[1] .. clock[2] .. '-' .. redis.call('HINCRBY', waiters, '#', 1)
-            redis.call('HSET', waiters, 't:' .. field, place)
-            if ARGV[6] == '1' then
-                redis.call('HSET', waiters, 'g:' .. field, 1)
-            end
-        else
-            place = redis.call('HGET', waiters, 't:' .. field) or ''
         end
         latest = math.max(latest, now + waiter_lease)
         redis.call('HSET', waiters, field, now + waiter_lease, '~', latest)
         settle()
     end
     if holder then
-        return { -2 - (tonumber(redis.call('HGET', hash, 'hd')) - now), place }
+        return -2 - (tonumber(redis.call('HGET', hash, 'hd')) - now)
     end
     -- Free, but another waiter is first: it takes the lock in a moment (look again soon to
     -- learn the new holder's deadline), or it died and its place ends with its lease.
-    return { -2 - math.min(first_deadline - now, 100), place }
+    return -2 - math.min(first_deadline - now, 100)
 elseif op == 'release' then
     if holder ~= field then
         return -1
@@ -169,7 +116,7 @@ elseif op == 'release' then
     local count = redis.call('HINCRBY', hash, 'hn', -1)
     if count <= 0 then
         redis.call('DEL', hash)
-        hand_over()
+        wake_first()
     end
     settle()
     return math.max(count, 0)
@@ -177,20 +124,12 @@ elseif op == 'renew' then
     if holder ~= field then
         return 0
     end
-    claim()
     redis.call('HSET', hash, 'hd', now + tonumber(ARGV[3]))
     settle()
     return 1
 elseif op == 'withdraw' then
-    if holder == field and ticket ~= '' and claim() then
-        -- Handed over to a waiter that stopped waiting: pass it on.
-        redis.call('DEL', hash)
-        hand_over()
-        settle()
-        return 1
-    end
     redis.call('LREM', queue, 0, field)
-    redis.call('HDEL', waiters, field, 't:' .. field, 'g:' .. field)
+    redis.call('HDEL', waiters, field)
     if first == field and not holder then
         wake_first()
     end

@@ -245,26 +245,8 @@ impl Subscriber {
 
     fn deliver(&self, channel: &str, payload: &[u8]) {
         if let Some(channel) = self.channels.lock().get(channel) {
-            if let Some(ticket) = payload.strip_prefix(b"g:") {
-                let ticket = String::from_utf8_lossy(ticket).into();
-                *channel.grant.lock() = Some(ticket);
-            }
             channel.wake(payload == self.own_id.as_bytes());
         }
-    }
-
-    /// Whether a message on `channel` granted something to the holder of `ticket` (a fair
-    /// lock's hand-over names the waiter's place): taken once, by one waiter.
-    pub(crate) fn take_grant(&self, channel: &str, ticket: &str) -> bool {
-        let Some(channel) = self.channels.lock().get(channel).cloned() else {
-            return false;
-        };
-        let mut grant = channel.grant.lock();
-        if grant.as_deref() == Some(ticket) {
-            *grant = None;
-            return true;
-        }
-        false
     }
 
     /// The server ended the subscription to `name`: when that was not our own leave (the

@@ -5,10 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use redis::FromRedisValue;
-
-use crate::config::WaitBy;
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
 use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
@@ -39,11 +35,6 @@ pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(3);
 /// - **No stale places**: the queue's deadlines are on the server's clock, and a waiter keeps
 ///   its place only while it keeps asking (at least once a second); one that crashed holds up
 ///   the others for 3 s at most, and one that gives up leaves the queue at once.
-/// - **Handed over by the release**: a waiter without an explicit lease (waiting by message)
-///   is made the holder by the release itself and told so, with no request of its own; its
-///   guard claims the hold with a renewal to the full lease at once. Until then the hold lasts
-///   as long as the waiter's place would have, so a waiter that crashed holds the lock no
-///   longer than it would have held up the queue, and one that stops waiting gives it back.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
@@ -112,32 +103,10 @@ impl FairLock {
 
     /// [`call`](Self::call) even while the client shuts down (its releases).
     async fn send(&self, op: &str, field: &str, lease_ms: u64, waiter_ms: u64) -> Result<i64> {
-        self.request(op, field, lease_ms, waiter_ms, Ask::plain())
-            .await
-    }
-
-    /// One call of `lua/fair.lua`, whether or not the client shuts down.
-    async fn request<T: FromRedisValue>(
-        &self,
-        op: &str,
-        field: &str,
-        lease_ms: u64,
-        waiter_ms: u64,
-        ask: Ask<'_>,
-    ) -> Result<T> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let waiter = itoa::Buffer::new().format(waiter_ms).to_owned();
         let keys = [&*self.keys.key, &*self.queue, &*self.waiters];
-        let hand_over = if ask.hand_over { "1" } else { "" };
-        let args = [
-            op,
-            field,
-            &lease,
-            &waiter,
-            &*self.wake,
-            hand_over,
-            ask.ticket,
-        ];
+        let args = [op, field, &lease, &waiter, &*self.wake];
         self.client
             .inner
             .node
@@ -205,78 +174,42 @@ impl FairLock {
             Wait::Once => 0,
             _ => WAITER_LEASE.as_millis() as u64,
         };
-        // A watchdog waiter that listens for messages takes the lock handed over to it; a
-        // fixed lease runs from the caller's own request, and a polling waiter hears nothing.
-        let inner = &self.client.inner;
-        let hand_over = waiter_ms > 0
-            && matches!(lease, Lease::Watchdog(_))
-            && inner.config.wait_by == WaitBy::PubSub;
         let place = Place {
             lock: self.clone(),
             field: field.clone(),
             queued: AtomicBool::new(false),
-            ticket: Mutex::new((String::new(), None)),
         };
         let channel: Arc<str> = format!("{}{field}", self.wake).into();
-        let (field_ref, place_ref, channel_ref) = (&field, &place, &channel);
+        let (field_ref, place_ref) = (&field, &place);
         let granted = wait_for(
             &self.client,
             &channel,
             wait,
             Wake::All,
             move || async move {
-                let (ticket, asked) = place_ref.ticket.lock().clone();
-                if let Some(asked) = asked
-                    && hand_over
-                    && inner.subscriber.take_grant(channel_ref, &ticket)
-                {
-                    return Ok(Attempt::Done(Granted::HandedOver { asked, ticket }));
-                }
                 let started = Instant::now();
-                let ask = Ask {
-                    hand_over,
-                    ticket: &ticket,
-                };
-                Ok(
-                    match self.attempt(field_ref, lease, waiter_ms, ask).await? {
-                        (n, _) if n >= 1 => Attempt::Done(Granted::Asked(started)),
-                        (n, place) => {
-                            place_ref.queued.store(waiter_ms > 0, Ordering::Relaxed);
-                            if !place.is_empty() {
-                                *place_ref.ticket.lock() = (place, Some(started));
-                            }
-                            let ttl = (-2 - n).max(0) as u64;
-                            Attempt::Again(Some(Duration::from_millis(ttl + 1)))
-                        }
-                    },
-                )
+                Ok(match self.attempt(field_ref, lease, waiter_ms).await? {
+                    n if n >= 1 => Attempt::Done(started),
+                    n => {
+                        place_ref.queued.store(waiter_ms > 0, Ordering::Relaxed);
+                        let ttl = (-2 - n).max(0) as u64;
+                        Attempt::Again(Some(Duration::from_millis(ttl + 1)))
+                    }
+                })
             },
         )
         .await?;
-        let Some(granted) = granted else {
+        let Some(started) = granted else {
             return Ok(None);
         };
         // The grant took us out of the queue.
         place.queued.store(false, Ordering::Relaxed);
-        // A hold handed over names its place's ticket until its first renewal claims it.
-        let ticket: Arc<str> = match &granted {
-            Granted::HandedOver { ticket, .. } => ticket.as_str().into(),
-            Granted::Asked(_) => "".into(),
-        };
         let renew = {
             let (lock, field) = (self.clone(), field.clone());
             let lease_ms = lease.ms();
             move || {
-                let (lock, field, ticket) = (lock.clone(), field.clone(), ticket.clone());
-                async move {
-                    lock.client.inner.check_open()?;
-                    let ask = Ask {
-                        hand_over: false,
-                        ticket: &ticket,
-                    };
-                    let renewed: i64 = lock.request("renew", &field, lease_ms, 0, ask).await?;
-                    Ok(renewed == 1)
-                }
+                let (lock, field) = (lock.clone(), field.clone());
+                async move { Ok(lock.call("renew", &field, lease_ms, 0).await? == 1) }
             }
         };
         let release = {
@@ -287,17 +220,7 @@ impl FairLock {
             }
         };
         let name = self.keys.name.clone();
-        let kept = match granted {
-            Granted::Asked(started) => {
-                Kept::new(&self.client, name, lease, started, renew, release)
-            }
-            Granted::HandedOver { asked, .. } => {
-                // The hold's deadline on the server is the place's, set by our last request.
-                let drift = inner.config.drift(WAITER_LEASE);
-                let valid_until = asked + WAITER_LEASE.saturating_sub(drift);
-                Kept::handed_over(&self.client, name, lease, valid_until, renew, release)
-            }
-        };
+        let kept = Kept::new(&self.client, name, lease, started, renew, release);
         Ok(Some(FairGuard {
             lock: self.clone(),
             field,
@@ -306,29 +229,16 @@ impl FairLock {
         }))
     }
 
-    /// One acquisition request: the hold count when granted, else the refusal and the place's
-    /// ticket. A grant whose caller stopped waiting is given back.
-    async fn attempt(
-        &self,
-        field: &Arc<str>,
-        lease: Lease,
-        waiter_ms: u64,
-        ask: Ask<'_>,
-    ) -> Result<(i64, String)> {
+    /// One acquisition request; a grant whose caller stopped waiting is given back.
+    async fn attempt(&self, field: &Arc<str>, lease: Lease, waiter_ms: u64) -> Result<i64> {
         let (this, request_field) = (self.clone(), field.clone());
-        let (hand_over, ticket) = (ask.hand_over, ask.ticket.to_owned());
         let request = async move {
-            this.client.inner.check_open()?;
-            let ask = Ask {
-                hand_over,
-                ticket: &ticket,
-            };
-            this.request("acquire", &request_field, lease.ms(), waiter_ms, ask)
+            this.call("acquire", &request_field, lease.ms(), waiter_ms)
                 .await
         };
         let (this, field) = (self.clone(), field.clone());
-        let call = FinishOnDrop::new(request, move |outcome: Result<(i64, String)>| async move {
-            if let Ok((n, _)) = outcome
+        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
+            if let Ok(n) = outcome
                 && n >= 1
             {
                 tracing::debug!(lock = %this.keys.name, "acquire abandoned after the grant; giving it back");
@@ -342,38 +252,12 @@ impl FairLock {
     }
 }
 
-/// What an acquisition found: granted to its own request (sent at that instant), or handed
-/// over by a release to the waiter's place (last asked for at `asked`).
-enum Granted {
-    Asked(Instant),
-    HandedOver { asked: Instant, ticket: String },
-}
-
-/// How a call asks: whether the waiter takes a hand-over, and its place's ticket.
-#[derive(Clone, Copy)]
-struct Ask<'a> {
-    hand_over: bool,
-    ticket: &'a str,
-}
-
-impl Ask<'_> {
-    fn plain() -> Ask<'static> {
-        Ask {
-            hand_over: false,
-            ticket: "",
-        }
-    }
-}
-
 /// A waiter's place in the queue: left (in the background) when its wait ends without the
-/// lock, cancelled or timed out, so the owners behind it need not wait out its waiter lease;
-/// a hold already handed over to it is given back the same way.
+/// lock, cancelled or timed out, so the owners behind it need not wait out its waiter lease.
 struct Place {
     lock: FairLock,
     field: Arc<str>,
     queued: AtomicBool,
-    /// The place's ticket and when it was last asked for.
-    ticket: Mutex<(String, Option<Instant>)>,
 }
 
 impl Drop for Place {
@@ -382,15 +266,9 @@ impl Drop for Place {
             return;
         }
         let (lock, field) = (self.lock.clone(), self.field.clone());
-        let ticket = std::mem::take(&mut self.ticket.lock().0);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let leave = async move {
-                let ask = Ask {
-                    hand_over: false,
-                    ticket: &ticket,
-                };
-                let left: Result<i64> = lock.request("withdraw", &field, 0, 0, ask).await;
-                if let Err(e) = left {
+                if let Err(e) = lock.call("withdraw", &field, 0, 0).await {
                     tracing::debug!(lock = %lock.keys.name, error = %e, "could not leave the queue; the place expires");
                 }
             };

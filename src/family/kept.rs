@@ -76,73 +76,16 @@ impl Kept {
         RFut: Future<Output = Result<()>> + Send + 'static,
     {
         let drift = client.inner.config.drift(lease.duration());
-        let valid_until = started + lease.duration().saturating_sub(drift);
-        let first_renewal = lease.duration() / 3;
-        Kept::start(
-            client,
-            name,
-            lease,
-            valid_until,
-            first_renewal,
-            renew,
-            release,
-        )
-    }
-
-    /// A watchdog hold handed over on the server with a shorter deadline than its lease, known
-    /// valid until `valid_until`: renewed at once to its full lease, then as usual.
-    pub(super) fn handed_over<F, Fut, R, RFut>(
-        client: &Client,
-        name: Arc<str>,
-        lease: Lease,
-        valid_until: Instant,
-        renew: F,
-        release: R,
-    ) -> Kept
-    where
-        F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<bool>> + Send + 'static,
-        R: Fn() -> RFut + Send + Sync + 'static,
-        RFut: Future<Output = Result<()>> + Send + 'static,
-    {
-        Kept::start(
-            client,
-            name,
-            lease,
-            valid_until,
-            Duration::ZERO,
-            renew,
-            release,
-        )
-    }
-
-    fn start<F, Fut, R, RFut>(
-        client: &Client,
-        name: Arc<str>,
-        lease: Lease,
-        valid_until: Instant,
-        first_renewal: Duration,
-        renew: F,
-        release: R,
-    ) -> Kept
-    where
-        F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<bool>> + Send + 'static,
-        R: Fn() -> RFut + Send + Sync + 'static,
-        RFut: Future<Output = Result<()>> + Send + 'static,
-    {
-        let drift = client.inner.config.drift(lease.duration());
         let state = Arc::new(State {
             name,
-            valid_until: Mutex::new(valid_until),
+            valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
         });
         let renewal = match lease {
             Lease::Watchdog(lease) => {
                 let state = state.clone();
-                let (valid_for, period) = (lease.saturating_sub(drift), lease / 3);
-                let task = renew_loop(state, valid_for, first_renewal, period, renew);
+                let task = renew_loop(state, lease.saturating_sub(drift), lease / 3, renew);
                 Some(AbortOnDrop(tokio::spawn(task)))
             }
             Lease::Fixed(_) => None,
@@ -190,22 +133,16 @@ impl Drop for Kept {
     }
 }
 
-/// Renews after `first`, then every `period`, until aborted, the hold is found gone, or the
-/// validity runs out without a confirmed renewal.
-async fn renew_loop<F, Fut>(
-    state: Arc<State>,
-    valid_for: Duration,
-    first: Duration,
-    period: Duration,
-    renew: F,
-) where
+/// Renews every `period` until aborted, the hold is found gone, or the validity runs out
+/// without a confirmed renewal.
+async fn renew_loop<F, Fut>(state: Arc<State>, valid_for: Duration, period: Duration, renew: F)
+where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<bool>>,
 {
     let period = period.max(Duration::from_millis(1));
-    let mut pause = first;
     loop {
-        tokio::time::sleep(std::mem::replace(&mut pause, period)).await;
+        tokio::time::sleep(period).await;
         if state.lost.load(Ordering::Acquire) {
             return;
         }

@@ -25,9 +25,6 @@ pub(super) struct Channel {
     pub(super) everyone: AtomicU64,
     /// Relay waiters, per class (`relay.rs`).
     pub(super) relays: [Relay; RELAY_CLASSES],
-    /// The ticket of the last grant this channel's message named (`g:<ticket>`), until a
-    /// waiter holding that ticket takes it.
-    pub(super) grant: Mutex<Option<Box<str>>>,
 }
 
 impl Channel {
@@ -40,7 +37,6 @@ impl Channel {
             subscribed: Mutex::new(false),
             everyone: AtomicU64::new(0),
             relays: Default::default(),
-            grant: Mutex::new(None),
         }
     }
 
