@@ -31,8 +31,9 @@ local prefix = ARGV[5]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
-local holder = redis.call('HGET', hash, 'h')
-if holder and tonumber(redis.call('HGET', hash, 'hd')) <= now then
+local held = redis.call('HMGET', hash, 'h', 'hd')
+local holder = held[1]
+if holder and tonumber(held[2]) <= now then
     redis.call('DEL', hash)
     holder = nil
 end
@@ -58,8 +59,9 @@ end
 
 local function settle()
     local until_ms = latest
-    if redis.call('EXISTS', hash) == 1 then
-        until_ms = math.max(until_ms, tonumber(redis.call('HGET', hash, 'hd')))
+    local deadline = redis.call('HGET', hash, 'hd')
+    if deadline then
+        until_ms = math.max(until_ms, tonumber(deadline))
     end
     for _, key in ipairs({hash, queue, waiters}) do
         if until_ms > now then

@@ -202,3 +202,51 @@ async fn a_crashed_waiter_delays_the_others_by_its_waiter_lease_at_most() {
     );
     got.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_waiters_get_the_lock_in_order_and_alone() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("fair-chain");
+    let counter = format!("{name}:counter");
+    let first = a.fair_lock(&name).unwrap().lock().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let lock = [&a, &b][i % 2]
+            .fair_lock(&name)
+            .unwrap()
+            .with_owner(Owner::new());
+        let (order, url, counter) = (order.clone(), server.url(), counter.clone());
+        waiters.push(tokio::spawn(async move {
+            let mut conn = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(i);
+            // Non-atomic under the lock: a second holder would lose an increment.
+            let n: Option<u64> = redis::AsyncCommands::get(&mut conn, &counter)
+                .await
+                .unwrap();
+            tokio::task::yield_now().await;
+            let _: () = redis::AsyncCommands::set(&mut conn, &counter, n.unwrap_or(0) + 1)
+                .await
+                .unwrap();
+            guard.unlock().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    first.unlock().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5, 6, 7]);
+    let n: u64 = redis::Commands::get(&mut server.conn(), &counter).unwrap();
+    assert_eq!(n, 8);
+}
