@@ -60,9 +60,18 @@ impl LockOptions {
 
     /// The checked lease and wait of these options for `lock`.
     pub(crate) fn resolve(&self, lock: &Lock) -> Result<(Lease, Wait)> {
+        self.terms(lock.watchdog()?.duration())
+    }
+
+    /// The checked lease and wait of these options, `watchdog` being the lease kept by renewal
+    /// when no lease is given (the lock family's kinds, which have no lease of their own).
+    pub(crate) fn terms(&self, watchdog: Duration) -> Result<(Lease, Wait)> {
         let lease = match self.lease {
             Some(lease) => Lease::fixed(lease)?,
-            None => lock.watchdog()?,
+            None => {
+                crate::config::lease_ms("watchdog lease", watchdog)?;
+                Lease::Watchdog(watchdog)
+            }
         };
         Ok((lease, self.checked_wait()?))
     }

@@ -155,19 +155,8 @@ impl FairLock {
     /// # Cancel safety
     /// As [`lock`](Self::lock).
     pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<FairGuard>> {
-        let (wait, lease) = options.parts();
-        let lease = match lease {
-            Some(lease) => Lease::fixed(lease)?,
-            None => {
-                let lease = self.client.inner.config.watchdog_lease;
-                crate::config::lease_ms("watchdog lease", lease)?;
-                Lease::Watchdog(lease)
-            }
-        };
-        let wait = match wait {
-            Some(wait) => Wait::until(wait)?,
-            None => Wait::Forever,
-        };
+        let watchdog = self.client.inner.config.watchdog_lease;
+        let (lease, wait) = options.terms(watchdog)?;
         let owner = self.owner.unwrap_or_else(Owner::current);
         let field = owner.field(&self.client.inner.id_text);
         let waiter_ms = match wait {

@@ -11,7 +11,7 @@ use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
 use crate::task::FinishOnDrop;
-use crate::terms::{Lease, Wait};
+use crate::terms::Lease;
 
 static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../lua/permits.lua"));
 
@@ -152,19 +152,8 @@ impl PermitSemaphore {
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
     pub async fn try_acquire_with(&self, options: LockOptions) -> Result<Option<Permit>> {
-        let (wait, lease) = options.parts();
-        let lease = match lease {
-            Some(lease) => Lease::fixed(lease)?,
-            None => {
-                let lease = self.client.inner.config.watchdog_lease;
-                crate::config::lease_ms("watchdog lease", lease)?;
-                Lease::Watchdog(lease)
-            }
-        };
-        let wait = match wait {
-            Some(wait) => Wait::until(wait)?,
-            None => Wait::Forever,
-        };
+        let watchdog = self.client.inner.config.watchdog_lease;
+        let (lease, wait) = options.terms(watchdog)?;
         let granted = wait_for(
             &self.client,
             &self.keys.channel,

@@ -65,19 +65,8 @@ fn lock_tracker(lock: &ReadWriteLock) -> tokio_util::task::TaskTracker {
 impl Side {
     pub(super) async fn acquire(&self, options: LockOptions) -> Result<Option<RwHold>> {
         let lock = &self.lock;
-        let (wait, lease) = options.parts();
-        let lease = match lease {
-            Some(lease) => Lease::fixed(lease)?,
-            None => {
-                let lease = lock.client.inner.config.watchdog_lease;
-                crate::config::lease_ms("watchdog lease", lease)?;
-                Lease::Watchdog(lease)
-            }
-        };
-        let wait = match wait {
-            Some(wait) => Wait::until(wait)?,
-            None => Wait::Forever,
-        };
+        let watchdog = lock.client.inner.config.watchdog_lease;
+        let (lease, wait) = options.terms(watchdog)?;
         let field = lock.field();
         let shares = &lock.local.shares;
         match self.kind {
