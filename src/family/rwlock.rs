@@ -96,6 +96,24 @@ pub struct ReadLock(Side);
 #[derive(Clone, Debug)]
 pub struct WriteLock(Side);
 
+/// A hold as a release or renewal sees it: an owner's own, of either side, or this client's
+/// shared read hold (`rwlock_share.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    Own(Kind),
+    Share,
+}
+
+impl Hold {
+    /// The side it holds.
+    pub(crate) fn kind(self) -> Kind {
+        match self {
+            Hold::Own(kind) => kind,
+            Hold::Share => Kind::Read,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Read,
@@ -206,31 +224,19 @@ impl ReadWriteLock {
         self.request(op, field, lease_ms, intent_ms, || ()).await
     }
 
-    /// Gives back one hold of `kind` (`checked`: refused once the client shuts down; a guard's
-    /// own release is not). As soon as the release is queued, it wakes the local waiters it is
-    /// likely to let in (`rwlock_local.rs`).
-    pub(crate) async fn release(&self, kind: Kind, field: &str, checked: bool) -> Result<i64> {
+    /// Gives back one `hold` of `field` (`checked`: refused once the client shuts down; a
+    /// guard's own release is not). As soon as the release is queued, it wakes the local
+    /// waiters it is likely to let in (`rwlock_local.rs`).
+    pub(crate) async fn release(&self, hold: Hold, field: &str, checked: bool) -> Result<i64> {
         if checked {
             self.client.inner.check_open()?;
         }
         let hand_over = || {
             let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
-            self.local.hand_over(subscriber, channel, kind);
+            self.local.hand_over(subscriber, channel, hold);
         };
-        self.request(kind.ops().1, field, 0, 0, hand_over).await
-    }
-
-    /// Releases a shared read hold (`rwlock_share.rs`); as soon as the release is queued it
-    /// wakes a local waiting writer, whom it may let in.
-    pub(crate) async fn release_share(&self, field: &str, checked: bool) -> Result<i64> {
-        if checked {
-            self.client.inner.check_open()?;
-        }
-        let hand_over = || {
-            let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
-            self.local.hand_over_share(subscriber, channel);
-        };
-        self.request("unread", field, 0, 0, hand_over).await
+        self.request(hold.kind().ops().1, field, 0, 0, hand_over)
+            .await
     }
 
     /// One operation of `lua/rwlock.lua` for `field`, whether or not the client shuts down;

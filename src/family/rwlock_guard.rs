@@ -7,9 +7,37 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
-use crate::family::rwlock::{Kind, ReadWriteLock};
+use crate::family::rwlock::{Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_share::{OwnHeld, Share};
 use crate::terms::Lease;
+
+/// The lease side of `hold` of `field`, granted by a request sent at `started`: renewed while
+/// it lives (watchdog), released at shutdown.
+pub(crate) fn kept(
+    lock: &ReadWriteLock,
+    hold: Hold,
+    field: Arc<str>,
+    lease: Lease,
+    started: Instant,
+) -> Kept {
+    let renew = {
+        let (lock, field) = (lock.clone(), field.clone());
+        let lease_ms = lease.ms();
+        move || {
+            let (lock, field) = (lock.clone(), field.clone());
+            async move { Ok(lock.call(hold.kind().ops().2, &field, lease_ms).await? == 1) }
+        }
+    };
+    let release = {
+        let lock = lock.clone();
+        move || {
+            let (lock, field) = (lock.clone(), field.clone());
+            async move { lock.release(hold, &field, false).await.map(drop) }
+        }
+    };
+    let name = lock.keys.name.clone();
+    Kept::new(&lock.client, name, lease, started, renew, release)
+}
 
 /// One read or write hold.
 pub(crate) struct RwHold {
@@ -36,23 +64,7 @@ impl RwHold {
         lease: Lease,
         started: Instant,
     ) -> RwHold {
-        let renew = {
-            let (lock, field) = (lock.clone(), field.clone());
-            let lease_ms = lease.ms();
-            move || {
-                let (lock, field) = (lock.clone(), field.clone());
-                async move { Ok(lock.call(kind.ops().2, &field, lease_ms).await? == 1) }
-            }
-        };
-        let release = {
-            let (lock, field) = (lock.clone(), field.clone());
-            move || {
-                let (lock, field) = (lock.clone(), field.clone());
-                async move { lock.release(kind, &field, false).await.map(drop) }
-            }
-        };
-        let name = lock.keys.name.clone();
-        let kept = Kept::new(&lock.client, name, lease, started, renew, release);
+        let kept = kept(&lock, Hold::Own(kind), field.clone(), lease, started);
         let counted = lock.local.shares.own_held(&field);
         RwHold {
             lock,
@@ -84,6 +96,18 @@ impl RwHold {
         }
     }
 
+    /// Gives up this hold locally: what to release on the server (nothing for a share's member
+    /// that is not the last one out).
+    fn leave(&self) -> Option<(Hold, Arc<str>)> {
+        match &self.held {
+            Held::Own { .. } => Some((Hold::Own(self.kind), self.field.clone())),
+            Held::Shared(share) => {
+                let share = self.lock.local.shares.leave(share, &self.field)?;
+                Some((Hold::Share, share.field.clone()))
+            }
+        }
+    }
+
     async fn unlock(mut self) -> Result<()> {
         self.released = true;
         // A member that is not the last one out sends nothing: a share no longer confirmed
@@ -91,12 +115,9 @@ impl RwHold {
         let shared = matches!(self.held, Held::Shared(_));
         let unconfirmed = shared && Instant::now() >= self.kept().valid_until();
         let lost = self.kept().is_lost() || unconfirmed;
-        let reply = match &self.held {
-            Held::Own { .. } => self.lock.release(self.kind, &self.field, true).await?,
-            Held::Shared(share) => match self.lock.local.shares.leave(share, &self.field) {
-                Some(share) => self.lock.release_share(&share.field, true).await?,
-                None => 1,
-            },
+        let reply = match self.leave() {
+            Some((hold, field)) => self.lock.release(hold, &field, true).await?,
+            None => 1,
         };
         if reply < 0 || lost {
             return Err(Error::LeaseLost {
@@ -112,22 +133,13 @@ impl Drop for RwHold {
         if self.released {
             return;
         }
-        let (lock, kind) = (self.lock.clone(), self.kind);
-        let field = match &self.held {
-            Held::Own { .. } => self.field.clone(),
-            Held::Shared(share) => match lock.local.shares.leave(share, &self.field) {
-                Some(share) => share.field.clone(),
-                None => return,
-            },
+        let Some((hold, field)) = self.leave() else {
+            return;
         };
-        let shared = matches!(self.held, Held::Shared(_));
+        let lock = self.lock.clone();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let release = async move {
-                let released = match shared {
-                    true => lock.release_share(&field, true).await,
-                    false => lock.release(kind, &field, true).await,
-                };
-                if let Err(e) = released {
+                if let Err(e) = lock.release(hold, &field, true).await {
                     tracing::warn!(lock = %lock.keys.name, error = %e, "release of a dropped read-write lock guard failed; it expires with its lease");
                 }
             };

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use super::rwlock::Kind;
+use super::rwlock::{Hold, Kind};
 use super::rwlock_share::ReadShares;
 use crate::pubsub::Subscriber;
 
@@ -42,22 +42,17 @@ impl LocalTurns {
         self.writers_waiting.load(Ordering::Acquire) > 0
     }
 
-    /// Wakes a waiting writer, whom the release of a shared read hold may let in.
-    pub(crate) fn hand_over_share(&self, subscriber: &Subscriber, channel: &str) {
-        if self.writers_waiting.load(Ordering::Acquire) > 0 {
-            subscriber.wake_one(channel, Kind::Write.class());
-        }
-    }
-
-    /// Wakes whom a release of `kind` lets in (a read release: nobody; the last reader's
-    /// message wakes a writer).
-    pub(crate) fn hand_over(&self, subscriber: &Subscriber, channel: &str, kind: Kind) {
-        if kind == Kind::Read {
+    /// Wakes whom a release of `hold` lets in: after a write, a waiting writer or else every
+    /// waiting reader; after a shared read hold (often this client's last reader), a waiting
+    /// writer; after an owner's own read, nobody (the last reader's message wakes a writer).
+    pub(crate) fn hand_over(&self, subscriber: &Subscriber, channel: &str, hold: Hold) {
+        if hold == Hold::Own(Kind::Read) {
             return;
         }
         if self.writers_waiting.load(Ordering::Acquire) > 0 {
             subscriber.wake_one(channel, Kind::Write.class());
-        } else if self.readers_waiting.load(Ordering::Acquire) > 0 {
+        } else if hold == Hold::Own(Kind::Write) && self.readers_waiting.load(Ordering::Acquire) > 0
+        {
             subscriber.wake_class(channel, Kind::Read.class());
         }
     }

@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 use super::kept::Kept;
-use super::rwlock::ReadWriteLock;
+use super::rwlock::{Hold, ReadWriteLock};
 use crate::error::{Error, Result};
 use crate::terms::Wait;
 
@@ -72,6 +72,12 @@ struct Slot {
     most: usize,
     /// No new readers; the last one out releases.
     closed: bool,
+}
+
+impl State {
+    fn slot_mut(&mut self, share: &Arc<Share>) -> Option<&mut Slot> {
+        self.live.iter_mut().find(|s| Arc::ptr_eq(&s.share, share))
+    }
 }
 
 impl Slot {
@@ -199,13 +205,7 @@ impl ReadShares {
         drop(state);
         // In the background, awaited: a writer that stops waiting must not cancel the release
         // of a share nobody renews any more.
-        let released = done.map(|share| {
-            let lock = lock.clone();
-            let tracker = lock.client.inner.background.clone();
-            tracker.spawn(async move {
-                let _ = release(&lock, &share, false).await;
-            })
-        });
+        let released = done.and_then(|share| give_back(lock, share));
         Ok(released.map(|task| async move {
             let _ = task.await;
         }))
@@ -220,10 +220,7 @@ impl ReadShares {
     /// A member `owner` leaves `share`; the share to release when it was the last one out.
     pub(crate) fn leave(&self, share: &Arc<Share>, owner: &str) -> Option<Arc<Share>> {
         let mut state = self.state.lock();
-        let slot = state
-            .live
-            .iter_mut()
-            .find(|s| Arc::ptr_eq(&s.share, share))?;
+        let slot = state.slot_mut(share)?;
         let i = slot.position(owner)?;
         slot.owners[i].1 -= 1;
         if slot.owners[i].1 == 0 {
@@ -241,11 +238,7 @@ impl ReadShares {
     /// `share` admits no new readers; it is returned to release when nobody is in it.
     fn close(&self, share: &Arc<Share>) -> Option<Arc<Share>> {
         let mut state = self.state.lock();
-        let slot = state
-            .live
-            .iter_mut()
-            .find(|s| Arc::ptr_eq(&s.share, share))?;
-        slot.closed = true;
+        state.slot_mut(share)?.closed = true;
         take_if_done(&mut state, share)
     }
 }
@@ -264,26 +257,18 @@ fn take_if_done(state: &mut State, share: &Arc<Share>) -> Option<Arc<Share>> {
     Some(state.live.remove(i).share)
 }
 
-/// Releases a share on the server (`checked`: refused once the client shuts down).
-async fn release(lock: &ReadWriteLock, share: &Share, checked: bool) -> Result<i64> {
-    let released = lock.release_share(&share.field, checked).await;
-    if let Err(e) = &released {
-        tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
-    }
-    released
-}
-
-/// Releases in the background a share nobody will use.
-fn give_back(lock: &ReadWriteLock, share: Arc<Share>) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
+/// Releases on the server, in the background, a share nobody is in (its task, to await or
+/// not; none outside a runtime, where the share ends with its lease).
+fn give_back(lock: &ReadWriteLock, share: Arc<Share>) -> Option<JoinHandle<()>> {
+    let handle = tokio::runtime::Handle::try_current().ok()?;
     let tracker = lock.client.inner.background.clone();
     let lock = lock.clone();
     let task = async move {
-        let _ = release(&lock, &share, false).await;
+        if let Err(e) = lock.release(Hold::Share, &share.field, false).await {
+            tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
+        }
     };
-    drop(tracker.spawn_on(task, &handle));
+    Some(tracker.spawn_on(task, &handle))
 }
 
 /// One hold of an owner in its own name in this client, counted in [`ReadShares`] while it

@@ -53,13 +53,15 @@ impl Drop for Intent {
                     tracing::debug!(lock = %lock.keys.name, error = %e, "could not withdraw a write intent; it expires");
                 }
             };
-            drop(lock_tracker(&self.lock).spawn_on(withdraw, &handle));
+            drop(
+                self.lock
+                    .client
+                    .inner
+                    .background
+                    .spawn_on(withdraw, &handle),
+            );
         }
     }
-}
-
-fn lock_tracker(lock: &ReadWriteLock) -> tokio_util::task::TaskTracker {
-    lock.client.inner.background.clone()
 }
 
 impl Side {
@@ -69,37 +71,37 @@ impl Side {
         let (lease, wait) = options.terms(watchdog)?;
         let field = lock.field();
         let shares = &lock.local.shares;
-        match self.kind {
-            Kind::Read if matches!(lease, Lease::Watchdog(_)) => match shares
-                .join(lock, &field, wait)
-            {
-                Join::Member(share) => return Ok(Some(RwHold::shared(lock.clone(), share, field))),
-                Join::Wait(interest) => match interest.granted(wait).await {
-                    Joined::Member(share) => {
+        let asking = match self.kind {
+            Kind::Read => {
+                if let Lease::Watchdog(_) = lease {
+                    let share = match shares.join(lock, &field, wait) {
+                        Join::Member(share) => Some(share),
+                        Join::Wait(interest) => match interest.granted(wait).await {
+                            Joined::Member(share) => Some(share),
+                            Joined::TimedOut => return Ok(None),
+                            Joined::Alone => None,
+                        },
+                        Join::Alone => None,
+                    };
+                    if let Some(share) = share {
                         return Ok(Some(RwHold::shared(lock.clone(), share, field)));
                     }
-                    Joined::TimedOut => return Ok(None),
-                    Joined::Alone => {}
-                },
-                Join::Alone => {}
-            },
-            Kind::Read => {}
-            Kind::Write => {}
-        }
-        let asking = match self.kind {
-            Kind::Read if shares.is_member(&field) => Asking::Reentry,
-            _ => Asking::Own,
-        };
-        match self.kind {
-            Kind::Read => {}
+                }
+                // A member of a share reading in its own name re-enters.
+                match shares.is_member(&field) {
+                    true => Asking::Reentry,
+                    false => Asking::Own,
+                }
+            }
             Kind::Write => {
                 // Readers of this client's shared holds go first: an owner among them would
                 // wait for itself; a shared hold nobody uses any more goes now.
                 if let Some(release) = shares.writer_arrives(lock, &field)? {
                     release.await;
                 }
+                Asking::Own
             }
-        }
+        };
         let started = lock
             .wait_hold(self.kind, &field, lease, wait, asking)
             .await?;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{JOIN_WINDOW, Outcome, ReadShares, Share, Slot, give_back, release, take_if_done};
-use crate::family::kept::Kept;
-use crate::family::rwlock::{Asking, Kind, ReadWriteLock};
+use super::{JOIN_WINDOW, Outcome, ReadShares, Share, Slot, give_back, take_if_done};
+use crate::family::rwlock::{Asking, Hold, Kind, ReadWriteLock};
+use crate::family::rwlock_guard::kept;
 use crate::terms::{Lease, Wait};
 use tokio::sync::watch;
 
@@ -22,7 +22,7 @@ impl ReadShares {
     fn granted(&self, lock: &ReadWriteLock, id: u64, field: Arc<str>, started: Instant) {
         let lease = Lease::Watchdog(lock.client.inner.config.watchdog_lease);
         let share = Arc::new(Share {
-            kept: kept(lock, field.clone(), lease, started),
+            kept: kept(lock, Hold::Share, field.clone(), lease, started),
             field,
         });
         if lock.client.inner.check_open().is_err() {
@@ -34,7 +34,8 @@ impl ReadShares {
         let Some(forming) = state.forming.take_if(|f| f.id == id) else {
             // Everyone stopped waiting as the grant came.
             drop(state);
-            return give_back(lock, share);
+            give_back(lock, share);
+            return;
         };
         for older in &mut state.live {
             older.closed = true;
@@ -56,7 +57,7 @@ impl ReadShares {
         let window = async move {
             tokio::time::sleep(JOIN_WINDOW).await;
             if let Some(share) = lock.local.shares.close(&share) {
-                let _ = release(&lock, &share, false).await;
+                give_back(&lock, share);
             }
         };
         drop(tracker.spawn(window));
@@ -69,27 +70,6 @@ impl ReadShares {
             forming.outcome.send_replace(Outcome::Failed);
         }
     }
-}
-
-/// The lease side of a share: renewed while it lives, released at shutdown.
-fn kept(lock: &ReadWriteLock, field: Arc<str>, lease: Lease, started: Instant) -> Kept {
-    let renew = {
-        let (lock, field) = (lock.clone(), field.clone());
-        let lease_ms = lease.ms();
-        move || {
-            let (lock, field) = (lock.clone(), field.clone());
-            async move { Ok(lock.call(Kind::Read.ops().2, &field, lease_ms).await? == 1) }
-        }
-    };
-    let release = {
-        let lock = lock.clone();
-        move || {
-            let (lock, field) = (lock.clone(), field.clone());
-            async move { lock.release_share(&field, false).await.map(drop) }
-        }
-    };
-    let name = lock.keys.name.clone();
-    Kept::new(&lock.client, name, lease, started, renew, release)
 }
 
 /// Asks for share `id` for as long as readers wait for it (aborted when none does).
@@ -147,25 +127,36 @@ impl Interest {
         };
         self.done = true;
         let mut state = self.lock.local.shares.state.lock();
-        let slot = state
-            .live
-            .iter_mut()
-            .find(|s| Arc::ptr_eq(&s.share, &share));
-        let Some(slot) = slot else {
-            return Joined::Alone;
+        match state.slot_mut(&share) {
+            Some(slot) if slot.usable() => {
+                slot.pending -= 1;
+                slot.enter(&self.owner);
+                Joined::Member(share)
+            }
+            // Lost (or no longer confirmed) before this reader came: it asks alone.
+            _ => {
+                drop(state);
+                self.unclaim(&share);
+                Joined::Alone
+            }
+        }
+    }
+}
+
+impl Interest {
+    /// Gives up the place kept for this reader in `share`'s grant (a share left empty and done
+    /// with is released).
+    fn unclaim(&self, share: &Arc<Share>) {
+        let mut state = self.lock.local.shares.state.lock();
+        let Some(slot) = state.slot_mut(share) else {
+            return;
         };
         slot.pending -= 1;
-        if !slot.usable() {
-            // Lost (or no longer confirmed) before this reader came: it asks alone.
-            let done = take_if_done(&mut state, &share);
-            drop(state);
-            if let Some(share) = done {
-                give_back(&self.lock, share);
-            }
-            return Joined::Alone;
+        let done = take_if_done(&mut state, share);
+        drop(state);
+        if let Some(share) = done {
+            give_back(&self.lock, share);
         }
-        slot.enter(&self.owner);
-        Joined::Member(share)
     }
 }
 
@@ -185,21 +176,9 @@ impl Drop for Interest {
             }
             return;
         }
-        let Outcome::Granted(share) = self.outcome.borrow().clone() else {
-            return;
-        };
-        let Some(slot) = state
-            .live
-            .iter_mut()
-            .find(|s| Arc::ptr_eq(&s.share, &share))
-        else {
-            return;
-        };
-        slot.pending -= 1;
-        let Some(share) = take_if_done(&mut state, &share) else {
-            return;
-        };
         drop(state);
-        give_back(&self.lock, share);
+        if let Outcome::Granted(share) = self.outcome.borrow().clone() {
+            self.unclaim(&share);
+        }
     }
 }
