@@ -39,7 +39,8 @@
 --                    writer's deadline, or the next reader deadline that may free the lock). A
 --                    'write' that is refused leaves its intent: new readers wait for it
 --   unread, unwrite   -1 the owner held nothing of that kind (expired, or never); else the holds
---                 left; '0' is published when the release lets others in
+--                 left; '0' is published when the release lets others in (not when a later
+--                 entry of the batch took the write lock: nobody else could come in)
 --   renew_*       1 renewed, 0 not held
 --   withdraw      1 (the intent is gone; '0' is published when it held readers back)
 
@@ -362,7 +363,8 @@ for _, key in ipairs(order) do
             end
         end
     end
-    if v.publish then
+    -- A release that a later entry's write grant followed lets nobody else in: no message.
+    if v.publish and not v.f.w then
         redis.call('PUBLISH', v.channel, '0')
     end
 end

@@ -221,7 +221,8 @@ impl ReadWriteLock {
         intent_ms: u64,
     ) -> Result<i64> {
         self.client.inner.check_open()?;
-        self.request(op, field, lease_ms, intent_ms, || ()).await
+        self.request(op, field, lease_ms, intent_ms, None::<fn()>)
+            .await
     }
 
     /// Gives back one `hold` of `field` (`checked`: refused once the client shuts down; a
@@ -231,30 +232,33 @@ impl ReadWriteLock {
         if checked {
             self.client.inner.check_open()?;
         }
-        let hand_over = || {
-            let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
-            self.local.hand_over(subscriber, channel, hold);
-        };
+        let hand_over = self.local.to_wake(hold).map(|whom| {
+            move || {
+                let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
+                LocalTurns::wake(subscriber, channel, whom);
+            }
+        });
         self.request(hold.kind().ops().1, field, 0, 0, hand_over)
             .await
     }
 
     /// One operation of `lua/rwlock.lua` for `field`, whether or not the client shuts down;
-    /// `queued` runs once the request is queued (`Node::family_call_then`).
+    /// `wake` runs once the request is queued, and the calls of the tasks it wakes ride behind
+    /// it (`Node::family_call_then`).
     async fn request(
         &self,
         op: &str,
         field: &str,
         lease_ms: u64,
         intent_ms: u64,
-        queued: impl FnOnce(),
+        wake: Option<impl FnOnce()>,
     ) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let intent = itoa::Buffer::new().format(intent_ms).to_owned();
         let keys = [&*self.keys.key, &*self.keys.channel];
         let args = [op, field, &lease, &intent];
         let node = &self.client.inner.node;
-        node.family_call_then(&SCRIPT, &keys, &args, queued).await
+        node.family_call_then(&SCRIPT, &keys, &args, wake).await
     }
 }
 

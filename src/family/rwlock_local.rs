@@ -11,6 +11,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use parking_lot::Mutex;
+
 use super::rwlock::{Hold, Kind};
 use super::rwlock_share::ReadShares;
 use crate::pubsub::Subscriber;
@@ -21,6 +23,8 @@ use crate::pubsub::Subscriber;
 pub(crate) struct LocalTurns {
     readers_waiting: Arc<AtomicUsize>,
     writers_waiting: Arc<AtomicUsize>,
+    /// The owners of the writers asking or waiting now (one entry per writer).
+    writers: Arc<Mutex<Vec<Arc<str>>>>,
     pub(crate) shares: ReadShares,
 }
 
@@ -37,23 +41,64 @@ impl LocalTurns {
         }
     }
 
+    /// Counts a writer for `owner` as asking or waiting until the returned entry drops.
+    pub(crate) fn writer_asks(&self, owner: &Arc<str>) -> AskingWriter {
+        self.writers.lock().push(owner.clone());
+        AskingWriter {
+            writers: self.writers.clone(),
+            owner: owner.clone(),
+        }
+    }
+
     /// Whether a writer of this client waits (its intent keeps new readers out).
     pub(crate) fn writers_wait(&self) -> bool {
         self.writers_waiting.load(Ordering::Acquire) > 0
     }
 
-    /// Wakes whom a release of `hold` lets in: after a write, a waiting writer or else every
-    /// waiting reader; after a shared read hold (often this client's last reader), a waiting
-    /// writer; after an owner's own read, nobody (the last reader's message wakes a writer).
-    pub(crate) fn hand_over(&self, subscriber: &Subscriber, channel: &str, hold: Hold) {
+    /// Whom a release of `hold` lets in: after a write, a waiting writer or else every waiting
+    /// reader; after a shared read hold (often this client's last reader), a waiting writer;
+    /// after an owner's own read, nobody (the last reader's message wakes a writer).
+    pub(crate) fn to_wake(&self, hold: Hold) -> Option<Kind> {
         if hold == Hold::Own(Kind::Read) {
-            return;
+            return None;
         }
         if self.writers_waiting.load(Ordering::Acquire) > 0 {
-            subscriber.wake_one(channel, Kind::Write.class());
+            Some(Kind::Write)
         } else if hold == Hold::Own(Kind::Write) && self.readers_waiting.load(Ordering::Acquire) > 0
         {
-            subscriber.wake_class(channel, Kind::Read.class());
+            Some(Kind::Read)
+        } else {
+            None
+        }
+    }
+
+    /// Wakes one waiting writer, or every waiting reader.
+    pub(crate) fn wake(subscriber: &Subscriber, channel: &str, whom: Kind) {
+        match whom {
+            Kind::Write => subscriber.wake_one(channel, Kind::Write.class()),
+            Kind::Read => subscriber.wake_class(channel, Kind::Read.class()),
+        }
+    }
+}
+
+/// A writer asking or waiting for the lock, counted in [`LocalTurns`] while it lives.
+pub(crate) struct AskingWriter {
+    writers: Arc<Mutex<Vec<Arc<str>>>>,
+    owner: Arc<str>,
+}
+
+impl AskingWriter {
+    /// Whether a writer of another owner of this client asks or waits too.
+    pub(crate) fn others_ask(&self) -> bool {
+        self.writers.lock().iter().any(|w| **w != *self.owner)
+    }
+}
+
+impl Drop for AskingWriter {
+    fn drop(&mut self) {
+        let mut writers = self.writers.lock();
+        if let Some(i) = writers.iter().position(|w| Arc::ptr_eq(w, &self.owner)) {
+            writers.swap_remove(i);
         }
     }
 }

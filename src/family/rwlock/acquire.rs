@@ -3,6 +3,7 @@
 //! the family's waiting loop with a writer's intent left while it waits.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Kind, ReadWriteLock, Side, WRITE_INTENT};
@@ -134,6 +135,11 @@ impl ReadWriteLock {
         // When the last attempt was refused for a writer's intent.
         let held_back: parking_lot::Mutex<Option<Instant>> = parking_lot::Mutex::new(None);
         let held_back = &held_back;
+        // A writer that waits as long as it takes, counted while it asks or waits.
+        let writer = (kind == Kind::Write && matches!(wait, Wait::Forever))
+            .then(|| self.local.writer_asks(field));
+        let first = AtomicBool::new(true);
+        let (writer, first) = (&writer, &first);
         let granted = wait_for(
             &self.client,
             &self.keys.channel,
@@ -145,9 +151,20 @@ impl ReadWriteLock {
                     && held_back
                         .lock()
                         .is_some_and(|at| at.elapsed() < WRITE_INTENT);
+                // A writer that arrives while a writer of another owner of this client asks or
+                // waits (whose intent keeps readers out) waits for the local hand-over, a
+                // message or a nap before it asks: the release of that writer hands over to a
+                // waiting writer in its own script call.
+                let queue_up = first.swap(false, Ordering::Relaxed)
+                    && writer.as_ref().is_some_and(|w| w.others_ask());
                 async move {
                     if skip {
                         return Ok(Attempt::Again(None));
+                    }
+                    if queue_up {
+                        // Counted before it waits: a release hands over to it from now on.
+                        intent_ref.waiting.arm();
+                        return Ok(Attempt::Queued);
                     }
                     let started = Instant::now();
                     let intent_ms = match wait {

@@ -1,0 +1,180 @@
+//! `ReadWriteLock` writers of one client taking turns: a write release and the grant of the
+//! local writer it wakes leave in one script call, the release then publishes nothing (nobody
+//! else could come in), and writers that arrive behind a writer already asking or waiting
+//! queue up locally instead of each asking the server.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::Commands;
+use support::{Server, client, unique_name};
+
+const SCRIPT: &str = include_str!("../lua/rwlock.lua");
+
+fn script_calls(server: &Server) -> u64 {
+    support::command_calls(server, "evalsha") + support::command_calls(server, "eval")
+}
+
+/// Runs `lua/rwlock.lua` once with a batch of `(op, owner, lease ms, intent ms)` entries on
+/// one lock; the reply of each entry.
+fn batch(server: &Server, key: &str, entries: &[(&str, &str, u64, u64)]) -> Vec<i64> {
+    let channel = format!("{key}:unlock");
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(SCRIPT).arg(2 * entries.len());
+    for _ in entries {
+        cmd.arg(key).arg(&channel);
+    }
+    for (op, owner, lease, intent) in entries {
+        cmd.arg(2).arg(4).arg(*op).arg(*owner).arg(*lease).arg(*intent);
+    }
+    let replies: Vec<(i64, i64)> = cmd.query(&mut server.conn()).unwrap();
+    replies
+        .into_iter()
+        .map(|(ok, reply)| {
+            assert_eq!(ok, 1, "an entry failed");
+            reply
+        })
+        .collect()
+}
+
+/// The script's own messages: a release publishes when it lets others in, not when a later
+/// entry of its batch took the write lock (nobody else could come in then).
+#[test]
+fn a_release_taken_over_by_a_writer_in_its_batch_publishes_nothing() {
+    let server = Server::start();
+    let key = unique_name("rw-handover-lua");
+    let published = || support::command_calls(&server, "publish");
+    assert_eq!(batch(&server, &key, &[("write", "c:a", 30_000, 0)]), [1]);
+    let before = published();
+    let replies = batch(
+        &server,
+        &key,
+        &[
+            ("unwrite", "c:a", 0, 0),
+            ("write", "c:b", 30_000, 3_000),
+        ],
+    );
+    assert_eq!(replies, [0, 1], "released, then granted to b");
+    assert_eq!(published(), before, "a message nobody could act on");
+    let owner: String = server.conn().hget(&key, "w").unwrap();
+    assert_eq!(owner, "c:b");
+    // A release that lets readers in (or a writer that is not in the batch) publishes.
+    assert_eq!(
+        batch(
+            &server,
+            &key,
+            &[("unwrite", "c:b", 0, 0), ("read", "c:r", 30_000, 0)]
+        ),
+        [0, 1]
+    );
+    assert_eq!(published(), before + 1, "the readers' message");
+    assert_eq!(batch(&server, &key, &[("unread", "c:r", 0, 0)]), [0]);
+    assert_eq!(published(), before + 2, "the last reader's message");
+    assert!(!support::exists(&server, &key), "left behind");
+}
+
+/// 16 writers of one client, 8 writes each: about one script call per write (the release
+/// and the next writer's grant in one call, no refused attempts), each writer alone (a
+/// non-atomic counter in Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_writers_take_turns_in_one_script_call_each() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("rw-handover");
+    let counter_key = format!("{name}:counter");
+    let (tasks, rounds) = (16u64, 8u64);
+    let inside = Arc::new(AtomicBool::new(false));
+    let before = script_calls(&server);
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..tasks {
+        let rw = client.read_write_lock(&name).unwrap();
+        let (inside, counter_key, url) = (inside.clone(), counter_key.clone(), server.url());
+        set.spawn(async move {
+            let redis = redis::Client::open(url).unwrap();
+            let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..rounds {
+                let guard = rw.write().lock().await.unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two writers at once");
+                let n: Option<u64> = redis::AsyncCommands::get(&mut conn, &counter_key)
+                    .await
+                    .unwrap();
+                let _: () =
+                    redis::AsyncCommands::set(&mut conn, &counter_key, n.unwrap_or(0) + 1)
+                        .await
+                        .unwrap();
+                inside.store(false, Ordering::SeqCst);
+                guard.unlock().await.unwrap();
+            }
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.unwrap();
+    }
+    let calls = script_calls(&server) - before;
+    let counted: u64 = server.conn().get(&counter_key).unwrap();
+    assert_eq!(counted, tasks * rounds, "writes lost: not alone");
+    let rw = client.read_write_lock(&name).unwrap();
+    assert!(!support::exists(&server, rw.key()), "left behind");
+    // Sent one after another, a write would be two calls (its grant, its release) and a woken
+    // writer's attempt a third whenever a message woke one in vain.
+    let writes = tasks * rounds;
+    assert!(
+        calls <= writes + writes / 4,
+        "{calls} script calls for {writes} writes"
+    );
+    client.shutdown().await.unwrap();
+}
+
+/// While another client holds the write lock and one writer of this client waits, eight more
+/// writers of this client arrive one by one: they wait behind it without asking the server,
+/// and all get the lock, one at a time, once the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_behind_a_waiting_writer_wait_without_asking() {
+    support::init_tracing();
+    let server = Server::start();
+    let [holder, waiting] = support::clients(&server).await;
+    let name = unique_name("rw-queue-up");
+    let held = holder
+        .read_write_lock(&name)
+        .unwrap()
+        .write()
+        .lock()
+        .await
+        .unwrap();
+    let inside = Arc::new(AtomicBool::new(false));
+    let writer = |inside: Arc<AtomicBool>| {
+        let rw = waiting.read_write_lock(&name).unwrap();
+        tokio::spawn(async move {
+            let guard = rw.write().lock().await.unwrap();
+            assert!(!inside.swap(true, Ordering::SeqCst), "two writers at once");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            inside.store(false, Ordering::SeqCst);
+            guard.unlock().await.unwrap();
+        })
+    };
+    let mut writers = vec![writer(inside.clone())];
+    // The first one asked (refused, its intent left) and waits.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = script_calls(&server);
+    for _ in 0..8 {
+        writers.push(writer(inside.clone()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = script_calls(&server) - before;
+    assert_eq!(asked, 0, "writers behind a waiting writer asked the server");
+    held.unlock().await.unwrap();
+    for done in writers {
+        tokio::time::timeout(Duration::from_secs(5), done)
+            .await
+            .expect("every writer got the lock")
+            .unwrap();
+    }
+    let rw = waiting.read_write_lock(&name).unwrap();
+    assert!(!support::exists(&server, rw.key()), "left behind");
+    holder.shutdown().await.unwrap();
+    waiting.shutdown().await.unwrap();
+}
