@@ -28,7 +28,12 @@ fn batch(server: &Server, key: &str, entries: &[(&str, &str, u64, u64)]) -> Vec<
         cmd.arg(key).arg(&channel);
     }
     for (op, owner, lease, intent) in entries {
-        cmd.arg(2).arg(4).arg(*op).arg(*owner).arg(*lease).arg(*intent);
+        cmd.arg(2)
+            .arg(4)
+            .arg(*op)
+            .arg(*owner)
+            .arg(*lease)
+            .arg(*intent);
     }
     let replies: Vec<(i64, i64)> = cmd.query(&mut server.conn()).unwrap();
     replies
@@ -52,10 +57,7 @@ fn a_release_taken_over_by_a_writer_in_its_batch_publishes_nothing() {
     let replies = batch(
         &server,
         &key,
-        &[
-            ("unwrite", "c:a", 0, 0),
-            ("write", "c:b", 30_000, 3_000),
-        ],
+        &[("unwrite", "c:a", 0, 0), ("write", "c:b", 30_000, 3_000)],
     );
     assert_eq!(replies, [0, 1], "released, then granted to b");
     assert_eq!(published(), before, "a message nobody could act on");
@@ -102,10 +104,9 @@ async fn local_writers_take_turns_in_one_script_call_each() {
                 let n: Option<u64> = redis::AsyncCommands::get(&mut conn, &counter_key)
                     .await
                     .unwrap();
-                let _: () =
-                    redis::AsyncCommands::set(&mut conn, &counter_key, n.unwrap_or(0) + 1)
-                        .await
-                        .unwrap();
+                let _: () = redis::AsyncCommands::set(&mut conn, &counter_key, n.unwrap_or(0) + 1)
+                    .await
+                    .unwrap();
                 inside.store(false, Ordering::SeqCst);
                 guard.unlock().await.unwrap();
             }
@@ -177,4 +178,175 @@ async fn writers_behind_a_waiting_writer_wait_without_asking() {
     assert!(!support::exists(&server, rw.key()), "left behind");
     holder.shutdown().await.unwrap();
     waiting.shutdown().await.unwrap();
+}
+
+/// Whether a shared read hold of this lock is on the server.
+fn share_on_server(server: &Server, key: &str) -> bool {
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap();
+    fields.iter().any(|f| f.contains(":readers-"))
+}
+
+/// A writer that arrives while its own client's readers share the lock waits for the last of
+/// them without asking: that reader's release and the writer's grant are one script call.
+// One thread: a woken task runs before the batch it joins leaves, every time.
+#[tokio::test]
+async fn a_writer_behind_its_own_clients_readers_is_handed_the_lock() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("rw-after-shares");
+    let rw = client.read_write_lock(&name).unwrap();
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let rw = rw.clone();
+            tokio::spawn(async move { rw.read().lock().await.unwrap() })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for reader in readers {
+        guards.push(reader.await.unwrap());
+    }
+    assert!(
+        share_on_server(&server, rw.key()),
+        "the readers share a hold"
+    );
+    let before = script_calls(&server);
+    let writer = {
+        let rw = rw.clone();
+        tokio::spawn(async move { rw.write().lock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        script_calls(&server),
+        before,
+        "the writer asked while its own readers held the lock"
+    );
+    assert!(!writer.is_finished(), "the writer got in beside readers");
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    let guard = tokio::time::timeout(Duration::from_secs(2), writer)
+        .await
+        .expect("the last reader handed the lock over")
+        .unwrap();
+    assert_eq!(
+        script_calls(&server) - before,
+        1,
+        "the last reader's release and the writer's grant in one call"
+    );
+    let writer: String = server.conn().hget(rw.key(), "w").unwrap();
+    assert!(writer.starts_with(&*client.id().to_string()), "{writer}");
+    guard.unlock().await.unwrap();
+    assert!(!support::exists(&server, rw.key()), "left behind");
+    client.shutdown().await.unwrap();
+}
+
+/// A writer that finds its client's share empty but still on the server (within its join
+/// window) releases it and asks in one script call. The window is 5 ms, so a slow machine
+/// may release the share itself first: the case is tried a few times, and counted only when
+/// the share was still there as the writer arrived.
+// One thread: a woken task runs before the batch it joins leaves, every time.
+#[tokio::test]
+async fn a_writer_releases_an_empty_share_and_asks_in_one_call() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client(&server).await;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let rw = client
+            .read_write_lock(&unique_name("rw-release-ahead"))
+            .unwrap();
+        // Two readers (two tasks) at once: their share stays, empty, until its window ends.
+        let reader = || {
+            let rw = rw.clone();
+            tokio::spawn(async move { rw.read().lock().await.unwrap().unlock().await.unwrap() })
+        };
+        let (a, b) = tokio::join!(reader(), reader());
+        a.unwrap();
+        b.unwrap();
+        let before = script_calls(&server);
+        let guard = rw.write().lock().await.unwrap();
+        let calls = script_calls(&server) - before;
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(rw.key())
+            .query(&mut server.conn())
+            .unwrap();
+        assert!(
+            !fields.iter().any(|f| f.contains(":readers-")),
+            "the share is still there beside the writer: {fields:?}"
+        );
+        guard.unlock().await.unwrap();
+        assert!(!support::exists(&server, rw.key()), "left behind");
+        seen.push(calls);
+        if calls == 1 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last(),
+        Some(&1),
+        "script calls for the share's release and the write, per try: {seen:?}"
+    );
+    client.shutdown().await.unwrap();
+}
+
+/// Readers of a client wait behind its waiting writer without asking, counted as waiting: the
+/// last writer's release hands over to them, their shared hold granted in the same call.
+// One thread: a woken task runs before the batch it joins leaves, every time.
+#[tokio::test]
+async fn readers_behind_local_writers_are_handed_the_lock() {
+    support::init_tracing();
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("rw-readers-after");
+    let rw = client.read_write_lock(&name).unwrap();
+    let first = rw.write().lock().await.unwrap();
+    let second = {
+        let rw = rw.clone();
+        tokio::spawn(async move { rw.write().lock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let rw = rw.clone();
+            tokio::spawn(async move { rw.read().lock().await.unwrap() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        readers.iter().all(|r| !r.is_finished()),
+        "a reader beside the writer"
+    );
+    first.unlock().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(2), second)
+        .await
+        .expect("the waiting writer goes before the readers")
+        .unwrap();
+    assert!(
+        readers.iter().all(|r| !r.is_finished()),
+        "a reader beside the writer"
+    );
+    let before = script_calls(&server);
+    second.unlock().await.unwrap();
+    let mut guards = Vec::new();
+    for reader in readers {
+        guards.push(
+            tokio::time::timeout(Duration::from_secs(2), reader)
+                .await
+                .expect("the readers were handed the lock")
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        script_calls(&server) - before,
+        1,
+        "the writer's release and the readers' grant in one call"
+    );
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    client.shutdown().await.unwrap();
 }

@@ -3,14 +3,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use crate::error::{Error, Result};
 use crate::family::rwlock_guard::{ReadGuard, WriteGuard};
 use crate::family::rwlock_local::LocalTurns;
+use crate::family::rwlock_share::Share;
 use crate::family::{FamilyKeys, Wake};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
 use crate::shared::Client;
+use crate::task::FinishOnDrop;
 
 mod acquire;
 
@@ -49,10 +53,17 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 /// - **Waking**: a write release wakes the waiting readers and writers; a read release wakes
 ///   them when it was the last reader. Each waiter also looks again when the lease it waits
 ///   for runs out (a writer waiting for readers looks again at each reader's deadline, so it
-///   gets the lock just after the last reader's lease), and at least once a second. Within
-///   one client a write release hands over at once, to a waiting writer of the same handle
-///   (or its clones) or else to all its waiting readers: their attempts go out in the same
-///   script call as the release.
+///   gets the lock just after the last reader's lease), and at least once a second.
+/// - **Turns within one client**: a write release hands over at once to a waiting writer of
+///   the same client, or else to all its waiting readers, and the last of its shared read
+///   holds out hands over to a waiting writer: the woken waiters' attempts go out in the same
+///   script call as the release (no message is published when a writer took the lock in
+///   it). A writer that arrives while a writer of another owner of the client asks or waits
+///   queues up behind it without asking the server (that writer's intent already keeps new
+///   readers out); a writer that arrives while the client's own shared read holds have the
+///   lock waits for their hand-over before it asks, so readers of other clients may still
+///   come in until this client's readers are out, and its intent holds them back from then
+///   on. Readers of a client wait without asking while a writer of that client waits.
 /// - **Shared read holds**: one client's concurrent readers without an explicit lease share
 ///   one hold on the server (field `<client id>:readers-<n>`): the first asks, the others join
 ///   it without a round trip, each guard still releases only its own place, and the last one
@@ -240,6 +251,24 @@ impl ReadWriteLock {
         });
         self.request(hold.kind().ops().1, field, 0, 0, hand_over)
             .await
+    }
+
+    /// Queues the release of `share`, which nobody is in any more, so that the next call of
+    /// this client's task rides behind it in one script call (a writer asks right after); the
+    /// release then finishes in the background, whatever becomes of that task.
+    pub(crate) fn release_ahead(&self, share: &Share) {
+        let lock = self.clone();
+        let field = share.field.clone();
+        let release = async move {
+            let rider = Some(|| ());
+            if let Err(e) = lock.request("unread", &field, 0, 0, rider).await {
+                tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
+            }
+        };
+        let background = &self.client.inner.background;
+        // One poll queues it; dropped unfinished, it finishes in the background.
+        let queued = FinishOnDrop::new(release, |()| async {}).tracked(background);
+        let _ = queued.now_or_never();
     }
 
     /// One operation of `lua/rwlock.lua` for `field`, whether or not the client shuts down;

@@ -7,6 +7,9 @@
 //! one waiting writer while one waits, and to every waiting reader when none does. Each wake-up
 //! is a guess (holds and waiters of other handles and clients are unknown here): a waiter woken
 //! in vain is refused and waits on, and the release's message still comes.
+//!
+//! It also counts the writers asking or waiting, by owner: a writer that arrives behind a
+//! writer of another owner waits for its turn without asking the server (`rwlock/acquire.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -11,7 +11,8 @@
 //!   client, whose intent keeps new holds out on the server, waits at most that window longer
 //!   than for separate holds. A writer of this client closes the share at once.
 //! - **Leaving**: the last member out of a closed share releases it on the server (its unlock
-//!   waits for that). A share that had several readers at once stays open, empty, until its
+//!   waits for that), handing the lock over to a writer of this client that waits for it. A
+//!   writer that finds the open share empty releases it and asks in the same script call. A share that had several readers at once stays open, empty, until its
 //!   window ends, for the next reader; a share that only ever had one reader is released by
 //!   that reader's unlock, as a hold of its own would be.
 //! - **Not shared**: fixed-lease readers (their lease is theirs), and an owner that holds the
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::AbortHandle;
 
 use super::kept::Kept;
 use super::rwlock::{Hold, ReadWriteLock};
@@ -183,32 +184,26 @@ impl ReadShares {
     }
 
     /// A writer `owner` is about to ask: an owner reading through a share would wait for
-    /// itself ([`Error::WouldDeadlock`]); the open share closes, and a share nobody is in is
-    /// released (the returned future, to await before asking).
-    pub(crate) fn writer_arrives(
-        &self,
-        lock: &ReadWriteLock,
-        owner: &str,
-    ) -> Result<Option<impl Future<Output = ()> + use<>>> {
+    /// itself ([`Error::WouldDeadlock`]); the open share closes. What is ahead of the writer
+    /// in this client: see [`Ahead`].
+    pub(crate) fn writer_arrives(&self, lock: &ReadWriteLock, owner: &str) -> Result<Ahead> {
         let mut state = self.state.lock();
         if state.live.iter().any(|slot| slot.position(owner).is_some()) {
             return Err(Error::WouldDeadlock {
                 name: lock.keys.name.to_string(),
             });
         }
-        let Some(slot) = state.live.last_mut().filter(|slot| !slot.closed) else {
-            return Ok(None);
-        };
-        slot.closed = true;
-        let share = slot.share.clone();
-        let done = take_if_done(&mut state, &share);
-        drop(state);
-        // In the background, awaited: a writer that stops waiting must not cancel the release
-        // of a share nobody renews any more.
-        let released = done.and_then(|share| give_back(lock, share));
-        Ok(released.map(|task| async move {
-            let _ = task.await;
-        }))
+        if let Some(slot) = state.live.last_mut().filter(|slot| !slot.closed) {
+            slot.closed = true;
+            let share = slot.share.clone();
+            if let Some(share) = take_if_done(&mut state, &share) {
+                return Ok(Ahead::Release(share));
+            }
+        }
+        match state.live.iter().any(Slot::usable) {
+            true => Ok(Ahead::Shares),
+            false => Ok(Ahead::Nothing),
+        }
     }
 
     /// Whether `owner` reads through one of this client's shares.
@@ -243,6 +238,18 @@ impl ReadShares {
     }
 }
 
+/// What a writer arriving finds ahead of it among this client's shares.
+pub(crate) enum Ahead {
+    /// No share holds the lock.
+    Nothing,
+    /// Shares with readers in them hold the lock: the last one out hands it over to a waiting
+    /// writer of this client, in the same script call as its release.
+    Shares,
+    /// The open share had nobody in it any more: the writer releases it, and asks right
+    /// behind the release.
+    Release(Arc<Share>),
+}
+
 /// Removes `share` when nobody is in it and it is done with (see [`Slot::done_when_empty`]);
 /// the caller releases it.
 fn take_if_done(state: &mut State, share: &Arc<Share>) -> Option<Arc<Share>> {
@@ -257,10 +264,12 @@ fn take_if_done(state: &mut State, share: &Arc<Share>) -> Option<Arc<Share>> {
     Some(state.live.remove(i).share)
 }
 
-/// Releases on the server, in the background, a share nobody is in (its task, to await or
-/// not; none outside a runtime, where the share ends with its lease).
-fn give_back(lock: &ReadWriteLock, share: Arc<Share>) -> Option<JoinHandle<()>> {
-    let handle = tokio::runtime::Handle::try_current().ok()?;
+/// Releases on the server, in the background, a share nobody is in (outside a runtime the
+/// share ends with its lease).
+fn give_back(lock: &ReadWriteLock, share: Arc<Share>) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
     let tracker = lock.client.inner.background.clone();
     let lock = lock.clone();
     let task = async move {
@@ -268,7 +277,7 @@ fn give_back(lock: &ReadWriteLock, share: Arc<Share>) -> Option<JoinHandle<()>> 
             tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
         }
     };
-    Some(tracker.spawn_on(task, &handle))
+    drop(tracker.spawn_on(task, &handle));
 }
 
 /// One hold of an owner in its own name in this client, counted in [`ReadShares`] while it

@@ -162,11 +162,6 @@ impl Node {
         let key = keys.first().copied().unwrap_or("");
         let (_counted, idle) = self.batches.traffic.enter();
         let alone = idle && wake.is_none();
-        let queued = || {
-            if let Some(wake) = wake {
-                wake();
-            }
-        };
         let entry = || FamilyEntry {
             keys: keys.iter().map(|k| k.to_string()).collect(),
             args: args.iter().map(|a| a.to_string()).collect(),
@@ -176,7 +171,6 @@ impl Node {
         };
         if alone && script.batching == Batching::Native {
             let mut replies = self.family_batch(script, vec![entry()], self.timeout).await;
-            queued();
             return match replies.pop() {
                 Some(reply) => typed(reply?),
                 None => Err(Error::Protocol {
@@ -198,7 +192,7 @@ impl Node {
             };
             let shard = self.shard(key);
             let reply = batcher
-                .call_then(entry, shard, self.timeout, script.name, sender, queued)
+                .call_then(entry, shard, self.timeout, script.name, sender, wake)
                 .await?;
             return typed(reply);
         }
@@ -214,7 +208,9 @@ impl Node {
         let reply = self
             .eval(script.name, key, self.timeout, script_variant, &cmd)
             .await;
-        queued();
+        if let Some(wake) = wake {
+            wake();
+        }
         reply
     }
 

@@ -10,14 +10,11 @@ use super::{Kind, ReadWriteLock, Side, WRITE_INTENT};
 use crate::error::{Error, Result};
 use crate::family::rwlock_guard::RwHold;
 use crate::family::rwlock_local::Waiting;
-use crate::family::rwlock_share::{Join, Joined};
+use crate::family::rwlock_share::{Ahead, Join, Joined};
 use crate::family::{Attempt, wait_for};
 use crate::scope::LockOptions;
 use crate::task::FinishOnDrop;
 use crate::terms::{Lease, Wait};
-
-/// `lua/rwlock.lua`'s reply to a reader held back by a waiting writer's intent.
-const HELD_BACK: i64 = -2 - 1000;
 
 /// In whose name, and how, a hold is asked for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -29,6 +26,9 @@ pub(crate) enum Asking {
     /// A read in the owner's own name by an owner already reading through a share: a
     /// re-entry, which passes a waiting writer's intent as one.
     Reentry,
+    /// A write in the owner's own name while this client's shared read holds have the lock:
+    /// the writer waits for the last of them to hand it over before it asks.
+    AfterShares,
 }
 
 /// A waiter, counted locally while it waits; a writer's also withdraws its intent when its
@@ -97,10 +97,14 @@ impl Side {
             Kind::Write => {
                 // Readers of this client's shared holds go first: an owner among them would
                 // wait for itself; a shared hold nobody uses any more goes now.
-                if let Some(release) = shares.writer_arrives(lock, &field)? {
-                    release.await;
+                match shares.writer_arrives(lock, &field)? {
+                    Ahead::Nothing => Asking::Own,
+                    Ahead::Shares => Asking::AfterShares,
+                    Ahead::Release(share) => {
+                        lock.release_ahead(&share);
+                        Asking::Own
+                    }
                 }
-                Asking::Own
             }
         };
         let started = lock
@@ -115,8 +119,9 @@ impl ReadWriteLock {
     /// request was sent.
     ///
     /// A shared read hold being asked for holds nothing yet, so while a writer of this client
-    /// waits and the last attempt found a writer's intent (younger than the intent's lease),
-    /// a wake-up sends no attempt: the writer's grant or withdrawal wakes the readers again.
+    /// waits, a wake-up sends no attempt: the writer goes first (its intent would hold the
+    /// readers back anyway, or it waits for this client's shares to hand the lock over), and
+    /// its release or withdrawal wakes the readers again.
     pub(crate) async fn wait_hold(
         &self,
         kind: Kind,
@@ -132,9 +137,6 @@ impl ReadWriteLock {
             waiting: self.local.waiting(kind),
         };
         let intent_ref = &intent;
-        // When the last attempt was refused for a writer's intent.
-        let held_back: parking_lot::Mutex<Option<Instant>> = parking_lot::Mutex::new(None);
-        let held_back = &held_back;
         // A writer that waits as long as it takes, counted while it asks or waits.
         let writer = (kind == Kind::Write && matches!(wait, Wait::Forever))
             .then(|| self.local.writer_asks(field));
@@ -146,19 +148,19 @@ impl ReadWriteLock {
             wait,
             kind.wake(),
             move || {
-                let skip = asking == Asking::Share
-                    && self.local.writers_wait()
-                    && held_back
-                        .lock()
-                        .is_some_and(|at| at.elapsed() < WRITE_INTENT);
+                let skip = asking == Asking::Share && self.local.writers_wait();
                 // A writer that arrives while a writer of another owner of this client asks or
                 // waits (whose intent keeps readers out) waits for the local hand-over, a
                 // message or a nap before it asks: the release of that writer hands over to a
                 // waiting writer in its own script call.
                 let queue_up = first.swap(false, Ordering::Relaxed)
-                    && writer.as_ref().is_some_and(|w| w.others_ask());
+                    && writer
+                        .as_ref()
+                        .is_some_and(|w| asking == Asking::AfterShares || w.others_ask());
                 async move {
                     if skip {
+                        // Counted: a write release hands over to the readers.
+                        intent_ref.waiting.arm();
                         return Ok(Attempt::Again(None));
                     }
                     if queue_up {
@@ -172,7 +174,6 @@ impl ReadWriteLock {
                         _ => WRITE_INTENT.as_millis() as u64,
                     };
                     let reply = self.attempt(kind, asking, field, lease, intent_ms).await?;
-                    *held_back.lock() = (reply == HELD_BACK).then_some(started);
                     match reply {
                         n if n >= 1 => Ok(Attempt::Done(started)),
                         0 => Err(Error::WouldDeadlock {
