@@ -10,6 +10,8 @@
 -- ARGV[4]  waiter lease in milliseconds ('acquire'): how long a refused owner keeps its place
 --          without asking again; '0' for a single attempt, which takes no place
 -- ARGV[5]  wake channel prefix P:{N}:fair:wake: ; a waiter listens on the prefix + its field
+-- ARGV[6]  ('release') the field of the caller's client's waiter it wakes itself, '' if none:
+--          when that waiter is first, no message is published (its attempt rides behind)
 --
 -- Deadlines are the server's clock (TIME, ms). Every call first drops the holder and the
 -- waiters at the head of the queue past their deadline, so a crashed waiter holds the others
@@ -74,7 +76,7 @@ end
 
 local function wake_first()
     local head = redis.call('LINDEX', queue, 0)
-    if head then
+    if head and head ~= ARGV[6] then
         redis.call('PUBLISH', prefix .. head, '1')
     end
 end

@@ -250,3 +250,82 @@ async fn renewed_waiters_get_the_lock_in_order_and_alone() {
     let n: u64 = redis::Commands::get(&mut server.conn(), &counter).unwrap();
     assert_eq!(n, 8);
 }
+
+fn script_calls(server: &Server) -> u64 {
+    support::command_calls(server, "evalsha") + support::command_calls(server, "eval")
+}
+
+/// A release with a waiter of the same client first in the queue wakes it itself: the
+/// waiter's attempt rides behind the release in one script call, granted there, and no
+/// message is published. A waiter of another client first in the queue still gets its
+/// message.
+// One thread: a woken task runs before the batch it joins leaves, every time.
+#[tokio::test]
+async fn a_release_hands_over_to_its_own_clients_first_waiter_in_one_call() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("fair-local");
+    let fair = a.fair_lock(&name).unwrap();
+    let key = fair.key().to_string();
+    let mut held = fair.lock().await.unwrap();
+    // Twice: the first hand-over also loads the script's batch variant (NOSCRIPT, a second
+    // call), the second one is counted.
+    for round in 0..2 {
+        let waiter = {
+            let fair = fair.clone();
+            tokio::spawn(async move { fair.lock().await.unwrap() })
+        };
+        assert!(
+            support::eventually_async(Duration::from_secs(2), || async {
+                queued(&server, &key).len() == 1
+            })
+            .await,
+            "the waiter queued"
+        );
+        let (calls, published) = (
+            script_calls(&server),
+            support::command_calls(&server, "publish"),
+        );
+        held.unlock().await.unwrap();
+        held = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("handed over")
+            .unwrap();
+        if round == 1 {
+            assert_eq!(
+                script_calls(&server) - calls,
+                1,
+                "release and grant in one call"
+            );
+        }
+        assert_eq!(
+            support::command_calls(&server, "publish"),
+            published,
+            "a message to a waiter already woken"
+        );
+    }
+    let next = held;
+    // Another client's waiter first: the release publishes to it.
+    let other = {
+        let fair = b.fair_lock(&name).unwrap();
+        tokio::spawn(async move { fair.lock().await.unwrap() })
+    };
+    assert!(
+        support::eventually_async(Duration::from_secs(2), || async {
+            queued(&server, &key).len() == 1
+        })
+        .await,
+        "the other client's waiter queued"
+    );
+    let published = support::command_calls(&server, "publish");
+    next.unlock().await.unwrap();
+    let last = tokio::time::timeout(Duration::from_secs(2), other)
+        .await
+        .expect("the other client's waiter was told")
+        .unwrap();
+    assert_eq!(support::command_calls(&server, "publish"), published + 1);
+    last.unlock().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}

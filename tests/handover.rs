@@ -227,3 +227,44 @@ async fn a_waiter_that_gives_up_as_the_lock_is_handed_to_it_leaves_nothing_behin
         "both paths ran: got {got}, gave up {gave_up}"
     );
 }
+
+/// A channel stays subscribed for a moment after its last waiter left: the same client waiting
+/// again right away sends no SUBSCRIBE (nor an UNSUBSCRIBE before it), and the subscription
+/// goes once nobody came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_comes_back_at_once_finds_the_channel_subscribed() {
+    let server = Server::start();
+    let [holder, waiting] = clients(&server).await;
+    let name = unique_name("linger");
+    let channel = unlock_channel(&key_of(name.as_str()));
+    // Both commands, counted from the first wait on (building a client tries them too).
+    let subscribes = || command_calls(&server, "subscribe") + command_calls(&server, "unsubscribe");
+    let mut before = None;
+    for round in 0..2 {
+        let held = holder.lock(&name).unwrap().lock().await.unwrap();
+        let waiter = {
+            let lock = waiting.lock(&name).unwrap();
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+        };
+        until_waiting(&server, &name, 1).await;
+        if round == 0 {
+            before = Some(subscribes());
+        }
+        held.unlock().await.unwrap();
+        let guard = join_within([waiter], Duration::from_secs(2), "the waiter").await;
+        for guard in guard {
+            guard.unlock().await.unwrap();
+        }
+    }
+    assert_eq!(
+        Some(subscribes()),
+        before,
+        "the channel was left and subscribed again between the waits"
+    );
+    assert!(
+        until_subscribed(&server, &channel, 0).await,
+        "the channel stayed subscribed with nobody waiting"
+    );
+    holder.shutdown().await.unwrap();
+    waiting.shutdown().await.unwrap();
+}

@@ -2,7 +2,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -15,7 +17,7 @@ use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::terms::{Lease, Wait};
 
-static SCRIPT: FamilyScript = FamilyScript::alone("fair", include_str!("../../lua/fair.lua"));
+static SCRIPT: FamilyScript = FamilyScript::new("fair", include_str!("../../lua/fair.lua"));
 
 /// How long a waiter keeps its place in the queue without asking again. A waiter asks at least
 /// once a second, so only a waiter that crashed keeps its place this long, and holds up the
@@ -31,7 +33,8 @@ pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(3);
 /// with an explicit lease.
 ///
 /// - **Herd-free**: a release wakes only the first waiter (each waiter listens on a channel of
-///   its own), not everybody.
+///   its own), not everybody. When that waiter is of the releasing client, the release wakes
+///   it itself and its attempt goes out in the same script call, without a message.
 /// - **No stale places**: the queue's deadlines are on the server's clock, and a waiter keeps
 ///   its place only while it keeps asking (at least once a second); one that crashed holds up
 ///   the others for 3 s at most, and one that gives up leaves the queue at once.
@@ -51,7 +54,32 @@ pub struct FairLock {
     queue: Arc<str>,
     waiters: Arc<str>,
     wake: Arc<str>,
+    /// This client's waiters of the lock (kept in the client's `LocalStates`).
+    local: Arc<LocalWaiters>,
     owner: Option<Owner>,
+}
+
+/// One client's waiters in a fair lock's queue, oldest first: a release hands over to the
+/// oldest, the first in the whole queue whenever this client's waiter is first there. It
+/// wakes that waiter itself, whose attempt then rides behind the release in one script
+/// call, and the script publishes no message to it when it is indeed first.
+#[derive(Default)]
+pub(crate) struct LocalWaiters {
+    queued: Mutex<Vec<(u64, Arc<str>)>>,
+}
+
+/// Numbers the waits of every fair lock (unique within the process).
+static NEXT_WAIT: AtomicU64 = AtomicU64::new(1);
+
+impl LocalWaiters {
+    /// The oldest waiter's field other than `releasing` (an owner waiting again is behind).
+    fn oldest_besides(&self, releasing: &str) -> Option<Arc<str>> {
+        let queued = self.queued.lock();
+        queued
+            .iter()
+            .find(|(_, field)| **field != *releasing)
+            .map(|(_, field)| field.clone())
+    }
 }
 
 /// A hold of a [`FairLock`]. Release it with [`unlock`](FairGuard::unlock); dropping it releases
@@ -71,6 +99,7 @@ impl FairLock {
         let waiters = format!("{}:waiters", keys.key).into();
         let wake = keys.channel.clone();
         Ok(FairLock {
+            local: client.inner.local_states.of::<LocalWaiters>(&keys.key),
             client,
             keys: Arc::new(keys),
             queue,
@@ -98,19 +127,45 @@ impl FairLock {
 
     async fn call(&self, op: &str, field: &str, lease_ms: u64, waiter_ms: u64) -> Result<i64> {
         self.client.inner.check_open()?;
-        self.send(op, field, lease_ms, waiter_ms).await
+        self.send(op, field, lease_ms, waiter_ms, "", None::<fn()>)
+            .await
     }
 
-    /// [`call`](Self::call) even while the client shuts down (its releases).
-    async fn send(&self, op: &str, field: &str, lease_ms: u64, waiter_ms: u64) -> Result<i64> {
+    /// Gives back one hold of `field` (`checked`: refused once the client shuts down). When
+    /// this client has a waiter, the oldest one is woken as soon as the release is queued, so
+    /// its attempt rides behind it (granted when it is first in the queue).
+    async fn release(&self, field: &str, checked: bool) -> Result<i64> {
+        if checked {
+            self.client.inner.check_open()?;
+        }
+        let Some(head) = self.local.oldest_besides(field) else {
+            return self.send("release", field, 0, 0, "", None::<fn()>).await;
+        };
+        let channel = format!("{}{head}", self.wake);
+        let subscriber = &self.client.inner.subscriber;
+        let wake = move || subscriber.wake_local(&channel);
+        self.send("release", field, 0, 0, &head, Some(wake)).await
+    }
+
+    /// One call of `lua/fair.lua`, even while the client shuts down; `wake` runs once it is
+    /// queued (`Node::family_call_then`), `local_head` as the script's `ARGV[6]`.
+    async fn send(
+        &self,
+        op: &str,
+        field: &str,
+        lease_ms: u64,
+        waiter_ms: u64,
+        local_head: &str,
+        wake: Option<impl FnOnce()>,
+    ) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let waiter = itoa::Buffer::new().format(waiter_ms).to_owned();
         let keys = [&*self.keys.key, &*self.queue, &*self.waiters];
-        let args = [op, field, &lease, &waiter, &*self.wake];
+        let args = [op, field, &lease, &waiter, &*self.wake, local_head];
         self.client
             .inner
             .node
-            .family_call(&SCRIPT, &keys, &args)
+            .family_call_then(&SCRIPT, &keys, &args, wake)
             .await
     }
 
@@ -167,6 +222,8 @@ impl FairLock {
             lock: self.clone(),
             field: field.clone(),
             queued: AtomicBool::new(false),
+            wait: NEXT_WAIT.fetch_add(1, Ordering::Relaxed),
+            listed: AtomicBool::new(false),
         };
         let channel: Arc<str> = format!("{}{field}", self.wake).into();
         let (field_ref, place_ref) = (&field, &place);
@@ -181,6 +238,9 @@ impl FairLock {
                     n if n >= 1 => Attempt::Done(started),
                     n => {
                         place_ref.queued.store(waiter_ms > 0, Ordering::Relaxed);
+                        if waiter_ms > 0 {
+                            place_ref.list();
+                        }
                         let ttl = (-2 - n).max(0) as u64;
                         Attempt::Again(Some(Duration::from_millis(ttl + 1)))
                     }
@@ -193,6 +253,7 @@ impl FairLock {
         };
         // The grant took us out of the queue.
         place.queued.store(false, Ordering::Relaxed);
+        drop(place);
         let renew = {
             let (lock, field) = (self.clone(), field.clone());
             let lease_ms = lease.ms();
@@ -205,7 +266,7 @@ impl FairLock {
             let (lock, field) = (self.clone(), field.clone());
             move || {
                 let (lock, field) = (lock.clone(), field.clone());
-                async move { lock.send("release", &field, 0, 0).await.map(drop) }
+                async move { lock.release(&field, false).await.map(drop) }
             }
         };
         let name = self.keys.name.clone();
@@ -231,7 +292,7 @@ impl FairLock {
                 && n >= 1
             {
                 tracing::debug!(lock = %this.keys.name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = this.call("release", &field, 0, 0).await {
+                if let Err(e) = this.release(&field, true).await {
                     tracing::warn!(lock = %this.keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
                 }
             }
@@ -243,14 +304,33 @@ impl FairLock {
 
 /// A waiter's place in the queue: left (in the background) when its wait ends without the
 /// lock, cancelled or timed out, so the owners behind it need not wait out its waiter lease.
+/// Listed in the client's [`LocalWaiters`] from its first refusal until the wait ends.
 struct Place {
     lock: FairLock,
     field: Arc<str>,
     queued: AtomicBool,
+    wait: u64,
+    listed: AtomicBool,
+}
+
+impl Place {
+    /// Lists this wait among the client's waiters (once).
+    fn list(&self) {
+        if !self.listed.swap(true, Ordering::Relaxed) {
+            let entry = (self.wait, self.field.clone());
+            self.lock.local.queued.lock().push(entry);
+        }
+    }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
+        if self.listed.load(Ordering::Relaxed) {
+            let mut queued = self.lock.local.queued.lock();
+            if let Some(i) = queued.iter().position(|(wait, _)| *wait == self.wait) {
+                queued.remove(i);
+            }
+        }
         if !self.queued.load(Ordering::Relaxed) {
             return;
         }
@@ -277,7 +357,7 @@ impl FairGuard {
     pub async fn unlock(mut self) -> Result<()> {
         self.released = true;
         let lost = self.kept.is_lost();
-        let reply = self.lock.call("release", &self.field, 0, 0).await?;
+        let reply = self.lock.release(&self.field, true).await?;
         if reply < 0 || lost {
             return Err(Error::LeaseLost {
                 name: self.lock.keys.name.to_string(),
@@ -315,7 +395,7 @@ impl Drop for FairGuard {
         let (lock, field) = (self.lock.clone(), self.field.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let release = async move {
-                if let Err(e) = lock.call("release", &field, 0, 0).await {
+                if let Err(e) = lock.release(&field, true).await {
                     tracing::warn!(lock = %lock.keys.name, error = %e, "release of a dropped fair lock guard failed; it expires with its lease");
                 }
             };

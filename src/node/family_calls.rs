@@ -29,9 +29,6 @@ pub(crate) struct FamilyScript {
 /// Whether and how a family script's concurrent calls are coalesced.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Batching {
-    /// Never: every call goes alone. For scripts whose calls hand a lock over one at a time
-    /// (a fair lock), where the wait for a batch to fill only adds to each hand-over.
-    Never,
     /// In the wrapper [`batched`] makes, which runs the script once per entry.
     Wrapped,
     /// The source takes batches itself (and only batches): no wrapper around it, and a call
@@ -57,11 +54,6 @@ impl FamilyScript {
     /// A script whose concurrent calls are coalesced, in a wrapper that runs it per entry.
     pub(crate) const fn new(name: &'static str, source: &'static str) -> Self {
         Self::with(name, source, Batching::Wrapped)
-    }
-
-    /// A script whose calls always go alone.
-    pub(crate) const fn alone(name: &'static str, source: &'static str) -> Self {
-        Self::with(name, source, Batching::Never)
     }
 
     /// A script written for batches (the shape [`batched`] gives others), which can share its
@@ -149,8 +141,7 @@ impl Node {
     /// server before any call made after `wake` ran. With a `wake`, the call joins a batch
     /// even when the connection is idle, and `wake` runs as soon as it is queued: the calls of
     /// the tasks it wakes ride in the same script call, behind it (a release and the grant it
-    /// lets in cost one round trip, not two). Scripts that never batch run `wake` once
-    /// answered.
+    /// lets in cost one round trip, not two).
     pub(crate) async fn family_call_then<T: FromRedisValue>(
         &self,
         script: &'static FamilyScript,
@@ -179,7 +170,7 @@ impl Node {
                 }),
             };
         }
-        if !alone && script.batching != Batching::Never {
+        if !alone {
             let entry = entry();
             let batcher = self.batches.family.of(script);
             // Made for a batch's first entry only (a node's clone allocates).
@@ -208,9 +199,7 @@ impl Node {
         let reply = self
             .eval(script.name, key, self.timeout, script_variant, &cmd)
             .await;
-        if let Some(wake) = wake {
-            wake();
-        }
+        // Alone: there was no `wake` (a call with one always joins a batch).
         reply
     }
 

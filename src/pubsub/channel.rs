@@ -122,6 +122,12 @@ impl Subscription {
     }
 }
 
+/// How long a channel stays subscribed after its last waiter left. A waiter that comes back
+/// meanwhile (an owner that waits for the same lock again, a fair lock's waiter on its own
+/// channel) finds it subscribed: no SUBSCRIBE and UNSUBSCRIBE round trip per wait, and no
+/// second attempt to close the race with a message sent before the subscription.
+const LINGER: Duration = Duration::from_millis(500);
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         let last = {
@@ -134,7 +140,10 @@ impl Drop for Subscription {
             let subscriber = self.subscriber.clone();
             let name = self.name.clone();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move { subscriber.leave(&name).await });
+                handle.spawn(async move {
+                    tokio::time::sleep(LINGER).await;
+                    subscriber.leave(&name).await;
+                });
             }
         }
     }
