@@ -45,7 +45,11 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 ///   reader whose lease ran out (a crashed process) stops counting at once, whatever the other
 ///   readers do. Without an explicit lease a guard renews its own hold every third of the
 ///   client's watchdog lease while it lives, and [`lost`](ReadGuard::lost) resolves if a
-///   renewal finds it gone.
+///   renewal finds it gone. The deadlines are fields of the lock's hash, checked by the script
+///   (`TIME`), the same on every server version: per-field expiry (`HPEXPIRE`, Redis 7.4 and
+///   Valkey 9) is not used, as it would add a second script path (and, on Valkey 9.0, a
+///   replication fault) for what the deadlines already give; the client picks nothing at
+///   connect.
 /// - **Writers are not starved**: a writer that waits keeps *new* readers out (re-entries and
 ///   the writer's own downgrade still pass) until it gets the lock or stops waiting; a writer
 ///   that crashed while waiting holds readers up for 3 s at most. A steady stream of writers
