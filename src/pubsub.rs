@@ -263,11 +263,16 @@ impl Subscriber {
     /// them at once would only send their attempts into a failover still under way.
     fn unsubscribed(&self, name: &str) {
         let channel = {
-            let map = self.channels.lock();
+            let mut map = self.channels.lock();
             let Some((name, channel)) = map.get_key_value(name) else {
                 return;
             };
             if *channel.refs.lock() == 0 {
+                // Lingering with nobody waiting: forgotten, so a waiter that comes back
+                // subscribes again (and closes the race with a message sent meanwhile).
+                *channel.subscribed.lock() = false;
+                let name = name.clone();
+                map.remove(&name);
                 return;
             }
             (name.clone(), channel.clone())

@@ -200,3 +200,45 @@ async fn renewal_finds_a_key_that_moved_mid_migration() {
     cluster.finish_migration(key_slot(&key), from, to, &to_id);
     guard.unlock().await.unwrap();
 }
+
+/// A waiter that left a channel lingers subscribed for a moment; when the slot moves in that
+/// moment, the server drops the shard subscription, and a waiter that comes back must
+/// subscribe again on the slot's new primary rather than trust the dropped one (else it is
+/// woken only by its nap at the holder's lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_channel_dropped_by_a_slot_move_is_subscribed_again() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let holder = cluster_client_with_lease(&cluster, Duration::from_secs(10)).await;
+    let waiters = cluster_client(&cluster).await;
+    let (name, from) = cluster.names_per_primary("linger", 1).remove(0);
+    let key = key_of(&name);
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let lock = waiters.lock(&name).unwrap();
+    // A short wait: it subscribes, gives up, and the channel lingers.
+    let options = redlease::LockOptions::new().wait(Duration::from_millis(100));
+    assert!(lock.try_lock_with(options).await.unwrap().is_none());
+    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
+    tokio::task::block_in_place(|| cluster.migrate_slot(key_slot(&key), to));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waiter = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let at = std::time::Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let released = std::time::Instant::now();
+    held.unlock().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    assert!(
+        woken - released < Duration::from_secs(1),
+        "woken {:?} after the unlock",
+        woken - released
+    );
+    holder.shutdown().await.unwrap();
+    waiters.shutdown().await.unwrap();
+}

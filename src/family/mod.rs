@@ -76,10 +76,6 @@ pub(crate) enum Attempt<T> {
     Done(T),
     /// Not yet: look again after a message, or after this long at most (`None`: [`NAP`]).
     Again(Option<Duration>),
-    /// Nothing was asked: the waiter waits its turn, which is kept for it if it comes before
-    /// the waiter waits (a relay's `wake_one`), so a first subscription needs no attempt to
-    /// close the race with a message sent meanwhile. Looks again after [`NAP`] at most.
-    Queued,
 }
 
 /// Who a message wakes among one client's waiters on a channel.
@@ -139,15 +135,14 @@ where
             None => inner.subscriber.mark(channel),
             Some(_) => None,
         };
-        let (nap, asked) = match attempt().await? {
+        let nap = match attempt().await? {
             Attempt::Done(value) => {
                 if let Some(turn) = turn.take() {
                     turn.granted();
                 }
                 return Ok(Some(value));
             }
-            Attempt::Again(nap) => (nap.unwrap_or(NAP).min(NAP), true),
-            Attempt::Queued => (NAP, false),
+            Attempt::Again(nap) => nap.unwrap_or(NAP).min(NAP),
         };
         // Refused: the others of the class sleep on.
         if let Some(turn) = turn.take() {
@@ -162,7 +157,7 @@ where
                 let (subscribed, continuous) =
                     inner.subscriber.subscribe_since(channel, mark).await?;
                 let subscribed = subscription.insert(subscribed);
-                if !continuous && asked {
+                if !continuous {
                     continue;
                 }
                 subscribed

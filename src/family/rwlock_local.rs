@@ -12,11 +12,12 @@
 //! writer of another owner waits for its turn without asking the server (`rwlock/acquire.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::rwlock::{Hold, Kind};
+use super::rwlock::{Hold, Kind, WRITE_INTENT};
 use super::rwlock_share::ReadShares;
 use crate::pubsub::Subscriber;
 
@@ -26,10 +27,18 @@ use crate::pubsub::Subscriber;
 pub(crate) struct LocalTurns {
     readers_waiting: Arc<AtomicUsize>,
     writers_waiting: Arc<AtomicUsize>,
-    /// The owners of the writers asking or waiting now (one entry per writer).
-    writers: Arc<Mutex<Vec<Arc<str>>>>,
+    /// The writers asking or waiting now, in the order they came, with their owners.
+    writers: AskingWriters,
+    /// When a writer of this client last asked or queued up (see [`LocalTurns::writers_wait_fresh`]).
+    writer_active: Mutex<Option<Instant>>,
     pub(crate) shares: ReadShares,
 }
+
+/// The writers asking or waiting: (arrival number, owner field), shared with their entries.
+type AskingWriters = Arc<Mutex<Vec<(u64, Arc<str>)>>>;
+
+/// Numbers the writers that ask, in the order they come.
+static NEXT_WRITER: AtomicU64 = AtomicU64::new(1);
 
 impl LocalTurns {
     /// A waiter of `kind`, counted once [`Waiting::arm`]ed, until disarmed or dropped.
@@ -46,11 +55,31 @@ impl LocalTurns {
 
     /// Counts a writer for `owner` as asking or waiting until the returned entry drops.
     pub(crate) fn writer_asks(&self, owner: &Arc<str>) -> AskingWriter {
-        self.writers.lock().push(owner.clone());
+        let seq = NEXT_WRITER.fetch_add(1, Ordering::Relaxed);
+        self.writers.lock().push((seq, owner.clone()));
         AskingWriter {
             writers: self.writers.clone(),
+            seq,
             owner: owner.clone(),
         }
+    }
+
+    /// A writer of this client asks, or queues up: readers of the client hold back for
+    /// [`WRITE_INTENT`] from now (see [`writers_wait_fresh`](Self::writers_wait_fresh)).
+    pub(crate) fn writer_active(&self) {
+        *self.writer_active.lock() = Some(Instant::now());
+    }
+
+    /// Whether a writer of this client waits and asked or queued up within [`WRITE_INTENT`]:
+    /// the client's new readers hold back for it (its intent keeps them out on the server, or
+    /// it waits for a local hand-over without one). A writer future parked unpolled stops
+    /// counting after that long, as its intent on the server would.
+    pub(crate) fn writers_wait_fresh(&self) -> bool {
+        self.writers_wait()
+            && self
+                .writer_active
+                .lock()
+                .is_some_and(|at| at.elapsed() < WRITE_INTENT)
     }
 
     /// Whether a writer of this client waits (its intent keeps new readers out).
@@ -86,21 +115,26 @@ impl LocalTurns {
 
 /// A writer asking or waiting for the lock, counted in [`LocalTurns`] while it lives.
 pub(crate) struct AskingWriter {
-    writers: Arc<Mutex<Vec<Arc<str>>>>,
+    writers: AskingWriters,
+    seq: u64,
     owner: Arc<str>,
 }
 
 impl AskingWriter {
-    /// Whether a writer of another owner of this client asks or waits too.
-    pub(crate) fn others_ask(&self) -> bool {
-        self.writers.lock().iter().any(|w| **w != *self.owner)
+    /// Whether a writer of another owner of this client came before this one and still asks
+    /// or waits (the first of writers that come together always asks).
+    pub(crate) fn behind_another(&self) -> bool {
+        let writers = self.writers.lock();
+        writers
+            .iter()
+            .any(|(seq, owner)| *seq < self.seq && **owner != *self.owner)
     }
 }
 
 impl Drop for AskingWriter {
     fn drop(&mut self) {
         let mut writers = self.writers.lock();
-        if let Some(i) = writers.iter().position(|w| Arc::ptr_eq(w, &self.owner)) {
+        if let Some(i) = writers.iter().position(|(seq, _)| *seq == self.seq) {
             writers.swap_remove(i);
         }
     }

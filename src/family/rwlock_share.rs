@@ -206,6 +206,11 @@ impl ReadShares {
         }
     }
 
+    /// Whether `owner` holds the lock in its own name through this client (a read or write).
+    pub(crate) fn holds_own(&self, owner: &str) -> bool {
+        self.state.lock().holding.iter().any(|o| **o == *owner)
+    }
+
     /// Whether `owner` reads through one of this client's shares.
     pub(crate) fn is_member(&self, owner: &str) -> bool {
         let state = self.state.lock();

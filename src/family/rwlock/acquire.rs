@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::{Kind, ReadWriteLock, Side, WRITE_INTENT};
 use crate::error::{Error, Result};
 use crate::family::rwlock_guard::RwHold;
-use crate::family::rwlock_local::Waiting;
+use crate::family::rwlock_local::{LocalTurns, Waiting};
 use crate::family::rwlock_share::{Ahead, Join, Joined};
 use crate::family::{Attempt, wait_for};
 use crate::scope::LockOptions;
@@ -43,10 +43,13 @@ struct Intent {
 
 impl Drop for Intent {
     fn drop(&mut self) {
-        // Armed only while waiting, which leaves a writer's intent on the server.
+        // Armed only while waiting, which leaves a writer's intent on the server (or queues
+        // it up locally, where it kept this client's readers back).
         if !self.waiting.disarm() || self.kind == Kind::Read {
             return;
         }
+        let (subscriber, channel) = (&self.lock.client.inner.subscriber, &self.lock.keys.channel);
+        LocalTurns::wake(subscriber, channel, Kind::Read);
         let (lock, field) = (self.lock.clone(), self.field.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let withdraw = async move {
@@ -148,15 +151,21 @@ impl ReadWriteLock {
             wait,
             kind.wake(),
             move || {
-                let skip = asking == Asking::Share && self.local.writers_wait();
-                // A writer that arrives while a writer of another owner of this client asks or
-                // waits (whose intent keeps readers out) waits for the local hand-over, a
-                // message or a nap before it asks: the release of that writer hands over to a
-                // waiting writer in its own script call.
+                let skip = asking == Asking::Share && self.local.writers_wait_fresh();
+                // A writer that comes behind a writer of another owner of this client still
+                // asking or waiting (whose intent keeps readers out), or while this client's
+                // shared read holds have the lock, waits for the local hand-over, a message
+                // or a nap before it asks: the release hands over to a waiting writer in its
+                // own script call. Never an owner that holds the lock in its own name: it
+                // re-enters, or is refused an upgrade, at once.
                 let queue_up = first.swap(false, Ordering::Relaxed)
-                    && writer
-                        .as_ref()
-                        .is_some_and(|w| asking == Asking::AfterShares || w.others_ask());
+                    && writer.as_ref().is_some_and(|w| {
+                        (asking == Asking::AfterShares || w.behind_another())
+                            && !self.local.shares.holds_own(field)
+                    });
+                if kind == Kind::Write {
+                    self.local.writer_active();
+                }
                 async move {
                     if skip {
                         // Counted: a write release hands over to the readers.
@@ -166,7 +175,7 @@ impl ReadWriteLock {
                     if queue_up {
                         // Counted before it waits: a release hands over to it from now on.
                         intent_ref.waiting.arm();
-                        return Ok(Attempt::Queued);
+                        return Ok(Attempt::Again(None));
                     }
                     let started = Instant::now();
                     let intent_ms = match wait {
