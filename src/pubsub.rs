@@ -263,16 +263,17 @@ impl Subscriber {
     /// them at once would only send their attempts into a failover still under way.
     fn unsubscribed(&self, name: &str) {
         let channel = {
-            let mut map = self.channels.lock();
+            let map = self.channels.lock();
             let Some((name, channel)) = map.get_key_value(name) else {
                 return;
             };
             if *channel.refs.lock() == 0 {
-                // Lingering with nobody waiting: forgotten, so a waiter that comes back
-                // subscribes again (and closes the race with a message sent meanwhile).
+                // Lingering with nobody waiting: no longer subscribed, so a waiter that comes
+                // back subscribes again, and a mark taken before is stale (the waiter closes
+                // the race with an attempt). Kept in the map for the linger's UNSUBSCRIBE: the
+                // server may still hold the subscription (a reconnect elsewhere in a cluster).
                 *channel.subscribed.lock() = false;
-                let name = name.clone();
-                map.remove(&name);
+                channel.wake_everyone();
                 return;
             }
             (name.clone(), channel.clone())

@@ -242,3 +242,47 @@ async fn a_lingering_channel_dropped_by_a_slot_move_is_subscribed_again() {
     holder.shutdown().await.unwrap();
     waiters.shutdown().await.unwrap();
 }
+
+/// Lingering channels (their waiters gone) whose subscriber connection to one primary drops
+/// are still unsubscribed when their linger ends, on every primary: none is left subscribed
+/// for the connection's lifetime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lingering_channels_are_unsubscribed_after_a_node_disconnect() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let holder = cluster_client_with_lease(&cluster, Duration::from_secs(30)).await;
+    let waiters = cluster_client(&cluster).await;
+    let names = cluster.names_per_primary("linger-drop", 1);
+    let mut held = Vec::new();
+    for (name, _) in &names {
+        held.push(holder.lock(name).unwrap().lock().await.unwrap());
+    }
+    for (name, _) in &names {
+        let options = redlease::LockOptions::new().wait(Duration::from_millis(100));
+        let lock = waiters.lock(name).unwrap();
+        assert!(lock.try_lock_with(options).await.unwrap().is_none());
+    }
+    // Every channel lingers now; the subscriber's connection to one primary drops.
+    let (_, victim) = names[0];
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut cluster.nodes[victim].conn())
+        .unwrap();
+    let gone = support::eventually_async(Duration::from_secs(5), || async {
+        names.iter().all(|(name, node)| {
+            support::shard_numsub(
+                &cluster.nodes[*node],
+                &support::unlock_channel(&key_of(name)),
+            ) == 0
+        })
+    })
+    .await;
+    assert!(gone, "a lingering channel stayed subscribed");
+    for guard in held {
+        guard.unlock().await.unwrap();
+    }
+    holder.shutdown().await.unwrap();
+    waiters.shutdown().await.unwrap();
+}

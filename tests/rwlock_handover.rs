@@ -445,3 +445,52 @@ async fn writers_arriving_together_never_all_queue_up() {
     }
     assert_eq!(slow, 0, "rounds over 500 ms; worst {worst:?}");
 }
+
+/// This client's readers hold back for its waiting writer only while that writer is alive: a
+/// writer future parked unpolled (armed, its intent left) stops holding them back after the
+/// intent's 3 s, even while another owner of the client keeps trying the write lock once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_parked_writer_holds_local_readers_back_for_its_intent_at_most() {
+    let server = Server::start();
+    let [c, other] = support::clients(&server).await;
+    let name = unique_name("rw-parked");
+    // Another client reads: the writer below is refused and leaves its intent.
+    let remote = other
+        .read_write_lock(&name)
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let w = c.read_write_lock(&name).unwrap().with_owner(Owner::new());
+    let mut parked = Box::pin(async move { w.write().lock().await });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut parked)
+            .await
+            .is_err()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let trying = {
+        let lock = c.read_write_lock(&name).unwrap().with_owner(Owner::new());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = lock.write().try_lock().await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let reader = c.read_write_lock(&name).unwrap().with_owner(Owner::new());
+    let got = tokio::time::timeout(Duration::from_secs(8), reader.read().lock()).await;
+    stop.store(true, Ordering::Relaxed);
+    trying.await.unwrap();
+    assert!(
+        got.is_ok(),
+        "the reader was held back past the parked writer's intent"
+    );
+    drop(got);
+    drop(parked);
+    remote.unlock().await.unwrap();
+    c.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}

@@ -163,7 +163,8 @@ impl ReadWriteLock {
                         (asking == Asking::AfterShares || w.behind_another())
                             && !self.local.shares.holds_own(field)
                     });
-                if kind == Kind::Write {
+                // Only writers that will wait hold readers back (a single try leaves no intent).
+                if kind == Kind::Write && !matches!(wait, Wait::Once) {
                     self.local.writer_active();
                 }
                 async move {
