@@ -62,12 +62,15 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 ///   the same client, or else to all its waiting readers, and the last of its shared read
 ///   holds out hands over to a waiting writer: the woken waiters' attempts go out in the same
 ///   script call as the release (no message is published when a writer took the lock in
-///   it). A writer that arrives while a writer of another owner of the client asks or waits
-///   queues up behind it without asking the server (that writer's intent already keeps new
-///   readers out); a writer that arrives while the client's own shared read holds have the
-///   lock waits for their hand-over before it asks, so readers of other clients may still
-///   come in until this client's readers are out, and its intent holds them back from then
-///   on. Readers of a client wait without asking while a writer of that client waits.
+///   it). A writer that arrives behind a writer of another owner of the client, still asking
+///   or waiting, queues up behind it instead of asking the server (that writer's intent
+///   already keeps new readers out); a writer that arrives while the client's own shared read
+///   holds have the lock waits for their hand-over instead, so readers of other clients may
+///   still come in until this client's readers are out, and its intent holds them back from
+///   then on. (A waiter that has to subscribe to the lock's channel first asks once right
+///   after, as every waiter does, lest a release slipped in before it listened.) Readers of a
+///   client wait without asking while a writer of that client waits (for 3 s at most after
+///   that writer last asked, as its intent on the server would).
 /// - **Shared read holds**: one client's concurrent readers without an explicit lease share
 ///   one hold on the server (field `<client id>:readers-<n>`): the first asks, the others join
 ///   it without a round trip, each guard still releases only its own place, and the last one
