@@ -2,12 +2,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use parking_lot::Mutex;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::family::arrivals::{Arrival, Arrivals};
 use crate::family::kept::Kept;
 use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
 use crate::node::FamilyScript;
@@ -54,32 +54,13 @@ pub struct FairLock {
     queue: Arc<str>,
     waiters: Arc<str>,
     wake: Arc<str>,
-    /// This client's waiters of the lock (kept in the client's `LocalStates`).
-    local: Arc<LocalWaiters>,
+    /// This client's waiters in the lock's queue, oldest first (kept in the client's
+    /// `LocalStates`): a release hands over to the oldest, the first in the whole queue
+    /// whenever this client's waiter is first there. It wakes that waiter itself, whose
+    /// attempt then rides behind the release in one script call, and the script publishes no
+    /// message to it when it is indeed first.
+    local: Arc<Arrivals>,
     owner: Option<Owner>,
-}
-
-/// One client's waiters in a fair lock's queue, oldest first: a release hands over to the
-/// oldest, the first in the whole queue whenever this client's waiter is first there. It
-/// wakes that waiter itself, whose attempt then rides behind the release in one script
-/// call, and the script publishes no message to it when it is indeed first.
-#[derive(Default)]
-pub(crate) struct LocalWaiters {
-    queued: Mutex<Vec<(u64, Arc<str>)>>,
-}
-
-/// Numbers the waits of every fair lock (unique within the process).
-static NEXT_WAIT: AtomicU64 = AtomicU64::new(1);
-
-impl LocalWaiters {
-    /// The oldest waiter's field other than `releasing` (an owner waiting again is behind).
-    fn oldest_besides(&self, releasing: &str) -> Option<Arc<str>> {
-        let queued = self.queued.lock();
-        queued
-            .iter()
-            .find(|(_, field)| **field != *releasing)
-            .map(|(_, field)| field.clone())
-    }
 }
 
 /// A hold of a [`FairLock`]. Release it with [`unlock`](FairGuard::unlock); dropping it releases
@@ -99,7 +80,7 @@ impl FairLock {
         let waiters = format!("{}:waiters", keys.key).into();
         let wake = keys.channel.clone();
         Ok(FairLock {
-            local: client.inner.local_states.of::<LocalWaiters>(&keys.key),
+            local: client.inner.local_states.of::<Arrivals>(&keys.key),
             client,
             keys: Arc::new(keys),
             queue,
@@ -222,8 +203,7 @@ impl FairLock {
             lock: self.clone(),
             field: field.clone(),
             queued: AtomicBool::new(false),
-            wait: NEXT_WAIT.fetch_add(1, Ordering::Relaxed),
-            listed: AtomicBool::new(false),
+            listed: OnceLock::new(),
         };
         let channel: Arc<str> = format!("{}{field}", self.wake).into();
         let (field_ref, place_ref) = (&field, &place);
@@ -304,33 +284,24 @@ impl FairLock {
 
 /// A waiter's place in the queue: left (in the background) when its wait ends without the
 /// lock, cancelled or timed out, so the owners behind it need not wait out its waiter lease.
-/// Listed in the client's [`LocalWaiters`] from its first refusal until the wait ends.
+/// Listed among the client's [`Arrivals`] from its first refusal until the wait ends.
 struct Place {
     lock: FairLock,
     field: Arc<str>,
     queued: AtomicBool,
-    wait: u64,
-    listed: AtomicBool,
+    listed: OnceLock<Arrival>,
 }
 
 impl Place {
     /// Lists this wait among the client's waiters (once).
     fn list(&self) {
-        if !self.listed.swap(true, Ordering::Relaxed) {
-            let entry = (self.wait, self.field.clone());
-            self.lock.local.queued.lock().push(entry);
-        }
+        self.listed
+            .get_or_init(|| self.lock.local.arrive(&self.field));
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if self.listed.load(Ordering::Relaxed) {
-            let mut queued = self.lock.local.queued.lock();
-            if let Some(i) = queued.iter().position(|(wait, _)| *wait == self.wait) {
-                queued.remove(i);
-            }
-        }
         if !self.queued.load(Ordering::Relaxed) {
             return;
         }

@@ -18,6 +18,7 @@ use crate::pubsub::{RelayClass, Subscription, Turn};
 use crate::shared::Client;
 use crate::terms::Wait;
 
+mod arrivals;
 mod fair;
 mod guard;
 mod kept;

@@ -247,28 +247,45 @@ impl ReadWriteLock {
     /// guard's own release is not). As soon as the release is queued, it wakes the local
     /// waiters it is likely to let in (`rwlock_local.rs`).
     pub(crate) async fn release(&self, hold: Hold, field: &str, checked: bool) -> Result<i64> {
+        self.release_then(hold, field, checked, false).await
+    }
+
+    /// [`release`](Self::release); with `rider`, the calling task's next call rides behind it
+    /// in the same script call even when it wakes nobody.
+    async fn release_then(
+        &self,
+        hold: Hold,
+        field: &str,
+        checked: bool,
+        rider: bool,
+    ) -> Result<i64> {
         if checked {
             self.client.inner.check_open()?;
         }
-        let hand_over = self.local.to_wake(hold).map(|whom| {
-            move || {
+        let whom = self.local.to_wake(hold);
+        let wake = (whom.is_some() || rider).then_some(move || {
+            if let Some(whom) = whom {
                 let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
                 LocalTurns::wake(subscriber, channel, whom);
             }
         });
-        self.request(hold.kind().ops().1, field, 0, 0, hand_over)
-            .await
+        self.request(hold.kind().ops().1, field, 0, 0, wake).await
     }
 
-    /// Queues the release of `share`, which nobody is in any more, so that the next call of
-    /// this client's task rides behind it in one script call (a writer asks right after); the
-    /// release then finishes in the background, whatever becomes of that task.
-    pub(crate) fn release_ahead(&self, share: &Share) {
+    /// Gives back `share`, which nobody is in any more: queued at once (`rider`: the calling
+    /// task's next call rides behind it, as a writer asking right after does), then finished
+    /// in the background whatever becomes of the caller. Outside a runtime the share ends with
+    /// its lease.
+    pub(crate) fn give_back(&self, share: Arc<Share>, rider: bool) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
         let lock = self.clone();
-        let field = share.field.clone();
         let release = async move {
-            let rider = Some(|| ());
-            if let Err(e) = lock.request("unread", &field, 0, 0, rider).await {
+            if let Err(e) = lock
+                .release_then(Hold::Share, &share.field, false, rider)
+                .await
+            {
                 tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
             }
         };

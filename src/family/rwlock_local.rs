@@ -12,11 +12,12 @@
 //! writer of another owner waits for its turn without asking the server (`rwlock/acquire.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use super::arrivals::{Arrival, Arrivals};
 use super::rwlock::{Hold, Kind, WRITE_INTENT};
 use super::rwlock_share::ReadShares;
 use crate::pubsub::Subscriber;
@@ -28,17 +29,11 @@ pub(crate) struct LocalTurns {
     readers_waiting: Arc<AtomicUsize>,
     writers_waiting: Arc<AtomicUsize>,
     /// The writers asking or waiting now, in the order they came, with their owners.
-    writers: AskingWriters,
+    writers: Arc<Arrivals>,
     /// When a writer of this client last asked or queued up (see [`LocalTurns::writers_wait_fresh`]).
     writer_active: Mutex<Option<Instant>>,
     pub(crate) shares: ReadShares,
 }
-
-/// The writers asking or waiting: (arrival number, owner field), shared with their entries.
-type AskingWriters = Arc<Mutex<Vec<(u64, Arc<str>)>>>;
-
-/// Numbers the writers that ask, in the order they come.
-static NEXT_WRITER: AtomicU64 = AtomicU64::new(1);
 
 impl LocalTurns {
     /// A waiter of `kind`, counted once [`Waiting::arm`]ed, until disarmed or dropped.
@@ -53,15 +48,9 @@ impl LocalTurns {
         }
     }
 
-    /// Counts a writer for `owner` as asking or waiting until the returned entry drops.
-    pub(crate) fn writer_asks(&self, owner: &Arc<str>) -> AskingWriter {
-        let seq = NEXT_WRITER.fetch_add(1, Ordering::Relaxed);
-        self.writers.lock().push((seq, owner.clone()));
-        AskingWriter {
-            writers: self.writers.clone(),
-            seq,
-            owner: owner.clone(),
-        }
+    /// Lists a writer for `owner` as asking or waiting until the returned entry drops.
+    pub(crate) fn writer_asks(&self, owner: &Arc<str>) -> Arrival {
+        self.writers.arrive(owner)
     }
 
     /// A writer of this client asks, or queues up: readers of the client hold back for
@@ -109,33 +98,6 @@ impl LocalTurns {
         match whom {
             Kind::Write => subscriber.wake_one(channel, Kind::Write.class()),
             Kind::Read => subscriber.wake_class(channel, Kind::Read.class()),
-        }
-    }
-}
-
-/// A writer asking or waiting for the lock, counted in [`LocalTurns`] while it lives.
-pub(crate) struct AskingWriter {
-    writers: AskingWriters,
-    seq: u64,
-    owner: Arc<str>,
-}
-
-impl AskingWriter {
-    /// Whether a writer of another owner of this client came before this one and still asks
-    /// or waits (the first of writers that come together always asks).
-    pub(crate) fn behind_another(&self) -> bool {
-        let writers = self.writers.lock();
-        writers
-            .iter()
-            .any(|(seq, owner)| *seq < self.seq && **owner != *self.owner)
-    }
-}
-
-impl Drop for AskingWriter {
-    fn drop(&mut self) {
-        let mut writers = self.writers.lock();
-        if let Some(i) = writers.iter().position(|(seq, _)| *seq == self.seq) {
-            writers.swap_remove(i);
         }
     }
 }

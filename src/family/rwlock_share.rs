@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::kept::Kept;
-use super::rwlock::{Hold, ReadWriteLock};
+use super::rwlock::ReadWriteLock;
 use crate::error::{Error, Result};
 use crate::terms::Wait;
 
@@ -267,22 +267,6 @@ fn take_if_done(state: &mut State, share: &Arc<Share>) -> Option<Arc<Share>> {
         return None;
     }
     Some(state.live.remove(i).share)
-}
-
-/// Releases on the server, in the background, a share nobody is in (outside a runtime the
-/// share ends with its lease).
-fn give_back(lock: &ReadWriteLock, share: Arc<Share>) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let tracker = lock.client.inner.background.clone();
-    let lock = lock.clone();
-    let task = async move {
-        if let Err(e) = lock.release(Hold::Share, &share.field, false).await {
-            tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
-        }
-    };
-    drop(tracker.spawn_on(task, &handle));
 }
 
 /// One hold of an owner in its own name in this client, counted in [`ReadShares`] while it

@@ -104,7 +104,7 @@ impl Side {
                     Ahead::Nothing => Asking::Own,
                     Ahead::Shares => Asking::AfterShares,
                     Ahead::Release(share) => {
-                        lock.release_ahead(&share);
+                        lock.give_back(share, true);
                         Asking::Own
                     }
                 }
@@ -168,12 +168,7 @@ impl ReadWriteLock {
                     self.local.writer_active();
                 }
                 async move {
-                    if skip {
-                        // Counted: a write release hands over to the readers.
-                        intent_ref.waiting.arm();
-                        return Ok(Attempt::Again(None));
-                    }
-                    if queue_up {
+                    if skip || queue_up {
                         // Counted before it waits: a release hands over to it from now on.
                         intent_ref.waiting.arm();
                         return Ok(Attempt::Again(None));

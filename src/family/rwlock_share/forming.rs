@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{JOIN_WINDOW, Outcome, ReadShares, Share, Slot, give_back, take_if_done};
+use super::{JOIN_WINDOW, Outcome, ReadShares, Share, Slot, take_if_done};
 use crate::family::rwlock::{Asking, Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_guard::kept;
 use crate::terms::{Lease, Wait};
@@ -27,14 +27,14 @@ impl ReadShares {
         });
         if lock.client.inner.check_open().is_err() {
             // Shutdown gave back the holds it knew of; this one came after.
-            give_back(lock, share);
+            lock.give_back(share, false);
             return self.failed(id);
         }
         let mut state = self.state.lock();
         let Some(forming) = state.forming.take_if(|f| f.id == id) else {
             // Everyone stopped waiting as the grant came.
             drop(state);
-            give_back(lock, share);
+            lock.give_back(share, false);
             return;
         };
         for older in &mut state.live {
@@ -57,7 +57,7 @@ impl ReadShares {
         let window = async move {
             tokio::time::sleep(JOIN_WINDOW).await;
             if let Some(share) = lock.local.shares.close(&share) {
-                give_back(&lock, share);
+                lock.give_back(share, false);
             }
         };
         drop(tracker.spawn(window));
@@ -155,7 +155,7 @@ impl Interest {
         let done = take_if_done(&mut state, share);
         drop(state);
         if let Some(share) = done {
-            give_back(&self.lock, share);
+            self.lock.give_back(share, false);
         }
     }
 }
