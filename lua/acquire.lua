@@ -1,14 +1,17 @@
 -- acquire.lua: take (or re-enter) a reentrant lock.
 --
 -- KEYS[1]  lock hash            P:{N}        field <client uuid>:<owner> -> hold count
--- KEYS[2]  fencing counter      P:{N}:fence  (given only for a fenced lock; never expires)
+-- KEYS[2]  fencing counter      P:{N}:fence  (given only for a fenced lock)
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in milliseconds (PEXPIRE of the hash)
 -- ARGV[3]  '1' reentrant, '0' non-reentrant
+-- ARGV[4]  fenced lock only: the fence grace in milliseconds (how long the counter outlives
+--          the lease it was last written with)
 --
 -- Returns one of
 --   n >= 1        acquired (unfenced lock); n = this owner's hold count after the call
---   {n, token}    acquired (fenced lock); token = fencing token (re-entry keeps the token)
+--   {n, token}    acquired (fenced lock); token = fencing token (re-entry keeps the token; see
+--                 fence.lua for how tokens are made)
 --   0             non-reentrant lock already held by this very owner
 --   n <= -1       held by another owner; its remaining lease is -n - 2 ms (n = -1: no expiry)
 -- A re-entry extends the expiry to ARGV[2] if that is longer.
@@ -23,14 +26,16 @@
 -- a command (measured with callgrind on Redis 7.0: ~1.2k instructions per argument, ~6k for a
 -- three-element table against an integer), so the common case sends four and gets an integer.
 
-local function acquire(hash, fence, field, lease, reentrant)
+-- next_token and held_token come from fence.lua, which `scripts.rs` puts before this file.
+
+local function acquire(hash, fence, field, lease, reentrant, grace)
     local fenced = fence ~= nil
 
     if redis.call('EXISTS', hash) == 0 then
         local token
         if fenced then
-            -- INCR first: if the counter key has a wrong type, nothing has been written yet.
-            token = redis.call('INCR', fence)
+            -- The token first: if the counter key is damaged, nothing has been written yet.
+            token = next_token(fence, lease + grace)
         end
         redis.call('HSET', hash, field, '1')
         redis.call('PEXPIRE', hash, lease)
@@ -46,12 +51,11 @@ local function acquire(hash, fence, field, lease, reentrant)
         end
         local token
         if fenced then
-            -- Nobody else can have incremented the counter while we hold the lock. Checked before
-            -- any write, so a damaged counter changes nothing.
-            token = tonumber(redis.call('GET', fence) or '0')
-            if not token then
-                return redis.error_reply('ERR the fencing counter is not an integer')
-            end
+            -- Nobody else can have raised the counter while we hold the lock, so it is our token.
+            -- A counter that expired under a long hold (only renewals outlive it) is made anew:
+            -- a larger token is still a valid one. Checked before any write, so a damaged
+            -- counter changes nothing.
+            token = held_token(fence, lease + grace)
         end
         local count = redis.call('HINCRBY', hash, field, 1)
         -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
@@ -68,8 +72,8 @@ local function acquire(hash, fence, field, lease, reentrant)
     return -2 - redis.call('PTTL', hash)
 end
 
-if #ARGV == 3 then
-    return acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+if #ARGV <= 4 then
+    return acquire(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4] or '0'))
 end
 local replies = {}
 for i = 1, #KEYS do

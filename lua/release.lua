@@ -18,6 +18,8 @@
 --          it (they hear of their own client's releases directly)
 -- ARGV[7]  hand-over (optional): owner field of the releasing client's first waiter
 -- ARGV[8]  hand-over (optional): that waiter's lease in milliseconds
+-- ARGV[9]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua, which
+--          `scripts.rs` puts before this file)
 --
 -- Returns
 --   -1       the owner holds nothing (never held, expired, or force-unlocked); nothing changed
@@ -42,7 +44,7 @@
 -- integer.
 
 local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, client,
-                       successor, successor_lease)
+                       successor, successor_lease, grace)
     local retry = mode == 'r' or mode == 'ra'
     local always = mode == 'a' or mode == 'ra'
 
@@ -94,8 +96,9 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         if handover and fence then
             -- pcall: a damaged counter must not keep the lock from being released; it only spoils
             -- the hand-over.
-            token = redis.pcall('INCR', fence)
-            handover = type(token) == 'number'
+            local ok
+            ok, token = pcall(next_token, fence, successor_lease + grace)
+            handover = ok
         end
         -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.
         redis.call('HDEL', hash, field)
@@ -114,9 +117,9 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     return reply
 end
 
-if #ARGV <= 8 then
+if #ARGV <= 9 then
     return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
-        ARGV[6], ARGV[7], ARGV[8])
+        ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9] or '0'))
 end
 local replies = {}
 for i = 1, #KEYS / 2 do

@@ -218,7 +218,7 @@
 //! | key | type | contents |
 //! |---|---|---|
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count; PEXPIRE = lease |
-//! | `P:{N}:fence` | string | fencing counter (fenced locks only; never expires) |
+//! | `P:{N}:fence` | string | the last fencing token (fenced locks only); expires a [grace](Config::fence_grace) after the lease it was written with |
 //! | `P:{N}:unlock` | channel | one message (the releasing client's id) on each release that frees the lock |
 //! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (written when holds remain, or for a give-back) |
 //!

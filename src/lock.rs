@@ -79,8 +79,16 @@ impl Lock {
     }
 
     /// Hand out fencing tokens: every first acquisition gets a number greater than every earlier
-    /// one for this name ([`LockGuard::fencing_token`]). Costs one counter key per name that
-    /// never expires. Defaults to `false`.
+    /// one for this name ([`LockGuard::fencing_token`]). Defaults to `false`.
+    ///
+    /// A token is the larger of the last token plus one and the server's clock in microseconds
+    /// (`TIME`, read inside the acquiring script). Its counter key `P:{N}:fence` lives as long as
+    /// the lease plus [`Config::fence_grace`](crate::Config::fence_grace) (60 s by default), so
+    /// fencing costs memory only for locks in use, and a token made after the counter expired is
+    /// still above every earlier one. Tokens therefore also stay increasing across a failover
+    /// that lost the counter's last write, as long as the promoted replica's clock is not behind
+    /// the old primary's by more than the failover took. Tokens from versions that counted
+    /// 1, 2, 3, ... are far below the clock, so an upgrade needs no migration.
     #[must_use]
     pub fn fenced(mut self, fenced: bool) -> Self {
         self.fenced = fenced;

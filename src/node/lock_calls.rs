@@ -102,7 +102,8 @@ impl Node {
             let bytes = 2 * keys.hash.len() + field.len() + 32;
             // `acquire_args` writes the key count: how many keys depends on the lock.
             let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 6, bytes);
-            acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
+            let grace = fenced.then_some(self.fence_grace_ms);
+            acquire_args(&mut cmd, keys, field, lease_ms, reentrant, grace);
             let (hash, script) = (&keys.hash, &scripts::ACQUIRE);
             match wait {
                 None => (self.eval("acquire", hash, limit, script, &cmd).await?, None),
@@ -179,7 +180,7 @@ impl Node {
             + successor.map_or(0, |s| s.field.len())
             + 80;
         let script = self.release_script();
-        let mut cmd = evalsha(script, 2 + usize::from(fence_key), 8, bytes);
+        let mut cmd = evalsha(script, 2 + usize::from(fence_key), 9, bytes);
         cmd.arg(&*keys.hash)
             .arg(keys.latch(request.client, request.n));
         if fence_key {
@@ -193,6 +194,9 @@ impl Node {
             .arg(&**request.client);
         if let Some(s) = successor {
             cmd.arg(&*s.field).arg(s.lease_ms);
+            if fence_key {
+                cmd.arg(self.fence_grace_ms);
+            }
         }
         let reply: i64 = self
             .eval("release", &keys.hash, self.timeout, script, &cmd)
@@ -294,22 +298,27 @@ async fn release_batch(
 
 /// Appends the key count, keys and arguments of `acquire.lua` to a command that already names
 /// the script (`EVALSHA <sha>` or `EVAL <source>`). The fencing counter is a key only for a
-/// fenced lock: its presence is how the script knows.
+/// fenced lock (`fence_grace`: how long it outlives the lease): its presence is how the script
+/// knows.
 fn acquire_args(
     cmd: &mut redis::Cmd,
     keys: &LockKeys,
     field: &str,
     lease_ms: u64,
     reentrant: bool,
-    fenced: bool,
+    fence_grace: Option<u64>,
 ) {
-    cmd.arg(1 + usize::from(fenced)).arg(&*keys.hash);
-    if fenced {
+    cmd.arg(1 + usize::from(fence_grace.is_some()))
+        .arg(&*keys.hash);
+    if fence_grace.is_some() {
         cmd.arg(keys.fence());
     }
     cmd.arg(field)
         .arg(lease_ms)
         .arg(if reentrant { "1" } else { "0" });
+    if let Some(grace) = fence_grace {
+        cmd.arg(grace);
+    }
 }
 
 /// One reply per entry of a batch sent as one script call (see `lua/acquire.lua`): a batch of
@@ -374,7 +383,11 @@ impl Node {
     ) -> Result<Vec<Result<Acquire>>> {
         let everything: Vec<usize> = (0..calls.len()).collect();
         let mut replies: Vec<RedisResult<Value>> = self
-            .query_pipeline("acquire", "", &acquire_pipeline(calls, &everything))
+            .query_pipeline(
+                "acquire",
+                "",
+                &acquire_pipeline(calls, &everything, self.fence_grace_ms),
+            )
             .await?;
         let no_script = |r: &RedisResult<Value>| matches!(r, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript));
         let missing: Vec<usize> = (0..replies.len())
@@ -383,7 +396,11 @@ impl Node {
         if !missing.is_empty() {
             self.load_script("acquire", &scripts::ACQUIRE).await?;
             let again: Vec<RedisResult<Value>> = self
-                .query_pipeline("acquire", "", &acquire_pipeline(calls, &missing))
+                .query_pipeline(
+                    "acquire",
+                    "",
+                    &acquire_pipeline(calls, &missing, self.fence_grace_ms),
+                )
                 .await?;
             for (i, reply) in missing.into_iter().zip(again) {
                 replies[i] = reply;
@@ -408,7 +425,11 @@ impl Node {
 
 /// `EVALSHA acquire` for the calls at `which`, in one pipeline that keeps going past a failed
 /// call.
-fn acquire_pipeline(calls: &[AcquireCall<'_>], which: &[usize]) -> redis::Pipeline {
+fn acquire_pipeline(
+    calls: &[AcquireCall<'_>],
+    which: &[usize],
+    fence_grace_ms: u64,
+) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for call in which.iter().map(|&i| &calls[i]) {
@@ -420,7 +441,7 @@ fn acquire_pipeline(calls: &[AcquireCall<'_>], which: &[usize]) -> redis::Pipeli
             call.field,
             call.lease_ms,
             call.reentrant,
-            call.fenced,
+            call.fenced.then_some(fence_grace_ms),
         );
         pipe.add_command(cmd);
     }

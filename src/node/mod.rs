@@ -108,6 +108,9 @@ pub(crate) struct Node {
     /// How the subscriber connects to the same deployment.
     link: Link,
     timeout: Duration,
+    /// How long a fencing counter outlives the lease it was last written with
+    /// ([`Config::fence_grace`](crate::Config::fence_grace)), in milliseconds.
+    fence_grace_ms: u64,
     batches: Arc<Batches>,
     /// A lazy client's rights check, run before its first script call or pipeline.
     rights: Option<Arc<acl::Pending>>,
@@ -130,12 +133,18 @@ impl Node {
             keyspace,
             link,
             timeout,
+            fence_grace_ms: crate::config::DEFAULT_FENCE_GRACE.as_millis() as u64,
             batches: Arc::default(),
             rights: None,
         })
     }
 
     /// What identifies this deployment.
+    /// Sets how long fencing counters outlive their lease (from the client's config).
+    pub(crate) fn set_fence_grace(&mut self, grace: Duration) {
+        self.fence_grace_ms = grace.as_millis().min(u128::from(u64::MAX)) as u64;
+    }
+
     pub(crate) fn keyspace(&self) -> &Keyspace {
         &self.keyspace
     }
@@ -253,9 +262,16 @@ impl Node {
     }
 
     /// Raises the lock's fencing counter to at least `token` (RedLock); the counter after.
-    pub(crate) async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<u64> {
-        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 1, keys.hash.len() + 16);
-        cmd.arg(keys.fence()).arg(token);
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &LockKeys,
+        token: u64,
+        lease_ms: u64,
+    ) -> Result<u64> {
+        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 2, keys.hash.len() + 32);
+        cmd.arg(keys.fence())
+            .arg(token)
+            .arg(lease_ms.saturating_add(self.fence_grace_ms));
         self.eval_retried("raise fence", &keys.hash, &scripts::RAISE_FENCE, &cmd)
             .await
     }
