@@ -13,7 +13,9 @@
 --          own acquisitions); '-' for neither. Without 'a' the latch is written only when holds
 --          remain: a guard's last release, during which the client never lets the owner take
 --          the lock again (`sequence.rs`), so a retry that finds the field gone knows the first
---          attempt released it.
+--          attempt released it. A trailing 'd' ('d', 'rd', 'ad', 'rad') marks a lock with a
+--          lock-delay: a release that frees it deletes its marker P:{N}:delay (see acquire.lua),
+--          so the next owner need not wait.
 -- ARGV[6]  the releasing client's id: the unlock message, so that client's waiters can ignore
 --          it (they hear of their own client's releases directly)
 -- ARGV[7]  hand-over (optional): owner field of the releasing client's first waiter
@@ -45,6 +47,10 @@
 
 local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, client,
                        successor, successor_lease, grace)
+    local delayed = string.byte(mode, -1) == 100 -- 'd'
+    if delayed then
+        mode = string.sub(mode, 1, -2)
+    end
     local retry = mode == 'r' or mode == 'ra'
     local always = mode == 'a' or mode == 'ra'
 
@@ -107,6 +113,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             redis.call('PEXPIRE', hash, successor_lease)
             reply = -2 - token
         else
+            if delayed then
+                -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
+                redis.call('DEL', hash .. ':delay')
+            end
             redis.call('PUBLISH', channel, client)
             reply = 0
         end

@@ -25,7 +25,7 @@ fn server_us(server: &Server) -> u64 {
 
 /// A client whose fencing counters outlive their lease by `grace`.
 async fn client_with_grace(server: &Server, grace: Duration) -> Client {
-    Client::builder(&server.url())
+    Client::builder(server.url())
         .fence_grace(grace)
         .build()
         .await
@@ -260,7 +260,7 @@ async fn a_counter_left_by_an_older_version_is_below_every_new_token() {
 #[tokio::test]
 async fn a_guard_holding_past_its_counters_expiry_keeps_its_token_and_the_next_is_larger() {
     let server = Server::start();
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .fence_grace(Duration::ZERO)
         .watchdog_lease(Duration::from_millis(300))
         .build()

@@ -35,7 +35,7 @@ pub(crate) use dial::Dial;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
-pub(crate) use lock_calls::{AcquireCall, Latch, ReleaseArgs, Successor};
+pub(crate) use lock_calls::{AcquireCall, AcquireTerms, Latch, ReleaseArgs, Successor};
 pub(crate) use replicas::{Acks, Shortfall, WaitFor};
 use shape::Conn;
 pub(crate) use shape::Target;
@@ -56,6 +56,20 @@ pub(crate) struct Renewal<'a> {
     pub hash: &'a str,
     pub field: &'a str,
     pub lease_ms: u64,
+    /// The lock's lock-delay in milliseconds (0: none): its marker is renewed for the lease
+    /// plus this.
+    pub delay_ms: u64,
+}
+
+impl Renewal<'_> {
+    /// The lease argument of `renew.lua` and `renew_node.lua`: `<lease>`, or `<lease>+<delay>`
+    /// for a lock with a lock-delay.
+    pub(crate) fn lease_arg(&self) -> String {
+        match self.delay_ms {
+            0 => self.lease_ms.to_string(),
+            delay => format!("{}+{delay}", self.lease_ms),
+        }
+    }
 }
 
 /// The server's view of one lock, for `status` and introspection.
@@ -229,7 +243,7 @@ impl Node {
             cmd.arg(r.hash);
         }
         for r in batch {
-            cmd.arg(r.field).arg(r.lease_ms);
+            cmd.arg(r.field).arg(r.lease_arg());
         }
         let script = &scripts::RENEW;
         let (reply, acks) = match wait {
