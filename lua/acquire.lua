@@ -4,20 +4,30 @@
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in milliseconds (PEXPIRE of the hash)
 -- ARGV[3]  '1' reentrant, '0' non-reentrant
--- Fenced locks and locks with a lock-delay also send:
+-- The long form (fenced locks, locks with a lock-delay, and waiters) also sends:
 -- KEYS[2]  fencing counter      P:{N}:fence
 -- KEYS[3]  lock-delay marker    P:{N}:delay  (lives lease + delay; deleted by a release)
 -- ARGV[4]  the fence grace in milliseconds (how long the counter outlives the lease it was
 --          last written with), or '-' for an unfenced lock
 -- ARGV[5]  the lock-delay in milliseconds, '0' for none
+-- ARGV[6]  '0', or for a waiter: how long its queue entry outlives the wait it is told (ms)
+-- ARGV[7]  the waiter's claim lease in milliseconds (see queue.lua)
+--
+-- Waiters (queue.lua): a refused waiter is queued (or its entry refreshed) in the same call. A
+-- waiter that finds the lock free while others are queued before it gives it to the first of
+-- them and is refused; one that finds its own grant (count 0) claims it: count 1, its lease,
+-- a new token, as a first acquisition (so a waiter that missed its grant message and asks
+-- again never counts two). The short form never queues and never looks at the queue: a
+-- newcomer may take a lock that is free, which, while anybody is queued, only happens when a
+-- holder's lease or a grant's claim lease ran out.
 --
 -- Returns one of
 --   n >= 1        acquired (unfenced lock); n = this owner's hold count after the call
 --   {n, token}    acquired (fenced lock); token = fencing token (re-entry keeps the token; see
 --                 fence.lua for how tokens are made)
 --   0             non-reentrant lock already held by this very owner
---   n <= -1       held by another owner, or in its lock-delay; the wait left is -n - 2 ms
---                 (n = -1: no expiry)
+--   n <= -1       held by another owner (or granted to another waiter), or in its lock-delay;
+--                 the wait left is -n - 2 ms (n = -1: no expiry)
 -- A re-entry extends the expiry to ARGV[2] if that is longer.
 -- A lock key of another type fails with WRONGTYPE before anything is written.
 --
@@ -35,75 +45,129 @@
 -- a command (measured with callgrind on Redis 7.0: ~1.2k instructions per argument, ~6k for a
 -- three-element table against an integer), so the common case sends four and gets an integer.
 
--- next_token and held_token come from fence.lua, which `scripts.rs` puts before this file.
+-- next_token and held_token come from fence.lua, enqueue, dequeue, queue_head and grant_head
+-- from queue.lua, which `scripts.rs` puts before this file.
 
-local function acquire(hash, field, lease, reentrant, fence, grace, marker, delay)
-    local fenced = grace ~= nil
-
-    if redis.call('EXISTS', hash) == 0 then
-        if delay > 0 then
-            local left = redis.call('PTTL', marker)
-            if left > 0 then
-                return -2 - left
-            end
-        end
-        local token
-        if fenced then
-            -- The token first: if the counter key is damaged, nothing has been written yet.
-            token = next_token(fence, lease + grace)
-        end
-        redis.call('HSET', hash, field, '1')
-        redis.call('PEXPIRE', hash, lease)
-        if delay > 0 then
-            redis.call('SET', marker, '1', 'PX', lease + delay)
-        end
-        if fenced then
-            return {1, token}
-        end
-        return 1
+-- A first acquisition (or a waiter's claim of its grant): count 1, the lease, a new token, the
+-- lock-delay marker.
+local function take(hash, field, lease, fence, grace, marker, delay)
+    local token
+    if grace then
+        -- The token first: if the counter key is damaged, nothing has been written yet.
+        token = next_token(fence, lease + grace)
     end
+    redis.call('HSET', hash, field, '1')
+    redis.call('PEXPIRE', hash, lease)
+    if delay > 0 then
+        redis.call('SET', marker, '1', 'PX', lease + delay)
+    end
+    if grace then
+        return {1, token}
+    end
+    return 1
+end
 
-    if redis.call('HEXISTS', hash, field) == 1 then
+-- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first.
+local function refuse(hash, field, ttl, slack, claim)
+    if slack > 0 then
+        -- Without an expiry the waiter looks again within a second (`acquire.rs`).
+        local told = ttl >= 0 and ttl or 1000
+        enqueue(hash, field, queue_clock_us(), told + slack, claim)
+    end
+    return -2 - ttl
+end
+
+-- The long form: fenced, lock-delay, waiters.
+local function acquire_long(hash, field, lease, reentrant, fence, grace, marker, delay, slack,
+                            claim)
+    local count = redis.call('HGET', hash, field)
+    if count == '0' then
+        -- Granted to us from the queue: claim it.
+        return take(hash, field, lease, fence, grace, marker, delay)
+    end
+    if count then
         if reentrant == '0' then
             return 0
         end
         local token
-        if fenced then
+        if grace then
             -- Nobody else can have raised the counter while we hold the lock, so it is our token.
             -- A counter that expired under a long hold (only renewals outlive it) is made anew:
             -- a larger token is still a valid one. Checked before any write, so a damaged
             -- counter changes nothing.
             token = held_token(fence, lease + grace)
         end
-        local count = redis.call('HINCRBY', hash, field, 1)
-        -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
-        -- key expire under the outer hold, whose renewal schedule follows the outer lease.
+        local n = redis.call('HINCRBY', hash, field, 1)
         if redis.call('PTTL', hash) < tonumber(lease) then
             redis.call('PEXPIRE', hash, lease)
             if delay > 0 then
                 redis.call('SET', marker, '1', 'PX', lease + delay)
             end
         end
-        if fenced then
-            return {count, token}
+        if grace then
+            return {n, token}
+        end
+        return n
+    end
+    local ttl = redis.call('PTTL', hash)
+    if ttl ~= -2 then
+        return refuse(hash, field, ttl, slack, claim)
+    end
+    if delay > 0 then
+        local left = redis.call('PTTL', marker)
+        if left > 0 then
+            return refuse(hash, field, left, slack, claim)
+        end
+    end
+    if slack > 0 then
+        local head = queue_head(hash, false)
+        if head == field then
+            dequeue(hash, field)
+        elseif head then
+            -- Others came first: the lock is the first one's.
+            grant_head(hash)
+            return refuse(hash, field, redis.call('PTTL', hash), slack, claim)
+        end
+    end
+    return take(hash, field, lease, fence, grace, marker, delay)
+end
+
+-- The short form: a plain lock (no fence, no lock-delay), never queued. A grant to this owner
+-- (count 0) counts 1 after HINCRBY, as a claim should.
+local function acquire(hash, field, lease, reentrant)
+    if redis.call('EXISTS', hash) == 0 then
+        redis.call('HSET', hash, field, '1')
+        redis.call('PEXPIRE', hash, lease)
+        return 1
+    end
+    if redis.call('HEXISTS', hash, field) == 1 then
+        if reentrant == '0' then
+            return 0
+        end
+        local count = redis.call('HINCRBY', hash, field, 1)
+        -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
+        -- key expire under the outer hold, whose renewal schedule follows the outer lease.
+        if redis.call('PTTL', hash) < tonumber(lease) then
+            redis.call('PEXPIRE', hash, lease)
         end
         return count
     end
-
     return -2 - redis.call('PTTL', hash)
 end
 
 if #ARGV == 3 then
-    return acquire(KEYS[1], ARGV[1], ARGV[2], ARGV[3], nil, nil, nil, 0)
+    return acquire(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 end
-if #ARGV == 5 then
-    return acquire(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
-        tonumber(ARGV[5]))
+if #ARGV == 7 then
+    return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
+        tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+end
+if #ARGV ~= 3 * #KEYS then
+    return redis.error_reply('ERR acquire.lua: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
 end
 local replies = {}
 for i = 1, #KEYS do
-    local ok, reply = pcall(acquire, KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i],
-        nil, nil, nil, 0)
+    local ok, reply = pcall(acquire, KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
     if not ok then
         -- redis.call raises a table {err = message}; Lua itself raises a string.
         reply = type(reply) == 'table' and reply.err or tostring(reply)

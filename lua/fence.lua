@@ -39,6 +39,10 @@ end
 -- A new token, larger than every token this lock name had, written back with expiry ttl_ms.
 local function next_token(fence, ttl_ms)
     local last = last_token(fence)
+    if last >= 9007199254740991 then
+        -- 2^53 - 1: past it a double cannot count up by one.
+        error({err = 'ERR the fencing counter is too large'})
+    end
     local token = clock_us()
     if token <= last then
         token = last + 1

@@ -1,5 +1,6 @@
--- release.lua: give back holds; on the last one delete the owner's field and wake waiters, or
--- hand the lock straight to a waiter of the releasing client.
+-- release.lua: give back holds; on the last one delete the owner's field and give the lock to
+-- the first queued waiter (queue.lua), or hand it straight to a waiter of the releasing client,
+-- or, with nobody queued, wake every listener.
 --
 -- KEYS[1]  lock hash            P:{N}
 -- KEYS[2]  release latch        P:{N}:latch:<request id>  (makes a retried release idempotent)
@@ -13,19 +14,22 @@
 --          own acquisitions); '-' for neither. Without 'a' the latch is written only when holds
 --          remain: a guard's last release, during which the client never lets the owner take
 --          the lock again (`sequence.rs`), so a retry that finds the field gone knows the first
---          attempt released it. A trailing 'd' ('d', 'rd', 'ad', 'rad') marks a lock with a
---          lock-delay: a release that frees it deletes its marker P:{N}:delay (see acquire.lua),
---          so the next owner need not wait.
+--          attempt released it. A trailing 'd<ms>' ('d3000', 'rd0', ...) marks a lock that may
+--          have a lock-delay of <ms>: a release that frees it deletes its marker P:{N}:delay
+--          (see acquire.lua), so the next owner need not wait; one that leaves holds (and
+--          lengthens the lease) lengthens the marker to the lease plus the delay.
 -- ARGV[6]  the releasing client's id: the unlock message, so that client's waiters can ignore
 --          it (they hear of their own client's releases directly)
 -- ARGV[7]  hand-over (optional): owner field of the releasing client's first waiter
 -- ARGV[8]  hand-over (optional): that waiter's lease in milliseconds
--- ARGV[9]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua, which
---          `scripts.rs` puts before this file)
+-- ARGV[9]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua and
+--          queue.lua, which `scripts.rs` puts before this file)
 --
 -- Returns
 --   -1       the owner holds nothing (never held, expired, or force-unlocked); nothing changed
---   0        the last hold was released: the field is gone and one message was published
+--   0        the last hold was released: the field is gone, and the lock was granted to the
+--            first queued waiter (one message names it) or, with nobody queued, one message
+--            (ARGV[6]) was published
 --   n > 0    n holds remain; the expiry was raised to ARGV[2] if it was shorter
 --   -2 - t   the last hold was released and the lock handed to ARGV[7] (count 1, lease
 --            ARGV[8], fencing token t, 0 when unfenced); nothing published, the lock never free
@@ -47,9 +51,11 @@
 
 local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, client,
                        successor, successor_lease, grace)
-    local delayed = string.byte(mode, -1) == 100 -- 'd'
-    if delayed then
-        mode = string.sub(mode, 1, -2)
+    local delayed, delay = false, 0
+    local d = string.find(mode, 'd', 1, true)
+    if d then
+        delayed, delay = true, tonumber(string.sub(mode, d + 1)) or 0
+        mode = string.sub(mode, 1, d - 1)
     end
     local retry = mode == 'r' or mode == 'ra'
     local always = mode == 'a' or mode == 'ra'
@@ -86,8 +92,12 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     local count = held - tonumber(holds)
     if count > 0 then
         redis.call('HSET', hash, field, count)
-        -- Reset the lease, but never shorten it (see acquire.lua).
+        -- Reset the lease, but never shorten it (see acquire.lua); the lock-delay marker keeps
+        -- outliving it by the delay.
         if redis.call('PTTL', hash) < tonumber(lease) then
+            if delay > 0 then
+                redis.call('SET', hash .. ':delay', '1', 'PX', lease + delay)
+            end
             redis.call('PEXPIRE', hash, lease)
         end
         reply = count
@@ -98,6 +108,17 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         -- Hand over only while nobody else listens: the waiter's own client is the channel's one
         -- subscriber. Another client's waiter gets the usual release and message instead.
         local handover = successor ~= nil and redis.call('PUBSUB', 'NUMSUB', channel)[2] <= 1
+        -- Reads and writes of the keys derived from the hash (marker, queue) come before the
+        -- field goes: during a cluster slot migration such a key may already be elsewhere, and
+        -- the error must come before anything was written.
+        if delayed and not handover then
+            -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
+            redis.call('DEL', hash .. ':delay')
+        end
+        local head, claim
+        if not handover then
+            head, claim = queue_head(hash, true)
+        end
         local token = 0
         if handover and fence then
             -- pcall: a damaged counter must not keep the lock from being released; it only spoils
@@ -111,13 +132,17 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         if handover then
             redis.call('HSET', hash, successor, '1')
             redis.call('PEXPIRE', hash, successor_lease)
+            -- The successor may have queued itself on the server too.
+            dequeue(hash, successor)
             reply = -2 - token
         else
-            if delayed then
-                -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
-                redis.call('DEL', hash .. ':delay')
+            -- The first queued waiter gets the lock, and only it is told; with nobody queued,
+            -- every listener is.
+            if head then
+                grant(hash, head, claim)
+            else
+                redis.call('PUBLISH', channel, client)
             end
-            redis.call('PUBLISH', channel, client)
             reply = 0
         end
     end

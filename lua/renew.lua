@@ -14,14 +14,22 @@ for i, key in ipairs(KEYS) do
     if held == 1 then
         local lease = ARGV[2 * i]
         local plus = string.find(lease, '+', 1, true)
+        local ok = true
         if plus then
             local delay = tonumber(string.sub(lease, plus + 1))
             lease = tonumber(string.sub(lease, 1, plus - 1))
-            -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
-            redis.call('SET', key .. ':delay', '1', 'PX', lease + delay)
+            -- Derived like the channel: the marker shares the lock's hash tag, so its slot; in
+            -- a slot migration it may be elsewhere already, and this lock is then not renewed
+            -- here (0) rather than failing the batch.
+            local set = redis.pcall('SET', key .. ':delay', '1', 'PX', lease + delay)
+            ok = not (type(set) == 'table' and set.err)
         end
-        redis.call('PEXPIRE', key, lease)
-        renewed[i] = 1
+        if ok then
+            redis.call('PEXPIRE', key, lease)
+            renewed[i] = 1
+        else
+            renewed[i] = 0
+        end
     else
         renewed[i] = 0
     end

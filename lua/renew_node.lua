@@ -19,13 +19,18 @@ for i = 1, #ARGV, 3 do
     if ok and held == 1 then
         local lease = ARGV[i + 2]
         local plus = string.find(lease, '+', 1, true)
+        local marked = true
         if plus then
             local delay = tonumber(string.sub(lease, plus + 1))
             lease = tonumber(string.sub(lease, 1, plus - 1))
-            redis.call('SET', ARGV[i] .. ':delay', '1', 'PX', lease + delay)
+            marked = pcall(redis.call, 'SET', ARGV[i] .. ':delay', '1', 'PX', lease + delay)
         end
-        redis.call('PEXPIRE', ARGV[i], lease)
-        renewed[#renewed + 1] = 1
+        if marked then
+            redis.call('PEXPIRE', ARGV[i], lease)
+            renewed[#renewed + 1] = 1
+        else
+            renewed[#renewed + 1] = 0
+        end
     else
         renewed[#renewed + 1] = 0
     end

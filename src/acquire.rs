@@ -12,8 +12,9 @@ use crate::hold::Grant;
 use crate::keys::LockKeys;
 use crate::local_queue::{Handover, Ticket};
 use crate::lock::Lock;
-use crate::node::{Acks, AcquireTerms, Latch, ReleaseArgs, Successor, WaitFor};
+use crate::node::{Acks, AcquireTerms, Latch, QueueTerms, ReleaseArgs, Successor, WaitFor};
 use crate::pubsub::Subscription;
+use crate::queue_place::QueuePlace;
 use crate::release::{give_back, give_back_in_background};
 use crate::scripts::{Acquire, Release};
 use crate::shared::Client;
@@ -24,6 +25,10 @@ use crate::terms::{Lease, Wait};
 /// How long to sleep between attempts when the holder's key has no expiry and no unlock
 /// message arrives (someone PERSISTed it, or a message was lost).
 const RECHECK_WITHOUT_TTL: Duration = Duration::from_secs(1);
+
+/// How long past a grant's claim lease a waiter of another client looks again: the grant's own
+/// expiry, measured on the server, lands within it.
+const CLAIM_MARGIN: Duration = Duration::from_millis(10);
 
 /// How long a waiter may sleep on a holder with remaining lease `ttl` before trying again: just
 /// past the expiry (the unlock message never comes when a lease simply runs out).
@@ -116,6 +121,18 @@ impl Lock {
         // Whether to ask Redis now, or only wait for our turn to be handed the lock.
         let mut try_now = !skip_attempt(ticket.as_ref(), wait);
         let mut ttl = None;
+        // A lock this client waited for a moment ago: its channel still listens, so the first
+        // attempt may queue us at once (registered first, so a grant message is not missed),
+        // which saves the attempt after subscribing.
+        if subscription.is_none()
+            && !reentry
+            && !matches!(wait, Wait::Once)
+            && inner.subscriber.is_live(&self.keys.channel_name())
+        {
+            subscription = Some(self.subscribe(false).await?);
+        }
+        // Our place in the lock's queue on the server, once an attempt may have queued us.
+        let mut place: Option<QueuePlace> = None;
         loop {
             // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
             inner.check_open()?;
@@ -125,11 +142,23 @@ impl Lock {
                 let _turn = acquiring.turn().await;
                 *attempts += 1;
                 let started = Instant::now();
-                ttl = match self.attempt(&field, lease_ms, reentry, replicas).await? {
+                // A waiter (subscribed: past its first attempt) queues on the server.
+                let queue = (subscription.is_some() && !reentry && !matches!(wait, Wait::Once))
+                    .then(|| self.queue_terms());
+                if queue.is_some() && place.is_none() {
+                    place = Some(QueuePlace::new(&self.client, &self.keys, &field));
+                }
+                ttl = match self
+                    .attempt(&field, lease_ms, reentry, replicas, queue)
+                    .await?
+                {
                     Acquire::Acquired { count, token } => {
                         let grant = Grant::Counted(count);
                         match self.confirmed(&field, lease, started).await? {
                             Some(since) => {
+                                if let Some(place) = place.take() {
+                                    place.taken();
+                                }
                                 let guard = self.register(field, lease, grant, token, since)?;
                                 return Ok(Some(self.watched(guard)));
                             }
@@ -166,7 +195,8 @@ impl Lock {
             }
             let Some(sub) = subscription.as_ref() else {
                 // Subscribe only after a failed attempt (the uncontended path stays one round
-                // trip), then try again at once: the unlock may have happened before we listened.
+                // trip), then try again at once: the unlock may have happened before we listened,
+                // and this attempt queues us.
                 subscription = Some(self.subscribe(false).await?);
                 continue;
             };
@@ -181,10 +211,23 @@ impl Lock {
                 .nap(ticket.as_ref(), offer, sub, &field, lease, nap)
                 .await?
             {
-                // Handed over by a release of this client: that was the attempt.
+                // Handed over by a release of this client: that was the attempt (the release
+                // took our queue entry out).
                 *attempts += 1;
+                if let Some(place) = place.take() {
+                    place.taken();
+                }
                 return Ok(Some(guard));
             }
+        }
+    }
+
+    /// How this client's waiters queue on the server (`queue_place.rs`).
+    fn queue_terms(&self) -> QueueTerms {
+        let claim_ms = self.client.inner.config.claim_lease.as_millis() as u64;
+        QueueTerms {
+            slack_ms: claim_ms,
+            claim_ms,
         }
     }
 
@@ -237,12 +280,23 @@ impl Lock {
                 None => std::future::pending().await,
             }
         };
-        let answer = tokio::select! {
-            biased;
-            answer = handed => Some(answer),
-            _ = sub.notified() => None,
-            _ = local_release => None,
-            _ = tokio::time::sleep(nap) => None,
+        let mut until = tokio::time::Instant::now() + nap;
+        let answer = {
+            tokio::pin!(handed, local_release);
+            loop {
+                tokio::select! {
+                    biased;
+                    answer = &mut handed => break Some(answer),
+                    _ = sub.notified() => break None,
+                    _ = &mut local_release => break None,
+                    // Given to another client's waiter: if it never claims the lock, it is
+                    // free again after the claim lease; look then at the latest.
+                    claim = sub.granted_elsewhere() => {
+                        until = until.min(tokio::time::Instant::now() + claim + CLAIM_MARGIN);
+                    }
+                    _ = tokio::time::sleep_until(until) => break None,
+                }
+            }
         };
         let answer = match (answer, offered) {
             (Some(answer), _) => Some(answer),
@@ -335,6 +389,7 @@ impl Lock {
         lease_ms: u64,
         reentry: bool,
         replicas: Replicas,
+        queue: Option<QueueTerms>,
     ) -> Result<Acquire> {
         let client = self.client.clone();
         let keys = self.keys.clone();
@@ -356,6 +411,7 @@ impl Lock {
                     reentrant,
                     fenced,
                     delay_ms,
+                    queue,
                 };
                 let outcome = node.acquire(&keys, &field, terms, patience, wait).await;
                 let outcome = match outcome {
@@ -378,7 +434,7 @@ impl Lock {
                             lease_ms,
                             holds: 1,
                             latch: Latch::Always,
-                            delayed: delay_ms > 0,
+                            delay_ms: Some(delay_ms),
                             successor: None,
                         };
                         let undo = node.release(&keys, &undo, id, false).await;

@@ -62,6 +62,13 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a lock given to a queued waiter stays its own until claimed; see
+    /// [`Config::claim_lease`]. Defaults to 2 seconds.
+    pub fn claim_lease(mut self, lease: Duration) -> Self {
+        self.config.claim_lease = lease;
+        self
+    }
+
     /// Limit for connecting and for each round trip. Defaults to 2 seconds.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.config.timeout = timeout;

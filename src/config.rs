@@ -51,7 +51,18 @@ pub struct Config {
     /// the lock idle for the whole grace, can hand out a token below an earlier one. Zero lets
     /// the counter expire with the lease.
     pub fence_grace: Duration,
+    /// How long a lock given to a queued waiter by a release stays its own before the waiter
+    /// claims it; also how much longer than the wait it was told a waiter's place in the queue
+    /// lives. Defaults to 2 seconds.
+    ///
+    /// Waiters of a [`Lock`](crate::Lock) queue on the server, and a release gives the lock to
+    /// the first of them at once. A waiter whose process died holds a lock given to it for this
+    /// long at most; a live one claims it within a round trip.
+    pub claim_lease: Duration,
 }
+
+/// The default of [`Config::claim_lease`].
+pub(crate) const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(2);
 
 /// The default of [`Config::fence_grace`].
 pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
@@ -139,6 +150,7 @@ impl Default for Config {
             wait_by: WaitBy::PubSub,
             replicas: Replicas::Off,
             fence_grace: DEFAULT_FENCE_GRACE,
+            claim_lease: DEFAULT_CLAIM_LEASE,
         }
     }
 }
@@ -191,6 +203,7 @@ impl Config {
             }
         }
         self.replicas.validate()?;
+        lease_ms("claim lease", self.claim_lease)?;
         if self.fence_grace > MAX_DURATION {
             return Err(Error::InvalidDuration {
                 what: "fence grace",

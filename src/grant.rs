@@ -90,8 +90,9 @@ impl Lock {
         let keys = self.keys.clone();
         let field_key = field.clone();
         let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, grant, || {
-            Hold::new(keys, field, lease, token, drift, started).with_delay(delay_ms)
+            Hold::new(keys, field, lease, token, drift, started)
         });
+        hold.raise_delay(delay_ms);
         if fresh {
             inner.watchdog_adopt(lease);
         }

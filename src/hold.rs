@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -24,8 +24,9 @@ pub(crate) struct Hold {
     pub lease: Lease,
     pub lease_ms: u64,
     pub token: Option<u64>,
-    /// The lock's lock-delay in milliseconds (0: none), renewed with the lease.
-    pub delay_ms: u64,
+    /// The lock's lock-delay in milliseconds (0: none), renewed with the lease: the largest of
+    /// the handles this owner took it through.
+    delay_ms: AtomicU64,
     drift: Duration,
     /// Live guards of this hold. Changed only under the registry's entry lock.
     guards: AtomicU32,
@@ -58,7 +59,7 @@ impl Hold {
             lease,
             lease_ms: lease.ms(),
             token,
-            delay_ms: 0,
+            delay_ms: AtomicU64::new(0),
             drift,
             guards: AtomicU32::new(1),
             orphans: AtomicU32::new(0),
@@ -71,10 +72,15 @@ impl Hold {
         }
     }
 
-    /// This hold with a lock-delay of `delay_ms` (renewed with its lease).
-    pub(crate) fn with_delay(mut self, delay_ms: u64) -> Hold {
-        self.delay_ms = delay_ms;
-        self
+    /// Takes note that the lock was taken (or re-entered) with a lock-delay of `delay_ms`.
+    pub(crate) fn raise_delay(&self, delay_ms: u64) {
+        self.delay_ms.fetch_max(delay_ms, Ordering::Relaxed);
+    }
+
+    /// What a release tells `release.lua` of the lock-delay: `None` when no handle set one.
+    pub(crate) fn delay(&self) -> Option<u64> {
+        let delay = self.delay_ms.load(Ordering::Relaxed);
+        (delay > 0).then_some(delay)
     }
 
     /// A renewal of this hold for `lease_ms`.
@@ -83,7 +89,7 @@ impl Hold {
             hash: &self.keys.hash,
             field: &self.field,
             lease_ms,
-            delay_ms: self.delay_ms,
+            delay_ms: self.delay_ms.load(Ordering::Relaxed),
         }
     }
 

@@ -260,6 +260,7 @@ mod node;
 mod open_holds;
 mod owner;
 mod pubsub;
+mod queue_place;
 mod release;
 mod scope;
 mod scripts;

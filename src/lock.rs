@@ -91,7 +91,9 @@ impl Lock {
     /// still above every earlier one. Tokens therefore also stay increasing across a failover
     /// that lost the counter's last write, as long as the promoted replica's clock is not behind
     /// the old primary's by more than the failover took. Tokens from versions that counted
-    /// 1, 2, 3, ... are far below the clock, so an upgrade needs no migration.
+    /// 1, 2, 3, ... are far below the clock, so an upgrade needs no data migration; upgrade
+    /// every client before relying on tokens, since an older client counts up from an expired
+    /// counter's 0.
     #[must_use]
     pub fn fenced(mut self, fenced: bool) -> Self {
         self.fenced = fenced;

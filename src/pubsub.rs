@@ -37,6 +37,24 @@ pub(crate) use channel::Subscription;
 use channel::{Channel, Poll};
 pub(crate) use relay::{RelayClass, Turn};
 
+/// A grant message of `lua/queue.lua`: `g <claim ms> <owner field>`.
+struct Grant<'a> {
+    claim: Duration,
+    field: &'a [u8],
+}
+
+impl<'a> Grant<'a> {
+    fn parse(payload: &'a [u8]) -> Option<Grant<'a>> {
+        let rest = payload.strip_prefix(b"g ")?;
+        let space = rest.iter().position(|&b| b == b' ')?;
+        let claim: u64 = std::str::from_utf8(&rest[..space]).ok()?.parse().ok()?;
+        Some(Grant {
+            claim: Duration::from_millis(claim),
+            field: &rest[space + 1..],
+        })
+    }
+}
+
 /// A channel's message count at some moment, from [`Subscriber::mark`].
 pub(crate) struct Mark {
     channel: Arc<Channel>,
@@ -144,6 +162,7 @@ impl Subscriber {
             channel: channel.clone(),
             seen: AtomicU64::new(channel.epoch(heed_own)),
             heed_own,
+            seen_grants: AtomicU64::new(channel.grant_count()),
             poll: match self.wait_by {
                 WaitBy::PubSub => None,
                 WaitBy::Polling { first, max } => Some(Poll::new(first, max)),
@@ -161,6 +180,17 @@ impl Subscriber {
             *channel.subscribed.lock() = true;
         }
         Ok(subscription)
+    }
+
+    /// Whether this client listens on `name` already (a waiter, or a channel lingering after its
+    /// last one): subscribing again costs no round trip.
+    pub(crate) fn is_live(&self, name: &str) -> bool {
+        self.wait_by == WaitBy::PubSub
+            && self
+                .channels
+                .lock()
+                .get(name)
+                .is_some_and(|channel| *channel.subscribed.lock())
     }
 
     /// Unsubscribes `name` if no waiter came back meanwhile.
@@ -252,8 +282,16 @@ impl Subscriber {
     }
 
     fn deliver(&self, channel: &str, payload: &[u8]) {
-        if let Some(channel) = self.channels.lock().get(channel) {
-            channel.wake(payload == self.own_id.as_bytes());
+        let Some(channel) = self.channels.lock().get(channel).cloned() else {
+            return;
+        };
+        match Grant::parse(payload) {
+            // A grant to one of ours wakes this client's waiter, which claims it.
+            Some(grant) if grant.field.starts_with(self.own_id.as_bytes()) => channel.wake(false),
+            // A grant to another client: the lock is not free, nobody here wakes to ask; only
+            // waiters' naps shorten to the claim lease, in case the grantee never claims.
+            Some(grant) => channel.granted_elsewhere(grant.claim),
+            None => channel.wake(payload == self.own_id.as_bytes()),
         }
     }
 

@@ -15,15 +15,23 @@ use crate::error::{Error, Result};
 /// a token is made.
 pub(crate) const ACQUIRE_SOURCE: &str = concat!(
     include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire.lua")
 );
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/fence.lua"),
-        include_str!("../lua/release.lua")
-    ))
-});
+/// `release.lua` as sent (the cluster's variant is made from it, `node/shape.rs`).
+pub(crate) const RELEASE_SOURCE: &str = concat!(
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/release.lua")
+);
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
+/// `withdraw.lua` as sent.
+pub(crate) const WITHDRAW_SOURCE: &str = concat!(
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/withdraw.lua")
+);
+pub(crate) static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_SOURCE));
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =

@@ -15,10 +15,12 @@ const CLIENT: &str = "client-a";
 /// The scripts as the client sends them: the token-making part first.
 const ACQUIRE: &str = concat!(
     include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire.lua")
 );
 const RELEASE: &str = concat!(
     include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue.lua"),
     include_str!("../lua/release.lua")
 );
 /// The fence grace the calls below pass (ms).
@@ -46,7 +48,9 @@ fn acquire_call(
         .arg(30_000)
         .arg(if reentrant { "1" } else { "0" });
     if fence.is_some() {
-        call.arg(GRACE);
+        // The long form: fence and lock-delay keys, grace, no delay, no queue.
+        call.key(format!("{hash}:delay"));
+        call.arg(GRACE).arg(0).arg(0).arg(0);
     }
     call.invoke(conn)
 }

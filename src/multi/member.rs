@@ -93,6 +93,13 @@ pub(crate) async fn attempt_batch(
             .map(|_| Outcome::Failed(Error::Shutdown))
             .collect();
     }
+    if let Some(Err(e)) = batch
+        .iter()
+        .map(|(lock, _)| lock.check_lock_delay())
+        .find(Result::is_err)
+    {
+        return batch.iter().map(|_| Outcome::Failed(e.clone())).collect();
+    }
     let plan: Arc<[Planned]> = batch
         .iter()
         .map(|(lock, lease)| {

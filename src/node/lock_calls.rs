@@ -3,6 +3,7 @@
 //! that asks for replica acknowledgement has `WAIT` pipelined behind its call, alone or
 //! coalesced (one `WAIT` per batch call, for the most any of its entries wants; `replicas.rs`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,8 +33,9 @@ pub(crate) struct ReleaseArgs<'a> {
     pub lease_ms: u64,
     pub holds: u32,
     pub latch: Latch,
-    /// The lock may have a lock-delay marker, which a release that frees it deletes.
-    pub delayed: bool,
+    /// The lock may have a lock-delay marker (of this many ms, 0 when unknown), which a release
+    /// that frees it deletes and one that leaves holds lengthens.
+    pub delay_ms: Option<u64>,
     /// This client's waiting head, to hand the lock to if this release frees it.
     pub successor: Option<&'a Successor>,
 }
@@ -54,13 +56,23 @@ pub(crate) struct AcquireTerms {
     pub fenced: bool,
     /// The lock-delay in milliseconds, 0 for none.
     pub delay_ms: u64,
+    /// A waiter's attempt: queue it when refused (`lua/queue.lua`).
+    pub queue: Option<QueueTerms>,
+}
+
+/// How a waiter is queued on the server: its entry outlives the wait it is told by `slack_ms`,
+/// and a grant to it lasts `claim_ms` until claimed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueTerms {
+    pub slack_ms: u64,
+    pub claim_ms: u64,
 }
 
 impl AcquireTerms {
-    /// Whether the call needs the script's long form (fence, lock-delay), which is never
+    /// Whether the call needs the script's long form (fence, lock-delay, queue), which is never
     /// coalesced.
     fn long_form(&self) -> bool {
-        self.fenced || self.delay_ms > 0
+        self.fenced || self.delay_ms > 0 || self.queue.is_some()
     }
 }
 
@@ -94,7 +106,7 @@ struct ReleaseEntry {
     field: Arc<str>,
     lease_ms: u64,
     holds: u32,
-    mode: &'static str,
+    mode: Cow<'static, str>,
     client: Arc<str>,
 }
 
@@ -118,9 +130,10 @@ impl Node {
         let (reply, acks) = if alone || terms.long_form() {
             let bytes = 2 * keys.hash.len() + field.len() + 32;
             // `acquire_args` writes the key count: how many keys depends on the lock.
-            let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 9, bytes);
+            let script = self.acquire_script();
+            let mut cmd = evalsha_without_keys(script, 11, bytes);
             acquire_args(&mut cmd, keys, field, terms, self.fence_grace_ms);
-            let (hash, script) = (&keys.hash, &scripts::ACQUIRE);
+            let hash = &keys.hash;
             match wait {
                 None => (self.eval("acquire", hash, limit, script, &cmd).await?, None),
                 Some(wait) => {
@@ -158,15 +171,15 @@ impl Node {
         retry: bool,
     ) -> Result<Release> {
         let successor = release.successor;
-        let mode = match (retry, release.latch, release.delayed) {
-            (false, Latch::WhileHeld, false) => "-",
-            (true, Latch::WhileHeld, false) => "r",
-            (false, Latch::Always, false) => "a",
-            (true, Latch::Always, false) => "ra",
-            (false, Latch::WhileHeld, true) => "d",
-            (true, Latch::WhileHeld, true) => "rd",
-            (false, Latch::Always, true) => "ad",
-            (true, Latch::Always, true) => "rad",
+        let base = match (retry, release.latch) {
+            (false, Latch::WhileHeld) => "-",
+            (true, Latch::WhileHeld) => "r",
+            (false, Latch::Always) => "a",
+            (true, Latch::Always) => "ra",
+        };
+        let mode: Cow<'static, str> = match release.delay_ms {
+            None => Cow::Borrowed(base),
+            Some(delay) => Cow::Owned(format!("{}d{delay}", base.trim_start_matches('-'))),
         };
         let (_counted, alone) = self.batches.traffic.enter();
         if !alone && successor.is_none() {
@@ -210,7 +223,7 @@ impl Node {
             .arg(release.lease_ms)
             .arg(self.latch_ms())
             .arg(release.holds)
-            .arg(mode)
+            .arg(&*mode)
             .arg(&**request.client);
         if let Some(s) = successor {
             cmd.arg(&*s.field).arg(s.lease_ms);
@@ -222,6 +235,23 @@ impl Node {
             .eval("release", &keys.hash, self.timeout, script, &cmd)
             .await?;
         Release::parse(reply)
+    }
+
+    /// Takes `field`'s queue entry out, and gives a grant it had not claimed to the next waiter:
+    /// `true` when there was such a grant. `client` is the message when nobody else waits.
+    pub(crate) async fn withdraw(
+        &self,
+        keys: &LockKeys,
+        field: &str,
+        client: &str,
+    ) -> Result<bool> {
+        let script = self.withdraw_script();
+        let mut cmd = evalsha(script, 1, 2, keys.hash.len() + field.len() + client.len());
+        cmd.arg(&*keys.hash).arg(field).arg(client);
+        let gave_back: i64 = self
+            .eval("withdraw", &keys.hash, self.timeout, script, &cmd)
+            .await?;
+        Ok(gave_back == 1)
     }
 
     /// How long a release's latch lives: past every retry of the request (a few timeouts), and
@@ -309,7 +339,7 @@ async fn release_batch(
             .arg(e.lease_ms)
             .arg(latch_ms)
             .arg(e.holds)
-            .arg(e.mode)
+            .arg(&*e.mode)
             .arg(&*e.client);
     }
     let reply = node.eval("release", "", limit, script, &cmd).await;
@@ -348,6 +378,10 @@ fn acquire_args(
         cmd.arg("-");
     }
     cmd.arg(terms.delay_ms);
+    match terms.queue {
+        Some(q) => cmd.arg(q.slack_ms.max(1)).arg(q.claim_ms.max(1)),
+        None => cmd.arg(0).arg(0),
+    };
 }
 
 /// One reply per entry of a batch sent as one script call (see `lua/acquire.lua`): a batch of
@@ -465,11 +499,14 @@ fn acquire_pipeline(
     for call in which.iter().map(|&i| &calls[i]) {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(scripts::ACQUIRE.get_hash());
+        // Members of a MultiLock or RedLock never queue: a member queued on some nodes would
+        // be granted holds its lock never claims.
         let terms = AcquireTerms {
             lease_ms: call.lease_ms,
             reentrant: call.reentrant,
             fenced: call.fenced,
             delay_ms: call.delay_ms,
+            queue: None,
         };
         acquire_args(&mut cmd, call.keys, call.field, terms, fence_grace_ms);
         pipe.add_command(cmd);

@@ -35,7 +35,7 @@ pub(crate) use dial::Dial;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
-pub(crate) use lock_calls::{AcquireCall, AcquireTerms, Latch, ReleaseArgs, Successor};
+pub(crate) use lock_calls::{AcquireCall, AcquireTerms, Latch, QueueTerms, ReleaseArgs, Successor};
 pub(crate) use replicas::{Acks, Shortfall, WaitFor};
 use shape::Conn;
 pub(crate) use shape::Target;
@@ -153,12 +153,12 @@ impl Node {
         })
     }
 
-    /// What identifies this deployment.
     /// Sets how long fencing counters outlive their lease (from the client's config).
     pub(crate) fn set_fence_grace(&mut self, grace: Duration) {
         self.fence_grace_ms = grace.as_millis().min(u128::from(u64::MAX)) as u64;
     }
 
+    /// What identifies this deployment.
     pub(crate) fn keyspace(&self) -> &Keyspace {
         &self.keyspace
     }
@@ -186,6 +186,20 @@ impl Node {
         match self.conn {
             Conn::Server(_) => &scripts::RELEASE,
             Conn::Cluster(_) => &shape::sharded::RELEASE,
+        }
+    }
+
+    fn acquire_script(&self) -> &'static redis::Script {
+        match self.conn {
+            Conn::Server(_) => &scripts::ACQUIRE,
+            Conn::Cluster(_) => &shape::sharded::ACQUIRE,
+        }
+    }
+
+    fn withdraw_script(&self) -> &'static redis::Script {
+        match self.conn {
+            Conn::Server(_) => &scripts::WITHDRAW,
+            Conn::Cluster(_) => &shape::sharded::WITHDRAW,
         }
     }
 

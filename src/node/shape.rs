@@ -299,12 +299,12 @@ end
         format!("{PRELUDE}{body}")
     }
 
-    pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(&variant(concat!(
-            include_str!("../../lua/fence.lua"),
-            include_str!("../../lua/release.lua")
-        )))
-    });
+    pub(crate) static RELEASE: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&variant(crate::scripts::RELEASE_SOURCE)));
+    pub(crate) static ACQUIRE: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&variant(crate::scripts::ACQUIRE_SOURCE)));
+    pub(crate) static WITHDRAW: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&variant(crate::scripts::WITHDRAW_SOURCE)));
     pub(crate) static FORCE_RELEASE: LazyLock<Script> =
         LazyLock::new(|| Script::new(&variant(include_str!("../../lua/force_release.lua"))));
 
@@ -313,7 +313,9 @@ end
         #[test]
         fn every_publish_is_rewritten() {
             for source in [
-                include_str!("../../lua/release.lua"),
+                crate::scripts::RELEASE_SOURCE,
+                crate::scripts::ACQUIRE_SOURCE,
+                crate::scripts::WITHDRAW_SOURCE,
                 include_str!("../../lua/force_release.lua"),
             ] {
                 let rewritten = super::variant(source);

@@ -25,6 +25,9 @@ pub(super) struct Channel {
     pub(super) everyone: AtomicU64,
     /// Relay waiters, per class (`relay.rs`).
     pub(super) relays: [Relay; RELAY_CLASSES],
+    /// Grants to other clients' waiters seen (`lua/queue.lua`), and the last one's claim lease.
+    grants: AtomicU64,
+    last_claim: Mutex<Duration>,
 }
 
 impl Channel {
@@ -37,7 +40,21 @@ impl Channel {
             subscribed: Mutex::new(false),
             everyone: AtomicU64::new(0),
             relays: Default::default(),
+            grants: AtomicU64::new(0),
+            last_claim: Mutex::new(Duration::ZERO),
         }
+    }
+
+    pub(super) fn grant_count(&self) -> u64 {
+        self.grants.load(Ordering::Acquire)
+    }
+
+    /// A release gave the lock to another client's waiter for `claim` until claimed: waiters
+    /// here learn when to look again if it never is, without waking to ask now.
+    pub(super) fn granted_elsewhere(&self, claim: Duration) {
+        *self.last_claim.lock() = claim;
+        self.grants.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
     }
 
     /// Wakes every listener, relay waiters included: the client shuts down, or messages may
@@ -82,6 +99,8 @@ pub(crate) struct Subscription {
     pub(super) seen: AtomicU64,
     /// Whether this client's own unlock messages wake this waiter.
     pub(super) heed_own: bool,
+    /// The channel's grant count when this waiter last looked.
+    pub(super) seen_grants: AtomicU64,
     /// Set when the client waits by polling: no server subscription, `notified` sleeps.
     pub(super) poll: Option<Poll>,
 }
@@ -105,6 +124,25 @@ impl Subscription {
             }
         }
         self.on_message().await;
+    }
+
+    /// Resolves when the lock was given to another client's waiter since this waiter last
+    /// looked: the claim lease of that grant, after which the lock may be free again if the
+    /// grantee never claims it. Never resolves when the client polls.
+    pub(crate) async fn granted_elsewhere(&self) -> Duration {
+        if self.poll.is_some() {
+            return std::future::pending().await;
+        }
+        loop {
+            let notified = self.channel.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = self.channel.grants.load(Ordering::Acquire);
+            if self.seen_grants.swap(now, Ordering::AcqRel) != now {
+                return *self.channel.last_claim.lock();
+            }
+            notified.await;
+        }
     }
 
     pub(super) async fn on_message(&self) {

@@ -98,8 +98,12 @@ pub use guard::RedLockGuard;
 ///   [`fencing_token`](RedLockGuard::fencing_token) is the largest counter among the masters
 ///   that granted the lock, and that counter is then raised to it on every granting master
 ///   (a majority must confirm). Because any two majorities share a master, tokens of
-///   successive holders increase — as long as no master's counter goes back, which again needs
-///   persistence: a master restarted without its data starts counting from zero.
+///   successive holders increase while the counters live (the lease plus
+///   [`Config::fence_grace`](crate::Config::fence_grace) after the last hold). Past that, each
+///   master's next token follows its clock (see [`Lock::fenced`]), so tokens keep increasing as
+///   long as the masters' clocks agree to within that time: a master whose clock runs ahead
+///   raises the tokens, and the others catch up only once their clocks pass its last token. A
+///   master that lost its counter (restarted without its data) starts again from its clock.
 /// - **Replication** is not part of the algorithm: use independent masters, not a primary and
 ///   its replicas (a failover can drop a fresh lock).
 ///

@@ -1,0 +1,21 @@
+-- withdraw.lua: a waiter stops waiting (its wait ran out, it was cancelled, it failed): its
+-- queue entry goes, and a grant it had not claimed yet goes to the next waiter (queue.lua,
+-- which `scripts.rs` puts before this file).
+--
+-- KEYS[1]  lock hash            P:{N}
+-- ARGV[1]  the waiter's owner field
+-- ARGV[2]  the client's id: the unlock message when nobody else is queued
+--
+-- Returns 1 when an unclaimed grant was given back, 0 otherwise. A claimed hold (count >= 1)
+-- is never touched: that is the owner's, released by its guard.
+
+local hash, field = KEYS[1], ARGV[1]
+dequeue(hash, field)
+if redis.call('HGET', hash, field) ~= '0' then
+    return 0
+end
+redis.call('HDEL', hash, field)
+if not grant_head(hash) then
+    redis.call('PUBLISH', hash .. ':unlock', ARGV[2])
+end
+return 1

@@ -1,0 +1,71 @@
+//! A waiter's place in a lock's server-side queue (`lua/queue.lua`), from the client's side.
+//!
+//! A waiter's attempts after its first queue it on the server: a release then gives the lock
+//! to the first queued waiter in the same script call and names it in one message, so only
+//! that waiter's client acts (it claims the grant with its next attempt) and every other
+//! waiter keeps sleeping. The place is armed before an attempt that may queue goes out; when
+//! the wait ends without the lock (it ran out, it was cancelled, it failed) the place is
+//! withdrawn in the background: the entry goes, and a grant that had not been claimed yet goes
+//! to the next waiter. The withdrawal counts as a release in flight of this owner (`turns.rs`),
+//! so the owner's next acquisition is sent after it.
+
+use std::sync::Arc;
+
+use crate::keys::LockKeys;
+use crate::shared::Client;
+
+/// A queue entry that may exist on the server for (`keys`, `field`); withdrawn on drop unless
+/// [`taken`](QueuePlace::taken).
+pub(crate) struct QueuePlace {
+    client: Client,
+    keys: Arc<LockKeys>,
+    field: Arc<str>,
+    armed: bool,
+}
+
+impl QueuePlace {
+    pub(crate) fn new(client: &Client, keys: &Arc<LockKeys>, field: &Arc<str>) -> QueuePlace {
+        QueuePlace {
+            client: client.clone(),
+            keys: keys.clone(),
+            field: field.clone(),
+            armed: true,
+        }
+    }
+
+    /// The lock was granted: the script took the entry out.
+    pub(crate) fn taken(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            // No runtime: the entry dies at its deadline, a grant at its claim lease.
+            return;
+        };
+        let inner = &self.client.inner;
+        let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
+        let (client, keys, field) = (self.client.clone(), self.keys.clone(), self.field.clone());
+        let withdraw = async move {
+            let node = &client.inner.node;
+            match node.withdraw(&keys, &field, &client.inner.id_text).await {
+                Ok(true) => {
+                    tracing::debug!(lock = %keys.name, "gave back a grant its waiter stopped waiting for");
+                    // This client's own waiters hear of it only here (the message is ours).
+                    client.inner.local_queues.released(&keys.hash);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(lock = %keys.name, error = %e, "could not withdraw a queue entry; it ends at its deadline");
+                }
+            }
+            drop(releasing);
+        };
+        drop(inner.background.spawn_on(withdraw, &handle));
+    }
+}

@@ -1,0 +1,279 @@
+//! The waiter queue on the server and grant-on-release (`lua/queue.lua`), across processes: a
+//! release gives the lock to the first queued waiter in the same call and tells only it, so
+//! processes take turns without a herd of attempts; a grant to a waiter that died passes on
+//! after the claim lease; cancelled waits leave no entry and no hold.
+//!
+//! The multi-process tests re-run this test binary as children that execute only the
+//! `#[ignore]`d `queue_worker` test, configured through `REDLEASE_QW*` variables.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redlease::Client;
+use support::{
+    Server, clients, command_calls, exists, increment_unprotected, key_of, read_counter,
+    unique_name,
+};
+
+const CLAIM: Duration = Duration::from_millis(800);
+
+fn spawn_worker(envs: &[(&str, String)]) -> Child {
+    let exe = std::env::current_exe().expect("path of the test binary");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", "queue_worker", "--ignored", "--nocapture"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawning a worker process")
+}
+
+/// Waits for a child at most `limit`, killing it (by its own pid) if it overstays.
+fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("polling a worker") {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("worker {} did not finish within {limit:?}", child.id());
+}
+
+/// Sends `signal` (`STOP`, `KILL`) to our own unreaped child, by its pid.
+fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+}
+
+/// The queue's two keys of lock `name`.
+fn queue_keys(name: &str) -> [String; 2] {
+    let hash = key_of(name);
+    [format!("{hash}:q"), format!("{hash}:qd")]
+}
+
+fn queued(server: &Server, name: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(&queue_keys(name)[0])
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_take_turns_without_a_herd() {
+    let server = Server::start();
+    let name = unique_name("turns");
+    let counter = unique_name("turns-count");
+    let (processes, rounds) = (8, 200);
+    let calls_before = command_calls(&server, "evalsha");
+    let started = Instant::now();
+    let mut children: Vec<Child> = (0..processes)
+        .map(|_| {
+            spawn_worker(&[
+                ("REDLEASE_QW", "count".into()),
+                ("REDLEASE_QW_URL", server.url()),
+                ("REDLEASE_QW_NAME", name.clone()),
+                ("REDLEASE_QW_COUNTER", counter.clone()),
+                ("REDLEASE_QW_ROUNDS", rounds.to_string()),
+            ])
+        })
+        .collect();
+    let statuses = tokio::task::spawn_blocking(move || {
+        children
+            .iter_mut()
+            .map(|child| wait_child(child, Duration::from_secs(120)))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for status in statuses {
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    let total = processes * rounds;
+    let calls = command_calls(&server, "evalsha") - calls_before;
+    let per = calls as f64 / total as f64;
+    eprintln!(
+        "{processes} processes x {rounds} rounds in {:?}: {calls} script calls, {per:.2} per acquisition",
+        started.elapsed()
+    );
+    assert_eq!(
+        read_counter(&server, &counter),
+        total as u64,
+        "mutual exclusion"
+    );
+    // Acquire, release and a waiter's claim: a release that woke every process to ask would
+    // cost about `processes` calls per acquisition.
+    assert!(per < 3.5, "{per:.2} script calls per acquisition: a herd");
+    assert!(queued(&server, &name).is_empty());
+    assert!(!exists(&server, &key_of(&name)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_frozen_then_killed_waiter_passes_on_after_the_claim_lease() {
+    let server = Server::start();
+    let name = unique_name("dead-grantee");
+    let [holder, next] = clients(&server).await;
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    // The doomed waiter queues first.
+    let mut doomed = spawn_worker(&[
+        ("REDLEASE_QW", "wait".into()),
+        ("REDLEASE_QW_URL", server.url()),
+        ("REDLEASE_QW_NAME", name.clone()),
+    ]);
+    let first_queued = support::eventually_async(Duration::from_secs(10), || async {
+        queued(&server, &name).len() == 1
+    })
+    .await;
+    assert!(first_queued, "the worker never queued");
+    let waiter = {
+        let lock = next.lock(&name).unwrap();
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let at = Instant::now();
+            guard.unlock().await.unwrap();
+            at
+        })
+    };
+    let both = support::eventually_async(Duration::from_secs(10), || async {
+        queued(&server, &name).len() == 2
+    })
+    .await;
+    assert!(both, "the second waiter never queued");
+    // Freeze the first waiter, release: the lock goes to it, and it cannot claim it.
+    signal(&doomed, "STOP");
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    signal(&doomed, "KILL");
+    let _ = doomed.wait();
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the next waiter was granted")
+        .unwrap();
+    let after = granted - released;
+    eprintln!("granted {after:?} after the release to a dead waiter");
+    assert!(
+        after >= CLAIM - Duration::from_millis(50) && after <= CLAIM + Duration::from_secs(1),
+        "granted {after:?} after the release; claim lease {CLAIM:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_cancelled_waits_leave_no_entry_and_no_hold() {
+    let server = Server::start();
+    let name = unique_name("cancelled");
+    let [holder, waiters, other] = clients(&server).await;
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..1000u64 {
+        let lock = waiters
+            .lock(&name)
+            .unwrap()
+            .with_owner(redlease::Owner::new());
+        // Cancelled at scattered points: before, during and after queueing.
+        let limit = Duration::from_micros(i * 97 % 30_000);
+        tasks.push(tokio::spawn(async move {
+            match i % 3 {
+                0 => tokio::time::timeout(limit, lock.lock()).await.is_err(),
+                1 => lock.try_lock_for(limit).await.unwrap().is_none(),
+                _ => {
+                    let task = tokio::spawn(async move { lock.lock().await });
+                    tokio::time::sleep(limit).await;
+                    task.abort();
+                    task.await.is_err()
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap(), "a cancelled wait got the lock");
+    }
+    // Release while cancelled entries may linger: the grant goes to nobody alive, or is given
+    // back; another owner gets the lock in any case.
+    held.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), other.lock(&name).unwrap().lock())
+        .await
+        .expect("another owner got the lock")
+        .unwrap();
+    guard.unlock().await.unwrap();
+    let clean = support::eventually_async(Duration::from_secs(5), || async {
+        let [q, qd] = queue_keys(&name);
+        !exists(&server, &q) && !exists(&server, &qd) && !exists(&server, &key_of(&name))
+    })
+    .await;
+    assert!(clean, "left: {:?}", queued(&server, &name));
+}
+
+#[tokio::test]
+async fn a_waiter_that_asks_again_claims_its_grant_once() {
+    let server = Server::start();
+    let name = unique_name("claim-once");
+    let [holder, waiter] = clients(&server).await;
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let lock = waiter.lock(&name).unwrap();
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    let in_queue = support::eventually_async(Duration::from_secs(5), || async {
+        queued(&server, &name).len() == 1
+    })
+    .await;
+    assert!(in_queue);
+    held.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let counts: Vec<u64> = redis::cmd("HVALS")
+        .arg(key_of(&name))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(counts, [1], "a claim counts one hold");
+    guard.unlock().await.unwrap();
+    assert!(!exists(&server, &key_of(&name)));
+}
+
+/// The child side of the multi-process tests. Does nothing unless `REDLEASE_QW` is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child process of the server-queue tests; does nothing unless REDLEASE_QW is set"]
+async fn queue_worker() {
+    let Ok(mode) = std::env::var("REDLEASE_QW") else {
+        return;
+    };
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("worker needs {k}"));
+    let client = Client::builder(var("REDLEASE_QW_URL"))
+        .claim_lease(CLAIM)
+        .build()
+        .await
+        .unwrap();
+    let lock = client.lock(&var("REDLEASE_QW_NAME")).unwrap();
+    match mode.as_str() {
+        "count" => {
+            let counter = var("REDLEASE_QW_COUNTER");
+            let rounds: usize = var("REDLEASE_QW_ROUNDS").parse().unwrap();
+            for _ in 0..rounds {
+                let guard = lock.lock().await.unwrap();
+                increment_unprotected(&client, &counter).await;
+                guard.unlock().await.unwrap();
+            }
+        }
+        "wait" => {
+            // Killed by the parent while it waits; the bound only ends an orphan.
+            let _ = tokio::time::timeout(Duration::from_secs(60), lock.lock()).await;
+        }
+        other => panic!("unknown worker mode {other}"),
+    }
+    client.shutdown().await.unwrap();
+}
