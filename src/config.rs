@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::telemetry::LockLabel;
 
 /// The longest lease, wait or timeout accepted anywhere (365 days).
 ///
@@ -42,6 +43,8 @@ pub struct Config {
     /// Whether acquisitions and renewals of plain locks wait until replicas acknowledged the
     /// write (`WAIT`). Defaults to [`Replicas::Off`]. See `docs/replicas.md`.
     pub replicas: Replicas,
+    /// The `lock` label of the per-lock metrics. Defaults to none ([`LockLabel::off`]).
+    pub lock_label: LockLabel,
 }
 
 /// Whether a write of a lock waits for replicas to acknowledge it (`WAIT n timeout`, sent in
@@ -126,6 +129,7 @@ impl Default for Config {
             drift_factor: 0.01,
             wait_by: WaitBy::PubSub,
             replicas: Replicas::Off,
+            lock_label: LockLabel::off(),
         }
     }
 }

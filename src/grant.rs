@@ -87,8 +87,9 @@ impl Lock {
         let token = self.fenced.then_some(token);
         let keys = self.keys.clone();
         let field_key = field.clone();
+        let series = (inner.config.lock_label).series(crate::telemetry::LOCK, &keys.name);
         let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, grant, || {
-            Hold::new(keys, field, lease, token, drift, started)
+            Hold::new(keys, field, lease, token, drift, started, series)
         });
         if fresh {
             inner.watchdog_adopt(lease);

@@ -232,9 +232,13 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
+// docs.rs (`[package.metadata.docs.rs]`) builds with `--cfg docsrs` on nightly: items behind a
+// cargo feature show which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 #[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod client;
 mod config;
@@ -259,6 +263,9 @@ mod shared;
 mod task;
 mod telemetry;
 mod terms;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod turns;
 mod watchdog;
 
@@ -279,9 +286,11 @@ pub use node::TlsOptions;
 pub use owner::Owner;
 pub use scope::{HeldLock, LockOptions};
 pub use shared::Client;
+pub use telemetry::LockLabel;
 pub use watchdog::RenewStats;
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use redlease_macros::locked;
 /// What `#[locked]`'s expansion names; not public API.
 #[cfg(feature = "macros")]
