@@ -45,7 +45,10 @@ pub(crate) fn count(name: &'static str) {
 /// (`orders:42` → `orders`), never to the name itself when names carry ids. Set it with
 /// [`ClientBuilder::lock_label`](crate::ClientBuilder::lock_label).
 #[derive(Clone, Default)]
-pub struct LockLabel(Option<Arc<dyn Fn(&str) -> String + Send + Sync>>);
+pub struct LockLabel(Option<Arc<Group>>);
+
+/// A user's function from a lock name to its group.
+type Group = dyn Fn(&str) -> String + Send + Sync;
 
 impl LockLabel {
     /// No `lock` label (the default): one series per kind and outcome, whatever the names.
