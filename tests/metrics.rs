@@ -96,7 +96,15 @@ async fn a_scripted_run_yields_every_series_with_its_labels() {
     assert!(busy.try_lock().await.unwrap().is_none());
     let bounded = busy.try_lock_for(Duration::from_millis(50)).await.unwrap();
     assert!(bounded.is_none());
+    // Cancelled: the caller stops waiting (a timeout around `lock()`).
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), busy.lock()).await;
+    assert!(gave_up.is_err());
     other.release().await.unwrap();
+
+    // Error: the lock's key holds another Redis type.
+    support::set_string(&server, &support::key_of("orders:7"), "not a lock");
+    let wrong = labelled.lock("orders:7").unwrap().try_lock().await;
+    assert!(wrong.unwrap_err().is_wrong_type());
 
     // A lease lost for each reason.
     let guard = labelled.lock("orders:3").unwrap().lock().await.unwrap();
@@ -123,12 +131,22 @@ async fn a_scripted_run_yields_every_series_with_its_labels() {
         .expect("the lease runs out unrenewed");
     drop((paused, guard));
 
-    let outcomes = [("acquired", 6.0), ("busy", 1.0), ("timeout", 1.0)];
+    let outcomes = [
+        ("acquired", 6.0),
+        ("busy", 1.0),
+        ("timeout", 1.0),
+        ("cancelled", 1.0),
+        ("error", 1.0),
+    ];
     for (outcome, count) in outcomes {
         let labels = with(("outcome", outcome));
         let name = "redlease_acquire_wait_seconds_count";
         assert_eq!(value(&handle, name, &labels), count, "{outcome}");
     }
+    // The bounded wait and the cancelled one waited; the busy try did not.
+    let contended = value(&handle, "redlease_acquire_contended_total", &ORDERS);
+    assert_eq!(contended, 2.0);
+    assert_eq!(value(&handle, "redlease_waiting", &ORDERS), 0.0);
     for reason in ["expired", "forced", "server_lost", "renewal_failed"] {
         let labels = with(("reason", reason));
         assert_eq!(
