@@ -318,6 +318,8 @@ pub mod __macro_support {
 mod doc_examples {
     #[doc = include_str!("../README.md")]
     pub struct Readme;
+    #[doc = include_str!("../docs/locks.md")]
+    pub struct Locks;
     #[doc = include_str!("../docs/guarantees.md")]
     pub struct Guarantees;
     #[doc = include_str!("../docs/observability.md")]
