@@ -40,7 +40,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 doc:
-	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease --features macros
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease --features macros,testing
 	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease-macros
 
 # The library under each cargo feature combination that matters (none, each alone, all),
