@@ -88,6 +88,8 @@ const LAPSE: &str = "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
 /// # Ok(()) }
 /// ```
 ///
+/// It sends one `EVAL` (a Redis user restricted to redlease's rights needs `+eval` for it).
+///
 /// # Errors
 /// [`Error::LeaseLost`] when the guard was already lost; [`Error::Shutdown`] after the client
 /// shut down; a Redis error when the server could not be told (the guard is then untouched).
