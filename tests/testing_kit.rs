@@ -176,3 +176,26 @@ async fn hold_elsewhere_on_a_held_lock_is_busy() {
     assert!(zero.unwrap_err().is_invalid_input());
     guard.unlock().await.unwrap();
 }
+
+/// On a Redis Cluster: the lapse reaches the lock's slot, and the other client is a cluster
+/// client too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kit_works_on_a_cluster() {
+    let cluster = support::Cluster::start();
+    let client = support::cluster_client(&cluster).await;
+    let guard = client.lock("cluster-lapse").unwrap().lock().await.unwrap();
+    testing::expire_lease(&guard).await.unwrap();
+    assert!(guard.is_lost());
+    let free = support::eventually_async(Duration::from_secs(2), || async {
+        !client.lock("cluster-lapse").unwrap().is_locked().await.unwrap()
+    })
+    .await;
+    assert!(free, "the key expired on its primary");
+    let busy = testing::hold_elsewhere(&client, "cluster-busy", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lock = client.lock("cluster-busy").unwrap();
+    assert!(lock.try_lock().await.unwrap().is_none());
+    busy.release().await.unwrap();
+    assert!(lock.try_lock().await.unwrap().is_some());
+}
