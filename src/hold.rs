@@ -346,6 +346,8 @@ impl Holds {
                     .map
                     .remove_if(&key, |_, current| Arc::ptr_eq(current, &hold))?;
                 let guards = hold.guards.load(Ordering::Acquire);
+                // Given back by shutdown: no longer held, whatever its guards do later.
+                hold.let_go(true);
                 Some((hold, guards))
             })
             .collect()

@@ -165,6 +165,11 @@ async fn a_scripted_run_yields_every_series_with_its_labels() {
         !text.contains("lock=\"orders:"),
         "a raw name leaked into a label:\n{text}"
     );
+    // Shutdown gives back what is still held: `held` falls even while a guard lives on.
+    let kept = labelled.lock("orders:8").unwrap().lock().await.unwrap();
+    assert_eq!(value(&handle, "redlease_held", &ORDERS), 1.0);
     labelled.shutdown().await.unwrap();
+    assert_eq!(value(&handle, "redlease_held", &ORDERS), 0.0);
+    drop(kept);
     plain.shutdown().await.unwrap();
 }

@@ -187,7 +187,12 @@ async fn the_kit_works_on_a_cluster() {
     testing::expire_lease(&guard).await.unwrap();
     assert!(guard.is_lost());
     let free = support::eventually_async(Duration::from_secs(2), || async {
-        !client.lock("cluster-lapse").unwrap().is_locked().await.unwrap()
+        !client
+            .lock("cluster-lapse")
+            .unwrap()
+            .is_locked()
+            .await
+            .unwrap()
     })
     .await;
     assert!(free, "the key expired on its primary");
