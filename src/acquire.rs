@@ -55,17 +55,23 @@ impl Lock {
             attempts = tracing::field::Empty,
             wait_ms = tracing::field::Empty,
         );
-        let called = Instant::now();
+        let series = (self.client.inner.config.lock_label).series(telemetry::LOCK, &self.keys.name);
+        let mut measured = telemetry::Acquisition::start(series);
         let mut attempts = 0u32;
         let acquired = self
-            .wait_for_grant(lease, wait, &mut attempts)
+            .wait_for_grant(lease, wait, &mut attempts, &mut measured)
             .instrument(span.clone())
             .await;
+        let outcome = match &acquired {
+            Ok(Some(_)) => telemetry::Outcome::Acquired,
+            Ok(None) if matches!(wait, Wait::Once) => telemetry::Outcome::Busy,
+            Ok(None) => telemetry::Outcome::Timeout,
+            Err(_) => telemetry::Outcome::Error,
+        };
+        let waited = measured.finish(outcome);
         if let Ok(Some(_)) = &acquired {
-            let waited = called.elapsed();
             span.record("attempts", attempts);
             span.record("wait_ms", waited.as_secs_f64() * 1e3);
-            telemetry::observe(telemetry::ACQUIRE_WAIT, waited);
             metrics::histogram!(telemetry::ACQUIRE_ATTEMPTS).record(f64::from(attempts));
         }
         acquired
@@ -77,6 +83,7 @@ impl Lock {
         lease: Lease,
         wait: Wait,
         attempts: &mut u32,
+        measured: &mut telemetry::Acquisition,
     ) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.check_open()?;
@@ -113,6 +120,9 @@ impl Lock {
             true => None,
             false => inner.local_queues.join_if_contended(&self.keys.hash),
         };
+        if ticket.as_ref().is_some_and(|t| !t.is_head()) && !matches!(wait, Wait::Once) {
+            measured.waits();
+        }
         if let Some(ticket) = ticket.as_mut()
             && !self.wait_turn(ticket, wait, &mut subscription).await?
         {
@@ -178,6 +188,7 @@ impl Lock {
             let Some(remaining) = wait.remaining() else {
                 return Ok(None);
             };
+            measured.waits();
             if ticket.is_none() && !reentry {
                 // Contended: from now on take turns with this client's other contenders.
                 let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));

@@ -15,6 +15,7 @@ use crate::identity::{self, ClientInfo};
 use crate::lock::Lock;
 use crate::node::{Dial, Node, Target, denied};
 use crate::shared::{Client, Inner};
+use crate::telemetry::LockLabel;
 use crate::watchdog::{self, RenewStats};
 
 mod connection;
@@ -135,6 +136,29 @@ impl ClientBuilder {
         self
     }
 
+    /// Labels this client's per-lock metrics (acquire wait, contention, `waiting`, `held`,
+    /// hold time, leases lost) with `lock = group(name)`. Off by default: without it those
+    /// metrics have one series per kind (and outcome or reason), whatever the lock names.
+    ///
+    /// Every distinct value is a series of its own in your metrics backend for as long as the
+    /// process lives, so map names to a few groups: `orders:42` and `orders:43` both to
+    /// `orders`. Returning the name itself is safe only when the set of names is small and
+    /// fixed. `group` runs on every acquisition and grant, so keep it cheap.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// let client = redlease::Client::builder("redis://127.0.0.1:6379")
+    ///     // `orders:42` → `orders`, `invoice` → `invoice`.
+    ///     .lock_label(|name| name.split(':').next().unwrap_or(name).to_owned())
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_label(mut self, group: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        self.config.lock_label = LockLabel::mapped(group);
+        self
+    }
+
     /// Connects and starts the watchdog.
     ///
     /// # Errors
@@ -173,8 +197,25 @@ impl ClientBuilder {
             }
         }
         let inner = Inner::new(id, me, self.config, node);
+        let _ = inner.dialed.set((self.target, self.dial));
         inner.start_watchdog(watchdog::spawn(&inner));
         Ok(Client { inner })
+    }
+}
+
+impl ClientBuilder {
+    /// A builder for another client of the deployment `client` connected to, with its
+    /// settings (connected at once; its rights are not checked again).
+    #[cfg(feature = "testing")]
+    pub(crate) fn like(client: &Client) -> Option<ClientBuilder> {
+        let (target, dial) = client.inner.dialed.get()?.clone();
+        Some(ClientBuilder {
+            target,
+            config: client.inner.config.clone(),
+            lazy: false,
+            dial,
+            check_rights: false,
+        })
     }
 }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::telemetry::LockLabel;
 
 /// The longest lease, wait or timeout accepted anywhere (365 days).
 ///
@@ -59,6 +60,8 @@ pub struct Config {
     /// the first of them at once. A waiter whose process died holds a lock given to it for this
     /// long at most; a live one claims it within a round trip.
     pub claim_lease: Duration,
+    /// The `lock` label of the per-lock metrics. Defaults to none ([`LockLabel::off`]).
+    pub lock_label: LockLabel,
 }
 
 /// The default of [`Config::claim_lease`].
@@ -151,6 +154,7 @@ impl Default for Config {
             replicas: Replicas::Off,
             fence_grace: DEFAULT_FENCE_GRACE,
             claim_lease: DEFAULT_CLAIM_LEASE,
+            lock_label: LockLabel::off(),
         }
     }
 }

@@ -89,8 +89,9 @@ impl Lock {
         let delay_ms = self.delay_ms();
         let keys = self.keys.clone();
         let field_key = field.clone();
+        let series = (inner.config.lock_label).series(crate::telemetry::LOCK, &keys.name);
         let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, grant, || {
-            Hold::new(keys, field, lease, token, drift, started)
+            Hold::new(keys, field, lease, token, drift, started, series)
         });
         hold.raise_delay(delay_ms);
         if fresh {

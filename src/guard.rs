@@ -137,7 +137,8 @@ impl LockGuard {
         let inner = &self.client.inner;
         let renewed = inner.node.renew(std::slice::from_ref(&renewal)).await?;
         if renewed.first() != Some(&true) {
-            hold.mark_lost("the key was gone when its lease was to be extended");
+            let why = "the key was gone when its lease was to be extended";
+            hold.mark_lost(crate::telemetry::LostReason::ServerLost, why);
             inner.holds.detach(hold);
             return Err(lost());
         }

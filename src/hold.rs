@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 
 use crate::config::Replicas;
 use crate::keys::LockKeys;
+use crate::telemetry::{LostReason, Series};
 use crate::terms::Lease;
 
 pub(crate) struct Hold {
@@ -42,6 +43,9 @@ pub(crate) struct Hold {
     replicas: Mutex<Replicas>,
     /// The last renewal was acknowledged by fewer replicas than wanted.
     at_risk: AtomicBool,
+    /// Its labels in the metrics; `counted` while it counts in the `held` gauge.
+    series: Series,
+    counted: AtomicBool,
 }
 
 impl Hold {
@@ -52,7 +56,9 @@ impl Hold {
         token: Option<u64>,
         drift: Duration,
         started: Instant,
+        series: Series,
     ) -> Hold {
+        series.hold_began();
         Hold {
             keys,
             field,
@@ -69,6 +75,17 @@ impl Hold {
             lost_notify: Notify::new(),
             replicas: Mutex::new(Replicas::Off),
             at_risk: AtomicBool::new(false),
+            series,
+            counted: AtomicBool::new(true),
+        }
+    }
+
+    /// Takes it out of the `held` gauge, once; `released`: by its last guard's release (its
+    /// hold time is recorded).
+    pub(crate) fn let_go(&self, released: bool) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            self.series
+                .let_go(released.then(|| self.granted_at.elapsed()));
         }
     }
 
@@ -134,6 +151,13 @@ impl Hold {
         *self.valid_until.lock() = started + lease.saturating_sub(drift);
     }
 
+    /// Ends its validity now and marks it lost as an expired lease (`testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn lapse(&self, why: &str) {
+        *self.valid_until.lock() = Instant::now();
+        self.mark_lost(LostReason::Expired, why);
+    }
+
     /// Lost when marked so, or once `valid_until` has passed without a successful renewal
     /// (for a fixed lease: once it ran out). Sticky: a late renewal does not bring it back.
     pub(crate) fn is_lost(&self) -> bool {
@@ -141,7 +165,11 @@ impl Hold {
             return true;
         }
         if Instant::now() >= self.valid_until() {
-            self.mark_lost("its validity ran out before a renewal confirmed it");
+            let reason = match self.lease {
+                Lease::Fixed(_) => LostReason::Expired,
+                Lease::Watchdog(_) => LostReason::RenewalFailed,
+            };
+            self.mark_lost(reason, "its validity ran out before a renewal confirmed it");
             return true;
         }
         false
@@ -154,12 +182,13 @@ impl Hold {
     }
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
-    pub(crate) fn mark_lost(&self, why: &str) -> bool {
+    pub(crate) fn mark_lost(&self, reason: LostReason, why: &str) -> bool {
         if self.lost.swap(true, Ordering::AcqRel) {
             return false;
         }
         tracing::warn!(lock = %self.keys.name, owner = %self.field, "lease lost: {why}");
-        crate::telemetry::count(crate::telemetry::LEASES_LOST);
+        self.series.lost(reason);
+        self.let_go(false);
         self.lost_notify.notify_waiters();
         true
     }
@@ -185,6 +214,12 @@ impl Hold {
                 }
             }
         }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.let_go(false);
     }
 }
 
@@ -263,7 +298,8 @@ impl Holds {
                     current.guards.fetch_add(1, Ordering::AcqRel);
                     return (current, false);
                 }
-                current.mark_lost("the server no longer had this hold when it was taken again");
+                let why = "the server no longer had this hold when it was taken again";
+                current.mark_lost(LostReason::ServerLost, why);
                 // The lost hold's guards are detached and will never release on the server;
                 // whatever of theirs the server still counts is ours to give back.
                 let stranded = current.guards.load(Ordering::Acquire);
@@ -316,6 +352,15 @@ impl Holds {
             .collect()
     }
 
+    /// Every hold of the lock `hash`, whatever its owner (a walk over all holds).
+    pub(crate) fn of_lock(&self, hash: &Arc<str>) -> Vec<Arc<Hold>> {
+        self.map
+            .iter()
+            .filter(|e| e.key().0 == *hash)
+            .map(|e| e.value().clone())
+            .collect()
+    }
+
     /// Every hold, with its number of live guards (for shutdown).
     pub(crate) fn drain(&self) -> Vec<(Arc<Hold>, u32)> {
         let all: Vec<Arc<Hold>> = self.map.iter().map(|e| e.value().clone()).collect();
@@ -326,6 +371,8 @@ impl Holds {
                     .map
                     .remove_if(&key, |_, current| Arc::ptr_eq(current, &hold))?;
                 let guards = hold.guards.load(Ordering::Acquire);
+                // Given back by shutdown: no longer held, whatever its guards do later.
+                hold.let_go(true);
                 Some((hold, guards))
             })
             .collect()

@@ -117,7 +117,7 @@
 //! releases) made while others are in flight are sent together, as one script call of up to 64
 //! locks that the server runs one after another: the script's fixed cost is paid once (64
 //! tasks locking a key each ran 1.3–1.6× as many lock/unlock pairs per second as with one call
-//! each; see the README's benchmarks). Each caller still gets its own answer, error and timeout.
+//! each; see `docs/performance.md`). Each caller still gets its own answer, error and timeout.
 //!
 //! ## Owners: what re-enters, what excludes
 //! A lock is held by an *owner*. The same owner taking the same lock again counts up (each
@@ -169,24 +169,37 @@
 //! Metrics go through the [`metrics`](https://docs.rs/metrics) facade: nothing is recorded
 //! until the application installs a recorder (Prometheus, StatsD, ...; see
 //! `examples/prometheus.rs`), and then each update is a few atomic operations. No metric is
-//! labelled by lock name, which would be unbounded; spans carry the name instead.
+//! labelled by lock name unless the client maps names to a few groups with
+//! [`ClientBuilder::lock_label`] (label `lock`): every distinct value is a series of its own.
+//! Spans carry the name instead. The full table, with what to alert on: `docs/observability.md`.
 //!
-//! | metric | kind | what |
-//! |---|---|---|
-//! | `redlease_acquire_wait_seconds` | histogram | from the call to the grant, for acquisitions that got the lock |
-//! | `redlease_acquire_attempts` | histogram | script attempts one successful acquisition took (hand-overs count as one) |
-//! | `redlease_hold_seconds` | histogram | from the grant to the guard's release |
-//! | `redlease_handovers_total` | counter | releases that handed the lock straight to a waiter of the same client |
-//! | `redlease_leases_lost_total` | counter | holds whose lease was lost while a guard lived |
-//! | `redlease_renewal_lag_seconds` | histogram | how late a watchdog round started after its schedule |
-//! | `redlease_lease_left_at_renewal_seconds` | histogram | the validity a hold had left when its renewal was confirmed: near zero means leases nearly ran out |
-//! | `redlease_batch_size` | histogram | acquisitions or releases coalesced into one script call |
-//! | `redlease_redlock_node_votes_total` | counter | RedLock acquisition answers per node (labels `node`, the node's index, and `vote`: `granted`, `held`, `failed`) |
-//! | `redlease_replica_acks_short_total` | counter | acquisitions and renewals (label `write`: `acquire`, `renew`) that fewer replicas acknowledged than [`Replicas`] wanted |
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `redlease_acquire_wait_seconds` | histogram | `kind`, `outcome` | from the call to its end; `outcome`: `acquired`, `busy` (one attempt, held), `timeout` (the wait ran out), `error`, `cancelled` (the future was dropped) |
+//! | `redlease_acquire_contended_total` | counter | `kind` | acquisitions that could not be granted at once and waited |
+//! | `redlease_waiting` | gauge | `kind` | acquisitions waiting now |
+//! | `redlease_held` | gauge | `kind` | locks held now (one per lock and owner) |
+//! | `redlease_hold_seconds` | histogram | `kind` | from the grant to the release |
+//! | `redlease_leases_lost_total` | counter | `kind`, `reason` | leases lost while a guard lived; `reason`: `expired` (a fixed lease ran out), `forced` (`force_unlock` through this client), `server_lost` (gone from the server at renewal, extension or release), `renewal_failed` (no renewal confirmed within the validity) |
+//! | `redlease_acquire_attempts` | histogram | | script attempts one successful acquisition took (hand-overs count as one) |
+//! | `redlease_handovers_total` | counter | | releases that handed the lock straight to a waiter of the same client |
+//! | `redlease_renewal_lag_seconds` | histogram | | how late a watchdog round started after its schedule |
+//! | `redlease_lease_left_at_renewal_seconds` | histogram | | the validity a hold had left when its renewal was confirmed: near zero means leases nearly ran out |
+//! | `redlease_batch_size` | histogram | | acquisitions or releases coalesced into one script call |
+//! | `redlease_redlock_node_votes_total` | counter | `node`, `vote` | RedLock acquisition answers per node (`node` is its index; `vote`: `granted`, `held`, `failed`) |
+//! | `redlease_replica_acks_short_total` | counter | `write` | acquisitions and renewals (`acquire`, `renew`) that fewer replicas acknowledged than [`Replicas`] wanted |
+//!
+//! `kind` is `lock` for [`Lock`] (and the members of [`MultiLock`] and [`RedLock`] in `held`,
+//! hold time and leases lost); the family kinds do not record these series yet.
 //!
 //! Spans (at `DEBUG`, target `redlease`): `acquire` (fields `lock`, `owner`, and on success
 //! `attempts` and `wait_ms`), `release` (`lock`, `owner`, `outcome`), `renew` (one watchdog
 //! round: `locks`, `renewed`, `lost`).
+//!
+//! ## Testing your code
+//! With the `testing` feature, `redlease::testing` makes a guard's lease lapse, pauses a client's
+//! renewals, or holds a lock from another client, against a real server, so your code's
+//! reactions to a lost lease, a slow grant and a busy lock can be tested.
 //!
 //! ## What a lease-based lock can and cannot promise
 //! A lease lock cannot by itself protect a resource from a holder that is paused past its
@@ -240,9 +253,13 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
+// docs.rs (`[package.metadata.docs.rs]`) builds with `--cfg docsrs` on nightly: items behind a
+// cargo feature show which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 #[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod client;
 mod config;
@@ -268,6 +285,9 @@ mod shared;
 mod task;
 mod telemetry;
 mod terms;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod turns;
 mod watchdog;
 
@@ -288,9 +308,11 @@ pub use node::TlsOptions;
 pub use owner::Owner;
 pub use scope::{HeldLock, LockOptions};
 pub use shared::Client;
+pub use telemetry::LockLabel;
 pub use watchdog::RenewStats;
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use redlease_macros::locked;
 /// What `#[locked]`'s expansion names; not public API.
 #[cfg(feature = "macros")]
@@ -299,7 +321,29 @@ pub mod __macro_support {
     pub use tokio::time::sleep;
 }
 
-/// The README's Rust examples, compiled by `cargo test --doc` so they stay true.
+/// The Rust examples of the README and of `docs/`, compiled by `cargo test --doc` so they stay
+/// true. A new page under `docs/` with Rust blocks gets a line here.
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeExamples;
+mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../docs/locks.md")]
+    pub struct Locks;
+    #[doc = include_str!("../docs/guarantees.md")]
+    pub struct Guarantees;
+    #[doc = include_str!("../docs/observability.md")]
+    pub struct Observability;
+    #[doc = include_str!("../docs/performance.md")]
+    pub struct Performance;
+    #[doc = include_str!("../docs/internals.md")]
+    pub struct Internals;
+    #[doc = include_str!("../docs/tls.md")]
+    pub struct Tls;
+    #[doc = include_str!("../docs/replicas.md")]
+    pub struct Replicas;
+    #[doc = include_str!("../docs/sentinel.md")]
+    pub struct Sentinel;
+    #[cfg(feature = "macros")]
+    #[doc = include_str!("../docs/macros.md")]
+    pub struct Macros;
+}

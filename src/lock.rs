@@ -327,13 +327,24 @@ impl Lock {
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. For
-    /// operators: the holder finds out at its next renewal (its guard is then lost).
+    /// operators: a holder in another process finds out at its next renewal (its guard is
+    /// then lost); this client's own guards of the lock are lost at once.
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.client.inner.check_open()?;
-        self.client.inner.node.force_release(&self.keys).await
+        let inner = &self.client.inner;
+        inner.check_open()?;
+        // Taken before the force: a hold granted after it is not the one forced.
+        let ours = inner.holds.of_lock(&self.keys.hash);
+        let forced = inner.node.force_release(&self.keys).await?;
+        for hold in ours {
+            if inner.holds.detach(&hold) {
+                let why = "force_unlock through this client";
+                hold.mark_lost(crate::telemetry::LostReason::Forced, why);
+            }
+        }
+        Ok(forced)
     }
 
     /// Gives back one hold of the current owner without a guard, like Redisson's `unlock()`.

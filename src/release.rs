@@ -77,7 +77,7 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
         }
         other => {
             if other == LocalRelease::Last {
-                crate::telemetry::observe(crate::telemetry::HOLD_TIME, hold.granted_at.elapsed());
+                hold.let_go(true);
             }
             Ok((
                 other,
@@ -113,7 +113,8 @@ async fn release_remotely(
     };
     match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
-            hold.mark_lost("the hold was gone from the server at release");
+            let why = "the hold was gone from the server at release";
+            hold.mark_lost(crate::telemetry::LostReason::ServerLost, why);
             Err(Error::LeaseLost {
                 name: hold.keys.name.to_string(),
             })

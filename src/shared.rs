@@ -3,8 +3,8 @@
 //! `multi`, `family`, `watchdog`, `release` build on it); `client.rs` adds the public API.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::hold::Holds;
 use crate::identity::ClientInfo;
 use crate::local_queue::LocalQueues;
-use crate::node::Node;
+use crate::node::{Dial, Node, Target};
 use crate::open_holds::OpenHolds;
 use crate::pubsub::Subscriber;
 use crate::task::AbortOnDrop;
@@ -69,6 +69,11 @@ pub(crate) struct Inner {
     /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
     pub watchdog_lease_ms: AtomicU64,
     watchdog_task: Mutex<Option<AbortOnDrop>>,
+    /// Pauses of the watchdog's renewals in force (`testing`): while above zero, no renewal is
+    /// sent and leases run out as they would with the watchdog stalled.
+    pub renewals_paused: AtomicUsize,
+    /// Where and how the client connected, so `testing` can connect another client alike.
+    pub dialed: OnceLock<(Target, Dial)>,
     shut_down: AtomicBool,
     next_request: AtomicU64,
 }
@@ -97,6 +102,8 @@ impl Inner {
             watchdog_wake: Arc::new(Notify::new()),
             watchdog_lease_ms: AtomicU64::new(u64::MAX),
             watchdog_task: Mutex::new(None),
+            renewals_paused: AtomicUsize::new(0),
+            dialed: OnceLock::new(),
             shut_down: AtomicBool::new(false),
             next_request: AtomicU64::new(0),
         })

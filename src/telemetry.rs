@@ -1,11 +1,19 @@
-//! Metrics and spans: every name in one place.
+//! Metrics and spans: every name in one place, the labels an operator acts on, and the
+//! lock-name label a user may opt into.
 //!
 //! The table of names and meanings is in the crate docs (*Observability*).
 
-use std::time::Duration;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metrics::Label;
 
 pub(crate) const ACQUIRE_WAIT: &str = "redlease_acquire_wait_seconds";
 pub(crate) const ACQUIRE_ATTEMPTS: &str = "redlease_acquire_attempts";
+pub(crate) const CONTENDED: &str = "redlease_acquire_contended_total";
+pub(crate) const WAITING: &str = "redlease_waiting";
+pub(crate) const HELD: &str = "redlease_held";
 pub(crate) const HOLD_TIME: &str = "redlease_hold_seconds";
 pub(crate) const HANDOVERS: &str = "redlease_handovers_total";
 pub(crate) const LEASES_LOST: &str = "redlease_leases_lost_total";
@@ -16,6 +24,9 @@ pub(crate) const REDLOCK_VOTES: &str = "redlease_redlock_node_votes_total";
 /// Writes (acquisitions, renewals) that fewer replicas acknowledged than wanted.
 pub(crate) const REPLICAS_SHORT: &str = "redlease_replica_acks_short_total";
 
+/// The `kind` label of [`Lock`](crate::Lock) (and of the members of `MultiLock` and `RedLock`).
+pub(crate) const LOCK: &str = "lock";
+
 /// Records `value` in the histogram `name`.
 pub(crate) fn observe(name: &'static str, value: Duration) {
     metrics::histogram!(name).record(value.as_secs_f64());
@@ -24,4 +35,192 @@ pub(crate) fn observe(name: &'static str, value: Duration) {
 /// Adds one to the counter `name`.
 pub(crate) fn count(name: &'static str) {
     metrics::counter!(name).increment(1);
+}
+
+/// What an operator may see of a lock's name in the metrics: nothing (the default), or the
+/// group a function maps it to, as the label `lock`.
+///
+/// Every distinct label value is one more series per labelled metric in your metrics
+/// backend, kept for as long as the process lives. Map names to a small, fixed set of groups
+/// (`orders:42` → `orders`), never to the name itself when names carry ids. Set it with
+/// [`ClientBuilder::lock_label`](crate::ClientBuilder::lock_label).
+#[derive(Clone, Default)]
+pub struct LockLabel(Option<Arc<Group>>);
+
+/// A user's function from a lock name to its group.
+type Group = dyn Fn(&str) -> String + Send + Sync;
+
+impl LockLabel {
+    /// No `lock` label (the default): one series per kind and outcome, whatever the names.
+    pub fn off() -> LockLabel {
+        LockLabel(None)
+    }
+
+    /// The label `lock` set to `group(name)` for every lock of the client.
+    pub fn mapped(group: impl Fn(&str) -> String + Send + Sync + 'static) -> LockLabel {
+        LockLabel(Some(Arc::new(group)))
+    }
+
+    /// The series of a lock named `name`, of `kind`.
+    pub(crate) fn series(&self, kind: &'static str, name: &str) -> Series {
+        Series {
+            kind,
+            lock: self.0.as_ref().map(|group| group(name)),
+        }
+    }
+}
+
+impl fmt::Debug for LockLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            None => "LockLabel::off()",
+            Some(_) => "LockLabel::mapped(..)",
+        })
+    }
+}
+
+/// Why a lease was lost: the `reason` label of `redlease_leases_lost_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostReason {
+    /// A fixed lease ran out while its guard lived (or `testing` made a lease lapse).
+    Expired,
+    /// `force_unlock` through this client took it.
+    Forced,
+    /// The server no longer had the hold when it was renewed, extended, released or taken
+    /// again: deleted or forced by another process, a restart without persistence, a failover.
+    ServerLost,
+    /// A watchdog lease's validity ran out before a renewal was confirmed: Redis unreachable,
+    /// too few replicas acknowledging, or this process stalled.
+    RenewalFailed,
+}
+
+impl LostReason {
+    fn label(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::Forced => "forced",
+            LostReason::ServerLost => "server_lost",
+            LostReason::RenewalFailed => "renewal_failed",
+        }
+    }
+}
+
+/// How an acquisition ended: the `outcome` label of `redlease_acquire_wait_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Acquired,
+    /// A single attempt found it held.
+    Busy,
+    /// The wait ran out.
+    Timeout,
+    Error,
+    /// The caller dropped the future.
+    Cancelled,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::Busy => "busy",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The labels every per-lock metric of one lock carries: `kind`, and `lock` when mapped.
+#[derive(Debug, Clone)]
+pub(crate) struct Series {
+    kind: &'static str,
+    lock: Option<String>,
+}
+
+impl Series {
+    fn labels(&self, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
+        let mut labels = Vec::with_capacity(3);
+        labels.push(Label::from_static_parts("kind", self.kind));
+        if let Some(lock) = &self.lock {
+            labels.push(Label::new("lock", lock.clone()));
+        }
+        if let Some((key, value)) = extra {
+            labels.push(Label::from_static_parts(key, value));
+        }
+        labels
+    }
+
+    /// A hold began: `held` goes up until [`let_go`](Series::let_go).
+    pub(crate) fn hold_began(&self) {
+        metrics::gauge!(HELD, self.labels(None)).increment(1.0);
+    }
+
+    /// A hold ended (released, lost or given back at shutdown), `held_for` after its grant.
+    pub(crate) fn let_go(&self, released_after: Option<Duration>) {
+        metrics::gauge!(HELD, self.labels(None)).decrement(1.0);
+        if let Some(held_for) = released_after {
+            metrics::histogram!(HOLD_TIME, self.labels(None)).record(held_for.as_secs_f64());
+        }
+    }
+
+    /// A lease was lost while its guard lived.
+    pub(crate) fn lost(&self, reason: LostReason) {
+        let labels = self.labels(Some(("reason", reason.label())));
+        metrics::counter!(LEASES_LOST, labels).increment(1);
+    }
+}
+
+/// One acquisition being measured: started when called, finished with its outcome (or
+/// recorded as cancelled when dropped first). While it [`waits`](Acquisition::waits) it counts
+/// in `waiting`.
+pub(crate) struct Acquisition {
+    series: Series,
+    called: Instant,
+    waiting: bool,
+    done: bool,
+}
+
+impl Acquisition {
+    pub(crate) fn start(series: Series) -> Acquisition {
+        Acquisition {
+            series,
+            called: Instant::now(),
+            waiting: false,
+            done: false,
+        }
+    }
+
+    /// The acquisition could not be granted at once and waits: counted as contended once, and
+    /// in `waiting` until it ends.
+    pub(crate) fn waits(&mut self) {
+        if !self.waiting {
+            self.waiting = true;
+            metrics::counter!(CONTENDED, self.series.labels(None)).increment(1);
+            metrics::gauge!(WAITING, self.series.labels(None)).increment(1.0);
+        }
+    }
+
+    /// Records the wait with its outcome; the time from the call.
+    pub(crate) fn finish(mut self, outcome: Outcome) -> Duration {
+        self.record(outcome)
+    }
+
+    fn record(&mut self, outcome: Outcome) -> Duration {
+        self.done = true;
+        let waited = self.called.elapsed();
+        let labels = self.series.labels(Some(("outcome", outcome.label())));
+        metrics::histogram!(ACQUIRE_WAIT, labels).record(waited.as_secs_f64());
+        waited
+    }
+}
+
+impl Drop for Acquisition {
+    fn drop(&mut self) {
+        if !self.done {
+            self.record(Outcome::Cancelled);
+        }
+        if self.waiting {
+            metrics::gauge!(WAITING, self.series.labels(None)).decrement(1.0);
+        }
+    }
 }

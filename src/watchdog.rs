@@ -14,6 +14,7 @@ use crate::hold::Hold;
 use crate::node::{Acks, Renewal, Shortfall, WaitFor};
 use crate::shared::Inner;
 use crate::task::AbortOnDrop;
+use crate::telemetry::LostReason;
 
 /// Locks per renewal script call: large enough that 100,000 locks take 100 calls, small enough
 /// that one call does not stall the server for long (each lock costs two O(1) commands).
@@ -113,14 +114,20 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     holds.retain(|hold| {
         let lost = hold.is_lost();
         if lost {
-            expired += lose(
-                inner,
-                hold,
-                "its validity ran out before a renewal confirmed it",
-            );
+            let why = "its validity ran out before a renewal confirmed it";
+            expired += lose(inner, hold, LostReason::RenewalFailed, why);
         }
         !lost
     });
+    // Paused (`testing`): nothing is renewed, so leases run out as with a stalled watchdog.
+    if inner.renewals_paused.load(Ordering::Acquire) > 0 {
+        return RenewStats {
+            locks: holds.len(),
+            lost: expired,
+            elapsed: started.elapsed(),
+            ..Default::default()
+        };
+    }
     // Holds whose lock asks for replica acknowledgement go first, renewed in calls of their
     // own with `WAIT` behind each (for the most any of them wants); the rest send no `WAIT`.
     let mut wants = Vec::with_capacity(holds.len());
@@ -163,16 +170,20 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
                 Some(_) if now >= hold.valid_until() => {
                     let why =
                         "too few replicas acknowledged its renewals within the lease's validity";
-                    stats.lost += lose(inner, hold, why);
+                    stats.lost += lose(inner, hold, LostReason::RenewalFailed, why);
                 }
                 Some(short) => {
                     stats.at_risk += 1;
                     at_risk(hold, &short);
                 }
             },
-            Ok((false, _)) => stats.lost += lose(inner, hold, "the key was gone at renewal"),
+            Ok((false, _)) => {
+                let why = "the key was gone at renewal";
+                stats.lost += lose(inner, hold, LostReason::ServerLost, why);
+            }
             Err(_) if now >= hold.valid_until() => {
-                stats.lost += lose(inner, hold, "Redis unreachable past the lease's validity");
+                let why = "Redis unreachable past the lease's validity";
+                stats.lost += lose(inner, hold, LostReason::RenewalFailed, why);
             }
             Err(_) => {}
         }
@@ -265,13 +276,13 @@ fn renewal(hold: &Hold) -> Renewal<'_> {
     hold.renewal(hold.lease_ms)
 }
 
-fn lose(inner: &Inner, hold: &Arc<Hold>, why: &str) -> usize {
+fn lose(inner: &Inner, hold: &Arc<Hold>, reason: LostReason, why: &str) -> usize {
     // A hold released while this round was in flight comes back "not renewed" too; it is not
     // lost (no guard is left to tell), so it must not be counted or logged as a lost lease.
     if !inner.holds.detach(hold) {
         return 0;
     }
     // `is_lost` may have marked it already (its validity ran out); it still counts once here.
-    hold.mark_lost(why);
+    hold.mark_lost(reason, why);
     1
 }

@@ -409,3 +409,33 @@ async fn lost_resolves_when_validity_runs_out_while_redis_is_frozen() {
     assert!(guard.is_lost());
     assert!(guard.unlock().await.unwrap_err().is_lease_lost());
 }
+
+/// `force_unlock` through the holder's own client loses its guards at once (every owner's),
+/// rather than at the next renewal; another client's guard learns it at its next renewal.
+#[tokio::test]
+async fn force_unlock_loses_this_clients_guards_at_once() {
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("forced");
+    let lock = a.lock(&name).unwrap();
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    assert!(!outer.is_lost());
+    assert!(lock.force_unlock().await.unwrap());
+    assert!(outer.is_lost() && inner.is_lost());
+    tokio::time::timeout(Duration::from_millis(100), outer.lost())
+        .await
+        .expect("lost() resolves at once");
+    assert_eq!(a.held_count(), 0);
+    assert!(outer.unlock().await.unwrap_err().is_lease_lost());
+    // Free: the same owner takes it afresh, and it counts from one.
+    let again = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    drop(inner);
+    again.unlock().await.unwrap();
+    // Forced from another client: not lost here until this client looks.
+    let theirs = b.lock(&name).unwrap().lock().await.unwrap();
+    assert!(a.lock(&name).unwrap().force_unlock().await.unwrap());
+    assert!(!theirs.is_lost());
+    drop(theirs);
+}

@@ -2,7 +2,7 @@
 //! independent masters: kill -9 and restart, SIGSTOP / SIGCONT and `CLIENT PAUSE` of a server,
 //! drawn at random while fenced locks are taken and used. The servers keep an fsynced
 //! append-only file, as a lock server that restarts must (without it a restart forgets every
-//! lock and fence; the README's safety section says so).
+//! lock and fence; docs/guarantees.md says so).
 
 mod support;
 

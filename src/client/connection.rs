@@ -16,6 +16,7 @@ impl ClientBuilder {
     /// A server whose certificate the CA does not vouch for fails
     /// [`build`](ClientBuilder::build) with [`Error::Tls`].
     #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
     pub fn tls(mut self, tls: crate::node::TlsOptions) -> Self {
         self.dial.tls = Some(tls);
         self

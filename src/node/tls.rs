@@ -26,6 +26,7 @@ use crate::error::Error;
 /// # Ok(()) }
 /// ```
 #[cfg(feature = "tls-rustls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
 #[derive(Clone, Default)]
 #[must_use]
 pub struct TlsOptions {

@@ -1,4 +1,4 @@
-//! The workloads W1-W6 (see the README's Benchmarks section), each written once for async
+//! The workloads W1-W6 (see docs/performance.md), each written once for async
 //! implementations (tokio tasks) and, where the sync peer can run it, once for OS threads.
 
 /// F1-F3: the lock family against our own `Lock`.

@@ -85,8 +85,9 @@ impl Shared {
                     Step::Gone => {
                         if let Some(held) = state.slots[i].take() {
                             held.client().inner.holds.detach(held.hold());
-                            held.hold()
-                                .mark_lost("the key was gone from this RedLock node");
+                            let why = "the key was gone from this RedLock node";
+                            let reason = crate::telemetry::LostReason::ServerLost;
+                            held.hold().mark_lost(reason, why);
                             leaving.push(held);
                         }
                     }

@@ -1,0 +1,206 @@
+//! `redlease::testing` against a real server: each fault does on the server what the real one
+//! would, and the client reacts as it would then.
+
+mod support;
+
+use std::time::Duration;
+
+use redlease::testing;
+
+#[tokio::test]
+async fn expire_lease_expires_the_key_and_loses_the_guard_at_once() {
+    let server = support::Server::start();
+    let [client, other] = support::clients(&server).await;
+    let guard = client.lock("lapse").unwrap().lock().await.unwrap();
+    let key = support::key_of("lapse");
+    assert!(support::exists(&server, &key));
+    testing::expire_lease(&guard).await.unwrap();
+    assert!(guard.is_lost());
+    tokio::time::timeout(Duration::from_millis(100), guard.lost())
+        .await
+        .expect("lost() resolves at once");
+    assert!(support::eventually(Duration::from_secs(1), || {
+        !support::exists(&server, &key)
+    }));
+    // Free for anyone, and this client no longer renews or re-enters the lapsed hold.
+    let taken = other.lock("lapse").unwrap().try_lock().await.unwrap();
+    assert!(taken.is_some());
+    assert!(
+        client
+            .lock("lapse")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(guard.unlock().await.unwrap_err().is_lease_lost());
+    assert_eq!(client.held_count(), 0);
+}
+
+#[tokio::test]
+async fn expire_lease_never_expires_a_lock_another_owner_holds_by_now() {
+    let server = support::Server::start();
+    let [client, other] = support::clients(&server).await;
+    let guard = client.lock("taken-over").unwrap().lock().await.unwrap();
+    // Another process forces it and takes it before this client noticed.
+    let theirs = other.lock("taken-over").unwrap();
+    assert!(theirs.force_unlock().await.unwrap());
+    let their_guard = theirs
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the force");
+    testing::expire_lease(&guard).await.unwrap();
+    assert!(guard.is_lost());
+    assert!(!their_guard.is_lost());
+    let key = support::key_of("taken-over");
+    assert!(
+        support::pttl(&server, &key) > 1_000,
+        "their lease was shortened"
+    );
+    their_guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn expire_lease_on_a_lost_guard_is_lease_lost() {
+    let server = support::Server::start();
+    let client = support::client(&server).await;
+    let guard = client.lock("twice").unwrap().lock().await.unwrap();
+    testing::expire_lease(&guard).await.unwrap();
+    let again = testing::expire_lease(&guard).await.unwrap_err();
+    assert!(again.is_lease_lost(), "{again:?}");
+}
+
+#[tokio::test]
+async fn paused_renewals_let_the_lease_run_out_on_the_server() {
+    let server = support::Server::start();
+    let client = support::client_with_lease(&server, Duration::from_millis(300)).await;
+    let guard = client.lock("paused").unwrap().lock().await.unwrap();
+    let key = support::key_of("paused");
+    let paused = testing::pause_renewals(&client);
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost within the 300 ms lease");
+    assert!(support::eventually(Duration::from_secs(1), || {
+        !support::exists(&server, &key)
+    }));
+    drop(paused);
+    // Renewals resume: a new hold outlives its lease several times over.
+    let kept = client.lock("paused").unwrap().lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!kept.is_lost());
+    assert!(support::exists(&server, &key));
+    kept.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn pauses_nest_and_renewals_resume_after_the_last() {
+    let server = support::Server::start();
+    let client = support::client_with_lease(&server, Duration::from_millis(300)).await;
+    let first = testing::pause_renewals(&client);
+    let second = testing::pause_renewals(&client);
+    drop(first);
+    let guard = client.lock("nested-pause").unwrap().lock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("still paused by the second pause");
+    drop(second);
+    let kept = client.lock("nested-pause").unwrap().lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!kept.is_lost());
+    kept.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn hold_elsewhere_is_another_client_until_its_lease_ends() {
+    let server = support::Server::start();
+    let client = support::client(&server).await;
+    let busy = testing::hold_elsewhere(&client, "elsewhere", Duration::from_millis(400))
+        .await
+        .unwrap();
+    assert_ne!(busy.client().id(), client.id());
+    let lock = client.lock("elsewhere").unwrap();
+    let status = lock.status().await.unwrap();
+    assert!(
+        format!("{status:?}").contains(&busy.client().id().to_string()),
+        "{status:?}"
+    );
+    assert!(lock.try_lock().await.unwrap().is_none());
+    // The lease ends on the server (no unlock message): a waiter gets it then.
+    let started = std::time::Instant::now();
+    let guard = tokio::time::timeout(Duration::from_secs(3), lock.lock())
+        .await
+        .expect("granted when the other client's lease ends")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(busy.release().await.unwrap_err().is_lease_lost());
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn hold_elsewhere_released_wakes_a_waiter_at_once() {
+    let server = support::Server::start();
+    let client = support::client(&server).await;
+    let busy = testing::hold_elsewhere(&client, "handed", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lock = client.lock("handed").unwrap();
+    let waiter = tokio::spawn(async move { lock.lock().await.map(|g| g.name().to_owned()) });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    busy.release().await.unwrap();
+    let name = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("woken by the unlock message, long before the 30 s lease")
+        .unwrap()
+        .unwrap();
+    assert_eq!(name, "handed");
+}
+
+#[tokio::test]
+async fn hold_elsewhere_on_a_held_lock_is_busy() {
+    let server = support::Server::start();
+    let client = support::client(&server).await;
+    let guard = client.lock("already").unwrap().lock().await.unwrap();
+    let err = testing::hold_elsewhere(&client, "already", Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    let bad = testing::hold_elsewhere(&client, "", Duration::from_secs(1)).await;
+    assert!(bad.unwrap_err().is_invalid_input());
+    let zero = testing::hold_elsewhere(&client, "zero", Duration::ZERO).await;
+    assert!(zero.unwrap_err().is_invalid_input());
+    guard.unlock().await.unwrap();
+}
+
+/// On a Redis Cluster: the lapse reaches the lock's slot, and the other client is a cluster
+/// client too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kit_works_on_a_cluster() {
+    let cluster = support::Cluster::start();
+    let client = support::cluster_client(&cluster).await;
+    let guard = client.lock("cluster-lapse").unwrap().lock().await.unwrap();
+    testing::expire_lease(&guard).await.unwrap();
+    assert!(guard.is_lost());
+    let free = support::eventually_async(Duration::from_secs(2), || async {
+        !client
+            .lock("cluster-lapse")
+            .unwrap()
+            .is_locked()
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(free, "the key expired on its primary");
+    let busy = testing::hold_elsewhere(&client, "cluster-busy", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lock = client.lock("cluster-busy").unwrap();
+    assert!(lock.try_lock().await.unwrap().is_none());
+    busy.release().await.unwrap();
+    assert!(lock.try_lock().await.unwrap().is_some());
+}
