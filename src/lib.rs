@@ -238,6 +238,7 @@ mod acquire;
 pub mod blocking;
 mod client;
 mod config;
+pub mod election;
 mod error;
 mod family;
 mod grant;
@@ -264,6 +265,10 @@ mod watchdog;
 
 pub use client::ClientBuilder;
 pub use config::{Config, MAX_DURATION, Replicas, WaitBy};
+pub use election::{
+    ChangeCause, Election, ElectionStatus, LeadOptions, Leader, LeaderChange, LeaderChanges,
+    Leadership, Leading,
+};
 pub use error::{Error, Result};
 pub use family::{
     CountDownLatch, FairGuard, FairLock, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard,
