@@ -85,6 +85,24 @@ pub struct LeaderChanges {
     inner: Pin<Box<dyn Stream<Item = Result<LeaderChange>> + Send>>,
 }
 
+impl LeaderChanges {
+    /// The next item, without `StreamExt`: `changes.next_change().await?`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) or [`Error::Redis`](crate::Error::Redis) when
+    /// Redis fails; the stream goes on, so the next call tries again (after a pause of a
+    /// second).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the stream keeps a read in progress (and changes read but not yet
+    /// returned) for the next call, so dropping this future loses nothing.
+    pub async fn next_change(&mut self) -> Result<LeaderChange> {
+        std::future::poll_fn(|cx| self.inner.as_mut().poll_next(cx))
+            .await
+            .unwrap_or(Err(crate::error::Error::Shutdown))
+    }
+}
+
 impl Stream for LeaderChanges {
     type Item = Result<LeaderChange>;
 
