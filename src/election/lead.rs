@@ -2,10 +2,11 @@
 //! leadership is lost, and campaign again if asked to.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use super::Election;
-use super::leadership::Leading;
+use super::leadership::{Leadership, Leading};
 use crate::error::{Error, Result};
 
 /// How [`Election::lead_with`] behaves when the leadership is lost. Defaults: no rejoin, one
@@ -140,7 +141,11 @@ impl Election {
         // One turn per term; with `rejoin` it runs as long as the service does, each turn
         // waiting in a campaign or a body.
         loop {
-            let leadership = match self.campaign(value).await {
+            // Boxed: the campaign's future type is deep, and nested in a caller's spawned
+            // future with the body's it overflowed the compiler's `Send` check (E0275).
+            let campaign: Pin<Box<dyn Future<Output = Result<Leadership>> + Send + '_>> =
+                Box::pin(self.campaign(value));
+            let leadership = match campaign.await {
                 Ok(leadership) => leadership,
                 Err(e) if options.rejoin && passing(&e) => {
                     tracing::warn!(election = %self.name(), error = %e, "campaign failed; trying again");
