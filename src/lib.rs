@@ -77,6 +77,13 @@
 //! - [`FairLock`] ([`Client::fair_lock`]): first come, first served across clients; a release
 //!   wakes only the first waiter; a waiter keeps its place only while it keeps asking (the
 //!   server's clock decides), so a crashed waiter holds the others up for 3 s at most.
+//! - [`Election`] ([`Client::election`]): leader election on a fenced lock, after etcd's
+//!   `concurrency.Election` and client-go's `leaderelection`. [`Election::campaign`] waits to
+//!   lead and returns a [`Leadership`] whose [`term`](Leadership::term) is its fencing token;
+//!   `proclaim`, `resign` (hands over at once), `lost()`; [`Election::leader`];
+//!   [`Election::observe`], a stream of every change; [`Election::lead`], a body run while
+//!   leading and cancelled on loss ([`LeadOptions::rejoin`] campaigns again). See
+//!   [`election`] and `docs/election.md`.
 //! - [`Guard`]: one object-safe trait over [`LockGuard`], [`ReadGuard`], [`WriteGuard`],
 //!   [`Permit`] and [`FairGuard`].
 //!
@@ -182,11 +189,15 @@
 //! | `redlease_lease_left_at_renewal_seconds` | histogram | the validity a hold had left when its renewal was confirmed: near zero means leases nearly ran out |
 //! | `redlease_batch_size` | histogram | acquisitions or releases coalesced into one script call |
 //! | `redlease_redlock_node_votes_total` | counter | RedLock acquisition answers per node (labels `node`, the node's index, and `vote`: `granted`, `held`, `failed`) |
+//! | `redlease_election_terms_total` | counter | election terms this process won |
+//! | `redlease_election_campaign_wait_seconds` | histogram | from `campaign` to its win |
+//! | `redlease_election_takeover_seconds` | histogram | from the end of the previous term, as the server recorded it, to the win |
 //! | `redlease_replica_acks_short_total` | counter | acquisitions and renewals (label `write`: `acquire`, `renew`) that fewer replicas acknowledged than [`Replicas`] wanted |
 //!
 //! Spans (at `DEBUG`, target `redlease`): `acquire` (fields `lock`, `owner`, and on success
 //! `attempts` and `wait_ms`), `release` (`lock`, `owner`, `outcome`), `renew` (one watchdog
-//! round: `locks`, `renewed`, `lost`).
+//! round: `locks`, `renewed`, `lost`); elections add `campaign` (`election`, and on success
+//! `term` and `wait_ms`), `proclaim` and `resign` (`election`, `term`).
 //!
 //! ## What a lease-based lock can and cannot promise
 //! A lease lock cannot by itself protect a resource from a holder that is paused past its
@@ -226,6 +237,7 @@
 //! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock); channel `P:{N}:permits:released` |
 //! | `P:{N}:fair` | hash | fair lock `N`: holder `h`, count `hn`, deadline `hd`; with `P:{N}:fair:queue` (list of waiters) and `P:{N}:fair:waiters` (waiter → deadline); a waiter listens on `P:{N}:fair:wake:<owner>` |
 //! | `P:{N}:countdown` | string | count left of the latch `N` (absent at zero); channel `P:{N}:countdown:zero` |
+//! | `P:{N}:election` | hash | election `N` (whose leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; with `P:{N}:election:log` (the last 64 changes) and channel `P:{N}:election:changed` |
 //! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock); channel `P:{N}:rw:unlock` |
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
@@ -294,6 +306,11 @@ pub use redlease_macros::locked;
 pub mod __macro_support {
     pub use tokio::time::sleep;
 }
+
+/// `docs/election.md`'s Rust examples, compiled by `cargo test --doc` so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/election.md")]
+pub struct ElectionDocExamples;
 
 /// The README's Rust examples, compiled by `cargo test --doc` so they stay true.
 #[cfg(doctest)]

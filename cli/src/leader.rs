@@ -109,7 +109,13 @@ fn print_change(args: &ObserveArgs, change: &LeaderChange) {
         }));
         return;
     }
-    let mut text = format!("{event:<10}  rev {:<5}  ", change.revision);
+    // The server's clock when the change was recorded; now for an election without one.
+    let at = match change.at_ms {
+        0 => std::time::SystemTime::now(),
+        ms => std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+    };
+    let at = humantime::format_rfc3339_millis(at);
+    let mut text = format!("{at}  {event:<10}  rev {:<5}  ", change.revision);
     match &change.leader {
         Some(leader) => text.push_str(&format!("led by {}", leader_text(leader))),
         None => text.push_str("no leader"),
