@@ -7,7 +7,7 @@
 --
 -- KEYS[1]  lock      P:{N}                    the lock's hash; a leader leads while it holds its field
 -- KEYS[2]  state     P:{N}:election           hash: the fields of FIELDS below
--- KEYS[3]  log       P:{N}:election:log       list: the last 64 changes, newest first, encoded
+-- KEYS[3]  log       P:{N}:election:log       list: the last 64 changes, oldest first, encoded
 -- KEYS[4]  channel   P:{N}:election:changed   one message (the new revision) per change
 -- ARGV[1]  operation: 'won', 'proclaim', 'resign', 'refresh' or 'read'
 -- ARGV[2]  retention (ms): the state and log outlive the lock's lease by this long
@@ -26,7 +26,7 @@
 --   proclaim, resign, refresh
 --             {1, revision}: done; {0}: `field` with `term` does not lead (nothing changed)
 --   read      {current state encoded, or '' when there is none; the lock's PTTL (-2: free);
---             the encoded changes after `since`, newest first, at most 64}
+--             the encoded changes after `since`, oldest first, at most 64}
 -- Every operation first records a leader whose field left the lock (its lease ran out) as
 -- 'expired', so the first one to look records it. An encoded state is the values of FIELDS in
 -- order, each as `<byte length>:<bytes>`.
@@ -83,8 +83,12 @@ local function record(s, why)
         flat[#flat + 1] = tostring(s[name] or '')
     end
     redis.call('HSET', state, unpack(flat))
-    redis.call('LPUSH', log, encode(s))
-    redis.call('LTRIM', log, 0, LOG_LENGTH - 1)
+    -- RPUSH and LPOP, not LPUSH and LTRIM: the rights docs/acl.md grants already.
+    local length = redis.call('RPUSH', log, encode(s))
+    while length > LOG_LENGTH do
+        redis.call('LPOP', log)
+        length = length - 1
+    end
     keep()
     redis.call('PUBLISH', channel, s.rev)
     return tonumber(s.rev)
@@ -112,7 +116,12 @@ if op == 'read' then
     local since, rev = tonumber(ARGV[3]), tonumber(s.rev)
     local entries = {}
     if since >= 0 and rev > since then
-        entries = redis.call('LRANGE', log, 0, math.min(rev - since, LOG_LENGTH) - 1)
+        for k = math.min(rev - since, LOG_LENGTH), 1, -1 do
+            local entry = redis.call('LINDEX', log, -k)
+            if entry then
+                entries[#entries + 1] = entry
+            end
+        end
     end
     return {encode(s), redis.call('PTTL', lock), entries}
 end

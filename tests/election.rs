@@ -353,6 +353,56 @@ async fn observe_reports_a_gap_when_the_log_cannot_cover_it() {
     leadership.resign().await.unwrap();
 }
 
+/// The rights of docs/acl.md for one server (as in tests/acl.rs): an election needs no more.
+const LEAST: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all \
+    +evalsha +script|load +publish +subscribe +unsubscribe \
+    +get +hget +hmget +hgetall +hset +hmset +pexpire +exists +del \
+    +hsetnx +hexists +hincrby +hdel +set +incr +incrby +decr +decrby \
+    +rpush +lindex +lrem +lpop +type +pttl +time +pubsub|numsub";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_runs_with_the_least_privileges_of_docs_acl() {
+    support::init_tracing();
+    let server = Server::start();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg("elector")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw");
+    for rule in LEAST.split_whitespace() {
+        cmd.arg(rule);
+    }
+    let _: () = cmd.query(&mut server.conn()).unwrap();
+    let url = format!("redis://elector:pw@127.0.0.1:{}", server.port());
+    let a = support::connect(&url).await;
+    let b = support::connect(&url).await;
+    let name = unique_name("acl");
+    let mut changes = b.election(&name).unwrap().observe();
+    assert!(next_change(&mut changes).await.initial);
+    let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+    leadership.proclaim("a2").await.unwrap();
+    let leader = b.election(&name).unwrap().leader().await.unwrap().unwrap();
+    assert_eq!(leader.value, "a2");
+    leadership.resign().await.unwrap();
+    let causes: Vec<Option<ChangeCause>> = [
+        next_change(&mut changes).await,
+        next_change(&mut changes).await,
+        next_change(&mut changes).await,
+    ]
+    .iter()
+    .map(|c| c.cause)
+    .collect();
+    assert_eq!(
+        causes,
+        [
+            Some(ChangeCause::Elected),
+            Some(ChangeCause::Proclaimed),
+            Some(ChangeCause::Resigned)
+        ]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Processes.
 

@@ -300,12 +300,11 @@ impl Calls<'_> {
             Value::Int(ms) => (*ms >= 0).then(|| Duration::from_millis(*ms as u64)),
             _ => return Err(protocol(&reply)),
         };
-        let mut decoded = changes
+        let decoded = changes
             .iter()
             .map(|change| bytes(change).and_then(Record::decode))
             .collect::<Option<Vec<Record>>>()
             .ok_or_else(|| protocol(&reply))?;
-        decoded.reverse();
         Ok(Read {
             current,
             lock_ttl,
