@@ -27,8 +27,8 @@
 --             {1, revision}: done; {0}: `field` with `term` does not lead (nothing changed)
 --   read      {current state encoded, or '' when there is none; the lock's PTTL (-2: free);
 --             the encoded changes after `since`, oldest first, at most 64}
--- Every operation first records a leader whose field left the lock (its lease ran out) as
--- 'expired', so the first one to look records it. An encoded state is the values of FIELDS in
+-- Every operation but a leader's own 'resign' first records a leader whose field left the lock
+-- (its lease ran out) as 'expired', so the first one to look records it. An encoded state is the values of FIELDS in
 -- order, each as `<byte length>:<bytes>`.
 
 local lock, state, log, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -154,6 +154,17 @@ if op == 'won' then
     return {1, record(s, 'elected'), vacant_ms}
 end
 
+if op == 'resign' then
+    -- Before `settle`: a leader that found its own lease gone says 'lost' rather than leaving
+    -- the next reader to record 'expired'.
+    if not leads(s, field, term) then
+        settle(s)
+        return {0}
+    end
+    s.state = 'vacant'
+    return {1, record(s, ARGV[5])}
+end
+
 settle(s)
 
 if op == 'proclaim' then
@@ -162,12 +173,6 @@ if op == 'proclaim' then
     end
     s.value = ARGV[5]
     return {1, record(s, 'proclaimed')}
-elseif op == 'resign' then
-    if not leads(s, field, term) then
-        return {0}
-    end
-    s.state = 'vacant'
-    return {1, record(s, ARGV[5])}
 elseif op == 'refresh' then
     if not leads(s, field, term) then
         return {0}

@@ -294,6 +294,44 @@ async fn lead_cancels_the_body_when_leadership_is_lost_and_rejoins_when_asked() 
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_finds_its_lease_lost_says_so() {
+    support::init_tracing();
+    let server = Server::start();
+    let lease = Duration::from_millis(600);
+    let a = client_with_lease(&server, lease).await;
+    let operator = client(&server).await;
+    let name = unique_name("lost");
+    let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+    assert!(operator.lock(&name).unwrap().force_unlock().await.unwrap());
+    tokio::time::timeout(2 * SECOND, leadership.lost())
+        .await
+        .expect("the watchdog found the lock gone");
+    assert!(leadership.is_lost());
+    // Its report is one round trip behind the signal.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = operator.election(&name).unwrap().status().await.unwrap();
+    assert_eq!(status.leader, None);
+    assert_eq!(status.last_change, Some(ChangeCause::Lost));
+    let term = leadership.term();
+    assert!(
+        leadership
+            .proclaim("late")
+            .await
+            .unwrap_err()
+            .is_lease_lost()
+    );
+    assert!(leadership.resign().await.unwrap_err().is_lease_lost());
+    let next = operator
+        .election(&name)
+        .unwrap()
+        .campaign("b")
+        .await
+        .unwrap();
+    assert!(next.term() > term);
+    next.resign().await.unwrap();
+}
+
 /// A small shared list without a lock crate.
 mod parking_lot_free {
     #[derive(Default)]

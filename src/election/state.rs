@@ -55,10 +55,11 @@ pub enum ChangeCause {
     Proclaimed,
     /// The leader resigned (or its [`Leadership`](crate::Leadership) was dropped).
     Resigned,
-    /// The leader's client found its lease lost and said so.
+    /// The leader's client found its lease lost (the watchdog found the lock gone, or Redis
+    /// stayed unreachable past the leadership's validity) and said so.
     Lost,
-    /// The leader's lease ran out without a word (a crash, a pause, a partition); recorded by
-    /// the first client that looked.
+    /// The leader's lease ran out and its client said nothing first (a crash, a pause, a
+    /// partition); recorded by the first client that looked.
     Expired,
 }
 
