@@ -713,9 +713,11 @@ async fn three_processes_take_turns_and_a_non_atomic_counter_counts_every_increm
     let name = unique_name("turns");
     let resource = unique_name("turns-resource");
     let mut workers = Workers::new();
-    let all: Vec<usize> = (0..3)
-        .map(|_| workers.spawn(&candidate_env(&server, &name, &resource, "rounds")))
-        .collect();
+    // A long lease: this test is about exclusion, and a worker stalled past a short lease on
+    // a loaded machine would lose it (one did, with a 1 s lease, while other tests ran).
+    let mut env = candidate_env(&server, &name, &resource, "rounds");
+    env.push(("REDLEASE_WORKER_LEASE_MS", "10000".into()));
+    let all: Vec<usize> = (0..3).map(|_| workers.spawn(&env)).collect();
     for who in all {
         workers
             .wait_for(60 * SECOND, |l| l.who == who && is(l, "DONE"))
@@ -762,8 +764,12 @@ fn worker_process() {
         .build()
         .unwrap();
     runtime.block_on(async move {
+        let lease = std::env::var("REDLEASE_WORKER_LEASE_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map_or(WORKER_LEASE, Duration::from_millis);
         let client = Client::builder(url.as_str())
-            .watchdog_lease(WORKER_LEASE)
+            .watchdog_lease(lease)
             .build()
             .await
             .unwrap();
@@ -827,7 +833,9 @@ fn worker_process() {
                         support::increment_unprotected(&client, &counter).await;
                         assert!(fenced_write(&client, &resource, leadership.term(), &who).await);
                     }
-                    leadership.resign().await.unwrap();
+                    if let Err(e) = leadership.resign().await {
+                        panic!("worker {who} could not resign: {e}");
+                    }
                 }
                 say("DONE".into());
             }
