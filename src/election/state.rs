@@ -211,16 +211,17 @@ pub(crate) struct Calls<'a> {
 }
 
 impl Calls<'_> {
-    async fn call(&self, args: &[&str]) -> Result<Value> {
+    /// Runs the operation `op` with its arguments `args` (after the retention).
+    async fn call(&self, op: &str, args: &[&str]) -> Result<Value> {
         let inner = &self.client.inner;
         inner.check_open()?;
         let retention = itoa::Buffer::new()
             .format(RETENTION.as_millis() as u64)
             .to_owned();
-        let mut all = Vec::with_capacity(args.len() + 1);
-        all.push(args[0]);
+        let mut all = Vec::with_capacity(args.len() + 2);
+        all.push(op);
         all.push(retention.as_str());
-        all.extend_from_slice(&args[1..]);
+        all.extend_from_slice(args);
         inner
             .node
             .family_call(&SCRIPT, &self.keys.all(), &all)
@@ -234,18 +235,20 @@ impl Calls<'_> {
         let pid = me.pid.to_string();
         let started = me.started_ms.to_string();
         let reply = self
-            .call(&[
+            .call(
                 "won",
-                field,
-                &term,
-                value,
-                &me.id,
-                &me.host,
-                &pid,
-                &me.program,
-                &started,
-                &me.version,
-            ])
+                &[
+                    field,
+                    &term,
+                    value,
+                    &me.id,
+                    &me.host,
+                    &pid,
+                    &me.program,
+                    &started,
+                    &me.version,
+                ],
+            )
             .await?;
         let ints = ints(&reply).ok_or_else(|| protocol(&reply))?;
         match ints.as_slice() {
@@ -271,9 +274,9 @@ impl Calls<'_> {
         extra: Option<&str>,
     ) -> Result<Option<u64>> {
         let term = term.to_string();
-        let mut args = vec![op, field, &term];
+        let mut args = vec![field, &term];
         args.extend(extra);
-        let reply = self.call(&args).await?;
+        let reply = self.call(op, &args).await?;
         let ints = ints(&reply).ok_or_else(|| protocol(&reply))?;
         match ints.as_slice() {
             [1, revision] if *revision >= 0 => Ok(Some(*revision as u64)),
@@ -285,7 +288,7 @@ impl Calls<'_> {
     /// The current state, and the changes after revision `since` (none when `None`).
     pub(crate) async fn read(&self, since: Option<u64>) -> Result<Read> {
         let since = since.map_or_else(|| "-1".to_owned(), |rev| rev.to_string());
-        let reply = self.call(&["read", &since]).await?;
+        let reply = self.call("read", &[&since]).await?;
         let Value::Array(parts) = &reply else {
             return Err(protocol(&reply));
         };
