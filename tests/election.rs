@@ -557,15 +557,10 @@ fn term_of(line: &Line) -> u64 {
     line.words[1].parse().expect("a term")
 }
 
-fn candidate_env(
-    server: &Server,
-    name: &str,
-    resource: &str,
-    mode: &str,
-) -> Vec<(&'static str, String)> {
+fn candidate_env(url: &str, name: &str, resource: &str, mode: &str) -> Vec<(&'static str, String)> {
     vec![
         ("REDLEASE_WORKER", mode.into()),
-        ("REDLEASE_WORKER_URL", server.url()),
+        ("REDLEASE_WORKER_URL", url.into()),
         ("REDLEASE_WORKER_NAME", name.into()),
         ("REDLEASE_WORKER_RESOURCE", resource.into()),
     ]
@@ -579,15 +574,37 @@ fn candidate_env(
 async fn candidate_processes_killed_or_frozen_hand_over_with_greater_terms() {
     support::init_tracing();
     let server = Server::start();
+    killed_and_frozen_leaders(&server.url()).await;
+}
+
+/// [`candidate_processes_killed_or_frozen_hand_over_with_greater_terms`] on a Redis Cluster of
+/// three primaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidate_processes_killed_or_frozen_on_a_3_primary_cluster() {
+    support::init_tracing();
+    let cluster = tokio::task::block_in_place(support::Cluster::start);
+    killed_and_frozen_leaders(&cluster.url()).await;
+}
+
+/// [`candidate_processes_killed_or_frozen_hand_over_with_greater_terms`] behind Sentinel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidate_processes_killed_or_frozen_behind_sentinel() {
+    support::init_tracing();
+    let group = tokio::task::block_in_place(support::sentinel::SentinelGroup::start);
+    killed_and_frozen_leaders(&group.url()).await;
+}
+
+async fn killed_and_frozen_leaders(url: &str) {
     let name = unique_name("procs");
-    let resource = unique_name("resource");
+    // One hash tag: the resource and its log share a cluster slot.
+    let resource = format!("{{{}}}", unique_name("resource"));
     let mut workers = Workers::new();
-    let observer = workers.spawn(&candidate_env(&server, &name, &resource, "observer"));
+    let observer = workers.spawn(&candidate_env(url, &name, &resource, "observer"));
     workers
         .wait_for(20 * SECOND, |l| l.who == observer && is(l, "INITIAL"))
         .expect("the observer started");
     let candidates: Vec<usize> = (0..3)
-        .map(|_| workers.spawn(&candidate_env(&server, &name, &resource, "candidate")))
+        .map(|_| workers.spawn(&candidate_env(url, &name, &resource, "candidate")))
         .collect();
     let first = workers
         .wait_for(20 * SECOND, |l| is(l, "LEADING"))
@@ -655,11 +672,15 @@ async fn candidate_processes_killed_or_frozen_hand_over_with_greater_terms() {
     // The resource: terms never went back, and nothing of term t2 was accepted after t3's
     // first write.
     std::thread::sleep(Duration::from_millis(300));
-    let log: Vec<String> = redis::cmd("LRANGE")
-        .arg(format!("{resource}:log"))
-        .arg(0)
-        .arg(-1)
-        .query(&mut server.conn())
+    let reader = support::connect(url).await;
+    let log: Vec<String> = reader
+        .query(
+            redis::cmd("LRANGE")
+                .arg(format!("{resource}:log"))
+                .arg(0)
+                .arg(-1),
+        )
+        .await
         .unwrap();
     let accepted: Vec<(u64, usize)> = log
         .iter()
@@ -715,7 +736,7 @@ async fn three_processes_take_turns_and_a_non_atomic_counter_counts_every_increm
     let mut workers = Workers::new();
     // A long lease: this test is about exclusion, and a worker stalled past a short lease on
     // a loaded machine would lose it (one did, with a 1 s lease, while other tests ran).
-    let mut env = candidate_env(&server, &name, &resource, "rounds");
+    let mut env = candidate_env(&server.url(), &name, &resource, "rounds");
     env.push(("REDLEASE_WORKER_LEASE_MS", "10000".into()));
     let all: Vec<usize> = (0..3).map(|_| workers.spawn(&env)).collect();
     for who in all {
