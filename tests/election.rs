@@ -332,6 +332,37 @@ async fn a_leader_that_finds_its_lease_lost_says_so() {
     next.resign().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observing_ends_when_the_client_shuts_down_and_leaves_no_subscription() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = support::clients(&server).await;
+    let name = unique_name("shutdown");
+    let mut changes = b.election(&name).unwrap().observe();
+    assert!(next_change(&mut changes).await.initial);
+    let channel = format!("{}:election:changed", key_of(&name));
+    assert_eq!(numsub(&server, &channel), 1);
+    b.shutdown().await.unwrap();
+    let ended = tokio::time::timeout(3 * SECOND, changes.next())
+        .await
+        .expect("woken by the shutdown");
+    assert!(ended.expect("one last item").unwrap_err().is_shutdown());
+    assert!(changes.next().await.is_none(), "then the stream ends");
+    drop(changes);
+    assert!(
+        support::eventually(2 * SECOND, || numsub(&server, &channel) == 0),
+        "no subscription is left"
+    );
+    // Dropping a live stream unsubscribes too.
+    let mut changes = a.election(&name).unwrap().observe();
+    assert!(next_change(&mut changes).await.initial);
+    assert_eq!(numsub(&server, &channel), 1);
+    drop(changes);
+    assert!(support::eventually(2 * SECOND, || numsub(
+        &server, &channel
+    ) == 0));
+}
+
 /// A small shared list without a lock crate.
 mod parking_lot_free {
     #[derive(Default)]

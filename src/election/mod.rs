@@ -293,7 +293,8 @@ impl Election {
     /// ```
     ///
     /// Items are `Err` when Redis fails; the stream goes on (pausing a second after an error),
-    /// so stop on errors or skip them as suits you. It never ends by itself.
+    /// so stop on errors or skip them as suits you. It ends only when the client is shut down,
+    /// after one [`Error::Shutdown`] item.
     ///
     /// # Cancel safety
     /// Dropping the stream unsubscribes; it leaves nothing on the server.

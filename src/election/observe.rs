@@ -79,7 +79,8 @@ impl LeaderChange {
 }
 
 /// The changes of an election, as a [`Stream`]: made by
-/// [`Election::observe`](crate::Election::observe). It never ends by itself; drop it to stop.
+/// [`Election::observe`](crate::Election::observe). It ends only after its client was shut
+/// down (with one `Err(Error::Shutdown)` item); drop it to stop.
 #[must_use = "streams do nothing unless polled"]
 pub struct LeaderChanges {
     inner: Pin<Box<dyn Stream<Item = Result<LeaderChange>> + Send>>,
@@ -128,6 +129,8 @@ struct Observer {
     nap: Duration,
     /// The last read failed: pause before the next one.
     failed: bool,
+    /// The client was shut down: the stream ends.
+    ended: bool,
 }
 
 pub(crate) fn observe(client: Client, keys: Arc<ElectionKeys>) -> LeaderChanges {
@@ -139,10 +142,15 @@ pub(crate) fn observe(client: Client, keys: Arc<ElectionKeys>) -> LeaderChanges 
         pending: VecDeque::new(),
         nap: NAP,
         failed: false,
+        ended: false,
     };
     let stream = futures_util::stream::unfold(observer, |mut observer| async move {
+        if observer.ended {
+            return None;
+        }
         let next = observer.next().await;
         observer.failed = next.is_err();
+        observer.ended = matches!(&next, Err(e) if e.is_shutdown());
         Some((next, observer))
     });
     LeaderChanges {
