@@ -363,6 +363,48 @@ async fn observing_ends_when_the_client_shuts_down_and_leaves_no_subscription() 
     ) == 0));
 }
 
+/// The election's metrics, through a Prometheus recorder installed for this test binary (other
+/// tests may add to the counts, never take from them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_terms_campaign_waits_and_takeovers() {
+    support::init_tracing();
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this test binary");
+    let server = Server::start();
+    let [a, b] = support::clients(&server).await;
+    let name = unique_name("metrics");
+    let first = a.election(&name).unwrap().campaign("a").await.unwrap();
+    let election_b = b.election(&name).unwrap();
+    let waiting = tokio::spawn(async move { election_b.campaign("b").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.resign().await.unwrap();
+    let second = tokio::time::timeout(5 * SECOND, waiting)
+        .await
+        .expect("b won")
+        .unwrap()
+        .unwrap();
+    second.resign().await.unwrap();
+    let text = handle.render();
+    let value = |metric: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(metric) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {metric} in\n{text}"))
+    };
+    assert!(value("redlease_election_terms_total") >= 2.0, "{text}");
+    assert!(
+        value("redlease_election_campaign_wait_seconds_count") >= 2.0,
+        "{text}"
+    );
+    // b's win came after a's recorded resignation.
+    assert!(
+        value("redlease_election_takeover_seconds_count") >= 1.0,
+        "{text}"
+    );
+}
+
 /// A small shared list without a lock crate.
 mod parking_lot_free {
     #[derive(Default)]
