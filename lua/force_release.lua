@@ -4,14 +4,20 @@
 -- KEYS[2]  unlock channel       P:{N}:unlock
 --
 -- Returns 1 when a lock was held and is now deleted, 0 when it was free.
+-- A lock-delay (the marker P:{N}:delay, see acquire.lua) ends too: the lock is free at once.
 -- A key of another type is left alone and fails with WRONGTYPE.
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'none' then
-    return 0
-end
-if kind ~= 'hash' then
+if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+-- Derived like the channel: the marker shares the lock's hash tag, so its slot.
+local delayed = redis.call('DEL', KEYS[1] .. ':delay') == 1
+if kind == 'none' then
+    if delayed then
+        redis.call('PUBLISH', KEYS[2], '0')
+    end
+    return 0
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', KEYS[2], '0')

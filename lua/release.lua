@@ -13,11 +13,15 @@
 --          own acquisitions); '-' for neither. Without 'a' the latch is written only when holds
 --          remain: a guard's last release, during which the client never lets the owner take
 --          the lock again (`sequence.rs`), so a retry that finds the field gone knows the first
---          attempt released it.
+--          attempt released it. A trailing 'd' ('d', 'rd', 'ad', 'rad') marks a lock with a
+--          lock-delay: a release that frees it deletes its marker P:{N}:delay (see acquire.lua),
+--          so the next owner need not wait.
 -- ARGV[6]  the releasing client's id: the unlock message, so that client's waiters can ignore
 --          it (they hear of their own client's releases directly)
 -- ARGV[7]  hand-over (optional): owner field of the releasing client's first waiter
 -- ARGV[8]  hand-over (optional): that waiter's lease in milliseconds
+-- ARGV[9]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua, which
+--          `scripts.rs` puts before this file)
 --
 -- Returns
 --   -1       the owner holds nothing (never held, expired, or force-unlocked); nothing changed
@@ -42,7 +46,11 @@
 -- integer.
 
 local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, client,
-                       successor, successor_lease)
+                       successor, successor_lease, grace)
+    local delayed = string.byte(mode, -1) == 100 -- 'd'
+    if delayed then
+        mode = string.sub(mode, 1, -2)
+    end
     local retry = mode == 'r' or mode == 'ra'
     local always = mode == 'a' or mode == 'ra'
 
@@ -94,8 +102,9 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         if handover and fence then
             -- pcall: a damaged counter must not keep the lock from being released; it only spoils
             -- the hand-over.
-            token = redis.pcall('INCR', fence)
-            handover = type(token) == 'number'
+            local ok
+            ok, token = pcall(next_token, fence, successor_lease + grace)
+            handover = ok
         end
         -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.
         redis.call('HDEL', hash, field)
@@ -104,6 +113,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             redis.call('PEXPIRE', hash, successor_lease)
             reply = -2 - token
         else
+            if delayed then
+                -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
+                redis.call('DEL', hash .. ':delay')
+            end
             redis.call('PUBLISH', channel, client)
             reply = 0
         end
@@ -114,9 +127,9 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     return reply
 end
 
-if #ARGV <= 8 then
+if #ARGV <= 9 then
     return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
-        ARGV[6], ARGV[7], ARGV[8])
+        ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9] or '0'))
 end
 local replies = {}
 for i = 1, #KEYS / 2 do

@@ -8,7 +8,8 @@
 --
 -- ARGV[3i-2]  lock hash of the i-th lock
 -- ARGV[3i-1]  owner field of the i-th lock
--- ARGV[3i]    lease in milliseconds for the i-th lock
+-- ARGV[3i]    lease in milliseconds for the i-th lock; '<lease>+<delay>' for a lock with a
+--             lock-delay, as in renew.lua
 --
 -- Returns an array with one integer per lock: 1 renewed, 0 not renewed here.
 
@@ -16,7 +17,14 @@ local renewed = {}
 for i = 1, #ARGV, 3 do
     local ok, held = pcall(redis.call, 'HEXISTS', ARGV[i], ARGV[i + 1])
     if ok and held == 1 then
-        redis.call('PEXPIRE', ARGV[i], ARGV[i + 2])
+        local lease = ARGV[i + 2]
+        local plus = string.find(lease, '+', 1, true)
+        if plus then
+            local delay = tonumber(string.sub(lease, plus + 1))
+            lease = tonumber(string.sub(lease, 1, plus - 1))
+            redis.call('SET', ARGV[i] .. ':delay', '1', 'PX', lease + delay)
+        end
+        redis.call('PEXPIRE', ARGV[i], lease)
         renewed[#renewed + 1] = 1
     else
         renewed[#renewed + 1] = 0

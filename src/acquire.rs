@@ -12,7 +12,7 @@ use crate::hold::Grant;
 use crate::keys::LockKeys;
 use crate::local_queue::{Handover, Ticket};
 use crate::lock::Lock;
-use crate::node::{Acks, Latch, ReleaseArgs, Successor, WaitFor};
+use crate::node::{Acks, AcquireTerms, Latch, ReleaseArgs, Successor, WaitFor};
 use crate::pubsub::Subscription;
 use crate::release::{give_back, give_back_in_background};
 use crate::scripts::{Acquire, Release};
@@ -79,7 +79,10 @@ impl Lock {
         // A hand-over from a release of this client is written by that release, with no `WAIT`
         // behind it: a lock that wants replica acknowledgement takes no hand-overs, so every
         // grant of it comes through `attempt` (the release frees it and wakes us instead).
-        let take_over = inner.node.wait_for(replicas).await.is_none();
+        // A lock-delay's marker is written by acquisitions and renewals, not by a hand-over,
+        // so such a lock takes none either.
+        self.check_lock_delay()?;
+        let take_over = inner.node.wait_for(replicas).await.is_none() && self.lock_delay.is_none();
         let owner = self.owner();
         tracing::Span::current().record("owner", tracing::field::display(&owner));
         let field = owner.field(&inner.id_text);
@@ -336,7 +339,7 @@ impl Lock {
         let client = self.client.clone();
         let keys = self.keys.clone();
         let field = field.clone();
-        let (reentrant, fenced) = (self.reentrant, self.fenced);
+        let (reentrant, fenced, delay_ms) = (self.reentrant, self.fenced, self.delay_ms());
         let wait = client.inner.node.wait_for(replicas).await;
         // The server holds the reply up to the WAIT timeout.
         let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
@@ -348,9 +351,13 @@ impl Lock {
             let patience = lease.max(timeout);
             async move {
                 let node = &client.inner.node;
-                let outcome = node
-                    .acquire(&keys, &field, lease_ms, reentrant, fenced, patience, wait)
-                    .await;
+                let terms = AcquireTerms {
+                    lease_ms,
+                    reentrant,
+                    fenced,
+                    delay_ms,
+                };
+                let outcome = node.acquire(&keys, &field, terms, patience, wait).await;
                 let outcome = match outcome {
                     // The connection manager notices a dead connection (server restart, killed
                     // connection) only when a command fails on it; try once more on the new one.
@@ -371,6 +378,7 @@ impl Lock {
                             lease_ms,
                             holds: 1,
                             latch: Latch::Always,
+                            delayed: delay_ms > 0,
                             successor: None,
                         };
                         let undo = node.release(&keys, &undo, id, false).await;
@@ -378,8 +386,7 @@ impl Lock {
                             // It had been granted: our queued waiters hear of it only here.
                             client.inner.local_queues.released(&keys.hash);
                         }
-                        node.acquire(&keys, &field, lease_ms, reentrant, fenced, patience, wait)
-                            .await
+                        node.acquire(&keys, &field, terms, patience, wait).await
                     }
                     outcome => outcome,
                 };

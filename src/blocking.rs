@@ -149,6 +149,13 @@ impl Lock {
         self
     }
 
+    /// See [`crate::Lock::lock_delay`].
+    #[must_use]
+    pub fn lock_delay(mut self, delay: std::time::Duration) -> Self {
+        self.inner = self.inner.lock_delay(delay);
+        self
+    }
+
     /// See [`crate::Lock::watchdog_lease`].
     #[must_use]
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {

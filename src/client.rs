@@ -56,6 +56,13 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a fencing counter outlives the lease it was last written with; see
+    /// [`Config::fence_grace`]. Defaults to 60 seconds.
+    pub fn fence_grace(mut self, grace: Duration) -> Self {
+        self.config.fence_grace = grace;
+        self
+    }
+
     /// Limit for connecting and for each round trip. Defaults to 2 seconds.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.config.timeout = timeout;
@@ -139,6 +146,7 @@ impl ClientBuilder {
         let mut node = Node::connect(&self.target, self.config.timeout, self.lazy, &self.dial)
             .await
             .map_err(|e| denied(e, &self.config.prefix))?;
+        node.set_fence_grace(self.config.fence_grace);
         if self.check_rights {
             let pubsub = self.config.wait_by == WaitBy::PubSub;
             if self.lazy {

@@ -42,7 +42,19 @@ pub struct Config {
     /// Whether acquisitions and renewals of plain locks wait until replicas acknowledged the
     /// write (`WAIT`). Defaults to [`Replicas::Off`]. See `docs/replicas.md`.
     pub replicas: Replicas,
+    /// How long a fencing counter (`P:{N}:fence`) outlives the lease it was last written with.
+    /// Defaults to 60 seconds.
+    ///
+    /// Tokens follow the server's clock (see [`Lock::fenced`](crate::Lock::fenced)), so a token
+    /// made after the counter expired is still above every earlier one; the counter only has to
+    /// outlive a backwards step of the server's clock. A step back by more than the grace, with
+    /// the lock idle for the whole grace, can hand out a token below an earlier one. Zero lets
+    /// the counter expire with the lease.
+    pub fence_grace: Duration,
 }
+
+/// The default of [`Config::fence_grace`].
+pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
 
 /// Whether a write of a lock waits for replicas to acknowledge it (`WAIT n timeout`, sent in
 /// one pipeline with the script, on the same connection, to the key's primary).
@@ -126,6 +138,7 @@ impl Default for Config {
             drift_factor: 0.01,
             wait_by: WaitBy::PubSub,
             replicas: Replicas::Off,
+            fence_grace: DEFAULT_FENCE_GRACE,
         }
     }
 }
@@ -178,6 +191,15 @@ impl Config {
             }
         }
         self.replicas.validate()?;
+        if self.fence_grace > MAX_DURATION {
+            return Err(Error::InvalidDuration {
+                what: "fence grace",
+                reason: format!(
+                    "{:?} exceeds the maximum of {MAX_DURATION:?}",
+                    self.fence_grace
+                ),
+            });
+        }
         Ok(())
     }
 }

@@ -41,6 +41,7 @@ impl Lock {
             hash: &self.keys.hash,
             field,
             lease_ms: lease.ms(),
+            delay_ms: self.delay_ms(),
         };
         let renewed = self
             .client
@@ -85,10 +86,11 @@ impl Lock {
         }
         let drift = inner.config.drift(lease.duration());
         let token = self.fenced.then_some(token);
+        let delay_ms = self.delay_ms();
         let keys = self.keys.clone();
         let field_key = field.clone();
         let (hold, fresh) = inner.holds.granted(&self.keys.hash, &field_key, grant, || {
-            Hold::new(keys, field, lease, token, drift, started)
+            Hold::new(keys, field, lease, token, drift, started).with_delay(delay_ms)
         });
         if fresh {
             inner.watchdog_adopt(lease);

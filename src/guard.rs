@@ -133,11 +133,7 @@ impl LockGuard {
             return Err(lost());
         }
         let started = Instant::now();
-        let renewal = crate::node::Renewal {
-            hash: &hold.keys.hash,
-            field: &hold.field,
-            lease_ms,
-        };
+        let renewal = hold.renewal(lease_ms);
         let inner = &self.client.inner;
         let renewed = inner.node.renew(std::slice::from_ref(&renewal)).await?;
         if renewed.first() != Some(&true) {

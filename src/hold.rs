@@ -24,6 +24,8 @@ pub(crate) struct Hold {
     pub lease: Lease,
     pub lease_ms: u64,
     pub token: Option<u64>,
+    /// The lock's lock-delay in milliseconds (0: none), renewed with the lease.
+    pub delay_ms: u64,
     drift: Duration,
     /// Live guards of this hold. Changed only under the registry's entry lock.
     guards: AtomicU32,
@@ -56,6 +58,7 @@ impl Hold {
             lease,
             lease_ms: lease.ms(),
             token,
+            delay_ms: 0,
             drift,
             guards: AtomicU32::new(1),
             orphans: AtomicU32::new(0),
@@ -65,6 +68,22 @@ impl Hold {
             lost_notify: Notify::new(),
             replicas: Mutex::new(Replicas::Off),
             at_risk: AtomicBool::new(false),
+        }
+    }
+
+    /// This hold with a lock-delay of `delay_ms` (renewed with its lease).
+    pub(crate) fn with_delay(mut self, delay_ms: u64) -> Hold {
+        self.delay_ms = delay_ms;
+        self
+    }
+
+    /// A renewal of this hold for `lease_ms`.
+    pub(crate) fn renewal(&self, lease_ms: u64) -> crate::node::Renewal<'_> {
+        crate::node::Renewal {
+            hash: &self.keys.hash,
+            field: &self.field,
+            lease_ms,
+            delay_ms: self.delay_ms,
         }
     }
 

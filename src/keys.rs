@@ -40,6 +40,11 @@ impl LockKeys {
         Derived::new(&self.hash, ":fence")
     }
 
+    /// `P:{N}:delay`: the lock-delay marker (see `lua/acquire.lua`).
+    pub(crate) fn delay(&self) -> Derived<'_> {
+        Derived::new(&self.hash, ":delay")
+    }
+
     /// `P:{N}:unlock`: the channel waiters listen on.
     pub(crate) fn channel(&self) -> Derived<'_> {
         Derived::new(&self.hash, ":unlock")

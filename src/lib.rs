@@ -224,21 +224,29 @@
 //! anything is written.
 //!
 //! ## Redis data model
-//! For a lock named `N` and the prefix `P` (default `redlease`):
+//! For a lock named `N` and the prefix `P` (default `redlease`). Every key either expires or
+//! is deleted by its last user, so nothing piles up (`tests/keys_left.rs` runs every kind and
+//! checks that the server is empty afterwards):
 //!
-//! | key | type | contents |
-//! |---|---|---|
-//! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count; PEXPIRE = lease |
-//! | `P:{N}:fence` | string | fencing counter (fenced locks only; never expires) |
-//! | `P:{N}:unlock` | channel | one message (the releasing client's id) on each release that frees the lock |
-//! | `P:{N}:latch:<request>` | string | short-lived; makes a retried release idempotent (written when holds remain, or for a give-back) |
+//! | key | type | contents | gone when |
+//! |---|---|---|---|
+//! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count | the last release; else the lease (PEXPIRE) |
+//! | `P:{N}:fence` | string | the last fencing token (fenced locks only) | the lease it was last written with plus [`Config::fence_grace`] (60 s) |
+//! | `P:{N}:delay` | string | lock-delay marker ([`Lock::lock_delay`] only) | a release; else the lease plus the delay |
+//! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
+//! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
+//! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |
+//! | `P:{N}:fair` | hash | fair lock `N`: holder `h`, count `hn`, deadline `hd` | the last release; else the holder's deadline |
+//! | `P:{N}:fair:queue`, `P:{N}:fair:waiters` | list, hash | the fair lock's waiters, each with a deadline | the last waiter leaves; else the latest waiter deadline |
+//! | `P:{N}:countdown` | string | count left of the latch `N` | it reaches zero |
+//! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock) | the last release; else the latest deadline in it |
+//! | `P:{N}:election`, `P:{N}:election:log` | hash, list | election `N` (its leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; the last 64 changes | an hour after the lock's lease (a leader keeps pushing it back) |
+//! | `P:client:<uuid>` | hash | the client's process (host, pid, program), for `status` and `list` | [`Client::shutdown`]; else the watchdog lease plus 1 s |
 //!
-//! | `P:{N}:semaphore` | string | available permits of the semaphore `N`; channel `P:{N}:semaphore:released` |
-//! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock); channel `P:{N}:permits:released` |
-//! | `P:{N}:fair` | hash | fair lock `N`: holder `h`, count `hn`, deadline `hd`; with `P:{N}:fair:queue` (list of waiters) and `P:{N}:fair:waiters` (waiter → deadline); a waiter listens on `P:{N}:fair:wake:<owner>` |
-//! | `P:{N}:countdown` | string | count left of the latch `N` (absent at zero); channel `P:{N}:countdown:zero` |
-//! | `P:{N}:election` | hash | election `N` (whose leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; with `P:{N}:election:log` (the last 64 changes) and channel `P:{N}:election:changed` |
-//! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock); channel `P:{N}:rw:unlock` |
+//! Channels (no memory when nobody listens): `P:{N}:unlock` (one message, the releasing
+//! client's id, on each release that frees the lock), `P:{N}:semaphore:released`,
+//! `P:{N}:permits:released`, `P:{N}:fair:wake:<owner>`, `P:{N}:countdown:zero`,
+//! `P:{N}:rw:unlock`, `P:{N}:election:changed`.
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 

@@ -42,6 +42,8 @@ pub struct Lock {
     pub(crate) owner: Option<Owner>,
     pub(crate) reentrant: bool,
     pub(crate) fenced: bool,
+    /// How long the lock stays refused after a lease ran out without a release.
+    pub(crate) lock_delay: Option<Duration>,
     pub(crate) watchdog_lease: Option<Duration>,
     pub(crate) replicas: Option<Replicas>,
 }
@@ -55,6 +57,7 @@ impl Lock {
             owner: None,
             reentrant: true,
             fenced: false,
+            lock_delay: None,
             watchdog_lease: None,
             replicas: None,
         })
@@ -79,12 +82,56 @@ impl Lock {
     }
 
     /// Hand out fencing tokens: every first acquisition gets a number greater than every earlier
-    /// one for this name ([`LockGuard::fencing_token`]). Costs one counter key per name that
-    /// never expires. Defaults to `false`.
+    /// one for this name ([`LockGuard::fencing_token`]). Defaults to `false`.
+    ///
+    /// A token is the larger of the last token plus one and the server's clock in microseconds
+    /// (`TIME`, read inside the acquiring script). Its counter key `P:{N}:fence` lives as long as
+    /// the lease plus [`Config::fence_grace`](crate::Config::fence_grace) (60 s by default), so
+    /// fencing costs memory only for locks in use, and a token made after the counter expired is
+    /// still above every earlier one. Tokens therefore also stay increasing across a failover
+    /// that lost the counter's last write, as long as the promoted replica's clock is not behind
+    /// the old primary's by more than the failover took. Tokens from versions that counted
+    /// 1, 2, 3, ... are far below the clock, so an upgrade needs no migration.
     #[must_use]
     pub fn fenced(mut self, fenced: bool) -> Self {
         self.fenced = fenced;
         self
+    }
+
+    /// After a lease that ran out without a release (a holder that crashed, paused or lost its
+    /// connection), keep the lock refused for `delay` more, so writes the old holder still had
+    /// in flight land before the next holder starts (Chubby's and Consul's lock-delay). A
+    /// release or [`force_unlock`](Lock::force_unlock) frees the lock at once, as always.
+    /// Defaults to none; [`Duration::ZERO`] turns it off.
+    ///
+    /// Decided on the server's clock inside the scripts: the holder keeps a marker
+    /// `P:{N}:delay` alive for its lease plus the delay (with every renewal), and a release
+    /// deletes it. Waiters sleep until the delay ends, without polling. Every handle that
+    /// acquires the lock should set the same delay: a handle without one does not look at the
+    /// marker. A handle with a delay takes no local hand-over from its own client's releases.
+    ///
+    /// # Errors
+    /// A delay over [`MAX_DURATION`](crate::MAX_DURATION) fails each acquisition with
+    /// [`Error::InvalidDuration`].
+    #[must_use]
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = (!delay.is_zero()).then_some(delay);
+        self
+    }
+
+    /// The lock-delay in whole milliseconds (at least 1 when set), 0 for none.
+    pub(crate) fn delay_ms(&self) -> u64 {
+        self.lock_delay.map_or(0, |d| {
+            (d.as_millis().min(u128::from(u64::MAX)) as u64).max(1)
+        })
+    }
+
+    /// Rejects an absurd lock-delay before anything is written.
+    pub(crate) fn check_lock_delay(&self) -> Result<()> {
+        match self.lock_delay {
+            Some(d) => crate::config::check_duration("lock delay", d).map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// The watchdog lease of this lock, instead of the client's
@@ -435,6 +482,7 @@ impl std::fmt::Debug for Lock {
             .field("owner", &self.owner)
             .field("reentrant", &self.reentrant)
             .field("fenced", &self.fenced)
+            .field("lock_delay", &self.lock_delay)
             .finish_non_exhaustive()
     }
 }

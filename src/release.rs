@@ -109,6 +109,7 @@ async fn release_remotely(
         lease_ms: hold.lease_ms,
         holds,
         latch: Latch::WhileHeld,
+        delayed: hold.delay_ms > 0,
     };
     match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
@@ -139,6 +140,9 @@ pub(crate) async fn give_back(
         lease_ms,
         holds,
         latch: Latch::Always,
+        // A give-back is a release: it ends a lock-delay marker as a guard's release does (a
+        // lock without one has no marker to delete).
+        delayed: true,
     };
     send(client, request, None, None).await
 }
@@ -150,6 +154,7 @@ struct Request {
     lease_ms: u64,
     holds: u32,
     latch: Latch,
+    delayed: bool,
 }
 
 /// Sends one release with a fresh request id, retrying on a lost reply (the script makes the
@@ -179,6 +184,7 @@ async fn send(
             lease_ms: request.lease_ms,
             holds: request.holds,
             latch: request.latch,
+            delayed: request.delayed,
             successor: offer.as_ref().map(|o| &o.successor),
         };
         let mut attempt = 0;

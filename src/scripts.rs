@@ -10,17 +10,30 @@ use redis::{Script, Value};
 
 use crate::error::{Error, Result};
 
-/// `acquire.lua` itself: MultiLock batches fall back to `EVAL` with it (see `multi/member.rs`).
-pub(crate) const ACQUIRE_SOURCE: &str = include_str!("../lua/acquire.lua");
+/// `acquire.lua` as sent: MultiLock batches fall back to `EVAL` with it (see `multi/member.rs`).
+/// The scripts that hand out fencing tokens start with `fence.lua`, the one place that says how
+/// a token is made.
+pub(crate) const ACQUIRE_SOURCE: &str = concat!(
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/acquire.lua")
+);
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/fence.lua"),
+        include_str!("../lua/release.lua")
+    ))
+});
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/force_release.lua")));
-pub(crate) static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/raise_fence.lua")));
+pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/fence.lua"),
+        include_str!("../lua/raise_fence.lua")
+    ))
+});
 
 /// What `acquire.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

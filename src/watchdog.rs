@@ -262,11 +262,7 @@ async fn renew_on_cluster(
 }
 
 fn renewal(hold: &Hold) -> Renewal<'_> {
-    Renewal {
-        hash: &hold.keys.hash,
-        field: &hold.field,
-        lease_ms: hold.lease_ms,
-    }
+    hold.renewal(hold.lease_ms)
 }
 
 fn lose(inner: &Inner, hold: &Arc<Hold>, why: &str) -> usize {

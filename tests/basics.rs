@@ -238,12 +238,11 @@ async fn fencing_tokens_increase_across_clients_and_keep_on_reentry() {
     let server = Server::start();
     let name = unique_name("fence");
     let mut last = 0;
-    for round in 1..=5u64 {
+    for _ in 1..=5u64 {
         let c = client(&server).await;
         let lock = c.lock(&name).unwrap().fenced(true);
         let g = lock.lock().await.unwrap();
         let token = g.fencing_token().unwrap();
-        assert_eq!(token, round);
         assert!(token > last);
         last = token;
         let again = lock.lock().await.unwrap();

@@ -111,21 +111,25 @@ async fn reentrant_acquisition_counts_on_every_node() {
         .unwrap();
 }
 
-/// Tokens come from each node's own counter; the guard raises the granting nodes to the
-/// largest, so the next holder's token is larger even when it meets other nodes.
+/// Tokens come from each node's counter and clock; the guard raises the granting nodes to the
+/// largest, so the next holder's token is larger even when it meets other nodes. A node whose
+/// clock runs ahead (here: its counter an hour ahead) only makes tokens larger, and a node that
+/// lost its counter (deleted) cannot make them smaller.
 #[tokio::test]
 async fn fenced_tokens_increase_across_holders_with_uneven_counters() {
     let servers = support::start_many(3);
     let name = unique_name("fenced");
     let key = key_of(&name);
-    set_string(&servers[0], &format!("{key}:fence"), "100");
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut servers[0].conn()).unwrap();
+    let ahead = (s + 3600) * 1_000_000 + us;
+    set_string(&servers[0], &format!("{key}:fence"), &ahead.to_string());
     let fenced = |ls: Vec<Lock>| ls.into_iter().map(|l| l.fenced(true)).collect::<Vec<_>>();
     let a = patient(RedLock::new(fenced(node_locks(&servers, &name).await)).unwrap());
     let b = patient(RedLock::new(fenced(node_locks(&servers, &name).await)).unwrap());
 
     let first = a.lock().await.unwrap();
     let t1 = first.fencing_token().expect("fenced");
-    assert_eq!(t1, 101);
+    assert_eq!(t1, ahead + 1);
     first.unlock().await.unwrap();
 
     // Node 0, the one with the big counter, is held elsewhere: b meets only nodes 1 and 2.
@@ -142,6 +146,17 @@ async fn fenced_tokens_increase_across_holders_with_uneven_counters() {
     assert!(t2 > t1, "token went back: {t1} then {t2}");
     second.unlock().await.unwrap();
     blocker.unlock().await.unwrap();
+
+    // One master loses its counter (a restart without persistence, an operator's DEL).
+    let mut conn = servers[1].conn();
+    redis::cmd("DEL")
+        .arg(format!("{key}:fence"))
+        .exec(&mut conn)
+        .unwrap();
+    let third = a.lock().await.unwrap();
+    let t3 = third.fencing_token().expect("fenced");
+    assert!(t3 > t2, "token went back: {t2} then {t3}");
+    third.unlock().await.unwrap();
 
     let unfenced = support::redlock(&servers, &name).await;
     let guard = unfenced.lock().await.unwrap();

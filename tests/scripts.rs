@@ -12,6 +12,23 @@ use support::{Server, command_calls, owners, pttl};
 const HASH: &str = "t:{lock}";
 const FENCE: &str = "t:{lock}:fence";
 const CLIENT: &str = "client-a";
+/// The scripts as the client sends them: the token-making part first.
+const ACQUIRE: &str = concat!(
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/acquire.lua")
+);
+const RELEASE: &str = concat!(
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/release.lua")
+);
+/// The fence grace the calls below pass (ms).
+const GRACE: u64 = 5_000;
+
+/// The server's clock in microseconds.
+fn server_us(conn: &mut Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1_000_000 + us
+}
 
 /// `acquire.lua` on `hash` (fenced when `fence` names the counter), lease 30 s.
 fn acquire_call(
@@ -20,7 +37,7 @@ fn acquire_call(
     field: &str,
     reentrant: bool,
 ) -> RedisResult<Value> {
-    let script = Script::new(include_str!("../lua/acquire.lua"));
+    let script = Script::new(ACQUIRE);
     let mut call = script.key(hash);
     if let Some(fence) = fence {
         call.key(fence);
@@ -28,6 +45,9 @@ fn acquire_call(
     call.arg(field)
         .arg(30_000)
         .arg(if reentrant { "1" } else { "0" });
+    if fence.is_some() {
+        call.arg(GRACE);
+    }
     call.invoke(conn)
 }
 
@@ -45,7 +65,7 @@ fn release_call(
     (holds, request, mode): (u32, u64, &str),
     successor: Option<(&str, bool)>,
 ) -> RedisResult<i64> {
-    let script = Script::new(include_str!("../lua/release.lua"));
+    let script = Script::new(RELEASE);
     let mut call = script.key(HASH);
     call.key(format!("{HASH}:latch:{CLIENT}:{request}"));
     if let Some((_, true)) = successor {
@@ -57,8 +77,11 @@ fn release_call(
         .arg(holds)
         .arg(mode)
         .arg(CLIENT);
-    if let Some((successor, _)) = successor {
+    if let Some((successor, fenced)) = successor {
         call.arg(successor).arg(20_000);
+        if fenced {
+            call.arg(GRACE);
+        }
     }
     call.invoke(conn)
 }
@@ -99,10 +122,28 @@ fn acquire_answers_count_owner_conflict_and_remaining_lease() {
     let again = acquire_call(&mut conn, (HASH, None), "a:1", false).unwrap();
     assert_eq!(again, Value::Int(0));
     assert_eq!(count_of(&mut conn, "a:1"), Some(2));
-    // A fenced lock passes the counter as a second key and gets the token with the count.
+    // A fenced lock passes the counter as a second key and gets the token with the count: the
+    // server's clock in microseconds, kept for the lease plus the grace.
     let other = ("t:{other}", Some("t:{other}:fence"));
+    let before = server_us(&mut conn);
     let fenced = acquire_call(&mut conn, other, "a:1", true).unwrap();
-    assert_eq!(fenced, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    let after = server_us(&mut conn);
+    let Value::Array(pair) = &fenced else {
+        panic!("a pair: {fenced:?}")
+    };
+    assert_eq!(pair[0], Value::Int(1));
+    let Value::Int(token) = pair[1] else {
+        panic!("{fenced:?}")
+    };
+    assert!(
+        (before..=after).contains(&token),
+        "{before} <= {token} <= {after}"
+    );
+    let ttl = pttl(&server, "t:{other}:fence");
+    assert!((30_000..=30_000 + GRACE as i64).contains(&ttl), "{ttl}");
+    // A re-entry keeps the token.
+    let again = acquire_call(&mut conn, other, "a:1", true).unwrap();
+    assert_eq!(again, Value::Array(vec![Value::Int(2), Value::Int(token)]));
 }
 
 #[test]
@@ -159,15 +200,22 @@ fn a_last_release_leaves_holds_it_does_not_know_of() {
 fn a_retried_hand_over_reports_the_same_grant() {
     let server = Server::start();
     let mut conn = server.conn();
-    // Fenced: the first holder took token 1.
+    // Fenced: the first holder took a token (a counter far ahead of the clock makes the next
+    // one exactly its successor).
+    redis::cmd("SET")
+        .arg(FENCE)
+        .arg(4_000_000_000_000_000_i64)
+        .exec(&mut conn)
+        .unwrap();
     let first = acquire_call(&mut conn, (HASH, Some(FENCE)), "a:1", true).unwrap();
-    assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    let one: i64 = 4_000_000_000_000_000 + 1;
+    assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(one)]));
     let handed = |conn: &mut Connection, mode: &str| -> i64 {
         release_call(conn, "a:1", (1, 1, mode), Some(("a:2", true))).unwrap()
     };
     let published = command_calls(&server, "publish");
-    // Nobody listens: handed to a:2 with token 2 (reply -2 - token).
-    assert_eq!(handed(&mut conn, "-"), -4);
+    // Nobody listens: handed to a:2 with the next token (reply -2 - token).
+    assert_eq!(handed(&mut conn, "-"), -2 - (one + 1));
     assert_eq!(count_of(&mut conn, "a:2"), Some(1));
     assert_eq!(count_of(&mut conn, "a:1"), None);
     let ttl = pttl(&server, HASH);
@@ -176,10 +224,10 @@ fn a_retried_hand_over_reports_the_same_grant() {
         "the successor's lease: {ttl}"
     );
     // The retry reports the same hand-over and token, and does not hand over again.
-    assert_eq!(handed(&mut conn, "r"), -4);
+    assert_eq!(handed(&mut conn, "r"), -2 - (one + 1));
     assert_eq!(command_calls(&server, "publish"), published, "never free");
     let counter: i64 = redis::cmd("GET").arg(FENCE).query(&mut conn).unwrap();
-    assert_eq!(counter, 2, "one new token");
+    assert_eq!(counter, one + 1, "one new token");
     // Once the successor released too, a retry reports a plain release.
     assert_eq!(release_as(&mut conn, "a:2", 1, 3, "-", None), 0);
     assert_eq!(release_as(&mut conn, "a:1", 1, 4, "r", Some("a:2")), 0);
@@ -271,7 +319,7 @@ fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
         .arg("x")
         .exec(&mut conn)
         .unwrap();
-    let acquire = Script::new(include_str!("../lua/acquire.lua"));
+    let acquire = Script::new(ACQUIRE);
     let mut call = acquire.prepare_invoke();
     for hash in [HASH, free, text, free] {
         call.key(hash);
@@ -299,7 +347,7 @@ fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
         "the holder's hash untouched"
     );
 
-    let release = Script::new(include_str!("../lua/release.lua"));
+    let release = Script::new(RELEASE);
     let mut call = release.prepare_invoke();
     for (hash, request) in [(free, 1), (text, 2), (HASH, 3)] {
         call.key(hash)

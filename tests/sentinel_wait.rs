@@ -236,8 +236,33 @@ async fn without_wait_a_lock_taken_while_replicas_lag_vanishes_with_the_failover
         "the lock taken before the lag reached both replicas"
     );
 
+    // A fenced lock taken and released before the lag: its counter reaches the replicas.
+    let fenced_name = unique_name("sentinel-lag-fenced");
+    let fenced = |c: &redlease::Client| c.lock(&fenced_name).unwrap().fenced(true);
+    let replicated_token = {
+        let guard = fenced(&plain).lock().await.unwrap();
+        let token = guard.fencing_token().unwrap();
+        guard.unlock().await.unwrap();
+        token
+    };
+    let counter = format!("{}:fence", key_of(&fenced_name));
+    let replicated = support::eventually(Duration::from_secs(5), || {
+        (0..3)
+            .filter(|&i| i != old)
+            .all(|i| exists(&group.servers[i], &counter))
+    });
+    assert!(replicated, "the fencing counter reached both replicas");
+
     let lagging = group.lag_replicas(old);
     let doomed = plain.lock(&lost_name).unwrap().lock().await.unwrap();
+    // Its token is written on the old master only, and lost with it.
+    let lost_token = fenced(&plain).lock().await.unwrap();
+    let lost_token = {
+        let token = lost_token.fencing_token().unwrap();
+        assert!(token > replicated_token);
+        drop(lost_token);
+        token
+    };
     match waiting.lock(&refused_name).unwrap().lock().await {
         Err(Error::ReplicasUnacknowledged {
             acknowledged,
@@ -276,6 +301,31 @@ async fn without_wait_a_lock_taken_while_replicas_lag_vanishes_with_the_failover
         doomed.unlock().await,
         Err(Error::LeaseLost { .. })
     ));
+    // The new master never saw the lost token, yet hands out a larger one (tokens follow its
+    // clock), so a resource that saw the lost token still accepts the next holder and only it.
+    // One replica is left (the old master is dead); it may need a moment to link.
+    let one_replica = Replicas::Wait {
+        replicas: 1,
+        timeout: Duration::from_millis(500),
+    };
+    let mut after = None;
+    for _ in 0..20 {
+        match fenced(&waiting).replicas(one_replica).lock().await {
+            Ok(guard) => {
+                after = Some(guard);
+                break;
+            }
+            Err(e) if e.is_replicas() => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let after = after.expect("an acknowledged fenced lock on the new master");
+    let token = after.fencing_token().unwrap();
+    assert!(
+        token > lost_token,
+        "token {token} after the failover, {lost_token} lost with the old master"
+    );
+    after.unlock().await.unwrap();
     // The danger WAIT guards against: a second holder of a lock whose first guard was handed out.
     let second = waiting.lock(&lost_name).unwrap().replicas(Replicas::Off);
     let taken = second

@@ -276,6 +276,11 @@ pub struct RunArgs {
     /// lock name.
     #[arg(long)]
     pub fenced: bool,
+    /// After a lease that ran out without a release (redlease killed or paused), keep the lock
+    /// refused for DUR more, so the old command's writes in flight land first. Every run of
+    /// this lock should pass the same value. Default: none.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub lock_delay: Option<Duration>,
     /// Keep the command in redlease's process group, so it can read the terminal. Then SIGINT
     /// and SIGQUIT are not forwarded (the terminal sends them to the command itself), and only
     /// the command, not its children, is signalled when the lease is lost. On by itself when

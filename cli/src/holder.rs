@@ -70,7 +70,9 @@ pub async fn acquire(args: &RunArgs) -> Result<Option<Held>, Failure> {
 }
 
 fn configure(lock: Lock, args: &RunArgs) -> Lock {
-    lock.fenced(args.fenced).watchdog_lease(args.lease)
+    lock.fenced(args.fenced)
+        .watchdog_lease(args.lease)
+        .lock_delay(args.lock_delay.unwrap_or_default())
 }
 
 /// Redlock over every `--url`. A majority must be reachable now; the nodes that are down still

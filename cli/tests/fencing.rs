@@ -18,7 +18,7 @@ use common::{LIMIT, Running, Scratch, finish, rl, rl_nodes, status_json};
 use support::{Server, unique_name};
 
 #[test]
-fn fenced_runs_hand_out_tokens_one_to_five() {
+fn fenced_runs_hand_out_increasing_tokens() {
     let server = Server::start();
     let name = unique_name("tokens");
     let echo = ["sh", "-c", "echo \"$REDLEASE_LOCK $REDLEASE_TOKEN\""];
@@ -29,8 +29,15 @@ fn fenced_runs_hand_out_tokens_one_to_five() {
         assert_eq!(out.code(), Some(0), "{out:?}");
         seen.push(out.stdout().trim().to_owned());
     }
-    let expected: Vec<String> = (1..=5).map(|t| format!("{name} {t}")).collect();
-    assert_eq!(seen, expected);
+    let tokens: Vec<u64> = seen
+        .iter()
+        .map(|line| {
+            let (lock, token) = line.split_once(' ').expect("lock and token");
+            assert_eq!(lock, name);
+            token.parse().expect("a token")
+        })
+        .collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     // Without --fenced no token is set, not even one inherited from an outer run.
     let mut plain = rl(
         &server.url(),
@@ -40,7 +47,7 @@ fn fenced_runs_hand_out_tokens_one_to_five() {
     );
     plain.env("REDLEASE_TOKEN", "99");
     assert_eq!(finish(plain).stdout().trim(), "[]");
-    assert_eq!(status_json(&server, &name)["fence"], 5);
+    assert_eq!(status_json(&server, &name)["fence"], tokens[4]);
 }
 
 #[test]
@@ -71,7 +78,10 @@ fn a_paused_holders_late_write_is_rejected_by_the_resource() {
     let group: i32 = dir.read("pid").trim().parse().expect("the command's pid");
     first.signal(libc::SIGSTOP);
     signal_group(group, libc::SIGSTOP);
-    let second_body = format!("{write} newer > {}/newer", dir.str());
+    let second_body = format!(
+        "{write} newer > {d}/newer; echo $REDLEASE_TOKEN > {d}/token",
+        d = dir.str()
+    );
     let mut cmd = rl(
         &server.url(),
         "run --fenced --wait 10s",
@@ -105,7 +115,8 @@ fn a_paused_holders_late_write_is_rejected_by_the_resource() {
         .arg("token")
         .query(&mut server.conn())
         .unwrap();
-    assert_eq!(stored, ("newer".to_owned(), 2));
+    let token: u64 = dir.read("token").trim().parse().unwrap();
+    assert_eq!(stored, ("newer".to_owned(), token));
 }
 
 #[test]
@@ -114,10 +125,13 @@ fn a_redlock_hands_out_increasing_tokens() {
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let name = unique_name("redlock-tokens");
     let echo = ["sh", "-c", "echo $REDLEASE_TOKEN"];
-    for expected in 1..=3 {
+    let mut last = 0u64;
+    for _ in 1..=3 {
         let out = finish(rl_nodes(&urls, "run --fenced", &name, &echo));
         assert_eq!(out.code(), Some(0), "{out:?}");
-        assert_eq!(out.stdout().trim(), expected.to_string(), "{out:?}");
+        let token: u64 = out.stdout().trim().parse().expect("a token");
+        assert!(token > last, "{token} after {last}");
+        last = token;
     }
 }
 

@@ -84,6 +84,7 @@ pub struct Election {
     client: Client,
     keys: Arc<ElectionKeys>,
     lease: Option<Duration>,
+    lock_delay: Option<Duration>,
 }
 
 /// The state of an election, from [`Election::status`].
@@ -111,6 +112,7 @@ impl Election {
             keys: Arc::new(ElectionKeys::new(lock.keys.clone())),
             client,
             lease: None,
+            lock_delay: None,
         })
     }
 
@@ -120,6 +122,18 @@ impl Election {
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// After a leader whose lease ran out without a resignation (it crashed, froze or lost
+    /// Redis), keep the election closed for `delay` more, so that writes the old leader still
+    /// had in flight land before the next leader starts: Chubby's lock-delay, for resources
+    /// that cannot check a term. A resignation (or a dropped [`Leadership`]) hands over at
+    /// once, as always. Every candidate of the election should set the same delay (see
+    /// [`Lock::lock_delay`](crate::Lock::lock_delay)). Defaults to none.
+    #[must_use]
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
         self
     }
 
@@ -201,6 +215,9 @@ impl Election {
             if let Some(lease) = self.lease {
                 lock = lock.watchdog_lease(lease);
             }
+            if let Some(delay) = self.lock_delay {
+                lock = lock.lock_delay(delay);
+            }
             let lease = lock.watchdog()?;
             let Some(guard) = lock.acquire(lease, wait).await? else {
                 return Ok(None);
@@ -230,7 +247,7 @@ impl Election {
                     self.client
                         .inner
                         .node
-                        .raise_fence(&self.keys.lock, recorded)
+                        .raise_fence(&self.keys.lock, recorded, lease.ms())
                         .await?;
                 }
             }
@@ -308,6 +325,7 @@ impl std::fmt::Debug for Election {
         f.debug_struct("Election")
             .field("name", &self.keys.lock.name)
             .field("lease", &self.lease)
+            .field("lock_delay", &self.lock_delay)
             .finish_non_exhaustive()
     }
 }

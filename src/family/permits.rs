@@ -104,6 +104,19 @@ impl PermitSemaphore {
         Ok(self.call("try_set", &n, 0).await? == 1)
     }
 
+    /// Deletes the semaphore from Redis, permits given out included (their holders find them
+    /// gone at their next renewal, and are told they are lost): `true` when it existed. The
+    /// total is state you set, so it stays until you delete it.
+    ///
+    /// # Errors
+    /// Redis failures.
+    pub async fn delete(&self) -> Result<bool> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&*self.keys.key);
+        let deleted: u64 = self.client.inner.node.query(&cmd).await?;
+        Ok(deleted == 1)
+    }
+
     /// Permits free now: the total minus the permits given out whose lease has not ended.
     ///
     /// # Errors

@@ -107,6 +107,19 @@ impl Semaphore {
         })
     }
 
+    /// Deletes the semaphore from Redis: `true` when it existed. A semaphore's permits are
+    /// state you set, so they stay until you delete them; its next use sees a semaphore never
+    /// set (no permits).
+    ///
+    /// # Errors
+    /// When Redis fails.
+    pub async fn delete(&self) -> Result<bool> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&*self.keys.key);
+        let deleted: u64 = self.client.inner.node.query(&cmd).await?;
+        Ok(deleted == 1)
+    }
+
     /// Gives back `permits` permits and wakes the waiters.
     ///
     /// Not retried: a reply lost with its connection leaves unknown whether the permits were

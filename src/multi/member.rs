@@ -69,6 +69,7 @@ struct Planned {
     lease_ms: u64,
     reentrant: bool,
     fenced: bool,
+    delay_ms: u64,
     /// The owner held nothing here before: an unanswered request can be undone blindly.
     fresh: bool,
 }
@@ -105,6 +106,7 @@ pub(crate) async fn attempt_batch(
                 lease_ms: lease.ms(),
                 reentrant: lock.reentrant,
                 fenced: lock.fenced,
+                delay_ms: lock.delay_ms(),
             }
         })
         .collect();
@@ -194,6 +196,7 @@ async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Resu
             lease_ms: p.lease_ms,
             reentrant: p.reentrant,
             fenced: p.fenced,
+            delay_ms: p.delay_ms,
         })
         .collect();
     client.inner.node.acquire_pipelined(&calls).await

@@ -32,6 +32,8 @@ pub(crate) struct ReleaseArgs<'a> {
     pub lease_ms: u64,
     pub holds: u32,
     pub latch: Latch,
+    /// The lock may have a lock-delay marker, which a release that frees it deletes.
+    pub delayed: bool,
     /// This client's waiting head, to hand the lock to if this release frees it.
     pub successor: Option<&'a Successor>,
 }
@@ -42,6 +44,24 @@ pub(crate) struct Successor {
     pub field: Arc<str>,
     pub lease_ms: u64,
     pub fenced: bool,
+}
+
+/// The terms of one acquisition, as `acquire.lua` takes them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireTerms {
+    pub lease_ms: u64,
+    pub reentrant: bool,
+    pub fenced: bool,
+    /// The lock-delay in milliseconds, 0 for none.
+    pub delay_ms: u64,
+}
+
+impl AcquireTerms {
+    /// Whether the call needs the script's long form (fence, lock-delay), which is never
+    /// coalesced.
+    fn long_form(&self) -> bool {
+        self.fenced || self.delay_ms > 0
+    }
 }
 
 /// An acquisition's reply, and what `WAIT` answered after it when one was asked for.
@@ -83,14 +103,11 @@ impl Node {
     /// in flight, except for fenced locks. With `wait`, `WAIT` follows the call on its
     /// connection, and its answer comes back with the grant (the caller judges it: a grant
     /// acknowledged by too few replicas is still granted here).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
         field: &Arc<str>,
-        lease_ms: u64,
-        reentrant: bool,
-        fenced: bool,
+        terms: AcquireTerms,
         limit: Duration,
         wait: Option<WaitFor>,
     ) -> Result<(Acquire, Option<Acks>)> {
@@ -98,11 +115,11 @@ impl Node {
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
         // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
         // owner already holds the lock).
-        let (reply, acks) = if alone || fenced {
+        let (reply, acks) = if alone || terms.long_form() {
             let bytes = 2 * keys.hash.len() + field.len() + 32;
             // `acquire_args` writes the key count: how many keys depends on the lock.
-            let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 6, bytes);
-            acquire_args(&mut cmd, keys, field, lease_ms, reentrant, fenced);
+            let mut cmd = evalsha_without_keys(&scripts::ACQUIRE, 9, bytes);
+            acquire_args(&mut cmd, keys, field, terms, self.fence_grace_ms);
             let (hash, script) = (&keys.hash, &scripts::ACQUIRE);
             match wait {
                 None => (self.eval("acquire", hash, limit, script, &cmd).await?, None),
@@ -117,8 +134,8 @@ impl Node {
             let entry = AcquireEntry {
                 hash: keys.hash.clone(),
                 field: field.clone(),
-                lease_ms,
-                reentrant,
+                lease_ms: terms.lease_ms,
+                reentrant: terms.reentrant,
                 wait,
             };
             let sender = || self.sender(acquire_batch);
@@ -141,11 +158,15 @@ impl Node {
         retry: bool,
     ) -> Result<Release> {
         let successor = release.successor;
-        let mode = match (retry, release.latch) {
-            (false, Latch::WhileHeld) => "-",
-            (true, Latch::WhileHeld) => "r",
-            (false, Latch::Always) => "a",
-            (true, Latch::Always) => "ra",
+        let mode = match (retry, release.latch, release.delayed) {
+            (false, Latch::WhileHeld, false) => "-",
+            (true, Latch::WhileHeld, false) => "r",
+            (false, Latch::Always, false) => "a",
+            (true, Latch::Always, false) => "ra",
+            (false, Latch::WhileHeld, true) => "d",
+            (true, Latch::WhileHeld, true) => "rd",
+            (false, Latch::Always, true) => "ad",
+            (true, Latch::Always, true) => "rad",
         };
         let (_counted, alone) = self.batches.traffic.enter();
         if !alone && successor.is_none() {
@@ -179,7 +200,7 @@ impl Node {
             + successor.map_or(0, |s| s.field.len())
             + 80;
         let script = self.release_script();
-        let mut cmd = evalsha(script, 2 + usize::from(fence_key), 8, bytes);
+        let mut cmd = evalsha(script, 2 + usize::from(fence_key), 9, bytes);
         cmd.arg(&*keys.hash)
             .arg(keys.latch(request.client, request.n));
         if fence_key {
@@ -193,6 +214,9 @@ impl Node {
             .arg(&**request.client);
         if let Some(s) = successor {
             cmd.arg(&*s.field).arg(s.lease_ms);
+            if fence_key {
+                cmd.arg(self.fence_grace_ms);
+            }
         }
         let reply: i64 = self
             .eval("release", &keys.hash, self.timeout, script, &cmd)
@@ -293,23 +317,37 @@ async fn release_batch(
 }
 
 /// Appends the key count, keys and arguments of `acquire.lua` to a command that already names
-/// the script (`EVALSHA <sha>` or `EVAL <source>`). The fencing counter is a key only for a
-/// fenced lock: its presence is how the script knows.
+/// the script (`EVALSHA <sha>` or `EVAL <source>`): the short form for a plain lock, the long
+/// one (fencing counter, lock-delay marker) for a fenced lock or one with a lock-delay.
 fn acquire_args(
     cmd: &mut redis::Cmd,
     keys: &LockKeys,
     field: &str,
-    lease_ms: u64,
-    reentrant: bool,
-    fenced: bool,
+    terms: AcquireTerms,
+    fence_grace_ms: u64,
 ) {
-    cmd.arg(1 + usize::from(fenced)).arg(&*keys.hash);
-    if fenced {
-        cmd.arg(keys.fence());
+    let reentrant = if terms.reentrant { "1" } else { "0" };
+    if !terms.long_form() {
+        cmd.arg(1)
+            .arg(&*keys.hash)
+            .arg(field)
+            .arg(terms.lease_ms)
+            .arg(reentrant);
+        return;
     }
-    cmd.arg(field)
-        .arg(lease_ms)
-        .arg(if reentrant { "1" } else { "0" });
+    cmd.arg(3)
+        .arg(&*keys.hash)
+        .arg(keys.fence())
+        .arg(keys.delay())
+        .arg(field)
+        .arg(terms.lease_ms)
+        .arg(reentrant);
+    if terms.fenced {
+        cmd.arg(fence_grace_ms);
+    } else {
+        cmd.arg("-");
+    }
+    cmd.arg(terms.delay_ms);
 }
 
 /// One reply per entry of a batch sent as one script call (see `lua/acquire.lua`): a batch of
@@ -361,6 +399,7 @@ pub(crate) struct AcquireCall<'a> {
     pub lease_ms: u64,
     pub reentrant: bool,
     pub fenced: bool,
+    pub delay_ms: u64,
 }
 
 impl Node {
@@ -374,7 +413,11 @@ impl Node {
     ) -> Result<Vec<Result<Acquire>>> {
         let everything: Vec<usize> = (0..calls.len()).collect();
         let mut replies: Vec<RedisResult<Value>> = self
-            .query_pipeline("acquire", "", &acquire_pipeline(calls, &everything))
+            .query_pipeline(
+                "acquire",
+                "",
+                &acquire_pipeline(calls, &everything, self.fence_grace_ms),
+            )
             .await?;
         let no_script = |r: &RedisResult<Value>| matches!(r, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript));
         let missing: Vec<usize> = (0..replies.len())
@@ -383,7 +426,11 @@ impl Node {
         if !missing.is_empty() {
             self.load_script("acquire", &scripts::ACQUIRE).await?;
             let again: Vec<RedisResult<Value>> = self
-                .query_pipeline("acquire", "", &acquire_pipeline(calls, &missing))
+                .query_pipeline(
+                    "acquire",
+                    "",
+                    &acquire_pipeline(calls, &missing, self.fence_grace_ms),
+                )
                 .await?;
             for (i, reply) in missing.into_iter().zip(again) {
                 replies[i] = reply;
@@ -408,20 +455,23 @@ impl Node {
 
 /// `EVALSHA acquire` for the calls at `which`, in one pipeline that keeps going past a failed
 /// call.
-fn acquire_pipeline(calls: &[AcquireCall<'_>], which: &[usize]) -> redis::Pipeline {
+fn acquire_pipeline(
+    calls: &[AcquireCall<'_>],
+    which: &[usize],
+    fence_grace_ms: u64,
+) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for call in which.iter().map(|&i| &calls[i]) {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(scripts::ACQUIRE.get_hash());
-        acquire_args(
-            &mut cmd,
-            call.keys,
-            call.field,
-            call.lease_ms,
-            call.reentrant,
-            call.fenced,
-        );
+        let terms = AcquireTerms {
+            lease_ms: call.lease_ms,
+            reentrant: call.reentrant,
+            fenced: call.fenced,
+            delay_ms: call.delay_ms,
+        };
+        acquire_args(&mut cmd, call.keys, call.field, terms, fence_grace_ms);
         pipe.add_command(cmd);
     }
     pipe

@@ -35,7 +35,7 @@ pub(crate) use dial::Dial;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
-pub(crate) use lock_calls::{AcquireCall, Latch, ReleaseArgs, Successor};
+pub(crate) use lock_calls::{AcquireCall, AcquireTerms, Latch, ReleaseArgs, Successor};
 pub(crate) use replicas::{Acks, Shortfall, WaitFor};
 use shape::Conn;
 pub(crate) use shape::Target;
@@ -56,6 +56,20 @@ pub(crate) struct Renewal<'a> {
     pub hash: &'a str,
     pub field: &'a str,
     pub lease_ms: u64,
+    /// The lock's lock-delay in milliseconds (0: none): its marker is renewed for the lease
+    /// plus this.
+    pub delay_ms: u64,
+}
+
+impl Renewal<'_> {
+    /// The lease argument of `renew.lua` and `renew_node.lua`: `<lease>`, or `<lease>+<delay>`
+    /// for a lock with a lock-delay.
+    pub(crate) fn lease_arg(&self) -> String {
+        match self.delay_ms {
+            0 => self.lease_ms.to_string(),
+            delay => format!("{}+{delay}", self.lease_ms),
+        }
+    }
 }
 
 /// The server's view of one lock, for `status` and introspection.
@@ -108,6 +122,9 @@ pub(crate) struct Node {
     /// How the subscriber connects to the same deployment.
     link: Link,
     timeout: Duration,
+    /// How long a fencing counter outlives the lease it was last written with
+    /// ([`Config::fence_grace`](crate::Config::fence_grace)), in milliseconds.
+    fence_grace_ms: u64,
     batches: Arc<Batches>,
     /// A lazy client's rights check, run before its first script call or pipeline.
     rights: Option<Arc<acl::Pending>>,
@@ -130,12 +147,18 @@ impl Node {
             keyspace,
             link,
             timeout,
+            fence_grace_ms: crate::config::DEFAULT_FENCE_GRACE.as_millis() as u64,
             batches: Arc::default(),
             rights: None,
         })
     }
 
     /// What identifies this deployment.
+    /// Sets how long fencing counters outlive their lease (from the client's config).
+    pub(crate) fn set_fence_grace(&mut self, grace: Duration) {
+        self.fence_grace_ms = grace.as_millis().min(u128::from(u64::MAX)) as u64;
+    }
+
     pub(crate) fn keyspace(&self) -> &Keyspace {
         &self.keyspace
     }
@@ -220,7 +243,7 @@ impl Node {
             cmd.arg(r.hash);
         }
         for r in batch {
-            cmd.arg(r.field).arg(r.lease_ms);
+            cmd.arg(r.field).arg(r.lease_arg());
         }
         let script = &scripts::RENEW;
         let (reply, acks) = match wait {
@@ -253,9 +276,16 @@ impl Node {
     }
 
     /// Raises the lock's fencing counter to at least `token` (RedLock); the counter after.
-    pub(crate) async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<u64> {
-        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 1, keys.hash.len() + 16);
-        cmd.arg(keys.fence()).arg(token);
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &LockKeys,
+        token: u64,
+        lease_ms: u64,
+    ) -> Result<u64> {
+        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 2, keys.hash.len() + 32);
+        cmd.arg(keys.fence())
+            .arg(token)
+            .arg(lease_ms.saturating_add(self.fence_grace_ms));
         self.eval_retried("raise fence", &keys.hash, &scripts::RAISE_FENCE, &cmd)
             .await
     }

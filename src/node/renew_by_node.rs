@@ -90,6 +90,7 @@ impl Node {
                     hash: batch[i].hash,
                     field: batch[i].field,
                     lease_ms: batch[i].lease_ms,
+                    delay_ms: batch[i].delay_ms,
                 })
                 .collect();
             let groups = requests
@@ -147,7 +148,7 @@ impl Node {
         cmd.arg("EVAL").arg(RENEW_NODE).arg(0);
         for &i in chunk {
             let r = &batch[i];
-            cmd.arg(r.hash).arg(r.field).arg(r.lease_ms);
+            cmd.arg(r.hash).arg(r.field).arg(r.lease_arg());
         }
         let at = SingleNodeRoutingInfo::ByAddress {
             host: host.to_owned(),

@@ -299,8 +299,12 @@ end
         format!("{PRELUDE}{body}")
     }
 
-    pub(crate) static RELEASE: LazyLock<Script> =
-        LazyLock::new(|| Script::new(&variant(include_str!("../../lua/release.lua"))));
+    pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+        Script::new(&variant(concat!(
+            include_str!("../../lua/fence.lua"),
+            include_str!("../../lua/release.lua")
+        )))
+    });
     pub(crate) static FORCE_RELEASE: LazyLock<Script> =
         LazyLock::new(|| Script::new(&variant(include_str!("../../lua/force_release.lua"))));
 

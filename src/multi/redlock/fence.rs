@@ -20,7 +20,9 @@ pub(super) async fn raise_fence(
         .max()?;
     let raised = join_all(slots.iter().flatten().map(|held| async move {
         let node = &held.client().inner.node;
-        let reply = tokio::time::timeout(limit, node.raise_fence(&held.hold().keys, token)).await;
+        let hold = held.hold();
+        let raise = node.raise_fence(&hold.keys, token, hold.lease_ms);
+        let reply = tokio::time::timeout(limit, raise).await;
         matches!(reply, Ok(Ok(counter)) if counter >= token)
     }))
     .await;

@@ -11,7 +11,6 @@ use futures_util::future::join_all;
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::multi::member::Outcome;
-use crate::node::Renewal;
 use crate::shared::Client;
 use crate::terms::Lease;
 
@@ -151,12 +150,8 @@ impl Shared {
                 _ => Step::Failed,
             };
         };
-        let batch = [Renewal {
-            hash: &hold.keys.hash,
-            field: &hold.field,
-            // A hold shared with a single-lock guard of the same owner keeps its longer lease.
-            lease_ms: lease_ms.max(hold.lease_ms),
-        }];
+        // A hold shared with a single-lock guard of the same owner keeps its longer lease.
+        let batch = [hold.renewal(lease_ms.max(hold.lease_ms))];
         let reply = tokio::time::timeout(self.settle_timeout, client.inner.node.renew(&batch));
         match reply.await {
             Ok(Ok(flags)) if flags == [true] => Step::Renewed(hold),
