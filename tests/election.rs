@@ -797,6 +797,71 @@ async fn killed_and_frozen_leaders(url: &str) {
     assert_eq!(elected, [t1, t2, t3], "observed terms: {changes:?}");
 }
 
+/// With a lock-delay, a killed leader is replaced only after its lease and the delay: the
+/// old leader's writes in flight land first. (A resignation still hands over at once: see
+/// `a_resignation_hands_over_at_once_despite_a_lock_delay`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_holds_the_next_leader_back_after_a_kill() {
+    support::init_tracing();
+    let server = Server::start();
+    let name = unique_name("delay");
+    let resource = unique_name("delay-resource");
+    let delay = Duration::from_millis(1500);
+    let mut env = candidate_env(&server.url(), &name, &resource, "candidate");
+    env.push((
+        "REDLEASE_WORKER_LOCK_DELAY_MS",
+        delay.as_millis().to_string(),
+    ));
+    let mut workers = Workers::new();
+    let a = workers.spawn(&env);
+    let first = workers
+        .wait_for(20 * SECOND, |l| l.who == a && is(l, "LEADING"))
+        .expect("a leads");
+    let b = workers.spawn(&env);
+    std::thread::sleep(Duration::from_millis(1500));
+    workers.kill(a);
+    let killed_at = Instant::now();
+    let second = workers
+        .wait_for(WORKER_LEASE + delay + SECOND, |l| {
+            l.who == b && is(l, "LEADING")
+        })
+        .expect("b leads after the lease and the delay");
+    let took = killed_at.elapsed();
+    eprintln!("took over {took:?} after kill -9 with a {delay:?} lock-delay");
+    // The lease ran out between 2/3 of it and all of it after the kill; then the delay.
+    assert!(
+        took >= WORKER_LEASE * 2 / 3 + delay - Duration::from_millis(50),
+        "b led {took:?} after the kill: the delay was not kept"
+    );
+    assert!(term_of(&second) > term_of(&first));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resignation_hands_over_at_once_despite_a_lock_delay() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = support::clients(&server).await;
+    let name = unique_name("delay-resign");
+    let delay = Duration::from_secs(10);
+    let first = a
+        .election(&name)
+        .unwrap()
+        .lock_delay(delay)
+        .campaign("a")
+        .await
+        .unwrap();
+    let election_b = b.election(&name).unwrap().lock_delay(delay);
+    let waiting = tokio::spawn(async move { election_b.campaign("b").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.resign().await.unwrap();
+    let second = tokio::time::timeout(2 * SECOND, waiting)
+        .await
+        .expect("b won at once")
+        .unwrap()
+        .unwrap();
+    second.resign().await.unwrap();
+}
+
 /// Three processes take five terms each and increment a counter with a non-atomic GET/SET
 /// while they lead: the counter counts every increment, and the terms strictly increase in
 /// the order the resource accepted them.
@@ -867,7 +932,13 @@ fn worker_process() {
             .build()
             .await
             .unwrap();
-        let election = client.election(&name).unwrap();
+        let mut election = client.election(&name).unwrap();
+        if let Some(ms) = std::env::var("REDLEASE_WORKER_LOCK_DELAY_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+        {
+            election = election.lock_delay(Duration::from_millis(ms));
+        }
         let say = |line: String| {
             use std::io::Write;
             let mut out = std::io::stdout().lock();

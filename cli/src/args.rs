@@ -381,6 +381,11 @@ pub struct ElectArgs {
     /// After losing the leadership, campaign again and rerun the command when leading again.
     #[arg(long)]
     pub rejoin: bool,
+    /// After a leader whose lease ran out without resigning (it crashed or froze), keep the
+    /// election closed for DUR more, so the old command's writes in flight land first. Every
+    /// candidate should pass the same value. Default: none.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub lock_delay: Option<Duration>,
     /// After a lost leadership, how long the command may take to exit after SIGTERM before
     /// SIGKILL.
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]

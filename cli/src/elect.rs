@@ -26,7 +26,8 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let election = client
         .election(&args.name)
         .map_err(|e| Failure::from_error("bad election name", &e))?
-        .lease(args.lease);
+        .lease(args.lease)
+        .lock_delay(args.lock_delay.unwrap_or_default());
     let foreground = args.foreground || child::in_terminal_foreground();
     // One turn per term: with --rejoin as long as terms are lost, each turn waiting in a
     // campaign or in the command.
