@@ -7,6 +7,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::config::{Config, Replicas, WaitBy};
+use crate::election::Election;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -280,6 +281,16 @@ impl Client {
     /// [`Error::InvalidName`] for an empty or too long name.
     pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
         CountDownLatch::new(self.clone(), name)
+    }
+
+    /// A handle on the election `name` (see [`Election`]): candidates campaign for it, the
+    /// winner leads with a term that is its fencing token, and anyone can ask who leads or
+    /// observe the changes. The election uses the lock `name` (and keys beside it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty, too long or `}`-led name.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Election::new(self.clone(), name)
     }
 
     /// A handle on the read-write lock `name` (see [`ReadWriteLock`]).

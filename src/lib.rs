@@ -77,6 +77,13 @@
 //! - [`FairLock`] ([`Client::fair_lock`]): first come, first served across clients; a release
 //!   wakes only the first waiter; a waiter keeps its place only while it keeps asking (the
 //!   server's clock decides), so a crashed waiter holds the others up for 3 s at most.
+//! - [`Election`] ([`Client::election`]): leader election on a fenced lock, after etcd's
+//!   `concurrency.Election` and client-go's `leaderelection`. [`Election::campaign`] waits to
+//!   lead and returns a [`Leadership`] whose [`term`](Leadership::term) is its fencing token;
+//!   `proclaim`, `resign` (hands over at once), `lost()`; [`Election::leader`];
+//!   [`Election::observe`], a stream of every change; [`Election::lead`], a body run while
+//!   leading and cancelled on loss ([`LeadOptions::rejoin`] campaigns again). See
+//!   [`election`] and `docs/election.md`.
 //! - [`Guard`]: one object-safe trait over [`LockGuard`], [`ReadGuard`], [`WriteGuard`],
 //!   [`Permit`] and [`FairGuard`].
 //!
@@ -187,6 +194,9 @@
 //! | `redlease_lease_left_at_renewal_seconds` | histogram | | the validity a hold had left when its renewal was confirmed: near zero means leases nearly ran out |
 //! | `redlease_batch_size` | histogram | | acquisitions or releases coalesced into one script call |
 //! | `redlease_redlock_node_votes_total` | counter | `node`, `vote` | RedLock acquisition answers per node (`node` is its index; `vote`: `granted`, `held`, `failed`) |
+//! | `redlease_election_terms_total` | counter | | election terms this process won |
+//! | `redlease_election_campaign_wait_seconds` | histogram | | from `campaign` to its win |
+//! | `redlease_election_takeover_seconds` | histogram | | from the end of the previous term, as the server recorded it, to the win |
 //! | `redlease_replica_acks_short_total` | counter | `write` | acquisitions and renewals (`acquire`, `renew`) that fewer replicas acknowledged than [`Replicas`] wanted |
 //!
 //! `kind` is `lock` for [`Lock`] (and the members of [`MultiLock`] and [`RedLock`] in `held`,
@@ -194,7 +204,8 @@
 //!
 //! Spans (at `DEBUG`, target `redlease`): `acquire` (fields `lock`, `owner`, and on success
 //! `attempts` and `wait_ms`), `release` (`lock`, `owner`, `outcome`), `renew` (one watchdog
-//! round: `locks`, `renewed`, `lost`).
+//! round: `locks`, `renewed`, `lost`); elections add `campaign` (`election`, and on success
+//! `term` and `wait_ms`), `proclaim` and `resign` (`election`, `term`).
 //!
 //! ## Testing your code
 //! With the `testing` feature, `redlease::testing` makes a guard's lease lapse, pauses a client's
@@ -242,12 +253,13 @@
 //! | `P:{N}:fair:queue`, `P:{N}:fair:waiters` | list, hash | the fair lock's waiters, each with a deadline | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:countdown` | string | count left of the latch `N` | it reaches zero |
 //! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock) | the last release; else the latest deadline in it |
+//! | `P:{N}:election`, `P:{N}:election:log` | hash, list | election `N` (its leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; the last 64 changes | an hour after the lock's lease (a leader keeps pushing it back) |
 //! | `P:client:<uuid>` | hash | the client's process (host, pid, program), for `status` and `list` | [`Client::shutdown`]; else the watchdog lease plus 1 s |
 //!
 //! Channels (no memory when nobody listens): `P:{N}:unlock` (one message, the releasing
 //! client's id, on each release that frees the lock), `P:{N}:semaphore:released`,
 //! `P:{N}:permits:released`, `P:{N}:fair:wake:<owner>`, `P:{N}:countdown:zero`,
-//! `P:{N}:rw:unlock`.
+//! `P:{N}:rw:unlock`, `P:{N}:election:changed`.
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 
@@ -263,6 +275,7 @@ mod acquire;
 pub mod blocking;
 mod client;
 mod config;
+pub mod election;
 mod error;
 mod family;
 mod grant;
@@ -293,6 +306,10 @@ mod watchdog;
 
 pub use client::ClientBuilder;
 pub use config::{Config, MAX_DURATION, Replicas, WaitBy};
+pub use election::{
+    ChangeCause, Election, ElectionStatus, LeadOptions, Leader, LeaderChange, LeaderChanges,
+    Leadership, Leading,
+};
 pub use error::{Error, Result};
 pub use family::{
     CountDownLatch, FairGuard, FairLock, Guard, GuardFuture, Permit, PermitSemaphore, ReadGuard,
@@ -343,6 +360,8 @@ mod doc_examples {
     pub struct Replicas;
     #[doc = include_str!("../docs/sentinel.md")]
     pub struct Sentinel;
+    #[doc = include_str!("../docs/election.md")]
+    pub struct Election;
     #[cfg(feature = "macros")]
     #[doc = include_str!("../docs/macros.md")]
     pub struct Macros;

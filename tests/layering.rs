@@ -99,6 +99,9 @@ fn the_check_sees_a_transport_module_naming_a_lock_kind() {
     // The rule itself: were node/ to name the lock module, or shared.rs the client, it fails.
     assert!(layer("lock") > layer("node"));
     assert!(layer("client") > layer("shared"));
+    // Elections are a lock kind built on the lock: below the client, above the engine.
+    assert_eq!(layer("election"), LOCK_KINDS);
+    assert!(layer("election") > layer("pubsub"));
     assert_eq!(
         crate_paths("use crate::lock::Lock; crate::Client"),
         ["lock", "Client"]

@@ -19,7 +19,7 @@ struct Args {
     /// Smoke run with ~1/20 of the counts.
     #[arg(long)]
     quick: bool,
-    /// Workloads to run (W1..W6, C1, C3, C4, C6, F1..F3, R1, T1; default all).
+    /// Workloads to run (W1..W6, C1, C3, C4, C6, F1..F3, E1, E2, R1, T1; default all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs).

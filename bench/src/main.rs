@@ -8,6 +8,7 @@ mod alloc;
 mod cluster;
 mod cluster_suite;
 mod config;
+mod election_suite;
 mod family_suite;
 mod floor;
 mod locker;
@@ -43,6 +44,11 @@ static ALLOC: alloc::Counting = alloc::Counting;
 const SERVERS: usize = 5;
 
 fn main() -> Result<()> {
+    // E2's leader process: this binary again, told so by its environment.
+    #[cfg(feature = "redlease")]
+    if let Ok(spec) = std::env::var(workloads::election::CANDIDATE_VAR) {
+        return workloads::election::candidate(&spec);
+    }
     let mut cfg = Config::parse(std::env::args().skip(1));
     // The parent pins itself, hence the measuring processes it spawns (they
     // inherit it), and the redis-servers (see affinity.rs).
@@ -195,6 +201,10 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
         family_suite::family(&mut runner, c).await;
         runner.run_queued().await;
     }
+    if ["E1", "E2"].iter().any(|e| cfg.wants(e)) {
+        election_suite::election(&mut runner, c).await;
+        runner.run_queued().await;
+    }
     if cfg.cell.is_some() {
         // Do not wait for threads or tasks an implementation left behind.
         use std::io::Write as _;
@@ -318,5 +328,10 @@ at start; server authentication only, no client certificate), through each port 
 run: \"× plain\" is the price of TLS (rustls, ring) on loopback, where encryption is all it adds; \
 the floor rows (two bare EVALSHA through redis-rs, with the same rustls) show that price without \
 a lock, and \"× own floor\" what redlease adds over the same transport.
+- E1, E2, leader election (redlease only): E1 passes the leadership back and forth between \
+two clients by `resign()`, the candidate waiting in `campaign` (latency = the candidate's \
+`campaign` returning − the `resign()` call); E2 kills a leader process (this binary, 1 s lease, \
+renewed every third of it) with SIGKILL while a candidate waits: the takeover is bounded by the \
+lease and at least two thirds of it.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

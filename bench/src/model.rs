@@ -121,6 +121,9 @@ metrics! {
     WAKE = "wake-up latency";
     RTT = "EVALSHA round trip";
     RTT_IDLE = "EVALSHA round trip after a 2-8 ms idle gap";
+    TAKEOVER_RESIGN = "resign() to the next leader's campaign returning";
+    TAKEOVER_KILL = "kill -9 of the leader to the next leader's campaign returning";
+    LEASE = "leader lease";
     RTT_WAKE = "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
 }
 

@@ -14,6 +14,9 @@ Examples:
   # Run a nightly job at most once at a time across the fleet:
   redlease run nightly-report -- ./report.sh --date today
 
+  # Run the scheduler on one host at a time; another takes over when it dies:
+  redlease elect --rejoin scheduler -- ./scheduler
+
   # Who holds it, and for how long:
   redlease status nightly-report
 
@@ -93,6 +96,44 @@ The first line is the state at the start (free or held); then one line per chang
 looking every --interval. A lease that expires shows as `released`: from outside, a lost
 lease and a release look the same. Exit status: 0, or 69 when Redis is unreachable.";
 
+const ELECT_EXAMPLES: &str = "\
+Examples:
+  # Run the scheduler on exactly one host; the others stand by and take over:
+  redlease elect --value \"$(hostname):8080\" scheduler -- ./scheduler
+
+  # Stand by again after losing the leadership (the command is stopped each time):
+  redlease elect --rejoin --lease 10s compactor -- ./compact --loop
+
+  # Pass the term to the command's writes, so storage refuses a deposed leader's:
+  redlease elect reports -- sh -c 'report.sh --fence \"$REDLEASE_TERM\"'
+
+Environment of the command:
+  REDLEASE_ELECTION  the election's name
+  REDLEASE_TERM      the term: greater than every earlier leader's (a fencing token)
+  REDLEASE_LOCK, REDLEASE_TOKEN  the same, as `redlease run --fenced` names them
+
+Exit status:
+  the command's own status (128+N when it was killed by signal N), or
+  70  the leadership was lost while the command ran (without --rejoin); it was stopped
+  64, 65, 69, 71, 76, 77, 78, 126, 127 as for `redlease run`";
+
+const LEADER_EXAMPLES: &str = "\
+Examples:
+  redlease leader scheduler
+  redlease leader --json scheduler | jq -r .leader.value
+
+Exit status: 0 when the election could be read (with or without a leader), 69 when Redis is
+unreachable.";
+
+const OBSERVE_EXAMPLES: &str = "\
+Examples:
+  redlease observe scheduler
+  redlease observe --json --count 2 scheduler    # the state now, then the next change
+
+The first line is the state at the start; then one line per change (elected, proclaimed,
+resigned, lost, expired), woken by the election's messages. A line says so when changes were
+missed. Exit status: 0, or 69 when Redis is unreachable at the start.";
+
 /// Distributed locks on Redis from the shell: run a command under a lock, inspect or free one.
 #[derive(Debug, Parser)]
 #[command(name = "redlease", version, after_help = MAIN_EXAMPLES)]
@@ -124,6 +165,21 @@ pub enum Command {
     /// Print one line per change of a lock's state (held, released, handed over, recounted).
     #[command(after_help = WATCH_EXAMPLES)]
     Watch(WatchArgs),
+    /// Run a command only while this process leads an election; stand by until then.
+    ///
+    /// Campaigns for the election NAME (waiting, without polling, while another process
+    /// leads), runs COMMAND while leading with the term in $REDLEASE_TERM, and resigns when it
+    /// exits, which hands over to the next candidate at once. If the leadership is lost, the
+    /// command gets SIGTERM, then SIGKILL after --grace; with --rejoin redlease then campaigns
+    /// again and runs the command anew in its next term.
+    #[command(after_help = ELECT_EXAMPLES)]
+    Elect(ElectArgs),
+    /// Show who leads an election: value, term, host, pid, program.
+    #[command(after_help = LEADER_EXAMPLES)]
+    Leader(LeaderArgs),
+    /// Print one line per change of an election's leader, as it happens.
+    #[command(after_help = OBSERVE_EXAMPLES)]
+    Observe(ObserveArgs),
 }
 
 /// Where the locks live; shared by every subcommand.
@@ -310,6 +366,79 @@ pub struct WatchArgs {
     pub name: String,
 }
 
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// The value this candidate publishes while it leads (an address, an id), for
+    /// `redlease leader` and observers.
+    #[arg(long, value_name = "VALUE", default_value = "")]
+    pub value: String,
+    /// Lease of the leadership, renewed every third of it. A leader that dies (or freezes) is
+    /// replaced at most this long after its last renewal.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_lease)]
+    pub lease: Duration,
+    /// After losing the leadership, campaign again and rerun the command when leading again.
+    #[arg(long)]
+    pub rejoin: bool,
+    /// After a leader whose lease ran out without resigning (it crashed or froze), keep the
+    /// election closed for DUR more, so the old command's writes in flight land first. Every
+    /// candidate should pass the same value. Default: none.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub lock_delay: Option<Duration>,
+    /// After a lost leadership, how long the command may take to exit after SIGTERM before
+    /// SIGKILL.
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Keep the command in redlease's process group (see `redlease run --foreground`).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Report terms won, lost and resigned on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Name of the election.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The command and its arguments (put `--` before it when it starts with `-`).
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Name of the election.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ObserveArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print one JSON object per change instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after N lines (the first line counts).
+    #[arg(long, value_name = "N")]
+    pub count: Option<usize>,
+    /// Stop after DUR. Default: until Ctrl-C.
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_positive)]
+    pub duration: Option<Duration>,
+    /// Name of the election.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
 /// A human duration: `500ms`, `30s`, `2m`, `1h 30m`; a bare `0` is zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (try 500ms, 30s, 2m)"))
@@ -422,6 +551,23 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(run.target.replicas, Replicas::Auto { timeout: ms(100) });
+    }
+
+    #[test]
+    fn elect_takes_options_then_the_command() {
+        let cli = Cli::try_parse_from([
+            "redlease", "elect", "--value", "a:1", "--lease", "2s", "--rejoin", "E", "--", "sh",
+            "-c", "exit 3",
+        ])
+        .unwrap();
+        let Command::Elect(elect) = cli.command else {
+            panic!("not elect")
+        };
+        assert_eq!((elect.name.as_str(), elect.value.as_str()), ("E", "a:1"));
+        assert_eq!(elect.lease, Duration::from_secs(2));
+        assert!(elect.rejoin);
+        assert_eq!(elect.command, ["sh", "-c", "exit 3"]);
+        assert!(Cli::try_parse_from(["redlease", "elect", "E"]).is_err());
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct Launch<'a> {
     pub command: &'a [OsString],
     pub lock: &'a str,
     pub token: Option<u64>,
+    /// More variables for the command's environment (`redlease elect`: the term).
+    pub env: &'a [(&'a str, String)],
     /// Keep the command in our process group (it may then use the terminal).
     pub foreground: bool,
 }
@@ -37,6 +39,9 @@ impl Launch<'_> {
             // A token inherited from an outer `redlease run --fenced` belongs to another lock.
             None => cmd.env_remove("REDLEASE_TOKEN"),
         };
+        for (key, value) in self.env {
+            cmd.env(key, value);
+        }
         if !self.foreground {
             cmd.process_group(0);
         }

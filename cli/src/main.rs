@@ -1,7 +1,9 @@
 //! `redlease`: distributed locks on Redis from the shell.
 //!
 //! `redlease run NAME -- CMD` runs a command while holding a lock (renewed by the watchdog,
-//! stopped when the lease is lost), `status` shows a lock, `unlock --force` frees one. See
+//! stopped when the lease is lost), `status` shows a lock, `unlock --force` frees one;
+//! `redlease elect NAME -- CMD` runs a command only while leading an election, `leader` and
+//! `observe` show who leads. See
 //! `redlease --help` and `docs/cli.md`.
 
 #[cfg(not(unix))]
@@ -9,8 +11,10 @@ compile_error!("the redlease command needs Unix signals and process groups");
 
 mod args;
 mod child;
+mod elect;
 mod exit;
 mod holder;
+mod leader;
 mod list;
 mod nodes;
 mod output;
@@ -57,6 +61,9 @@ fn main() -> ExitCode {
             Command::Unlock(args) => unlock::unlock(args).await,
             Command::List(args) => list::list(args).await,
             Command::Watch(args) => watch::watch(args).await,
+            Command::Elect(args) => elect::elect(args).await,
+            Command::Leader(args) => leader::leader(args).await,
+            Command::Observe(args) => leader::observe(args).await,
         }
     });
     match outcome {

@@ -44,6 +44,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         command: &args.command,
         lock: &args.name,
         token: held.token(),
+        env: &[],
         foreground,
     };
     let mut child = match launch.spawn() {

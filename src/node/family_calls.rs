@@ -296,6 +296,7 @@ mod tests {
             include_str!("../../lua/rwlock.lua"),
             include_str!("../../lua/permits.lua"),
             include_str!("../../lua/fair.lua"),
+            include_str!("../../lua/election.lua"),
         ] {
             assert!(
                 source.contains("redis.call('PUBLISH', "),

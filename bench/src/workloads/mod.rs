@@ -1,6 +1,9 @@
 //! The workloads W1-W6 (see docs/performance.md), each written once for async
 //! implementations (tokio tasks) and, where the sync peer can run it, once for OS threads.
 
+/// E1, E2: leader election.
+#[cfg(feature = "redlease")]
+pub mod election;
 /// F1-F3: the lock family against our own `Lock`.
 #[cfg(feature = "redlease")]
 pub mod family;

@@ -1,0 +1,192 @@
+//! `redlease elect`: run a command only while this process leads an election.
+
+use std::process::ExitStatus;
+
+use humantime::format_duration;
+use redlease::{Election, Leadership};
+
+use crate::args::ElectArgs;
+use crate::child::{self, Child, Launch};
+use crate::exit::{self, Failure};
+use crate::nodes;
+use crate::signals::{self, Incoming};
+
+pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
+    // Before anything is held: from here on a SIGTERM cannot kill us while leading.
+    let mut incoming = Incoming::install()
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot catch signals: {e}")))?;
+    if args.target.urls().len() > 1 {
+        return Err(Failure::new(
+            exit::USAGE,
+            "elections run on one Redis deployment (a server, a cluster or a sentinel group); \
+             give one --url",
+        ));
+    }
+    let client = nodes::connect_one(&args.target).await?;
+    let election = client
+        .election(&args.name)
+        .map_err(|e| Failure::from_error("bad election name", &e))?
+        .lease(args.lease)
+        .lock_delay(args.lock_delay.unwrap_or_default());
+    let foreground = args.foreground || child::in_terminal_foreground();
+    // One turn per term: with --rejoin as long as terms are lost, each turn waiting in a
+    // campaign or in the command.
+    loop {
+        let leadership = tokio::select! {
+            won = election.campaign(&args.value) => won.map_err(|e| {
+                Failure::from_error(format_args!("election \"{}\"", args.name), &e)
+            })?,
+            signal = incoming.recv() => {
+                return Err(Failure::new(
+                    exit::signal_code(signal),
+                    format!("{} while waiting to lead \"{}\"; the command was not run", signals::name(signal), args.name),
+                ));
+            }
+        };
+        let term = leadership.term();
+        if args.verbose {
+            eprintln!("redlease: leading \"{}\" in term {term}", args.name);
+        }
+        let env = [
+            ("REDLEASE_ELECTION", args.name.clone()),
+            ("REDLEASE_TERM", term.to_string()),
+        ];
+        let launch = Launch {
+            command: &args.command,
+            lock: &args.name,
+            token: Some(term),
+            env: &env,
+            foreground,
+        };
+        let mut child = match launch.spawn() {
+            Ok(child) => child,
+            Err(failure) => {
+                resign(&args, leadership).await;
+                return Err(failure);
+            }
+        };
+        let outcome = supervise(&args, foreground, &leadership, &mut child, &mut incoming).await;
+        let status = match outcome.status {
+            Ok(status) => status,
+            Err(e) => {
+                resign(&args, leadership).await;
+                return Err(Failure::new(
+                    exit::INTERNAL,
+                    format!("lost track of the command: {e}"),
+                ));
+            }
+        };
+        let code = exit::of_child(status);
+        let Some(signal) = outcome.stopped_with else {
+            // The command finished while leading: its status is ours.
+            resign(&args, leadership).await;
+            if args.verbose {
+                eprintln!(
+                    "redlease: resigned \"{}\" (term {term}); the command exited with {code}",
+                    args.name
+                );
+            }
+            return Ok(code);
+        };
+        child.kill_leftovers();
+        drop(leadership);
+        if !args.rejoin {
+            return Err(Failure::new(
+                exit::LEASE_LOST,
+                format!(
+                    "the leadership of \"{}\" (term {term}) was lost while the command ran; the \
+                     command was stopped with {} (its status: {code})",
+                    args.name,
+                    signals::name(signal)
+                ),
+            ));
+        }
+        eprintln!(
+            "redlease: the leadership of \"{}\" (term {term}) was lost; the command was stopped \
+             with {}; campaigning again",
+            args.name,
+            signals::name(signal)
+        );
+    }
+}
+
+/// What happened while the command ran.
+struct Outcome {
+    status: std::io::Result<ExitStatus>,
+    /// Set when the leadership was lost while the command ran: the signal that stopped it.
+    stopped_with: Option<i32>,
+}
+
+/// Waits for the command, forwarding signals, and stops it if the leadership is lost.
+async fn supervise(
+    args: &ElectArgs,
+    foreground: bool,
+    leadership: &Leadership,
+    child: &mut Child,
+    incoming: &mut Incoming,
+) -> Outcome {
+    let lost = leadership.lost();
+    tokio::pin!(lost);
+    let mut stopped_with = None;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let status = loop {
+        let kill_timer = async {
+            match kill_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait() => break status,
+            () = &mut lost, if stopped_with.is_none() => {
+                eprintln!(
+                    "redlease: the leadership of \"{}\" (term {}) was lost; stopping the command \
+                     with SIGTERM",
+                    args.name,
+                    leadership.term()
+                );
+                child.signal(libc::SIGTERM);
+                stopped_with = Some(libc::SIGTERM);
+                kill_at = Some(tokio::time::Instant::now() + args.grace);
+            }
+            () = kill_timer => {
+                eprintln!(
+                    "redlease: the command did not exit within {} of SIGTERM; sending SIGKILL",
+                    format_duration(args.grace)
+                );
+                child.signal(libc::SIGKILL);
+                stopped_with = Some(libc::SIGKILL);
+                kill_at = None;
+            }
+            signal = incoming.recv() => {
+                if signals::should_forward(signal, foreground) {
+                    child.signal(signal);
+                }
+            }
+        }
+    };
+    Outcome {
+        status,
+        stopped_with,
+    }
+}
+
+/// Resigns, which hands over at once; errors are only reported (the lease ends the term).
+async fn resign(args: &ElectArgs, leadership: Leadership) {
+    if let Err(e) = leadership.resign().await
+        && !e.is_lease_lost()
+    {
+        eprintln!(
+            "redlease: could not resign \"{}\" ({e}); the term ends within {}",
+            args.name,
+            format_duration(args.lease)
+        );
+    }
+}
+
+/// The election `name` on `client`; a bad name is a usage failure.
+pub fn election_on(client: &redlease::Client, name: &str) -> Result<Election, Failure> {
+    client
+        .election(name)
+        .map_err(|e| Failure::from_error("bad election name", &e))
+}
