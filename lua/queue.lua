@@ -1,7 +1,8 @@
 -- queue.lua: the waiter queue of a reentrant lock, and grant-on-release. Not a script of its
 -- own: `src/scripts.rs` puts it before acquire.lua, release.lua and withdraw.lua.
 --
--- P:{N}:q   zset  waiting owner fields, scored by arrival (server clock, µs): first come first
+-- P:{N}:q   list  waiting owner fields, first come first (the commands of the fair lock's queue,
+--                 so a least-privilege user needs no new right)
 -- P:{N}:qd  hash  owner field -> '<deadline ms> <claim ms>': the entry is dead past its deadline
 --                 (server clock); a grant to it lasts the claim lease until it is claimed
 -- Both keys are derived from the lock's hash (they share its hash tag, so its slot) and expire
@@ -20,12 +21,14 @@ local function queue_clock_us()
     return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Enqueues field (at the back when new) with an entry living ttl_ms from now_ms.
+-- Enqueues field (at the back when new; a refresh keeps its place) with an entry living ttl_ms
+-- from now.
 local function enqueue(hash, field, now_us, ttl_ms, claim_ms)
     local q, qd = hash .. ':q', hash .. ':qd'
     local now_ms = math.floor(now_us / 1000)
-    redis.call('ZADD', q, 'NX', now_us, field)
-    redis.call('HSET', qd, field, (now_ms + ttl_ms) .. ' ' .. claim_ms)
+    if redis.call('HSET', qd, field, (now_ms + ttl_ms) .. ' ' .. claim_ms) == 1 then
+        redis.call('RPUSH', q, field)
+    end
     if redis.call('PTTL', q) < ttl_ms then
         redis.call('PEXPIRE', q, ttl_ms)
         redis.call('PEXPIRE', qd, ttl_ms)
@@ -34,8 +37,9 @@ end
 
 -- Takes field out of the queue.
 local function dequeue(hash, field)
-    redis.call('ZREM', hash .. ':q', field)
-    redis.call('HDEL', hash .. ':qd', field)
+    if redis.call('HDEL', hash .. ':qd', field) == 1 then
+        redis.call('LREM', hash .. ':q', 1, field)
+    end
 end
 
 -- The first live entry (field and claim ms), or nil; dead entries met on the way are dropped.
@@ -45,7 +49,7 @@ local function queue_head(hash, take)
     local now_ms
     -- Bounded: each round drops an entry or returns.
     for _ = 1, 10000 do
-        local head = redis.call('ZRANGE', q, 0, 0)[1]
+        local head = redis.call('LINDEX', q, 0)
         if not head then
             return nil
         end
@@ -59,11 +63,14 @@ local function queue_head(hash, take)
         end
         if deadline and deadline > now_ms then
             if take then
-                dequeue(hash, head)
+                redis.call('LPOP', q)
+                redis.call('HDEL', qd, head)
             end
             return head, claim
         end
-        dequeue(hash, head)
+        -- Dead, or listed without an entry: it goes.
+        redis.call('LPOP', q)
+        redis.call('HDEL', qd, head)
     end
     return nil
 end

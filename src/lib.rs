@@ -246,6 +246,7 @@
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count | the last release; else the lease (PEXPIRE) |
 //! | `P:{N}:fence` | string | the last fencing token (fenced locks only) | the lease it was last written with plus [`Config::fence_grace`] (60 s) |
 //! | `P:{N}:delay` | string | lock-delay marker ([`Lock::lock_delay`] only) | a release; else the lease plus the delay |
+//! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline and claim lease | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
 //! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |

@@ -62,7 +62,7 @@ fn queue_keys(name: &str) -> [String; 2] {
 }
 
 fn queued(server: &Server, name: &str) -> Vec<String> {
-    redis::cmd("ZRANGE")
+    redis::cmd("LRANGE")
         .arg(&queue_keys(name)[0])
         .arg(0)
         .arg(-1)
