@@ -147,16 +147,36 @@ async fn fenced_tokens_increase_across_holders_with_uneven_counters() {
     second.unlock().await.unwrap();
     blocker.unlock().await.unwrap();
 
-    // One master loses its counter (a restart without persistence, an operator's DEL).
-    let mut conn = servers[1].conn();
-    redis::cmd("DEL")
-        .arg(format!("{key}:fence"))
-        .exec(&mut conn)
+    // Two masters lose their counter (restarts without persistence, an operator's DEL) and the
+    // next holder meets only them: counters that counted 1, 2, 3 would start again at 1; tokens
+    // that follow the clock stay above the last one (on another name, without the counter an
+    // hour ahead, which only the clock catching up can pass).
+    let other = unique_name("fenced-lost-counters");
+    let other_key = key_of(&other);
+    let a = patient(RedLock::new(fenced(node_locks(&servers, &other).await)).unwrap());
+    let b = patient(RedLock::new(fenced(node_locks(&servers, &other).await)).unwrap());
+    let first = a.lock().await.unwrap();
+    let t1 = first.fencing_token().expect("fenced");
+    first.unlock().await.unwrap();
+    for server in &servers[1..] {
+        redis::cmd("DEL")
+            .arg(format!("{other_key}:fence"))
+            .exec(&mut server.conn())
+            .unwrap();
+    }
+    let blocker = client(&servers[0])
+        .await
+        .lock(&other)
+        .unwrap()
+        .lock()
+        .await
         .unwrap();
-    let third = a.lock().await.unwrap();
-    let t3 = third.fencing_token().expect("fenced");
-    assert!(t3 > t2, "token went back: {t2} then {t3}");
-    third.unlock().await.unwrap();
+    let second = b.lock().await.unwrap();
+    assert_eq!(second.held_nodes(), 2);
+    let t2 = second.fencing_token().expect("fenced");
+    assert!(t2 > t1, "token went back after lost counters: {t1} then {t2}");
+    second.unlock().await.unwrap();
+    blocker.unlock().await.unwrap();
 
     let unfenced = support::redlock(&servers, &name).await;
     let guard = unfenced.lock().await.unwrap();
