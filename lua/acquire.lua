@@ -68,7 +68,11 @@ local function take(hash, field, lease, fence, grace, marker, delay)
 end
 
 -- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first.
+-- Never answers 0 (that is "held by this very owner").
 local function refuse(hash, field, ttl, slack, claim)
+    if ttl < -1 then
+        ttl = 0
+    end
     if slack > 0 then
         -- Without an expiry the waiter looks again within a second (`acquire.rs`).
         local told = ttl >= 0 and ttl or 1000
@@ -120,13 +124,11 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
         end
     end
     if slack > 0 then
-        local head = queue_head(hash, false)
-        if head == field then
-            dequeue(hash, field)
-        elseif head then
+        local head, head_claim = queue_head(hash, true)
+        if head and head ~= field then
             -- Others came first: the lock is the first one's.
-            grant_head(hash)
-            return refuse(hash, field, redis.call('PTTL', hash), slack, claim)
+            grant(hash, head, head_claim)
+            return refuse(hash, field, head_claim, slack, claim)
         end
     end
     return take(hash, field, lease, fence, grace, marker, delay)

@@ -26,12 +26,15 @@ end
 local function enqueue(hash, field, now_us, ttl_ms, claim_ms)
     local q, qd = hash .. ':q', hash .. ':qd'
     local now_ms = math.floor(now_us / 1000)
-    if redis.call('HSET', qd, field, (now_ms + ttl_ms) .. ' ' .. claim_ms) == 1 then
+    local entry = string.format('%d %d', now_ms + ttl_ms, claim_ms)
+    if redis.call('HSET', qd, field, entry) == 1 then
         redis.call('RPUSH', q, field)
     end
-    if redis.call('PTTL', q) < ttl_ms then
-        redis.call('PEXPIRE', q, ttl_ms)
-        redis.call('PEXPIRE', qd, ttl_ms)
+    -- Each key on its own: one may exist without the other after a partial write.
+    for _, key in ipairs({q, qd}) do
+        if redis.call('PTTL', key) < ttl_ms then
+            redis.call('PEXPIRE', key, ttl_ms)
+        end
     end
 end
 
@@ -56,12 +59,12 @@ local function queue_head(hash, take)
         now_ms = now_ms or queue_clock_us() / 1000
         local entry = redis.call('HGET', qd, head)
         local deadline, claim
-        if entry then
-            local space = string.find(entry, ' ', 1, true)
+        local space = entry and string.find(entry, ' ', 1, true)
+        if space then
             deadline = tonumber(string.sub(entry, 1, space - 1))
             claim = tonumber(string.sub(entry, space + 1))
         end
-        if deadline and deadline > now_ms then
+        if deadline and claim and deadline > now_ms then
             if take then
                 redis.call('LPOP', q)
                 redis.call('HDEL', qd, head)
@@ -80,7 +83,7 @@ end
 local function grant(hash, field, claim)
     redis.call('HSET', hash, field, '0')
     redis.call('PEXPIRE', hash, claim)
-    redis.call('PUBLISH', hash .. ':unlock', 'g ' .. claim .. ' ' .. field)
+    redis.call('PUBLISH', hash .. ':unlock', string.format('g %d %s', claim, field))
 end
 
 -- Gives the free lock to the first live waiter. Returns its field, or nil when nobody waits.

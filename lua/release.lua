@@ -72,8 +72,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     if not held then
         if retry and not always then
             -- A guard's last hold leaves no latch: the first attempt ran. The waiter it was handing
-            -- to is still waiting for this answer, so that waiter's field can only come from it.
-            if successor and redis.call('HEXISTS', hash, successor) == 1 then
+            -- to is still waiting for this answer, so that waiter's hold can only come from it;
+            -- a hand-over writes count 1, while a grant from the queue (count 0, queue.lua) is
+            -- not one, and is claimed by that waiter's own attempt.
+            if successor and (tonumber(redis.call('HGET', hash, successor)) or 0) >= 1 then
                 local token = 0
                 if fence then
                     token = tonumber(redis.call('GET', fence) or '0') or 0
@@ -116,7 +118,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             redis.call('DEL', hash .. ':delay')
         end
         local head, claim
-        if not handover then
+        if handover then
+            -- The successor may have queued itself on the server too.
+            dequeue(hash, successor)
+        else
             head, claim = queue_head(hash, true)
         end
         local token = 0
@@ -132,8 +137,6 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         if handover then
             redis.call('HSET', hash, successor, '1')
             redis.call('PEXPIRE', hash, successor_lease)
-            -- The successor may have queued itself on the server too.
-            dequeue(hash, successor)
             reply = -2 - token
         else
             -- The first queued waiter gets the lock, and only it is told; with nobody queued,

@@ -193,6 +193,11 @@ impl Lock {
                 // Contended: from now on take turns with this client's other contenders.
                 let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));
                 let queued = !joined.is_head();
+                if queued {
+                    // Only this client's head waits in the server's queue: a grant to a waiter
+                    // behind it locally would never be claimed.
+                    drop(place.take());
+                }
                 if !self.wait_turn(joined, wait, &mut subscription).await? {
                     return Ok(None);
                 }
@@ -453,6 +458,12 @@ impl Lock {
                             // It had been granted: our queued waiters hear of it only here.
                             client.inner.local_queues.released(&keys.hash);
                         }
+                        // Not queued again: the caller may have stopped waiting meanwhile, and
+                        // its place was withdrawn.
+                        let terms = AcquireTerms {
+                            queue: None,
+                            ..terms
+                        };
                         node.acquire(&keys, &field, terms, patience, wait).await
                     }
                     outcome => outcome,

@@ -208,6 +208,22 @@ impl Config {
         }
         self.replicas.validate()?;
         lease_ms("claim lease", self.claim_lease)?;
+        if self.claim_lease > Duration::from_secs(3600) {
+            return Err(Error::InvalidDuration {
+                what: "claim lease",
+                reason: format!("{:?} exceeds the maximum of 1 hour", self.claim_lease),
+            });
+        }
+        if let WaitBy::Polling { max, .. } = self.wait_by
+            && max >= self.claim_lease
+        {
+            // A polling waiter claims a lock given to it at its next poll: within the claim
+            // lease, or the grant passes on and the lock idles for a claim lease each time.
+            return Err(Error::InvalidArgument(format!(
+                "the longest polling pause {max:?} must be shorter than the claim lease {:?}",
+                self.claim_lease
+            )));
+        }
         if self.fence_grace > MAX_DURATION {
             return Err(Error::InvalidDuration {
                 what: "fence grace",

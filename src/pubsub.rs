@@ -287,7 +287,12 @@ impl Subscriber {
         };
         match Grant::parse(payload) {
             // A grant to one of ours wakes this client's waiter, which claims it.
-            Some(grant) if grant.field.starts_with(self.own_id.as_bytes()) => channel.wake(false),
+            Some(grant)
+                if grant.field.starts_with(self.own_id.as_bytes())
+                    && grant.field.get(self.own_id.len()) == Some(&b':') =>
+            {
+                channel.wake(false)
+            }
             // A grant to another client: the lock is not free, nobody here wakes to ask; only
             // waiters' naps shorten to the claim lease, in case the grantee never claims.
             Some(grant) => channel.granted_elsewhere(grant.claim),

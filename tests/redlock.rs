@@ -174,7 +174,10 @@ async fn fenced_tokens_increase_across_holders_with_uneven_counters() {
     let second = b.lock().await.unwrap();
     assert_eq!(second.held_nodes(), 2);
     let t2 = second.fencing_token().expect("fenced");
-    assert!(t2 > t1, "token went back after lost counters: {t1} then {t2}");
+    assert!(
+        t2 > t1,
+        "token went back after lost counters: {t1} then {t2}"
+    );
     second.unlock().await.unwrap();
     blocker.unlock().await.unwrap();
 

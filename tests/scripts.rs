@@ -383,3 +383,123 @@ fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
     let kept: String = redis::cmd("GET").arg(text).query(&mut conn).unwrap();
     assert_eq!(kept, "x", "the other type's key untouched");
 }
+
+/// `acquire.lua`'s long form for a waiter on `HASH`: fenced, queued with `slack` and `claim` ms.
+fn wait_call(conn: &mut Connection, field: &str, lease: u64) -> Value {
+    let script = Script::new(ACQUIRE);
+    let mut call = script.key(HASH);
+    call.key(FENCE).key(format!("{HASH}:delay"));
+    call.arg(field)
+        .arg(lease)
+        .arg("1")
+        .arg(GRACE)
+        .arg(0)
+        .arg(2_000)
+        .arg(1_500);
+    call.invoke(conn).unwrap()
+}
+
+fn queue_of(conn: &mut Connection) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(format!("{HASH}:q"))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap()
+}
+
+#[test]
+fn a_release_grants_the_first_queued_waiter_who_claims_it_as_a_first_acquisition() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let Value::Array(first) = wait_call(&mut conn, "a:1", 30_000) else {
+        panic!("a fenced grant")
+    };
+    let Value::Int(held_token) = first[1] else {
+        panic!("{first:?}")
+    };
+    // Two waiters queue, in order, each refused with the holder's lease.
+    for waiter in ["b:1", "c:1"] {
+        let Value::Int(refused) = wait_call(&mut conn, waiter, 20_000) else {
+            panic!("refused")
+        };
+        assert!(refused < -2, "{refused}");
+    }
+    assert_eq!(queue_of(&mut conn), ["b:1", "c:1"]);
+    let granted = command_calls(&server, "publish");
+    assert_eq!(
+        release_call(&mut conn, "a:1", (1, 1, "-"), None).unwrap(),
+        0
+    );
+    assert_eq!(
+        command_calls(&server, "publish"),
+        granted + 1,
+        "one message"
+    );
+    // b's hold is written with count 0 and the claim lease; c still waits.
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0));
+    assert!(pttl(&server, HASH) <= 1_500);
+    assert_eq!(queue_of(&mut conn), ["c:1"]);
+    // A grant is no re-entry: claiming it takes a new token and b's own lease, count 1.
+    let Value::Array(claimed) = wait_call(&mut conn, "b:1", 20_000) else {
+        panic!("a fenced claim")
+    };
+    assert_eq!(claimed[0], Value::Int(1));
+    let Value::Int(token) = claimed[1] else {
+        panic!("{claimed:?}")
+    };
+    assert!(token > held_token);
+    assert!(pttl(&server, HASH) > 15_000, "b's lease");
+    // c, asking again, is refused and keeps its place.
+    assert!(matches!(wait_call(&mut conn, "c:1", 20_000), Value::Int(n) if n < -2));
+    assert_eq!(queue_of(&mut conn), ["c:1"]);
+}
+
+#[test]
+fn a_retried_release_does_not_take_a_queued_grant_for_a_hand_over() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    wait_call(&mut conn, "a:1", 30_000);
+    wait_call(&mut conn, "a:2", 20_000);
+    // Another client listens, so the release grants from the queue (to a:2, count 0) rather
+    // than handing over to a:2 as its own client's successor; its reply is lost.
+    // (The successor's own client is one listener.)
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        let mut listener = server.conn();
+        redis::cmd("SUBSCRIBE")
+            .arg(format!("{HASH}:unlock"))
+            .exec(&mut listener)
+            .unwrap();
+        listeners.push(listener);
+    }
+    assert_eq!(
+        release_call(&mut conn, "a:1", (1, 1, "-"), Some(("a:2", true))).unwrap(),
+        0
+    );
+    assert_eq!(count_of(&mut conn, "a:2"), Some(0));
+    // The retry must not report a hand-over (a:2 would take a grant it has not claimed, with
+    // the old holder's token, as a hold of its full lease).
+    assert_eq!(
+        release_call(&mut conn, "a:1", (1, 1, "r"), Some(("a:2", true))).unwrap(),
+        0
+    );
+}
+
+#[test]
+fn a_waiter_finding_the_lock_free_behind_others_gives_it_to_the_first() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    wait_call(&mut conn, "a:1", 200);
+    wait_call(&mut conn, "b:1", 20_000);
+    wait_call(&mut conn, "c:1", 20_000);
+    // a's lease runs out (a crashed); c asks first.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let refused = wait_call(&mut conn, "c:1", 20_000);
+    assert!(
+        matches!(refused, Value::Int(n) if n < -2),
+        "c is refused, never told it holds the lock: {refused:?}"
+    );
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to b");
+    assert_eq!(queue_of(&mut conn), ["c:1"]);
+}

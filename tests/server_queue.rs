@@ -112,9 +112,9 @@ async fn eight_processes_take_turns_without_a_herd() {
         total as u64,
         "mutual exclusion"
     );
-    // Acquire, release and a waiter's claim: a release that woke every process to ask would
-    // cost about `processes` calls per acquisition.
-    assert!(per < 3.5, "{per:.2} script calls per acquisition: a herd");
+    // A waiter's queueing attempt, its claim and the release: about 3. A release that woke
+    // every process to ask cost about `processes` (8) calls per acquisition.
+    assert!(per < 5.0, "{per:.2} script calls per acquisition: a herd");
     assert!(queued(&server, &name).is_empty());
     assert!(!exists(&server, &key_of(&name)));
 }
@@ -172,35 +172,44 @@ async fn a_grant_to_a_frozen_then_killed_waiter_passes_on_after_the_claim_lease(
 async fn a_thousand_cancelled_waits_leave_no_entry_and_no_hold() {
     let server = Server::start();
     let name = unique_name("cancelled");
-    let [holder, waiters, other] = clients(&server).await;
+    let [holder, other] = clients(&server).await;
+    // Waiters in four clients, so several of them are queued on the server at once.
+    let waiters: [Client; 4] = clients(&server).await;
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..1000u64 {
-        let lock = waiters
+        let lock = waiters[i as usize % 4]
             .lock(&name)
             .unwrap()
             .with_owner(redlease::Owner::new());
-        // Cancelled at scattered points: before, during and after queueing.
+        // Cancelled at scattered points: before, during and after queueing, and after a grant.
         let limit = Duration::from_micros(i * 97 % 30_000);
         tasks.push(tokio::spawn(async move {
-            match i % 3 {
-                0 => tokio::time::timeout(limit, lock.lock()).await.is_err(),
-                1 => lock.try_lock_for(limit).await.unwrap().is_none(),
+            let got = match i % 3 {
+                0 => tokio::time::timeout(limit, lock.lock())
+                    .await
+                    .ok()
+                    .map(Result::unwrap),
+                1 => lock.try_lock_for(limit).await.unwrap(),
                 _ => {
                     let task = tokio::spawn(async move { lock.lock().await });
                     tokio::time::sleep(limit).await;
                     task.abort();
-                    task.await.is_err()
+                    task.await.ok().map(Result::unwrap)
                 }
+            };
+            // A wait that won before its cancellation holds the lock: it gives it back.
+            if let Some(guard) = got {
+                guard.unlock().await.unwrap();
             }
         }));
     }
-    for task in tasks {
-        assert!(task.await.unwrap(), "a cancelled wait got the lock");
-    }
-    // Release while cancelled entries may linger: the grant goes to nobody alive, or is given
-    // back; another owner gets the lock in any case.
+    // Release in the middle of the storm: grants race the cancellations.
+    tokio::time::sleep(Duration::from_millis(10)).await;
     held.unlock().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
     let guard = tokio::time::timeout(Duration::from_secs(5), other.lock(&name).unwrap().lock())
         .await
         .expect("another owner got the lock")
@@ -215,7 +224,7 @@ async fn a_thousand_cancelled_waits_leave_no_entry_and_no_hold() {
 }
 
 #[tokio::test]
-async fn a_waiter_that_asks_again_claims_its_grant_once() {
+async fn a_queued_waiter_is_given_the_lock_by_the_release_and_holds_it_once() {
     let server = Server::start();
     let name = unique_name("claim-once");
     let [holder, waiter] = clients(&server).await;
