@@ -186,6 +186,9 @@ impl Lock {
             }
             try_now = true;
             let Some(remaining) = wait.remaining() else {
+                if let Some(place) = place.take() {
+                    place.withdraw().await;
+                }
                 return Ok(None);
             };
             measured.waits();

@@ -37,6 +37,31 @@ impl QueuePlace {
     pub(crate) fn taken(mut self) {
         self.armed = false;
     }
+
+    /// The wait ran out: withdraws now, so the place is gone when the caller hears `None` (a
+    /// process that exits right after would leave it to its deadline, and a grant to it would
+    /// idle the lock for a claim lease). Dropped while in flight, it finishes in the background.
+    pub(crate) async fn withdraw(mut self) {
+        let inner = &self.client.inner;
+        let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
+        let withdrawn = inner
+            .node
+            .withdraw(&self.keys, &self.field, &inner.id_text)
+            .await;
+        match withdrawn {
+            Ok(gave_back) => {
+                self.armed = false;
+                if gave_back {
+                    inner.local_queues.released(&self.keys.hash);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(lock = %self.keys.name, error = %e, "could not withdraw a queue entry; it ends at its deadline");
+                self.armed = false;
+            }
+        }
+        drop(releasing);
+    }
 }
 
 impl Drop for QueuePlace {

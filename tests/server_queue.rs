@@ -286,3 +286,26 @@ async fn queue_worker() {
     }
     client.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_wait_that_runs_out_leaves_the_queue_before_it_returns() {
+    let server = Server::start();
+    let name = unique_name("ran-out");
+    let [holder, waiter] = clients(&server).await;
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let lock = waiter.lock(&name).unwrap();
+    assert!(
+        lock.try_lock_for(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Gone already, not at its deadline: a process that exits now leaves no place behind for
+    // the release to give the lock to.
+    assert!(queued(&server, &name).is_empty());
+    held.unlock().await.unwrap();
+    assert!(
+        !exists(&server, &key_of(&name)),
+        "nobody was given the lock"
+    );
+}

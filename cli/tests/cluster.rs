@@ -38,7 +38,7 @@ fn run_status_and_unlock_on_a_cluster() {
         );
         let held = status(&url, &name);
         assert_eq!(held["held"], true, "{held}");
-        assert_eq!(held["fence"], 1, "{held}");
+        assert!(held["fence"].as_u64().is_some_and(|f| f > 1), "{held}");
         // A second run waits briefly and gives up: the lock is held.
         let busy = finish(rl(&url, "run --wait 200ms", &name, &["true"]));
         assert_ne!(busy.code(), Some(0), "{busy:?}");

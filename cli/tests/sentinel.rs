@@ -36,7 +36,7 @@ fn run_and_status_through_sentinels_and_an_unknown_master_name() {
     assert_eq!(out.code(), Some(0), "{out:?}");
     let held: Value = serde_json::from_str(&out.stdout()).unwrap();
     assert_eq!(held["held"], true, "{held}");
-    assert_eq!(held["fence"], 1, "{held}");
+    assert!(held["fence"].as_u64().is_some_and(|f| f > 1), "{held}");
     fs::write(dir.path("stop"), "").unwrap();
     assert_eq!(run.finish(LIMIT).code(), Some(0));
     assert!(!support::exists(master, &key_of(&name)));
