@@ -135,14 +135,20 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
 end
 
 -- The short form: a plain lock (no fence, no lock-delay), never queued. A grant to this owner
--- (count 0) counts 1 after HINCRBY, as a claim should.
+-- (count 0: a wait that ended before it could claim it) is claimed like a free lock.
 local function acquire(hash, field, lease, reentrant)
     if redis.call('EXISTS', hash) == 0 then
         redis.call('HSET', hash, field, '1')
         redis.call('PEXPIRE', hash, lease)
         return 1
     end
-    if redis.call('HEXISTS', hash, field) == 1 then
+    local held = redis.call('HGET', hash, field)
+    if held == '0' then
+        redis.call('HSET', hash, field, '1')
+        redis.call('PEXPIRE', hash, lease)
+        return 1
+    end
+    if held then
         if reentrant == '0' then
             return 0
         end

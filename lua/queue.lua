@@ -27,9 +27,11 @@ local function enqueue(hash, field, now_us, ttl_ms, claim_ms)
     local q, qd = hash .. ':q', hash .. ':qd'
     local now_ms = math.floor(now_us / 1000)
     local entry = string.format('%d %d', now_ms + ttl_ms, claim_ms)
-    if redis.call('HSET', qd, field, entry) == 1 then
+    -- The list first: in a slot migration an error must come before a write it would orphan.
+    if redis.call('HEXISTS', qd, field) == 0 then
         redis.call('RPUSH', q, field)
     end
+    redis.call('HSET', qd, field, entry)
     -- Each key on its own: one may exist without the other after a partial write.
     for _, key in ipairs({q, qd}) do
         if redis.call('PTTL', key) < ttl_ms then

@@ -69,6 +69,11 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     end
 
     local held = tonumber(redis.call('HGET', hash, field))
+    if held == 0 then
+        -- A grant from the queue not claimed yet is no hold: only its waiter claims it, and only
+        -- withdraw.lua passes it on.
+        held = nil
+    end
     if not held then
         if retry and not always then
             -- A guard's last hold leaves no latch: the first attempt ran. The waiter it was handing

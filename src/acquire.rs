@@ -143,111 +143,122 @@ impl Lock {
         }
         // Our place in the lock's queue on the server, once an attempt may have queued us.
         let mut place: Option<QueuePlace> = None;
-        loop {
-            // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
-            inner.check_open()?;
-            if try_now {
-                // Held until the grant is registered, so this owner's grants register in the
-                // order the server applied them (`turns.rs`).
-                let _turn = acquiring.turn().await;
-                *attempts += 1;
-                let started = Instant::now();
-                // A waiter (subscribed: past its first attempt) queues on the server.
-                let queue = (subscription.is_some() && !reentry && !matches!(wait, Wait::Once))
-                    .then(|| self.queue_terms());
-                if queue.is_some() && place.is_none() {
-                    place = Some(QueuePlace::new(&self.client, &self.keys, &field));
+        let outcome = async {
+            loop {
+                // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
+                inner.check_open()?;
+                if try_now {
+                    // Held until the grant is registered, so this owner's grants register in the
+                    // order the server applied them (`turns.rs`).
+                    let _turn = acquiring.turn().await;
+                    *attempts += 1;
+                    let started = Instant::now();
+                    // A waiter (subscribed: past its first attempt) queues on the server.
+                    let queue = (subscription.is_some() && !reentry && !matches!(wait, Wait::Once))
+                        .then(|| self.queue_terms());
+                    if queue.is_some() && place.is_none() {
+                        place = Some(QueuePlace::new(&self.client, &self.keys, &field));
+                    }
+                    ttl = match self
+                        .attempt(&field, lease_ms, reentry, replicas, queue)
+                        .await?
+                    {
+                        Acquire::Acquired { count, token } => {
+                            let grant = Grant::Counted(count);
+                            match self.confirmed(&field, lease, started).await? {
+                                Some(since) => {
+                                    if let Some(place) = place.take() {
+                                        place.taken();
+                                    }
+                                    let guard = self.register(field, lease, grant, token, since)?;
+                                    return Ok(Some(self.watched(guard)));
+                                }
+                                // Spent on arrival and not confirmed: try again, within the wait.
+                                None => Some(Duration::ZERO),
+                            }
+                        }
+                        Acquire::AlreadyHeld => {
+                            return Err(Error::WouldDeadlock {
+                                name: self.keys.name.to_string(),
+                            });
+                        }
+                        Acquire::HeldElsewhere { ttl } => ttl,
+                    };
                 }
-                ttl = match self
-                    .attempt(&field, lease_ms, reentry, replicas, queue)
+                try_now = true;
+                let Some(remaining) = wait.remaining() else {
+                    if let Some(place) = place.take() {
+                        place.withdraw().await;
+                    }
+                    return Ok(None);
+                };
+                measured.waits();
+                if ticket.is_none() && !reentry {
+                    // Contended: from now on take turns with this client's other contenders.
+                    let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));
+                    let queued = !joined.is_head();
+                    if queued && let Some(place) = place.take() {
+                        // Only this client's head waits in the server's queue: a grant to a waiter
+                        // behind it locally would never be claimed. Awaited, so our own next
+                        // queued attempt comes after it.
+                        place.withdraw().await;
+                    }
+                    if !self.wait_turn(joined, wait, &mut subscription).await? {
+                        return Ok(None);
+                    }
+                    if queued {
+                        // Our turn came after others had theirs: the lock may well be free now.
+                        try_now = !skip_attempt(Some(joined), wait);
+                        continue;
+                    }
+                    // First in line at once: another attempt right now would meet the same holder
+                    // (it cost W6 and W2 a round trip per wait); subscribe first, just below.
+                }
+                let Some(sub) = subscription.as_ref() else {
+                    // Subscribe only after a failed attempt (the uncontended path stays one round
+                    // trip), then try again at once: the unlock may have happened before we listened,
+                    // and this attempt queues us.
+                    subscription = Some(self.subscribe(false).await?);
+                    continue;
+                };
+                // Wake on the unlock message, or when the holder's lease runs out (the message is
+                // lost when a lease simply expires), or at our own deadline.
+                let mut nap = nap_for(ttl);
+                if let Some(left) = remaining {
+                    nap = nap.min(left);
+                }
+                let offer = ticket.as_ref().filter(|_| take_over);
+                if let Some(guard) = self
+                    .nap(ticket.as_ref(), offer, sub, &field, lease, nap)
                     .await?
                 {
-                    Acquire::Acquired { count, token } => {
-                        let grant = Grant::Counted(count);
-                        match self.confirmed(&field, lease, started).await? {
-                            Some(since) => {
-                                if let Some(place) = place.take() {
-                                    place.taken();
-                                }
-                                let guard = self.register(field, lease, grant, token, since)?;
-                                return Ok(Some(self.watched(guard)));
-                            }
-                            // Spent on arrival and not confirmed: try again, within the wait.
-                            None => Some(Duration::ZERO),
-                        }
+                    // Handed over by a release of this client: that was the attempt (the release
+                    // took our queue entry out).
+                    *attempts += 1;
+                    if let Some(place) = place.take() {
+                        place.taken();
                     }
-                    Acquire::AlreadyHeld => {
-                        return Err(Error::WouldDeadlock {
-                            name: self.keys.name.to_string(),
-                        });
-                    }
-                    Acquire::HeldElsewhere { ttl } => ttl,
-                };
-            }
-            try_now = true;
-            let Some(remaining) = wait.remaining() else {
-                if let Some(place) = place.take() {
-                    place.withdraw().await;
+                    return Ok(Some(guard));
                 }
-                return Ok(None);
-            };
-            measured.waits();
-            if ticket.is_none() && !reentry {
-                // Contended: from now on take turns with this client's other contenders.
-                let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));
-                let queued = !joined.is_head();
-                if queued {
-                    // Only this client's head waits in the server's queue: a grant to a waiter
-                    // behind it locally would never be claimed.
-                    drop(place.take());
-                }
-                if !self.wait_turn(joined, wait, &mut subscription).await? {
-                    return Ok(None);
-                }
-                if queued {
-                    // Our turn came after others had theirs: the lock may well be free now.
-                    try_now = !skip_attempt(Some(joined), wait);
-                    continue;
-                }
-                // First in line at once: another attempt right now would meet the same holder
-                // (it cost W6 and W2 a round trip per wait); subscribe first, just below.
-            }
-            let Some(sub) = subscription.as_ref() else {
-                // Subscribe only after a failed attempt (the uncontended path stays one round
-                // trip), then try again at once: the unlock may have happened before we listened,
-                // and this attempt queues us.
-                subscription = Some(self.subscribe(false).await?);
-                continue;
-            };
-            // Wake on the unlock message, or when the holder's lease runs out (the message is
-            // lost when a lease simply expires), or at our own deadline.
-            let mut nap = nap_for(ttl);
-            if let Some(left) = remaining {
-                nap = nap.min(left);
-            }
-            let offer = ticket.as_ref().filter(|_| take_over);
-            if let Some(guard) = self
-                .nap(ticket.as_ref(), offer, sub, &field, lease, nap)
-                .await?
-            {
-                // Handed over by a release of this client: that was the attempt (the release
-                // took our queue entry out).
-                *attempts += 1;
-                if let Some(place) = place.take() {
-                    place.taken();
-                }
-                return Ok(Some(guard));
             }
         }
+        .await;
+        // Whatever ended the wait without the lock (an error, shutdown, the wait running out),
+        // our place in the server's queue goes before the caller hears of it: a process that
+        // exits then leaves no place for a release to give the lock to.
+        if let Some(place) = place.take() {
+            place.withdraw().await;
+        }
+        outcome
     }
 
     /// How this client's waiters queue on the server (`queue_place.rs`).
     fn queue_terms(&self) -> QueueTerms {
-        let claim_ms = self.client.inner.config.claim_lease.as_millis() as u64;
-        QueueTerms {
-            slack_ms: claim_ms,
-            claim_ms,
-        }
+        let config = &self.client.inner.config;
+        let claim_ms = config.claim_lease.as_millis() as u64;
+        // The entry outlives the wait it is told by the time the next attempt may take to land.
+        let slack_ms = claim_ms.max(config.timeout.as_millis() as u64);
+        QueueTerms { slack_ms, claim_ms }
     }
 
     /// The replica acknowledgement this lock asks for (its own, else the client's), checked.

@@ -208,6 +208,14 @@ impl Config {
         }
         self.replicas.validate()?;
         lease_ms("claim lease", self.claim_lease)?;
+        if self.claim_lease < Duration::from_millis(100) {
+            // A grant must outlive its message and the grantee's claim, or it passes from
+            // waiter to waiter unclaimed.
+            return Err(Error::InvalidDuration {
+                what: "claim lease",
+                reason: format!("{:?} is under the minimum of 100 ms", self.claim_lease),
+            });
+        }
         if self.claim_lease > Duration::from_secs(3600) {
             return Err(Error::InvalidDuration {
                 what: "claim lease",
@@ -215,12 +223,12 @@ impl Config {
             });
         }
         if let WaitBy::Polling { max, .. } = self.wait_by
-            && max >= self.claim_lease
+            && max * 2 > self.claim_lease
         {
             // A polling waiter claims a lock given to it at its next poll: within the claim
             // lease, or the grant passes on and the lock idles for a claim lease each time.
             return Err(Error::InvalidArgument(format!(
-                "the longest polling pause {max:?} must be shorter than the claim lease {:?}",
+                "the longest polling pause {max:?} must be at most half the claim lease {:?}",
                 self.claim_lease
             )));
         }

@@ -503,3 +503,27 @@ fn a_waiter_finding_the_lock_free_behind_others_gives_it_to_the_first() {
     assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to b");
     assert_eq!(queue_of(&mut conn), ["c:1"]);
 }
+
+#[test]
+fn an_unclaimed_grant_is_no_hold_to_release_and_its_owner_claims_it_even_non_reentrant() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    wait_call(&mut conn, "a:1", 30_000);
+    wait_call(&mut conn, "b:1", 20_000);
+    assert_eq!(
+        release_call(&mut conn, "a:1", (1, 1, "-"), None).unwrap(),
+        0
+    );
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to b");
+    // A give-back in b's name (a failed release, an undo after a dropped connection) finds no
+    // hold: the grant stays for b to claim, or for withdraw.lua to pass on.
+    assert_eq!(
+        release_call(&mut conn, "b:1", (1, 2, "a"), None).unwrap(),
+        -1
+    );
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0));
+    // b's plain, non-reentrant attempt claims it: not "already held by this owner".
+    let claimed = acquire_call(&mut conn, (HASH, None), "b:1", false).unwrap();
+    assert_eq!(claimed, Value::Int(1));
+    assert!(pttl(&server, HASH) > 25_000, "b's lease");
+}
