@@ -12,6 +12,8 @@ pub enum Unit {
     PerSec,
     Count,
     Bytes,
+    /// A plain number with decimals (a fraction, a ratio, calls per acquisition).
+    Ratio,
 }
 
 /// One metric of one run: `value` is the metric itself or the p50 of a
@@ -122,6 +124,10 @@ metrics! {
     RTT = "EVALSHA round trip";
     RTT_IDLE = "EVALSHA round trip after a 2-8 ms idle gap";
     RTT_WAKE = "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
+    ACQUISITIONS = "acquisitions";
+    SCRIPTS_PER_ACQ = "script calls per acquisition (server)";
+    JAIN = "fairness over processes (Jain)";
+    COUNTER_OFF = "counter − acquisitions (0 = exact)";
 }
 
 impl Unit {
@@ -131,6 +137,7 @@ impl Unit {
             Unit::PerSec => "per_s",
             Unit::Count => "count",
             Unit::Bytes => "bytes",
+            Unit::Ratio => "ratio",
         }
     }
 
@@ -140,6 +147,7 @@ impl Unit {
             "per_s" => Some(Unit::PerSec),
             "count" => Some(Unit::Count),
             "bytes" => Some(Unit::Bytes),
+            "ratio" => Some(Unit::Ratio),
             _ => None,
         }
     }
@@ -198,7 +206,13 @@ mod tests {
 
     #[test]
     fn measure_lines_round_trip() {
-        let units = [Unit::Micros, Unit::PerSec, Unit::Count, Unit::Bytes];
+        let units = [
+            Unit::Micros,
+            Unit::PerSec,
+            Unit::Count,
+            Unit::Bytes,
+            Unit::Ratio,
+        ];
         for unit in units {
             assert_eq!(Unit::parse(unit.name()), Some(unit));
         }
