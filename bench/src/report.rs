@@ -92,7 +92,7 @@ pub fn table(ctx: &Context) -> String {
 /// W7/C7 at a glance: one row per (workload, implementation), the same medians as the table.
 pub fn w7_table(ctx: &Context) -> String {
     use crate::model::{ACQ_PER_SEC, COUNTER_OFF, JAIN, SCRIPTS_PER_ACQ, WAIT, WAIT_MAX, family};
-    use crate::workloads::processes::{FLOOR, LOCK_IMPL, RSLOCK_IMPL};
+    use crate::workloads::processes::{FLOOR, RSLOCK_IMPL};
     let rows: Vec<&Entry> = ctx
         .entries
         .iter()
@@ -101,8 +101,10 @@ pub fn w7_table(ctx: &Context) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut out =
-        String::from("W7/C7 at a glance (medians; ratios of `Lock` in the same run):\n\n");
+    let mut out = String::from(
+        "W7/C7 at a glance (medians; the ratios are redlease's acquisitions/s over the floor's \
+         and rslock's, same run and K):\n\n",
+    );
     out += &row(&[
         "Workload",
         "Implementation",
@@ -112,8 +114,8 @@ pub fn w7_table(ctx: &Context) -> String {
         "longest wait",
         "Jain",
         "counter exact",
-        "Lock / floor",
-        "Lock / rslock",
+        "÷ floor",
+        "÷ rslock",
     ]);
     out += "|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n";
     let value = |e: &Entry, metric: &str| e.measure(metric).map(|m| m.value);
@@ -143,8 +145,8 @@ pub fn w7_table(ctx: &Context) -> String {
             None => String::new(),
         };
         let (mut to_floor, mut to_rslock) = (String::new(), String::new());
-        if e.implementation == LOCK_IMPL {
-            let lock = acq(&e.workload, LOCK_IMPL);
+        if family(&e.implementation) == "redlease" {
+            let lock = acq(&e.workload, &e.implementation);
             let of = |base: Option<f64>| match (lock, base) {
                 (Some(l), Some(b)) if b > 0.0 => format!("{:.2}×", l / b),
                 _ => String::new(),
