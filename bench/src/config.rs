@@ -169,7 +169,7 @@ impl Config {
             w7_procs: args
                 .w7_procs
                 .into_iter()
-                .filter(|&k| k >= 1 && k <= 64)
+                .filter(|k| (1..=64).contains(k))
                 .collect(),
             w7_worker: args.w7_worker,
             cluster_url: args.cluster_url,

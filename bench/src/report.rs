@@ -140,8 +140,10 @@ pub fn w7_table(ctx: &Context) -> String {
             .map(|v| fmt_value(Unit::Micros, v))
             .unwrap_or_default();
         let exact = match value(e, COUNTER_OFF) {
-            Some(v) if v == 0.0 => "yes".to_string(),
-            Some(v) => format!("no ({v:+.0})"),
+            Some(v) => match v == 0.0 {
+                true => "yes".to_string(),
+                false => format!("no ({v:+.0})"),
+            },
             None => String::new(),
         };
         let (mut to_floor, mut to_rslock) = (String::new(), String::new());

@@ -190,7 +190,9 @@ impl Locker {
             }
             #[cfg(not(feature = "redlease"))]
             (Kind::Lock | Kind::Fair, _) => bail!("bench built without the `redlease` feature"),
-            (Kind::Rslock, Target::One(url)) => Locker::Rslock(Rslock::new(&[url.clone()])),
+            (Kind::Rslock, Target::One(url)) => {
+                Locker::Rslock(Rslock::new(std::slice::from_ref(url)))
+            }
             (Kind::Rslock, t @ Target::Cluster(_)) => {
                 Locker::Rslock(Rslock::new_cluster(&t.node_urls())?)
             }
