@@ -99,6 +99,7 @@ pub enum Target {
 }
 
 impl Target {
+    #[cfg(feature = "redlease")]
     fn url(&self) -> &str {
         match self {
             Target::One(u) | Target::Cluster(u) => u,
