@@ -11,8 +11,8 @@ pub const C1: &str = "C1 cluster W1";
 pub const C3: &str = "C3 cluster W3";
 pub const C4: &str = "C4 cluster W4";
 pub const C6: &str = "C6 cluster W6";
-/// The labels' first words, as `--only` names them.
-pub const SELECTORS: [&str; 4] = ["C1", "C3", "C4", "C6"];
+/// The labels' first words, as `--only` names them (C7: W7 on the cluster, workloads/processes.rs).
+pub const SELECTORS: [&str; 5] = ["C1", "C3", "C4", "C6", "C7"];
 
 pub const ONE_SERVER: &str = "redlease one server";
 pub const CLUSTER: &str = "redlease cluster";
@@ -20,7 +20,7 @@ pub const CLUSTER: &str = "redlease cluster";
 pub const RSLOCK_CLUSTER: &str = "rslock cluster";
 
 /// `redis+cluster://h1:p1,h2:p2` → `redis://h1:p1/`, `redis://h2:p2/`.
-fn seed_urls(cluster_url: &str) -> Vec<String> {
+pub fn seed_urls(cluster_url: &str) -> Vec<String> {
     let hosts = cluster_url.trim_start_matches("redis+cluster://");
     hosts.split(',').map(|h| format!("redis://{h}/")).collect()
 }

@@ -1,4 +1,4 @@
-//! `redlease-bench`: the workloads W1-W6 for redlease, its peers (rslock,
+//! `redlease-bench`: the workloads W1-W7 for redlease, its peers (rslock,
 //! redlock, rlock, redisson) and the EVALSHA floor, in one run against
 //! private redis-server processes; prints one Markdown table of medians and
 //! ratios and writes it to `target/bench-report.md`.
@@ -80,6 +80,10 @@ fn main() -> Result<()> {
 }
 
 async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
+    if let Some(index) = cfg.w7_worker {
+        // One of a W7 cell's processes (workloads/processes.rs).
+        workloads::processes::worker(&cfg, index).await;
+    }
     let started = Instant::now();
     let wants_cluster = cluster_suite::SELECTORS.iter().any(|w| cfg.wants(w));
     // The parent starts the cluster (kept alive until the report is written); children get
@@ -181,8 +185,16 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
         suite::w6(&mut runner, c).await;
         runner.run_queued().await;
     }
+    if cfg.wants("W7") {
+        workloads::processes::suite(&mut runner, false, &cfg.w7_procs, cfg.w7_secs).await;
+        runner.run_queued().await;
+    }
     if let (true, Some(url)) = (wants_cluster, cfg.cluster_url.clone()) {
         cluster_suite::cluster(&mut runner, c, &url, |w| cfg.wants(w)).await;
+        runner.run_queued().await;
+    }
+    if let (true, Some(_)) = (cfg.wants("C7"), &cfg.cluster_url) {
+        workloads::processes::suite(&mut runner, true, &cfg.w7_procs, cfg.w7_secs).await;
         runner.run_queued().await;
     }
     if let (true, Some(url)) = (cfg.wants(replica_suite::SELECTOR), cfg.replica_url.clone()) {
@@ -237,7 +249,8 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
          {cores} cores, loopback, private redis-server {ver}; total {seconds:.0} s; {load}.\n\
          Placement: {placement}.\n\
          Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
-         W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs.\n\n{table}\n{notes}",
+         W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs; \
+         W7/C7 {w7} s of contention per run.\n\n{table}\n{w7_table}{notes}",
         runs = cfg.runs,
         // SAFETY: sysconf has no preconditions.
         cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) },
@@ -251,7 +264,9 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
         b = c.w4[1],
         w5 = c.w5,
         w6 = c.w6,
+        w7 = cfg.w7_secs,
         table = report::table(&ctx),
+        w7_table = report::w7_table(&ctx),
         notes = NOTES,
         placement = cfg.placed,
     )
@@ -333,5 +348,14 @@ two clients by `resign()`, the candidate waiting in `campaign` (latency = the ca
 `campaign` returning − the `resign()` call); E2 kills a leader process (this binary, 1 s lease, \
 renewed every third of it) with SIGKILL while a candidate waits: the takeover is bounded by the \
 lease and at least two thirds of it.
+- W7 (C7: the same on the cluster): K separate OS processes (one task and one client each, \
+started by the cell's process, which inherits the run's CPU placement) contend on one lock for \
+a fixed time, each incrementing a counter non-atomically under it (GET, then SET, on a key of \
+the lock's hash slot). Wait: from asking for the lock to getting it. Script calls: EVAL, \
+EVALSHA (and FCALL) counted by the server(s) (INFO commandstats) between the processes' start \
+and their end, per acquisition. Fairness: Jain's index over the processes' acquisition counts \
+(1 = equal). The floor: one list key holding one token, taken with BLPOP (a connection per \
+waiting task) and given back with LPUSH: the server hands it to the longest-blocked client. \
+\"counter − acquisitions\" is the worst run's (0 = no lost update).
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

@@ -12,6 +12,8 @@ pub enum Unit {
     PerSec,
     Count,
     Bytes,
+    /// A plain number with decimals (a fraction, a ratio, calls per acquisition).
+    Ratio,
 }
 
 /// One metric of one run: `value` is the metric itself or the p50 of a
@@ -125,6 +127,10 @@ metrics! {
     TAKEOVER_KILL = "kill -9 of the leader to the next leader's campaign returning";
     LEASE = "leader lease";
     RTT_WAKE = "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
+    ACQUISITIONS = "acquisitions";
+    SCRIPTS_PER_ACQ = "script calls per acquisition (server)";
+    JAIN = "fairness over processes (Jain)";
+    COUNTER_OFF = "counter − acquisitions (0 = exact)";
 }
 
 impl Unit {
@@ -134,6 +140,7 @@ impl Unit {
             Unit::PerSec => "per_s",
             Unit::Count => "count",
             Unit::Bytes => "bytes",
+            Unit::Ratio => "ratio",
         }
     }
 
@@ -143,6 +150,7 @@ impl Unit {
             "per_s" => Some(Unit::PerSec),
             "count" => Some(Unit::Count),
             "bytes" => Some(Unit::Bytes),
+            "ratio" => Some(Unit::Ratio),
             _ => None,
         }
     }
@@ -201,7 +209,13 @@ mod tests {
 
     #[test]
     fn measure_lines_round_trip() {
-        let units = [Unit::Micros, Unit::PerSec, Unit::Count, Unit::Bytes];
+        let units = [
+            Unit::Micros,
+            Unit::PerSec,
+            Unit::Count,
+            Unit::Bytes,
+            Unit::Ratio,
+        ];
         for unit in units {
             assert_eq!(Unit::parse(unit.name()), Some(unit));
         }

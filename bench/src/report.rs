@@ -18,6 +18,7 @@ pub fn fmt_value(unit: Unit, v: f64) -> String {
         Unit::PerSec => format!("{}/s", thousands(v)),
         Unit::Count => thousands(v),
         Unit::Bytes => format!("{v:.0} B"),
+        Unit::Ratio => format!("{v:.3}"),
     }
 }
 
@@ -86,6 +87,89 @@ pub fn table(ctx: &Context) -> String {
         out += &text;
     }
     out
+}
+
+/// W7/C7 at a glance: one row per (workload, implementation), the same medians as the table.
+pub fn w7_table(ctx: &Context) -> String {
+    use crate::model::{ACQ_PER_SEC, COUNTER_OFF, JAIN, SCRIPTS_PER_ACQ, WAIT, WAIT_MAX, family};
+    use crate::workloads::processes::{FLOOR, RSLOCK_IMPL};
+    let rows: Vec<&Entry> = ctx
+        .entries
+        .iter()
+        .filter(|e| matches!(family(&e.workload), "W7" | "C7"))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "W7/C7 at a glance (medians; the ratios are redlease's acquisitions/s over the floor's \
+         and rslock's, same run and K):\n\n",
+    );
+    out += &row(&[
+        "Workload",
+        "Implementation",
+        "acquisitions/s",
+        "script calls / acq.",
+        "p99 wait",
+        "longest wait",
+        "Jain",
+        "counter exact",
+        "÷ floor",
+        "÷ rslock",
+    ]);
+    out += "|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n";
+    let value = |e: &Entry, metric: &str| e.measure(metric).map(|m| m.value);
+    let acq = |w: &str, implementation: &str| {
+        ctx.entries
+            .iter()
+            .find(|e| e.workload == w && e.implementation == implementation)
+            .and_then(|e| value(e, ACQ_PER_SEC))
+    };
+    for e in rows {
+        if !matches!(e.outcome, Outcome::Measured { .. }) {
+            continue;
+        }
+        let show = |metric: &str, unit: Unit| {
+            value(e, metric)
+                .map(|v| fmt_value(unit, v))
+                .unwrap_or_default()
+        };
+        let p99 = e
+            .measure(WAIT)
+            .and_then(|m| m.p99)
+            .map(|v| fmt_value(Unit::Micros, v))
+            .unwrap_or_default();
+        let exact = match value(e, COUNTER_OFF) {
+            Some(v) => match v == 0.0 {
+                true => "yes".to_string(),
+                false => format!("no ({v:+.0})"),
+            },
+            None => String::new(),
+        };
+        let (mut to_floor, mut to_rslock) = (String::new(), String::new());
+        if family(&e.implementation) == "redlease" {
+            let lock = acq(&e.workload, &e.implementation);
+            let of = |base: Option<f64>| match (lock, base) {
+                (Some(l), Some(b)) if b > 0.0 => format!("{:.2}×", l / b),
+                _ => String::new(),
+            };
+            to_floor = of(acq(&e.workload, FLOOR));
+            to_rslock = of(acq(&e.workload, RSLOCK_IMPL));
+        }
+        out += &row(&[
+            &e.workload,
+            &e.implementation,
+            &show(ACQ_PER_SEC, Unit::PerSec),
+            &show(SCRIPTS_PER_ACQ, Unit::Ratio),
+            &p99,
+            &show(WAIT_MAX, Unit::Micros),
+            &show(JAIN, Unit::Ratio),
+            &exact,
+            &to_floor,
+            &to_rslock,
+        ]);
+    }
+    out + "\n"
 }
 
 pub fn write(path: &Path, markdown: &str) -> Result<()> {

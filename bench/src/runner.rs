@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{COUNTER, Entry, MEASURE_LINE, Measure, Outcome, TimedOut, family};
+use crate::model::{COUNTER, COUNTER_OFF, Entry, MEASURE_LINE, Measure, Outcome, TimedOut, family};
 use crate::server::RedisServer;
 use crate::stats::median;
 
@@ -220,6 +220,12 @@ fn combine(runs: &[Vec<Measure>]) -> Outcome {
             let p99s: Vec<f64> = same().filter_map(|x| x.p99).collect();
             let value = if m.metric == COUNTER {
                 values.iter().copied().fold(f64::INFINITY, f64::min)
+            } else if m.metric == COUNTER_OFF {
+                // The worst run: a lost update in any run shows.
+                values
+                    .iter()
+                    .copied()
+                    .fold(0.0_f64, |a, b| if b.abs() > a.abs() { b } else { a })
             } else {
                 median(&values)
             };

@@ -4,8 +4,8 @@
 use crate::cluster_suite::{C1, C3, C4, C6, CLUSTER, ONE_SERVER};
 use crate::family_suite::{F1, F2};
 use crate::model::{
-    ACQ_PER_SEC, COUNTER, Entry, MEM, Measure, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE,
-    TICK, TICK_RT, Unit, WAIT_MAX, WAKE, family,
+    ACQ_PER_SEC, COUNTER, COUNTER_OFF, Entry, JAIN, MEM, Measure, PAIR, PAIRS_PER_SEC,
+    READS_PER_SEC, RTT, RTT_WAKE, SCRIPTS_PER_ACQ, TICK, TICK_RT, Unit, WAIT_MAX, WAKE, family,
 };
 use crate::replica_suite::{OFF, R1, WAIT};
 use crate::tls_suite::{FLOOR_PLAIN, FLOOR_TLS, PLAIN, T1, TLS};
@@ -28,6 +28,67 @@ fn variant_of(implementation: &str, family_name: &str) -> String {
 }
 
 impl Context<'_> {
+    /// W7/C7: `Lock` and `FairLock` against the floor and rslock of the same K and run (the
+    /// targets of issue 20), C7 against the same row on one server; rslock against `Lock`.
+    fn judge_w7(&self, e: &Entry, m: &Measure) -> (String, String) {
+        use crate::workloads::processes::{FLOOR, LOCK_IMPL, RSLOCK_IMPL, one_server_label};
+        let w = e.workload.as_str();
+        let fam = family(&e.implementation);
+        let ratio = |base: Option<f64>, name: &str| match base {
+            Some(b) if b > 0.0 => Some(format!("{:.2}× {name}", m.value / b)),
+            _ => None,
+        };
+        let verdict = |ok: bool, text: &str| format!("{} {text}", if ok { "✅" } else { "❌" });
+        if m.metric == COUNTER_OFF {
+            return (String::new(), verdict(m.value == 0.0, "= 0"));
+        }
+        if fam == "floor" {
+            return (String::new(), String::new());
+        }
+        if e.implementation == RSLOCK_IMPL {
+            let r = match m.metric {
+                ACQ_PER_SEC | WAIT_MAX => ratio(self.find(w, LOCK_IMPL, m.metric), "Lock"),
+                _ => None,
+            };
+            return (r.unwrap_or_default(), String::new());
+        }
+        let floor = self.find(w, FLOOR, m.metric);
+        let rslock = self.find(w, RSLOCK_IMPL, m.metric);
+        let one = one_server_label(w).and_then(|o| self.find(&o, &e.implementation, m.metric));
+        let cluster = family(w) == "C7";
+        let mut ratios = Vec::new();
+        let mut targets = Vec::new();
+        match m.metric {
+            ACQ_PER_SEC => {
+                ratios.extend(ratio(floor, "floor"));
+                ratios.extend(ratio(rslock, "rslock"));
+                if let Some(f) = floor {
+                    targets.push(verdict(m.value >= 0.9 * f, "≥ 0.9× floor"));
+                }
+                if let Some(r) = rslock {
+                    targets.push(verdict(m.value >= 1.2 * r, "≥ 1.2× rslock"));
+                }
+                if cluster {
+                    ratios.extend(ratio(one, "one server"));
+                    if let Some(o) = one {
+                        targets.push(verdict(m.value >= 0.8 * o, "≥ 0.8× one server"));
+                    }
+                }
+            }
+            WAIT_MAX => {
+                ratios.extend(ratio(floor, "floor"));
+                ratios.extend(ratio(rslock, "rslock"));
+                if let Some(f) = floor {
+                    targets.push(verdict(m.value <= 2.0 * f, "≤ 2× floor"));
+                }
+            }
+            JAIN => targets.push(verdict(m.value >= 0.99, "≥ 0.99")),
+            SCRIPTS_PER_ACQ => targets.push(verdict(m.value <= 2.5, "≤ 2.5")),
+            _ => {}
+        }
+        (ratios.join("; "), targets.join(", "))
+    }
+
     fn find(&self, workload: &str, implementation: &str, metric: &str) -> Option<f64> {
         self.entries
             .iter()
@@ -62,6 +123,9 @@ impl Context<'_> {
             None => format!("? (no {name})"),
         };
 
+        if matches!(family(w), "W7" | "C7") {
+            return self.judge_w7(e, m);
+        }
         if m.metric == COUNTER {
             // F1 runs W2's tasks and rounds, so its counter must reach the same total.
             let ok = m.value == self.expected_counter;

@@ -1,4 +1,4 @@
-//! The workloads W1-W6 (see docs/performance.md), each written once for async
+//! The workloads W1-W7 (see docs/performance.md), each written once for async
 //! implementations (tokio tasks) and, where the sync peer can run it, once for OS threads.
 
 /// E1, E2: leader election.
@@ -13,6 +13,8 @@ pub mod many_keys;
 pub mod one_caller;
 /// W2: many tasks contend for one lock.
 pub mod one_hot_lock;
+/// W7 (and C7): K processes, one task each, contend on one lock.
+pub mod processes;
 /// W6: how soon a waiter runs after the holder's release.
 pub mod wake_up;
 /// W4: one client keeps many locks renewed.

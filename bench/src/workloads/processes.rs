@@ -1,0 +1,551 @@
+//! W7 (C7 on the cluster): K separate OS processes, one task each, contend on ONE lock for a
+//! fixed time, each incrementing a counter non-atomically under it (GET, then SET of the value
+//! + 1, on a key in the lock's slot). Targets: redlease `Lock` (default settings), redlease
+//! `FairLock`, rslock, and the floor: one list key holding one token, taken with `BLPOP` on a
+//! connection of the waiting task's own and given back with `LPUSH` (the server hands it to
+//! the longest-blocked client: FIFO, one round trip per hand-over).
+//!
+//! The cell's own child process (spawned by the runner like every cell) is the coordinator:
+//! it starts the K processes (this binary again, with its own arguments and
+//! `--w7-worker I`), waits until every one has connected and warmed up, reads the servers'
+//! script calls (`INFO commandstats`), tells them all to go on their stdin, collects each
+//! one's acquisitions and waits from its stdout, and reads the counts again. The K processes
+//! inherit the CPU placement of the run and die with the coordinator (`PR_SET_PDEATHSIG`);
+//! the coordinator kills them on any error (`kill_on_drop`).
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::config::Config;
+use crate::model::{
+    ACQ_PER_SEC, ACQUISITIONS, COUNTER_OFF, JAIN, Measure, SCRIPTS_PER_ACQ, Unit, WAIT, WAIT_MAX,
+};
+use crate::runner::Runner;
+use crate::server::{Counters, RedisServer};
+use crate::stats::{micros, p50_p99, per_sec};
+
+/// The lock's name; the counter and the floor's token share its hash slot (`{bench:w7}`;
+/// rslock's key `bench:w7` hashes as a whole to the same slot).
+const LOCK: &str = "bench:w7";
+const COUNTER_KEY: &str = "{bench:w7}:counter";
+const TOKEN_KEY: &str = "{bench:w7}:token";
+
+/// Lock+unlock pairs each process makes before the measured part (connections, scripts).
+const WARM_UP: usize = 20;
+/// Longest a process waits for the lock (or the token) before the run fails.
+const WAIT_BOUND: Duration = Duration::from_secs(30);
+/// Longest the coordinator waits for the processes to be ready, and to report after the run.
+const READY_BOUND: Duration = Duration::from_secs(60);
+const REPORT_GRACE: Duration = Duration::from_secs(60);
+
+/// Lines a W7 process prints.
+const READY: &str = "W7READY";
+const DONE: &str = "W7DONE";
+const WAITS: &str = "W7WAITS";
+const FAILED: &str = "W7ERROR";
+
+pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
+pub const LOCK_IMPL: &str = "redlease Lock";
+pub const FAIR_IMPL: &str = "redlease FairLock";
+pub const RSLOCK_IMPL: &str = "rslock";
+
+/// Workload labels: `W7 4 processes`, `C7 cluster 4 processes`; the first word selects.
+pub fn label(cluster: bool, k: usize) -> String {
+    if cluster {
+        format!("C7 cluster {k} processes")
+    } else {
+        format!("W7 {k} processes")
+    }
+}
+
+/// The one-server label of a C7 label (`C7 cluster 4 processes` -> `W7 4 processes`).
+pub fn one_server_label(c7: &str) -> Option<String> {
+    c7.strip_prefix("C7 cluster ").map(|k| format!("W7 {k}"))
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Kind {
+    Floor,
+    Lock,
+    Fair,
+    Rslock,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [Kind::Floor, Kind::Lock, Kind::Fair, Kind::Rslock];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Floor => FLOOR,
+            Kind::Lock => LOCK_IMPL,
+            Kind::Fair => FAIR_IMPL,
+            Kind::Rslock => RSLOCK_IMPL,
+        }
+    }
+
+    fn of(implementation: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == implementation)
+    }
+}
+
+/// Where a run goes: one server's URL, or the cluster's `redis+cluster://` URL.
+#[derive(Clone, Debug)]
+pub enum Target {
+    One(String),
+    Cluster(String),
+}
+
+impl Target {
+    #[cfg(feature = "redlease")]
+    fn url(&self) -> &str {
+        match self {
+            Target::One(u) | Target::Cluster(u) => u,
+        }
+    }
+
+    /// `redis://` URLs of every node (one, or the cluster's primaries).
+    fn node_urls(&self) -> Vec<String> {
+        match self {
+            Target::One(u) => vec![u.clone()],
+            Target::Cluster(u) => crate::cluster_suite::seed_urls(u),
+        }
+    }
+}
+
+/// A connection to one server or to the cluster (routed by key).
+enum Conn {
+    One(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    async fn open(target: &Target, response_timeout: Duration) -> Result<Conn> {
+        Ok(match target {
+            Target::One(url) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(response_timeout))
+                    .set_connection_timeout(Some(Duration::from_secs(5)));
+                Conn::One(
+                    redis::Client::open(url.as_str())?
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            }
+            Target::Cluster(_) => Conn::Cluster(
+                redis::cluster::ClusterClientBuilder::new(target.node_urls())
+                    .response_timeout(response_timeout)
+                    .connection_timeout(Duration::from_secs(5))
+                    .build()?
+                    .get_async_connection()
+                    .await?,
+            ),
+        })
+    }
+
+    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
+        Ok(match self {
+            Conn::One(c) => cmd.query_async(c).await?,
+            Conn::Cluster(c) => cmd.query_async(c).await?,
+        })
+    }
+}
+
+/// One process's way to take and give back the lock.
+enum Locker {
+    #[cfg(feature = "redlease")]
+    Lock(redlease::Client, redlease::Lock),
+    #[cfg(feature = "redlease")]
+    Fair(redlease::Client, redlease::FairLock),
+    Rslock(crate::peers::rslock::Rslock),
+    /// The token's connection (BLPOP blocks it; this task's own).
+    Floor(Conn),
+}
+
+enum Held {
+    #[cfg(feature = "redlease")]
+    Lock(redlease::LockGuard),
+    #[cfg(feature = "redlease")]
+    Fair(redlease::FairGuard),
+    Rslock(rslock::LockGuard),
+    Token,
+}
+
+impl Locker {
+    async fn open(kind: Kind, target: &Target) -> Result<Locker> {
+        use crate::peers::rslock::Rslock;
+        Ok(match (kind, target) {
+            #[cfg(feature = "redlease")]
+            (Kind::Lock, t) => {
+                let client = redlease::Client::connect(t.url()).await?;
+                let lock = client.lock(LOCK)?;
+                Locker::Lock(client, lock)
+            }
+            #[cfg(feature = "redlease")]
+            (Kind::Fair, t) => {
+                let client = redlease::Client::connect(t.url()).await?;
+                let lock = client.fair_lock(LOCK)?;
+                Locker::Fair(client, lock)
+            }
+            #[cfg(not(feature = "redlease"))]
+            (Kind::Lock | Kind::Fair, _) => bail!("bench built without the `redlease` feature"),
+            (Kind::Rslock, Target::One(url)) => {
+                Locker::Rslock(Rslock::new(std::slice::from_ref(url)))
+            }
+            (Kind::Rslock, t @ Target::Cluster(_)) => {
+                Locker::Rslock(Rslock::new_cluster(&t.node_urls())?)
+            }
+            // The server answers a BLPOP once it has the token: no response timeout below the
+            // wait bound.
+            (Kind::Floor, t) => Locker::Floor(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?),
+        })
+    }
+
+    async fn lock(&mut self) -> Result<Held> {
+        use crate::locker::AsyncLocker as _;
+        let take = async {
+            Ok(match self {
+                #[cfg(feature = "redlease")]
+                Locker::Lock(_, lock) => Held::Lock(lock.lock().await?),
+                #[cfg(feature = "redlease")]
+                Locker::Fair(_, lock) => Held::Fair(lock.lock().await?),
+                Locker::Rslock(l) => Held::Rslock(l.lock(LOCK).await?),
+                Locker::Floor(conn) => {
+                    let secs = WAIT_BOUND.as_secs();
+                    let got: Option<(String, String)> = conn
+                        .query(redis::cmd("BLPOP").arg(TOKEN_KEY).arg(secs))
+                        .await?;
+                    got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
+                    Held::Token
+                }
+            })
+        };
+        match tokio::time::timeout(WAIT_BOUND + Duration::from_secs(1), take).await {
+            Ok(held) => held,
+            Err(_) => bail!("no lock in {WAIT_BOUND:?}"),
+        }
+    }
+
+    async fn unlock(&mut self, held: Held) -> Result<()> {
+        use crate::locker::AsyncLocker as _;
+        match (self, held) {
+            #[cfg(feature = "redlease")]
+            (_, Held::Lock(g)) => g.unlock().await?,
+            #[cfg(feature = "redlease")]
+            (_, Held::Fair(g)) => g.unlock().await?,
+            (Locker::Rslock(l), Held::Rslock(g)) => l.unlock(g).await?,
+            (Locker::Floor(conn), Held::Token) => {
+                conn.query::<i64>(redis::cmd("LPUSH").arg(TOKEN_KEY).arg("token"))
+                    .await?;
+            }
+            _ => bail!("a guard of another kind"),
+        }
+        Ok(())
+    }
+
+    async fn close(self) {
+        match self {
+            #[cfg(feature = "redlease")]
+            Locker::Lock(client, _) | Locker::Fair(client, _) => {
+                let _ = client.shutdown().await;
+            }
+            Locker::Rslock(_) | Locker::Floor(_) => {}
+        }
+    }
+}
+
+/// The target of a cell from its workload label.
+fn target_of(cfg: &Config, workload: &str) -> Result<Target> {
+    match crate::model::family(workload) {
+        "W7" => Ok(Target::One(
+            cfg.urls.first().context("no server URL")?.clone(),
+        )),
+        "C7" => Ok(Target::Cluster(
+            cfg.cluster_url.clone().context("no cluster URL")?,
+        )),
+        other => bail!("not a W7 workload: {other}"),
+    }
+}
+
+/// The cells: for every K, the floor, `Lock`, `FairLock` and rslock (in that order; the runner
+/// interleaves their runs).
+pub async fn suite(r: &mut Runner, cluster: bool, procs: &[usize], secs: u64) {
+    for &k in procs {
+        let w = label(cluster, k);
+        for kind in Kind::ALL {
+            if cfg!(not(feature = "redlease")) && matches!(kind, Kind::Lock | Kind::Fair) {
+                r.not_applicable(
+                    &w,
+                    kind.name(),
+                    "bench built without the `redlease` feature",
+                );
+                continue;
+            }
+            r.measure(&w, kind.name(), |deadline| coordinate(k, secs, deadline))
+                .await;
+        }
+    }
+}
+
+/// A W7 process's own part (`--w7-worker I`): prints its results on stdout and exits.
+pub async fn worker(cfg: &Config, index: usize) -> ! {
+    let outcome = async {
+        let (workload, implementation) = cfg.cell.clone().context("a W7 process needs --cell")?;
+        let kind = Kind::of(&implementation)
+            .with_context(|| format!("no W7 implementation {implementation:?}"))?;
+        work(kind, &target_of(cfg, &workload)?, cfg.w7_secs).await
+    }
+    .await;
+    if let Err(e) = outcome {
+        let text = format!("{e:#}").replace('\n', " ");
+        println!("{FAILED} process {index}: {text}");
+    }
+    let _ = std::io::stdout().flush();
+    // Do not wait for threads or tasks an implementation left behind.
+    std::process::exit(0);
+}
+
+async fn work(kind: Kind, target: &Target, secs: u64) -> Result<()> {
+    let mut counter = Conn::open(target, Duration::from_secs(5)).await?;
+    let mut locker = Locker::open(kind, target).await?;
+    for _ in 0..WARM_UP {
+        let held = locker.lock().await?;
+        locker.unlock(held).await?;
+    }
+    println!("{READY}");
+    std::io::stdout().flush()?;
+    let mut go = String::new();
+    let mut stdin = BufReader::new(tokio::io::stdin());
+    match tokio::time::timeout(READY_BOUND, stdin.read_line(&mut go)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        Ok(Ok(_)) => bail!("the coordinator went away before the start"),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => bail!("no start within {READY_BOUND:?}"),
+    }
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let mut waits: Vec<Duration> = Vec::new();
+    // Bounded by time (and every wait by WAIT_BOUND).
+    while Instant::now() < end {
+        let t0 = Instant::now();
+        let held = locker.lock().await?;
+        waits.push(t0.elapsed());
+        let v: Option<i64> = counter.query(redis::cmd("GET").arg(COUNTER_KEY)).await?;
+        let next = v.unwrap_or(0) + 1;
+        counter
+            .query::<()>(redis::cmd("SET").arg(COUNTER_KEY).arg(next))
+            .await?;
+        locker.unlock(held).await?;
+    }
+    let elapsed = start.elapsed();
+    locker.close().await;
+    let us: Vec<String> = waits.iter().map(|w| w.as_micros().to_string()).collect();
+    println!("{DONE} {} {}", waits.len(), elapsed.as_micros());
+    println!("{WAITS} {}", us.join(","));
+    Ok(())
+}
+
+/// What one process reported.
+struct Report {
+    acquisitions: usize,
+    elapsed: Duration,
+    waits: Vec<Duration>,
+}
+
+fn parse_report(lines: &[String]) -> Result<Report> {
+    if let Some(err) = lines.iter().find_map(|l| l.strip_prefix(FAILED)) {
+        bail!("{}", err.trim());
+    }
+    let done = lines
+        .iter()
+        .find_map(|l| l.strip_prefix(DONE))
+        .context("a W7 process reported no result")?;
+    let mut f = done.split_whitespace();
+    let acquisitions: usize = f.next().context("no count")?.parse()?;
+    let elapsed = Duration::from_micros(f.next().context("no time")?.parse()?);
+    let waits = lines
+        .iter()
+        .find_map(|l| l.strip_prefix(WAITS))
+        .context("a W7 process reported no waits")?
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map(Duration::from_micros))
+        .collect::<Result<Vec<_>, _>>()?;
+    anyhow::ensure!(waits.len() == acquisitions, "waits and count differ");
+    Ok(Report {
+        acquisitions,
+        elapsed,
+        waits,
+    })
+}
+
+/// Jain's fairness index of the processes' counts: 1 when all equal, 1/n when one has all.
+pub fn jain(counts: &[usize]) -> f64 {
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64) * (c as f64)).sum();
+    if squares == 0.0 {
+        return f64::NAN;
+    }
+    sum * sum / (counts.len() as f64 * squares)
+}
+
+async fn counters(nodes: &[String]) -> Result<Counters> {
+    let nodes = nodes.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let mut total = Counters::default();
+        for url in &nodes {
+            let c = RedisServer::attach(url)?.counters()?;
+            total.scripts += c.scripts;
+            total.commands += c.commands;
+        }
+        Ok(total)
+    })
+    .await?
+}
+
+/// A W7 process as the coordinator sees it.
+struct Proc {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+/// The coordinator's run (in the cell's child process): K processes, one result.
+async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measure>> {
+    let cfg = Config::parse(std::env::args().skip(1));
+    let (workload, implementation) = cfg.cell.clone().context("W7 runs in a cell")?;
+    let kind = Kind::of(&implementation).context("no such W7 implementation")?;
+    let target = target_of(&cfg, &workload)?;
+    let mut admin = Conn::open(&target, Duration::from_secs(5)).await?;
+    admin
+        .query::<()>(redis::cmd("DEL").arg(COUNTER_KEY).arg(TOKEN_KEY))
+        .await?;
+    if kind == Kind::Floor {
+        admin
+            .query::<()>(redis::cmd("RPUSH").arg(TOKEN_KEY).arg("token"))
+            .await?;
+    }
+    let exe = std::env::current_exe()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut procs = Vec::with_capacity(k);
+    for i in 0..k {
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.args(&args)
+            .args(["--w7-worker", &i.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        // SAFETY: the hook only makes the prctl system call. The process dies with the thread
+        // that spawned it (a runtime worker of the coordinator, living as long as it).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        let mut child = cmd.spawn().context("spawning a W7 process")?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        procs.push(Proc {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+        });
+    }
+    // Every process connected and warmed up.
+    let ready_by = (Instant::now() + READY_BOUND).min(deadline);
+    for (i, p) in procs.iter_mut().enumerate() {
+        loop {
+            let line = tokio::time::timeout_at(ready_by.into(), p.lines.next_line())
+                .await
+                .map_err(|_| anyhow!("W7 process {i} not ready in time"))??;
+            match line {
+                Some(l) if l == READY => break,
+                Some(l) if l.starts_with(FAILED) => bail!("{}", l.trim_start_matches(FAILED)),
+                Some(_) => continue,
+                None => bail!("W7 process {i} exited before it was ready"),
+            }
+        }
+    }
+    let before = counters(&target.node_urls()).await?;
+    for p in &mut procs {
+        p.stdin.write_all(b"go\n").await?;
+        p.stdin.flush().await?;
+    }
+    // Their results, read at once from all (a process blocked writing its waits must not
+    // hold up another's).
+    let report_by = Instant::now() + Duration::from_secs(secs) + REPORT_GRACE;
+    let reports =
+        futures::future::try_join_all(procs.iter_mut().enumerate().map(|(i, p)| async move {
+            let mut lines = Vec::new();
+            let read = async {
+                while let Some(l) = p.lines.next_line().await? {
+                    lines.push(l);
+                }
+                let status = p.child.wait().await?;
+                anyhow::Ok(status)
+            };
+            let status = tokio::time::timeout_at(report_by.into(), read)
+                .await
+                .map_err(|_| anyhow!("W7 process {i} did not finish in time"))??;
+            let report = parse_report(&lines).with_context(|| format!("W7 process {i}"))?;
+            anyhow::ensure!(status.success(), "W7 process {i} exited with {status}");
+            anyhow::Ok(report)
+        }))
+        .await?;
+    let after = counters(&target.node_urls()).await?;
+    let counter: Option<i64> = admin.query(redis::cmd("GET").arg(COUNTER_KEY)).await?;
+    drop(procs);
+
+    let counts: Vec<usize> = reports.iter().map(|r| r.acquisitions).collect();
+    let total: usize = counts.iter().sum();
+    let elapsed = reports.iter().map(|r| r.elapsed).max().unwrap_or_default();
+    let mut waits: Vec<Duration> = reports.into_iter().flat_map(|r| r.waits).collect();
+    let max = waits.iter().max().copied().unwrap_or_default();
+    let (p50, p99) = p50_p99(&mut waits);
+    let scripts = after.scripts.saturating_sub(before.scripts) as f64;
+    Ok(vec![
+        Measure::new(ACQ_PER_SEC, Unit::PerSec, per_sec(total, elapsed)),
+        Measure::new(ACQUISITIONS, Unit::Count, total as f64),
+        Measure::new(SCRIPTS_PER_ACQ, Unit::Ratio, scripts / total.max(1) as f64),
+        Measure::dist(WAIT, p50, p99),
+        Measure::new(WAIT_MAX, Unit::Micros, micros(max)),
+        Measure::new(JAIN, Unit::Ratio, jain(&counts)),
+        Measure::new(
+            COUNTER_OFF,
+            Unit::Count,
+            (counter.unwrap_or(0) - total as i64) as f64,
+        ),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_index() {
+        assert_eq!(jain(&[5, 5, 5, 5]), 1.0);
+        assert_eq!(jain(&[8, 0, 0, 0]), 0.25);
+        assert!((jain(&[1, 2]) - 0.9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(crate::model::family(&label(false, 4)), "W7");
+        assert_eq!(crate::model::family(&label(true, 8)), "C7");
+        assert_eq!(
+            one_server_label(&label(true, 8)).as_deref(),
+            Some(label(false, 8).as_str())
+        );
+        for kind in Kind::ALL {
+            assert_eq!(Kind::of(kind.name()), Some(kind));
+        }
+    }
+}
