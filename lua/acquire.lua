@@ -81,18 +81,6 @@ local function refuse(hash, field, ttl, slack, claim)
     return -2 - ttl
 end
 
--- Whether an owner of field's client (the uuid before the first ':') holds the lock.
-local function held_by_own_client(hash, field)
-    local client = string.match(field, '^[^:]*:')
-    local holders = redis.call('HGETALL', hash)
-    for i = 1, #holders, 2 do
-        if string.sub(holders[i], 1, #client) == client then
-            return true
-        end
-    end
-    return false
-end
-
 -- The long form: fenced, lock-delay, waiters.
 local function acquire_long(hash, field, lease, reentrant, fence, grace, marker, delay, slack,
                             claim)
@@ -127,11 +115,6 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
     end
     local ttl = redis.call('PTTL', hash)
     if ttl ~= -2 then
-        if slack > 0 and held_by_own_client(hash, field) then
-            -- Another owner of this waiter's own client holds it: the client's own queue hands
-            -- the lock on (`local_queue.rs`), so the server's queue stays for other clients.
-            slack = 0
-        end
         return refuse(hash, field, ttl, slack, claim)
     end
     if delay > 0 then

@@ -460,7 +460,19 @@ fn a_retried_release_does_not_take_a_queued_grant_for_a_hand_over() {
     let server = Server::start();
     let mut conn = server.conn();
     wait_call(&mut conn, "a:1", 30_000);
-    wait_call(&mut conn, "a:2", 20_000);
+    // a:2 (a waiter of a:1's own client) queued earlier, while another client held the lock.
+    let (s, _): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    redis::cmd("RPUSH")
+        .arg(format!("{HASH}:q"))
+        .arg("a:2")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg(format!("{HASH}:qd"))
+        .arg("a:2")
+        .arg(format!("{} 1500", (s + 60) * 1000))
+        .exec(&mut conn)
+        .unwrap();
     // Another client listens, so the release grants from the queue (to a:2, count 0) rather
     // than handing over to a:2 as its own client's successor; its reply is lost.
     // (The successor's own client is one listener.)
