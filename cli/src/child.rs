@@ -1,8 +1,12 @@
 //! Starting the command and signalling it.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io;
 use std::process::ExitStatus;
+use std::time::Duration;
+
+use humantime::format_duration;
 
 use crate::exit::{self, Failure};
 use crate::signals;
@@ -130,3 +134,61 @@ fn stop_with_parent(cmd: &mut tokio::process::Command) {
 
 #[cfg(not(target_os = "linux"))]
 fn stop_with_parent(_cmd: &mut tokio::process::Command) {}
+
+/// What happened while the command ran.
+pub struct Outcome {
+    pub status: io::Result<ExitStatus>,
+    /// Set when what the command ran under was lost: the signal that stopped it.
+    pub stopped_with: Option<i32>,
+}
+
+/// Waits for the command, forwarding signals, and stops it when `lost` resolves: SIGTERM (after
+/// printing `why`), then SIGKILL if it has not exited within `grace`. Shared by `run` (a lost
+/// lease) and `elect` (a lost leadership).
+pub async fn supervise(
+    child: &mut Child,
+    incoming: &mut signals::Incoming,
+    foreground: bool,
+    grace: Duration,
+    lost: impl Future<Output = ()>,
+    why: impl Fn() -> String,
+) -> Outcome {
+    tokio::pin!(lost);
+    let mut stopped_with = None;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let status = loop {
+        let kill_timer = async {
+            match kill_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait() => break status,
+            () = &mut lost, if stopped_with.is_none() => {
+                eprintln!("redlease: {}; stopping the command with SIGTERM", why());
+                child.signal(libc::SIGTERM);
+                stopped_with = Some(libc::SIGTERM);
+                kill_at = Some(tokio::time::Instant::now() + grace);
+            }
+            () = kill_timer => {
+                eprintln!(
+                    "redlease: the command did not exit within {} of SIGTERM; sending SIGKILL",
+                    format_duration(grace)
+                );
+                child.signal(libc::SIGKILL);
+                stopped_with = Some(libc::SIGKILL);
+                kill_at = None;
+            }
+            signal = incoming.recv() => {
+                if signals::should_forward(signal, foreground) {
+                    child.signal(signal);
+                }
+            }
+        }
+    };
+    Outcome {
+        status,
+        stopped_with,
+    }
+}

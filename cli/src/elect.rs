@@ -1,12 +1,10 @@
 //! `redlease elect`: run a command only while this process leads an election.
 
-use std::process::ExitStatus;
-
 use humantime::format_duration;
 use redlease::{Election, Leadership};
 
 use crate::args::ElectArgs;
-use crate::child::{self, Child, Launch};
+use crate::child::{self, Launch};
 use crate::exit::{self, Failure};
 use crate::nodes;
 use crate::signals::{self, Incoming};
@@ -65,7 +63,16 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
                 return Err(failure);
             }
         };
-        let outcome = supervise(&args, foreground, &leadership, &mut child, &mut incoming).await;
+        let why = || {
+            format!(
+                "the leadership of \"{}\" (term {}) was lost",
+                args.name,
+                leadership.term()
+            )
+        };
+        let lost = leadership.lost();
+        let outcome =
+            child::supervise(&mut child, &mut incoming, foreground, args.grace, lost, why).await;
         let status = match outcome.status {
             Ok(status) => status,
             Err(e) => {
@@ -107,67 +114,6 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
             args.name,
             signals::name(signal)
         );
-    }
-}
-
-/// What happened while the command ran.
-struct Outcome {
-    status: std::io::Result<ExitStatus>,
-    /// Set when the leadership was lost while the command ran: the signal that stopped it.
-    stopped_with: Option<i32>,
-}
-
-/// Waits for the command, forwarding signals, and stops it if the leadership is lost.
-async fn supervise(
-    args: &ElectArgs,
-    foreground: bool,
-    leadership: &Leadership,
-    child: &mut Child,
-    incoming: &mut Incoming,
-) -> Outcome {
-    let lost = leadership.lost();
-    tokio::pin!(lost);
-    let mut stopped_with = None;
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let status = loop {
-        let kill_timer = async {
-            match kill_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            status = child.wait() => break status,
-            () = &mut lost, if stopped_with.is_none() => {
-                eprintln!(
-                    "redlease: the leadership of \"{}\" (term {}) was lost; stopping the command \
-                     with SIGTERM",
-                    args.name,
-                    leadership.term()
-                );
-                child.signal(libc::SIGTERM);
-                stopped_with = Some(libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + args.grace);
-            }
-            () = kill_timer => {
-                eprintln!(
-                    "redlease: the command did not exit within {} of SIGTERM; sending SIGKILL",
-                    format_duration(args.grace)
-                );
-                child.signal(libc::SIGKILL);
-                stopped_with = Some(libc::SIGKILL);
-                kill_at = None;
-            }
-            signal = incoming.recv() => {
-                if signals::should_forward(signal, foreground) {
-                    child.signal(signal);
-                }
-            }
-        }
-    };
-    Outcome {
-        status,
-        stopped_with,
     }
 }
 

@@ -1,6 +1,5 @@
 //! `redlease run`: hold a lock while a command runs.
 
-use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use humantime::format_duration;
@@ -54,66 +53,11 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
     };
-    let outcome = supervise(&args, foreground, &held, &mut child, &mut incoming).await;
+    let why = || format!("the lease of lock \"{}\" was lost", args.name);
+    let lost = held.lost();
+    let outcome =
+        child::supervise(&mut child, &mut incoming, foreground, args.grace, lost, why).await;
     finish(&args, held, &child, outcome).await
-}
-
-/// What happened while the command ran.
-struct Outcome {
-    status: std::io::Result<ExitStatus>,
-    /// Set when the lease was found lost while the command ran: the signal that stopped it.
-    stopped_with: Option<i32>,
-}
-
-/// Waits for the command, forwarding signals, and stops it if the lease is lost.
-async fn supervise(
-    args: &RunArgs,
-    foreground: bool,
-    held: &Held,
-    child: &mut Child,
-    incoming: &mut Incoming,
-) -> Outcome {
-    let mut lost = held.lost();
-    let mut stopped_with = None;
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let status = loop {
-        let kill_timer = async {
-            match kill_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            status = child.wait() => break status,
-            () = &mut lost, if stopped_with.is_none() => {
-                eprintln!(
-                    "redlease: the lease of lock \"{}\" was lost; stopping the command with SIGTERM",
-                    args.name
-                );
-                child.signal(libc::SIGTERM);
-                stopped_with = Some(libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + args.grace);
-            }
-            () = kill_timer => {
-                eprintln!(
-                    "redlease: the command did not exit within {} of SIGTERM; sending SIGKILL",
-                    format_duration(args.grace)
-                );
-                child.signal(libc::SIGKILL);
-                stopped_with = Some(libc::SIGKILL);
-                kill_at = None;
-            }
-            signal = incoming.recv() => {
-                if signals::should_forward(signal, foreground) {
-                    child.signal(signal);
-                }
-            }
-        }
-    };
-    Outcome {
-        status,
-        stopped_with,
-    }
 }
 
 /// Releases the lock and picks the exit status.
@@ -121,7 +65,7 @@ async fn finish(
     args: &RunArgs,
     held: Held,
     child: &Child,
-    outcome: Outcome,
+    outcome: child::Outcome,
 ) -> Result<u8, Failure> {
     let status = match outcome.status {
         Ok(status) => status,
