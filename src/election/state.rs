@@ -350,16 +350,16 @@ mod tests {
     }
 
     #[test]
-    fn records_decode_leading_and_vacant() {
+    fn records_decode_leading_and_vacant() -> Result<(), &'static str> {
         let leading = encode(&[
             "7", "3", "leading", "elected", "42", "c:o", "c", "h:1", "99", "prog", "5", "0.1.0",
             "a:b 9", "1000", "1001",
         ]);
-        let record = Record::decode(&leading).expect("decodes");
+        let record = Record::decode(&leading).ok_or("a leading record decodes")?;
         assert_eq!(record.revision, 7);
         assert_eq!(record.transitions, 3);
         assert_eq!(record.cause, Some(ChangeCause::Elected));
-        let leader = record.leader.expect("leading");
+        let leader = record.leader.ok_or("a leading record has a leader")?;
         assert_eq!((leader.term, leader.value.as_str()), (42, "a:b 9"));
         assert_eq!(
             (leader.process.host.as_str(), leader.process.pid),
@@ -369,10 +369,11 @@ mod tests {
             "8", "3", "vacant", "resigned", "42", "c:o", "c", "h", "99", "prog", "5", "0.1.0", "",
             "1000", "1002",
         ]);
-        let record = Record::decode(&vacant).expect("decodes");
+        let record = Record::decode(&vacant).ok_or("a vacant record decodes")?;
         assert!(record.leader.is_none());
         assert_eq!(record.cause, Some(ChangeCause::Resigned));
         assert!(Record::decode(b"3:abc").is_none());
         assert!(Record::decode(b"9:abc").is_none());
+        Ok(())
     }
 }
