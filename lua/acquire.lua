@@ -3,7 +3,9 @@
 -- KEYS[1]  lock hash            P:{N}        field <client uuid>:<owner> -> hold count
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in milliseconds (PEXPIRE of the hash)
--- ARGV[3]  '1' reentrant, '0' non-reentrant
+-- ARGV[3]  '1' reentrant, '0' non-reentrant; '2' and '3' the same for an owner that holds the
+--          lock already (the client knows: a re-entry), for which a grant from the queue it
+--          was handed (count 0, queue.lua) is one hold, so the re-entry counts two
 -- The long form (fenced locks, locks with a lock-delay, and waiters) also sends:
 -- KEYS[2]  fencing counter      P:{N}:fence
 -- KEYS[3]  lock-delay marker    P:{N}:delay  (lives lease + delay; deleted by a release)
@@ -12,14 +14,15 @@
 -- ARGV[5]  the lock-delay in milliseconds, '0' for none
 -- ARGV[6]  '0', or for a waiter: how long its queue entry outlives the wait it is told (ms)
 -- ARGV[7]  the waiter's claim lease in milliseconds (see queue.lua)
+-- ARGV[8]  the waiter's nonce for this attempt, echoed by a grant's message (see queue.lua)
 --
 -- Waiters (queue.lua): a refused waiter is queued (or its entry refreshed) in the same call. A
 -- waiter that finds the lock free while others are queued before it gives it to the first of
--- them and is refused; one that finds its own grant (count 0) claims it: count 1, its lease,
--- a new token, as a first acquisition (so a waiter that missed its grant message and asks
--- again never counts two). The short form never queues and never looks at the queue: a
--- newcomer may take a lock that is free, which, while anybody is queued, only happens when a
--- holder's lease or a grant's claim lease ran out.
+-- them and is refused; one that finds its own grant (count 0) without holding it (a waiter
+-- that missed its grant message, or trusts it no longer) claims it: count 1, its lease, a new
+-- token, as a first acquisition, so it never counts two. The short form never queues and never
+-- looks at the queue: a newcomer may take a lock that is free, which, while anybody is queued,
+-- only happens when a holder's lease or a grant's claim lease ran out.
 --
 -- Returns one of
 --   n >= 1        acquired (unfenced lock); n = this owner's hold count after the call
@@ -45,7 +48,7 @@
 -- a command (measured with callgrind on Redis 7.0: ~1.2k instructions per argument, ~6k for a
 -- three-element table against an integer), so the common case sends four and gets an integer.
 
--- next_token and held_token come from fence.lua, enqueue, dequeue, queue_head and grant_head
+-- next_token and held_token come from fence.lua, enqueue, dequeue, pop_head and grant
 -- from queue.lua, which `scripts.rs` puts before this file.
 
 -- A first acquisition (or a waiter's claim of its grant): count 1, the lease, a new token, the
@@ -67,30 +70,41 @@ local function take(hash, field, lease, fence, grace, marker, delay)
     return 1
 end
 
--- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first.
+-- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first, with
+-- what a grant to it writes (its claim lease, its fence grace, its lock-delay).
 -- Never answers 0 (that is "held by this very owner").
-local function refuse(hash, field, ttl, slack, claim)
+local function refuse(hash, field, ttl, slack, claim, grace, delay, nonce)
     if ttl < -1 then
         ttl = 0
     end
     if slack > 0 then
         -- Without an expiry the waiter looks again within a second (`acquire.rs`).
         local told = ttl >= 0 and ttl or 1000
-        enqueue(hash, field, queue_clock_us(), told + slack, claim)
+        enqueue(hash, field, queue_clock_us(), told + slack, claim, grace, delay, nonce)
     end
     return -2 - ttl
 end
 
+-- Whether ARGV[3] says this owner holds the lock already, and whether the lock is reentrant.
+local function reentry_mode(reentrant)
+    return reentrant == '2' or reentrant == '3', reentrant == '1' or reentrant == '2'
+end
+
 -- The long form: fenced, lock-delay, waiters.
 local function acquire_long(hash, field, lease, reentrant, fence, grace, marker, delay, slack,
-                            claim)
+                            claim, nonce)
     local count = redis.call('HGET', hash, field)
+    local here, reenters = reentry_mode(reentrant)
     if count == '0' then
-        -- Granted to us from the queue: claim it.
-        return take(hash, field, lease, fence, grace, marker, delay)
+        if not here then
+            -- Granted to us from the queue, and not taken from its message: claim it.
+            return take(hash, field, lease, fence, grace, marker, delay)
+        end
+        -- Taken from its message: one hold.
+        count = '1'
     end
     if count then
-        if reentrant == '0' then
+        if not reenters then
             return 0
         end
         local token
@@ -101,7 +115,8 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
             -- counter changes nothing.
             token = held_token(fence, lease + grace)
         end
-        local n = redis.call('HINCRBY', hash, field, 1)
+        local n = tonumber(count) + 1
+        redis.call('HSET', hash, field, n)
         if redis.call('PTTL', hash) < tonumber(lease) then
             redis.call('PEXPIRE', hash, lease)
             if delay > 0 then
@@ -115,27 +130,28 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
     end
     local ttl = redis.call('PTTL', hash)
     if ttl ~= -2 then
-        return refuse(hash, field, ttl, slack, claim)
+        return refuse(hash, field, ttl, slack, claim, grace, delay, nonce)
     end
     if delay > 0 then
         local left = redis.call('PTTL', marker)
         if left > 0 then
-            return refuse(hash, field, left, slack, claim)
+            return refuse(hash, field, left, slack, claim, grace, delay, nonce)
         end
     end
     if slack > 0 then
-        local head, head_claim = queue_head(hash, true)
+        local head, terms = pop_head(hash)
         if head and head ~= field then
             -- Others came first: the lock is the first one's.
-            grant(hash, head, head_claim)
-            return refuse(hash, field, head_claim, slack, claim)
+            grant(hash, head, terms)
+            return refuse(hash, field, terms.claim, slack, claim, grace, delay, nonce)
         end
     end
     return take(hash, field, lease, fence, grace, marker, delay)
 end
 
 -- The short form: a plain lock (no fence, no lock-delay), never queued. A grant to this owner
--- (count 0: a wait that ended before it could claim it) is claimed like a free lock.
+-- (count 0) that it does not hold yet (a wait that ended before it could take it) is claimed
+-- like a free lock.
 local function acquire(hash, field, lease, reentrant)
     if redis.call('EXISTS', hash) == 0 then
         redis.call('HSET', hash, field, '1')
@@ -143,32 +159,37 @@ local function acquire(hash, field, lease, reentrant)
         return 1
     end
     local held = redis.call('HGET', hash, field)
+    if not held then
+        return -2 - redis.call('PTTL', hash)
+    end
+    local here, reenters = reentry_mode(reentrant)
     if held == '0' then
-        redis.call('HSET', hash, field, '1')
-        redis.call('PEXPIRE', hash, lease)
-        return 1
-    end
-    if held then
-        if reentrant == '0' then
-            return 0
-        end
-        local count = redis.call('HINCRBY', hash, field, 1)
-        -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
-        -- key expire under the outer hold, whose renewal schedule follows the outer lease.
-        if redis.call('PTTL', hash) < tonumber(lease) then
+        if not here then
+            redis.call('HSET', hash, field, '1')
             redis.call('PEXPIRE', hash, lease)
+            return 1
         end
-        return count
+        held = '1'
     end
-    return -2 - redis.call('PTTL', hash)
+    if not reenters then
+        return 0
+    end
+    local count = tonumber(held) + 1
+    redis.call('HSET', hash, field, count)
+    -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
+    -- key expire under the outer hold, whose renewal schedule follows the outer lease.
+    if redis.call('PTTL', hash) < tonumber(lease) then
+        redis.call('PEXPIRE', hash, lease)
+    end
+    return count
 end
 
 if #ARGV == 3 then
     return acquire(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 end
-if #ARGV == 7 then
+if #ARGV == 8 then
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
-        tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+        tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
 end
 if #ARGV ~= 3 * #KEYS then
     return redis.error_reply('ERR acquire.lua: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')

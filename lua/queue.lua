@@ -1,19 +1,29 @@
 -- queue.lua: the waiter queue of a reentrant lock, and grant-on-release. Not a script of its
--- own: `src/scripts.rs` puts it before acquire.lua, release.lua and withdraw.lua.
+-- own: `src/scripts.rs` puts it (after fence.lua) before acquire.lua, release.lua and
+-- withdraw.lua.
 --
 -- P:{N}:q   list  waiting owner fields, first come first (the commands of the fair lock's queue,
 --                 so a least-privilege user needs no new right)
--- P:{N}:qd  hash  owner field -> '<deadline ms> <claim ms>': the entry is dead past its deadline
---                 (server clock); a grant to it lasts the claim lease until it is claimed
+-- P:{N}:qd  hash  owner field -> '<deadline ms> <claim ms> <fence grace ms or -> <delay ms>
+--                 <nonce>': the entry is dead past its deadline (server clock); a grant to it
+--                 lasts the claim lease, with a fencing token when a grace is given and the
+--                 lock-delay marker when a delay is; the nonce names the attempt that wrote it
 -- Both keys are derived from the lock's hash (they share its hash tag, so its slot) and expire
 -- with the latest deadline in them.
 --
 -- A refused waiter of another owner enqueues itself in the same call (acquire.lua). A release
--- that frees the lock gives it to the first live entry: the hold is written with count 0 (granted,
--- not yet claimed) and the claim lease, and ONE message 'g <claim ms> <field>' is published.
--- Only the grantee's client acts on it: the grantee's next acquire finds its count 0 and claims
--- the hold (count 1, its own lease) as a first acquisition; everybody else keeps sleeping. A
+-- that frees the lock gives it to the first live entry: the hold is written with count 0 (one
+-- hold, granted from the queue), the claim lease, the waiter's token and marker, and ONE
+-- message 'g <claim ms> <token> <nonce> <field>' is published. Only the grantee's client acts
+-- on it: the grantee holds the lock from that message on, without another round trip (the
+-- nonce tells it which of its attempts queued it, so when the claim lease began), and its
+-- watchdog lengthens the claim lease to its lease (or its next attempt claims the grant: count
+-- 1, its lease, when the message came too late to trust); everybody else keeps sleeping. A
 -- grantee that died holds the lock for the claim lease at most.
+--
+-- Count 0 counts as one hold of its owner everywhere (release.lua, acquire.lua's re-entry);
+-- only a first acquisition of that owner (a waiter that missed its message) turns it into 1
+-- instead of 2, and only withdraw.lua (its waiter stopped waiting) passes it on.
 
 -- The server's clock in microseconds.
 local function queue_clock_us()
@@ -22,11 +32,13 @@ local function queue_clock_us()
 end
 
 -- Enqueues field (at the back when new; a refresh keeps its place) with an entry living ttl_ms
--- from now.
-local function enqueue(hash, field, now_us, ttl_ms, claim_ms)
+-- from now; grace (ms or nil) and delay (ms) are what a grant writes besides the hold, nonce
+-- what its message says.
+local function enqueue(hash, field, now_us, ttl_ms, claim_ms, grace, delay, nonce)
     local q, qd = hash .. ':q', hash .. ':qd'
     local now_ms = math.floor(now_us / 1000)
-    local entry = string.format('%d %d', now_ms + ttl_ms, claim_ms)
+    local entry = string.format('%d %d %s %d %s', now_ms + ttl_ms, claim_ms,
+        grace and string.format('%d', grace) or '-', delay, nonce)
     -- The list first: in a slot migration an error must come before a write it would orphan.
     if redis.call('HEXISTS', qd, field) == 0 then
         redis.call('RPUSH', q, field)
@@ -47,9 +59,10 @@ local function dequeue(hash, field)
     end
 end
 
--- The first live entry (field and claim ms), or nil; dead entries met on the way are dropped.
--- With take, the live entry is taken out too. An empty queue costs one call (no clock read).
-local function queue_head(hash, take)
+-- The first live entry (field, and its terms: a table with claim, grace, delay, nonce), or nil; dead
+-- entries met on the way are dropped. The live entry is taken out too. An empty queue costs
+-- one call (no clock read).
+local function pop_head(hash)
     local q, qd = hash .. ':q', hash .. ':qd'
     local now_ms
     -- Bounded: each round drops an entry or returns.
@@ -60,39 +73,51 @@ local function queue_head(hash, take)
         end
         now_ms = now_ms or queue_clock_us() / 1000
         local entry = redis.call('HGET', qd, head)
-        local deadline, claim
-        local space = entry and string.find(entry, ' ', 1, true)
-        if space then
-            deadline = tonumber(string.sub(entry, 1, space - 1))
-            claim = tonumber(string.sub(entry, space + 1))
-        end
-        if deadline and claim and deadline > now_ms then
-            if take then
-                redis.call('LPOP', q)
-                redis.call('HDEL', qd, head)
-            end
-            return head, claim
-        end
-        -- Dead, or listed without an entry: it goes.
         redis.call('LPOP', q)
         redis.call('HDEL', qd, head)
+        local deadline, claim, grace, delay, nonce
+        if entry then
+            deadline, claim, grace, delay, nonce =
+                string.match(entry, '^(%d+) (%d+) (%S+) (%d+) (%S+)$')
+        end
+        deadline, claim = tonumber(deadline), tonumber(claim)
+        if deadline and claim and deadline > now_ms then
+            return head, {claim = claim, grace = tonumber(grace), delay = tonumber(delay),
+                nonce = nonce}
+        end
+        -- Dead, or listed without an entry: it is gone now.
     end
     return nil
 end
 
--- Gives the free lock to field, taken out of the queue: its hold with count 0 and its claim
--- lease, and one message naming it.
-local function grant(hash, field, claim)
+-- Gives the free lock to field, taken out of the queue: its hold with count 0, its claim lease,
+-- a new fencing token and the lock-delay marker when its terms ask for them, and one message
+-- naming it with the token ('-' for none) and the nonce of its entry.
+local function grant(hash, field, terms)
+    local token = '-'
+    if terms.grace then
+        -- pcall: a damaged counter must not keep the lock from its waiter; without a token in
+        -- the message the waiter claims the grant with an attempt, which reports the damage.
+        local ok, t = pcall(next_token, hash .. ':fence', terms.claim + terms.grace)
+        if ok then
+            token = string.format('%d', t)
+        end
+    end
+    if terms.delay > 0 then
+        redis.call('SET', hash .. ':delay', '1', 'PX', terms.claim + terms.delay)
+    end
     redis.call('HSET', hash, field, '0')
-    redis.call('PEXPIRE', hash, claim)
-    redis.call('PUBLISH', hash .. ':unlock', string.format('g %d %s', claim, field))
+    redis.call('PEXPIRE', hash, terms.claim)
+    redis.call('PUBLISH', hash .. ':unlock',
+        string.format('g %d %s %s %s', terms.claim, token, terms.nonce, field))
 end
 
--- Gives the free lock to the first live waiter. Returns its field, or nil when nobody waits.
+-- Gives the free lock to the first live waiter. Returns its field and terms, or nil when
+-- nobody waits.
 local function grant_head(hash)
-    local head, claim = queue_head(hash, true)
+    local head, terms = pop_head(hash)
     if head then
-        grant(hash, head, claim)
+        grant(hash, head, terms)
     end
-    return head
+    return head, terms
 end

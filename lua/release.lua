@@ -70,9 +70,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
 
     local held = tonumber(redis.call('HGET', hash, field))
     if held == 0 then
-        -- A grant from the queue not claimed yet is no hold: only its waiter claims it, and only
-        -- withdraw.lua passes it on.
-        held = nil
+        -- A grant from the queue (queue.lua) is one hold of its owner, which took it from the
+        -- grant's message. (A waiter that stopped waiting passes its grant on with withdraw.lua,
+        -- never with a release: its client orders the two, `turns.rs`.)
+        held = 1
     end
     if not held then
         if retry and not always then
@@ -122,12 +123,12 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
             redis.call('DEL', hash .. ':delay')
         end
-        local head, claim
+        local head, terms
         if handover then
             -- The successor may have queued itself on the server too.
             dequeue(hash, successor)
         else
-            head, claim = queue_head(hash, true)
+            head, terms = pop_head(hash)
         end
         local token = 0
         if handover and fence then
@@ -147,7 +148,7 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             -- The first queued waiter gets the lock, and only it is told; with nobody queued,
             -- every listener is.
             if head then
-                grant(hash, head, claim)
+                grant(hash, head, terms)
             else
                 redis.call('PUBLISH', channel, client)
             end

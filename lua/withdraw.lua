@@ -1,6 +1,6 @@
 -- withdraw.lua: a waiter stops waiting (its wait ran out, it was cancelled, it failed): its
--- queue entry goes, and a grant it had not claimed yet goes to the next waiter (queue.lua,
--- which `scripts.rs` puts before this file).
+-- queue entry goes, and a grant it had not taken yet goes to the next waiter (queue.lua and
+-- fence.lua, which `scripts.rs` puts before this file).
 --
 -- KEYS[1]  lock hash            P:{N}
 -- ARGV[1]  the waiter's owner field

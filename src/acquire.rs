@@ -44,6 +44,17 @@ fn skip_attempt(ticket: Option<&Ticket<'_>>, wait: Wait) -> bool {
     !matches!(wait, Wait::Once) && ticket.is_some_and(|t| t.queue.handing_over())
 }
 
+/// How a nap between attempts ended.
+enum Napped {
+    /// A release of this client handed us the lock.
+    HandedOver(LockGuard),
+    /// We gave back one hold (a hand-over that failed unanswered, or came too late to use),
+    /// which may have been a grant from the queue: its message no longer counts.
+    GaveBack,
+    /// Woken (a message, a release, the nap's end): time for the next attempt.
+    Woke,
+}
+
 impl Lock {
     /// Takes the lock on `lease` terms, waiting as `wait` allows: the guard, or `None` when the
     /// wait ran out. Traced as the `acquire` span; a success records the wait and attempts.
@@ -147,6 +158,22 @@ impl Lock {
             loop {
                 // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
                 inner.check_open()?;
+                if let (Some((terms, sent)), Some(sub)) = (
+                    place.as_ref().and_then(|p| p.queued_by),
+                    subscription.as_ref(),
+                ) && let Some(token) = sub.take_grant(&field, terms.nonce)
+                {
+                    match self.take_grant(&field, lease, terms, sent, token)? {
+                        Some(guard) => {
+                            if let Some(place) = place.take() {
+                                place.taken();
+                            }
+                            return Ok(Some(guard));
+                        }
+                        // Claimed by the next attempt, now.
+                        None => try_now = true,
+                    }
+                }
                 if try_now {
                     // Held until the grant is registered, so this owner's grants register in the
                     // order the server applied them (`turns.rs`).
@@ -155,7 +182,11 @@ impl Lock {
                     let started = Instant::now();
                     // A waiter (subscribed: past its first attempt) queues on the server.
                     let queue = (subscription.is_some() && !reentry && !matches!(wait, Wait::Once))
-                        .then(|| self.queue_terms());
+                        .then(|| self.queue_terms(lease));
+                    if let Some(place) = place.as_mut() {
+                        // A grant to an earlier attempt of ours is claimed by this one, or gone.
+                        place.queued_by = None;
+                    }
                     if queue.is_some() && place.is_none() {
                         place = Some(QueuePlace::new(&self.client, &self.keys, &field));
                     }
@@ -182,7 +213,13 @@ impl Lock {
                                 name: self.keys.name.to_string(),
                             });
                         }
-                        Acquire::HeldElsewhere { ttl } => ttl,
+                        Acquire::HeldElsewhere { ttl } => {
+                            if let (Some(place), Some(terms)) = (place.as_mut(), queue) {
+                                // Only a grant naming this attempt may come now.
+                                place.queued_by = Some((terms, started));
+                            }
+                            ttl
+                        }
                     };
                 }
                 try_now = true;
@@ -228,17 +265,26 @@ impl Lock {
                     nap = nap.min(left);
                 }
                 let offer = ticket.as_ref().filter(|_| take_over);
-                if let Some(guard) = self
+                match self
                     .nap(ticket.as_ref(), offer, sub, &field, lease, nap)
                     .await?
                 {
-                    // Handed over by a release of this client: that was the attempt (the release
-                    // took our queue entry out).
-                    *attempts += 1;
-                    if let Some(place) = place.take() {
-                        place.taken();
+                    Napped::HandedOver(guard) => {
+                        // Handed over by a release of this client: that was the attempt (the
+                        // release took our queue entry out).
+                        *attempts += 1;
+                        if let Some(place) = place.take() {
+                            place.taken();
+                        }
+                        return Ok(Some(guard));
                     }
-                    return Ok(Some(guard));
+                    // A grant from the queue may have been given back with it.
+                    Napped::GaveBack => {
+                        if let Some(place) = place.as_mut() {
+                            place.queued_by = None;
+                        }
+                    }
+                    Napped::Woke => {}
                 }
             }
         }
@@ -252,13 +298,68 @@ impl Lock {
         outcome
     }
 
-    /// How this client's waiters queue on the server (`queue_place.rs`).
-    fn queue_terms(&self) -> QueueTerms {
-        let config = &self.client.inner.config;
+    /// How this client's waiters queue on the server (`queue_place.rs`), for an attempt.
+    fn queue_terms(&self, lease: Lease) -> QueueTerms {
+        let inner = &self.client.inner;
+        let config = &inner.config;
         let claim_ms = config.claim_lease.as_millis() as u64;
         // The entry outlives the wait it is told by the time the next attempt may take to land.
         let slack_ms = claim_ms.max(config.timeout.as_millis() as u64);
-        QueueTerms { slack_ms, claim_ms }
+        // A fixed lease shorter than the claim lease is the grant's whole lease.
+        let claim_ms = match lease {
+            Lease::Fixed(_) => claim_ms.min(lease.ms()),
+            Lease::Watchdog(_) => claim_ms,
+        };
+        let nonce = inner.next_nonce();
+        QueueTerms {
+            slack_ms,
+            claim_ms,
+            nonce,
+        }
+    }
+
+    /// The lock granted to us by a release, from its message (`lua/queue.lua`): the guard, its
+    /// validity counted from `sent`, when the attempt that queued us went out (the grant came
+    /// after the server queued us), for the grant's claim lease; the watchdog lengthens that to
+    /// the lease soon after. `None` when the message cannot be trusted alone: the claim lease
+    /// is half spent, the lock wants replica acknowledgement (a grant has no `WAIT` behind it),
+    /// a fixed lease is longer than the claim lease, or the grant came without the token a
+    /// fenced lock needs. The next attempt then claims the grant (count 1, the lease, a token).
+    fn take_grant(
+        &self,
+        field: &Arc<str>,
+        lease: Lease,
+        terms: QueueTerms,
+        sent: Instant,
+        token: Option<u64>,
+    ) -> Result<Option<LockGuard>> {
+        let inner = &self.client.inner;
+        let claim = Duration::from_millis(terms.claim_ms);
+        let whole = match lease {
+            Lease::Fixed(_) => lease.ms() <= terms.claim_ms,
+            Lease::Watchdog(_) => true,
+        };
+        let replicas = self.replicas.unwrap_or(inner.config.replicas);
+        if !whole
+            || replicas != Replicas::Off
+            || (self.fenced && token.is_none())
+            || sent.elapsed() >= claim / 2
+        {
+            return Ok(None);
+        }
+        let guard = self.register(
+            field.clone(),
+            lease,
+            Grant::Counted(1),
+            token.unwrap_or(0),
+            sent,
+        )?;
+        let hold = guard.hold();
+        hold.cap_validity(sent + claim.saturating_sub(inner.config.drift(claim)));
+        if let Lease::Watchdog(_) = lease {
+            crate::watchdog::renew_early(inner, hold, sent + claim / 3);
+        }
+        Ok(Some(self.watched(guard)))
     }
 
     /// The replica acknowledgement this lock asks for (its own, else the client's), checked.
@@ -287,7 +388,7 @@ impl Lock {
         field: &Arc<str>,
         lease: Lease,
         nap: Duration,
-    ) -> Result<Option<LockGuard>> {
+    ) -> Result<Napped> {
         let lease_ms = lease.ms();
         let local_release = async {
             match ticket {
@@ -339,17 +440,17 @@ impl Lock {
                 match self.confirmed(field, lease, sent).await? {
                     Some(since) => self
                         .register(field.clone(), lease, Grant::HandedOver, token, since)
-                        .map(|guard| Some(self.watched(guard))),
-                    None => Ok(None),
+                        .map(|guard| Napped::HandedOver(self.watched(guard))),
+                    None => Ok(Napped::GaveBack),
                 }
             }
             Some(Handover::Unknown) => {
                 // The release failed unanswered: it may have handed us the lock. We held
                 // nothing before, so giving back one hold is exact either way.
                 let _ = give_back(&self.client, &self.keys, field, lease_ms, 1).await;
-                Ok(None)
+                Ok(Napped::GaveBack)
             }
-            Some(Handover::Declined) | None => Ok(None),
+            Some(Handover::Declined) | None => Ok(Napped::Woke),
         }
     }
 
@@ -439,6 +540,7 @@ impl Lock {
                 let terms = AcquireTerms {
                     lease_ms,
                     reentrant,
+                    held: reentry,
                     fenced,
                     delay_ms,
                     queue,

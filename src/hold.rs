@@ -145,6 +145,15 @@ impl Hold {
         }
     }
 
+    /// Lowers the validity to `until` if it is later: a grant from the queue is valid only for
+    /// its claim lease until its first renewal.
+    pub(crate) fn cap_validity(&self, until: Instant) {
+        let mut valid = self.valid_until.lock();
+        if until < *valid {
+            *valid = until;
+        }
+    }
+
     /// Records a successful extension to `lease`, sent at `started`: the validity follows the
     /// new lease exactly, shorter or longer.
     pub(crate) fn extended(&self, started: Instant, lease: Duration, drift: Duration) {

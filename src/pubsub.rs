@@ -37,20 +37,31 @@ pub(crate) use channel::Subscription;
 use channel::{Channel, Poll};
 pub(crate) use relay::{RelayClass, Turn};
 
-/// A grant message of `lua/queue.lua`: `g <claim ms> <owner field>`.
+/// A grant message of `lua/queue.lua`: `g <claim ms> <token or -> <nonce> <owner field>`.
 struct Grant<'a> {
     claim: Duration,
+    token: Option<u64>,
+    nonce: u64,
     field: &'a [u8],
 }
 
 impl<'a> Grant<'a> {
     fn parse(payload: &'a [u8]) -> Option<Grant<'a>> {
-        let rest = payload.strip_prefix(b"g ")?;
-        let space = rest.iter().position(|&b| b == b' ')?;
-        let claim: u64 = std::str::from_utf8(&rest[..space]).ok()?.parse().ok()?;
+        let mut parts = payload.strip_prefix(b"g ")?.splitn(4, |&b| b == b' ');
+        let mut number = || -> Option<Option<u64>> {
+            match parts.next()? {
+                b"-" => Some(None),
+                digits => Some(Some(std::str::from_utf8(digits).ok()?.parse().ok()?)),
+            }
+        };
+        let claim = number()??;
+        let token = number()?;
+        let nonce = number()??;
         Some(Grant {
             claim: Duration::from_millis(claim),
-            field: &rest[space + 1..],
+            token,
+            nonce,
+            field: parts.next()?,
         })
     }
 }
@@ -286,12 +297,12 @@ impl Subscriber {
             return;
         };
         match Grant::parse(payload) {
-            // A grant to one of ours wakes this client's waiter, which claims it.
+            // A grant to one of ours: its waiter holds the lock from here on (`acquire.rs`).
             Some(grant)
                 if grant.field.starts_with(self.own_id.as_bytes())
                     && grant.field.get(self.own_id.len()) == Some(&b':') =>
             {
-                channel.wake(false)
+                channel.granted_here(grant.field, grant.nonce, grant.token)
             }
             // A grant to another client: the lock is not free, nobody here wakes to ask; only
             // waiters' naps shorten to the claim lease, in case the grantee never claims.

@@ -10,8 +10,10 @@
 //! so the owner's next acquisition is sent after it.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::keys::LockKeys;
+use crate::node::QueueTerms;
 use crate::shared::Client;
 
 /// A queue entry that may exist on the server for (`keys`, `field`); withdrawn on drop unless
@@ -21,6 +23,11 @@ pub(crate) struct QueuePlace {
     keys: Arc<LockKeys>,
     field: Arc<str>,
     armed: bool,
+    /// The terms and send time of the latest attempt that queued us, if its answer was a
+    /// refusal: a grant's message naming it hands us the lock (`Lock::take_grant`). Cleared
+    /// when an attempt goes out (it claims any earlier grant, or finds it gone) and when we
+    /// gave back a hold that may have been the grant; gone with the place when withdrawn.
+    pub(crate) queued_by: Option<(QueueTerms, Instant)>,
 }
 
 impl QueuePlace {
@@ -30,6 +37,7 @@ impl QueuePlace {
             keys: keys.clone(),
             field: field.clone(),
             armed: true,
+            queued_by: None,
         }
     }
 

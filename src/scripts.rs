@@ -28,6 +28,7 @@ pub(crate) const RELEASE_SOURCE: &str = concat!(
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 /// `withdraw.lua` as sent.
 pub(crate) const WITHDRAW_SOURCE: &str = concat!(
+    include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
     include_str!("../lua/withdraw.lua")
 );

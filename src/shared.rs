@@ -141,6 +141,11 @@ impl Inner {
         }
     }
 
+    /// A number unique to this client: names a waiter's queued attempt (`lua/queue.lua`).
+    pub(crate) fn next_nonce(&self) -> u64 {
+        self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A request id unique to this client, for idempotent releases.
     pub(crate) fn request_id(&self) -> crate::node::RequestId<'_> {
         crate::node::RequestId {

@@ -50,7 +50,7 @@ fn acquire_call(
     if fence.is_some() {
         // The long form: fence and lock-delay keys, grace, no delay, no queue.
         call.key(format!("{hash}:delay"));
-        call.arg(GRACE).arg(0).arg(0).arg(0);
+        call.arg(GRACE).arg(0).arg(0).arg(0).arg(0);
     }
     call.invoke(conn)
 }
@@ -384,18 +384,25 @@ fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
     assert_eq!(kept, "x", "the other type's key untouched");
 }
 
-/// `acquire.lua`'s long form for a waiter on `HASH`: fenced, queued with `slack` and `claim` ms.
+/// `acquire.lua`'s long form for a waiter on `HASH`: fenced, queued with a slack of 2 s and a
+/// claim lease of 1.5 s, its nonce 7.
 fn wait_call(conn: &mut Connection, field: &str, lease: u64) -> Value {
+    wait_call_as(conn, field, lease, "1")
+}
+
+/// [`wait_call`] with acquire.lua's ARGV[3] (`'2'`: a re-entry of an owner that holds it).
+fn wait_call_as(conn: &mut Connection, field: &str, lease: u64, reentrant: &str) -> Value {
     let script = Script::new(ACQUIRE);
     let mut call = script.key(HASH);
     call.key(FENCE).key(format!("{HASH}:delay"));
     call.arg(field)
         .arg(lease)
-        .arg("1")
+        .arg(reentrant)
         .arg(GRACE)
         .arg(0)
         .arg(2_000)
-        .arg(1_500);
+        .arg(1_500)
+        .arg(7);
     call.invoke(conn).unwrap()
 }
 
@@ -470,7 +477,7 @@ fn a_retried_release_does_not_take_a_queued_grant_for_a_hand_over() {
     redis::cmd("HSET")
         .arg(format!("{HASH}:qd"))
         .arg("a:2")
-        .arg(format!("{} 1500", (s + 60) * 1000))
+        .arg(format!("{} 1500 - 0 3", (s + 60) * 1000))
         .exec(&mut conn)
         .unwrap();
     // Another client listens, so the release grants from the queue (to a:2, count 0) rather
@@ -517,7 +524,7 @@ fn a_waiter_finding_the_lock_free_behind_others_gives_it_to_the_first() {
 }
 
 #[test]
-fn an_unclaimed_grant_is_no_hold_to_release_and_its_owner_claims_it_even_non_reentrant() {
+fn an_untaken_grant_is_claimed_by_its_owners_first_acquisition_even_non_reentrant() {
     let server = Server::start();
     let mut conn = server.conn();
     wait_call(&mut conn, "a:1", 30_000);
@@ -527,15 +534,94 @@ fn an_unclaimed_grant_is_no_hold_to_release_and_its_owner_claims_it_even_non_ree
         0
     );
     assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to b");
-    // A give-back in b's name (a failed release, an undo after a dropped connection) finds no
-    // hold: the grant stays for b to claim, or for withdraw.lua to pass on.
-    assert_eq!(
-        release_call(&mut conn, "b:1", (1, 2, "a"), None).unwrap(),
-        -1
-    );
-    assert_eq!(count_of(&mut conn, "b:1"), Some(0));
-    // b's plain, non-reentrant attempt claims it: not "already held by this owner".
+    // b's plain, non-reentrant first acquisition claims it: not "already held by this owner".
     let claimed = acquire_call(&mut conn, (HASH, None), "b:1", false).unwrap();
     assert_eq!(claimed, Value::Int(1));
     assert!(pttl(&server, HASH) > 25_000, "b's lease");
+}
+
+/// The message a grant publishes, and what a holder that took the lock from it can do: it is
+/// one hold (a re-entry counts two and keeps the grant's token; the release frees the lock and
+/// grants the next waiter).
+#[test]
+fn a_grant_message_names_token_and_nonce_and_the_grant_counts_as_one_hold() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let Value::Array(first) = wait_call(&mut conn, "a:1", 30_000) else {
+        panic!("a fenced grant")
+    };
+    let Value::Int(held_token) = first[1] else {
+        panic!("{first:?}")
+    };
+    wait_call(&mut conn, "b:1", 20_000);
+    wait_call(&mut conn, "c:1", 20_000);
+    let mut listener = server.conn();
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe(format!("{HASH}:unlock")).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(
+        release_call(&mut conn, "a:1", (1, 1, "-"), None).unwrap(),
+        0
+    );
+    let payload: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    let parts: Vec<&str> = payload.split(' ').collect();
+    assert_eq!(parts.len(), 5, "{payload}");
+    assert_eq!(
+        (parts[0], parts[1], parts[3], parts[4]),
+        ("g", "1500", "7", "b:1")
+    );
+    let granted_token: i64 = parts[2].parse().unwrap();
+    assert!(granted_token > held_token, "{granted_token} > {held_token}");
+    let stored: i64 = redis::cmd("GET").arg(FENCE).query(&mut conn).unwrap();
+    assert_eq!(stored, granted_token, "the counter is the grant's token");
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0));
+    assert!(pttl(&server, HASH) <= 1_500, "the claim lease");
+
+    // b took it from the message; its re-entry is its second hold, with the same token.
+    let Value::Array(again) = wait_call_as(&mut conn, "b:1", 20_000, "2") else {
+        panic!("a fenced re-entry")
+    };
+    assert_eq!(again, vec![Value::Int(2), Value::Int(granted_token)]);
+    assert_eq!(count_of(&mut conn, "b:1"), Some(2));
+    // Two releases free it; the second grants c.
+    assert_eq!(
+        release_call(&mut conn, "b:1", (1, 2, "-"), None).unwrap(),
+        1
+    );
+    assert_eq!(
+        release_call(&mut conn, "b:1", (1, 3, "-"), None).unwrap(),
+        0
+    );
+    assert_eq!(count_of(&mut conn, "b:1"), None);
+    assert_eq!(count_of(&mut conn, "c:1"), Some(0), "granted to c");
+    // c releases the grant it took from its message without ever writing to it: one hold.
+    assert_eq!(
+        release_call(&mut conn, "c:1", (1, 4, "-"), None).unwrap(),
+        0
+    );
+    assert_eq!(owners(&server, HASH), 0, "free");
+}
+
+/// A non-reentrant owner that took a grant from its message is refused its own lock again.
+#[test]
+fn a_taken_grant_is_held_by_a_non_reentrant_owner() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    wait_call(&mut conn, "a:1", 30_000);
+    wait_call(&mut conn, "b:1", 20_000);
+    release_call(&mut conn, "a:1", (1, 1, "-"), None).unwrap();
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0));
+    // ARGV[3] '3': non-reentrant, held here.
+    let script = Script::new(ACQUIRE);
+    let refused: Value = script
+        .key(HASH)
+        .arg("b:1")
+        .arg(30_000)
+        .arg("3")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(refused, Value::Int(0), "already held by this owner");
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0), "unchanged");
 }

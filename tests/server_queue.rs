@@ -223,24 +223,57 @@ async fn a_thousand_cancelled_waits_leave_no_entry_and_no_hold() {
     assert!(clean, "left: {:?}", queued(&server, &name));
 }
 
+/// A queued waiter holds the lock from the grant's message, with no call of its own: one
+/// hold, valid for the claim lease until its watchdog lengthens it to the lease soon after; a
+/// re-entry counts two.
 #[tokio::test]
 async fn a_queued_waiter_is_given_the_lock_by_the_release_and_holds_it_once() {
     let server = Server::start();
     let name = unique_name("claim-once");
-    let [holder, waiter] = clients(&server).await;
+    let holder = Client::builder(server.url()).build().await.unwrap();
+    let waiter = Client::builder(server.url())
+        .claim_lease(Duration::from_millis(1_500))
+        .build()
+        .await
+        .unwrap();
+    // The release script is loaded (a first release meets NOSCRIPT, and is sent again).
+    let warm = holder.lock(&unique_name("warm")).unwrap();
+    warm.lock().await.unwrap().unlock().await.unwrap();
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let lock = waiter.lock(&name).unwrap();
-    let waiting = {
-        let lock = lock.clone();
-        tokio::spawn(async move { lock.lock().await })
-    };
+    let (took, mut taken) = tokio::sync::mpsc::channel(1);
+    let (reenter, reentering) = tokio::sync::oneshot::channel::<()>();
+    // One task: the owner of both acquisitions.
+    let waiting = tokio::spawn(async move {
+        let guard = lock.lock().await?;
+        // Taken from the message: valid for the claim lease at most, for now.
+        let valid = guard
+            .valid_until()
+            .saturating_duration_since(Instant::now());
+        let _ = took.send(valid).await;
+        let _ = reentering.await;
+        let again = lock.lock().await?;
+        Ok::<_, redlease::Error>((guard, again))
+    });
     let in_queue = support::eventually_async(Duration::from_secs(5), || async {
         queued(&server, &name).len() == 1
     })
     .await;
     assert!(in_queue);
+    let evals = command_calls(&server, "evalsha");
     held.unlock().await.unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+    let valid = tokio::time::timeout(Duration::from_secs(5), taken.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(valid <= Duration::from_millis(1_500), "{valid:?}");
+    assert_eq!(
+        command_calls(&server, "evalsha"),
+        evals + 1,
+        "the release: the grant itself cost the waiter no call"
+    );
+    reenter.send(()).unwrap();
+    let (guard, again) = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .unwrap()
         .unwrap()
@@ -249,7 +282,16 @@ async fn a_queued_waiter_is_given_the_lock_by_the_release_and_holds_it_once() {
         .arg(key_of(&name))
         .query(&mut server.conn())
         .unwrap();
-    assert_eq!(counts, [1], "a claim counts one hold");
+    assert_eq!(counts, [2], "the grant is one hold, the re-entry a second");
+    again.unlock().await.unwrap();
+    // The watchdog took over from the claim lease (renewed at a third of it).
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        support::pttl(&server, &key_of(&name)) > 10_000,
+        "the lease, not the claim lease"
+    );
+    assert!(guard.valid_until() > Instant::now() + Duration::from_secs(10));
+    assert!(!guard.is_lost());
     guard.unlock().await.unwrap();
     assert!(!exists(&server, &key_of(&name)));
 }

@@ -202,6 +202,7 @@ async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Resu
             field: &p.field,
             lease_ms: p.lease_ms,
             reentrant: p.reentrant,
+            held: !p.fresh,
             fenced: p.fenced,
             delay_ms: p.delay_ms,
         })

@@ -53,6 +53,9 @@ pub(crate) struct Successor {
 pub(crate) struct AcquireTerms {
     pub lease_ms: u64,
     pub reentrant: bool,
+    /// The owner holds the lock already (a re-entry): a grant from the queue it holds counts
+    /// as one hold (`lua/acquire.lua`).
+    pub held: bool,
     pub fenced: bool,
     /// The lock-delay in milliseconds, 0 for none.
     pub delay_ms: u64,
@@ -61,11 +64,13 @@ pub(crate) struct AcquireTerms {
 }
 
 /// How a waiter is queued on the server: its entry outlives the wait it is told by `slack_ms`,
-/// and a grant to it lasts `claim_ms` until claimed.
+/// a grant to it lasts `claim_ms` until its lease takes over, and the grant's message carries
+/// `nonce` (unique to this attempt) back.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueTerms {
     pub slack_ms: u64,
     pub claim_ms: u64,
+    pub nonce: u64,
 }
 
 impl AcquireTerms {
@@ -96,6 +101,7 @@ struct AcquireEntry {
     field: Arc<str>,
     lease_ms: u64,
     reentrant: bool,
+    held: bool,
     wait: Option<WaitFor>,
 }
 
@@ -131,7 +137,7 @@ impl Node {
             let bytes = 2 * keys.hash.len() + field.len() + 32;
             // `acquire_args` writes the key count: how many keys depends on the lock.
             let script = self.acquire_script();
-            let mut cmd = evalsha_without_keys(script, 11, bytes);
+            let mut cmd = evalsha_without_keys(script, 12, bytes);
             acquire_args(&mut cmd, keys, field, terms, self.fence_grace_ms);
             let hash = &keys.hash;
             match wait {
@@ -149,6 +155,7 @@ impl Node {
                 field: field.clone(),
                 lease_ms: terms.lease_ms,
                 reentrant: terms.reentrant,
+                held: terms.held,
                 wait,
             };
             let sender = || self.sender(acquire_batch);
@@ -292,7 +299,7 @@ async fn acquire_batch(
     for e in &batch {
         cmd.arg(&*e.field)
             .arg(e.lease_ms)
-            .arg(if e.reentrant { "1" } else { "0" });
+            .arg(reentry_arg(e.reentrant, e.held));
     }
     let wait = batch.iter().filter_map(|e| e.wait).reduce(WaitFor::max);
     let (reply, acks) = match wait {
@@ -356,7 +363,7 @@ fn acquire_args(
     terms: AcquireTerms,
     fence_grace_ms: u64,
 ) {
-    let reentrant = if terms.reentrant { "1" } else { "0" };
+    let reentrant = reentry_arg(terms.reentrant, terms.held);
     if !terms.long_form() {
         cmd.arg(1)
             .arg(&*keys.hash)
@@ -379,9 +386,23 @@ fn acquire_args(
     }
     cmd.arg(terms.delay_ms);
     match terms.queue {
-        Some(q) => cmd.arg(q.slack_ms.max(1)).arg(q.claim_ms.max(1)),
-        None => cmd.arg(0).arg(0),
+        Some(q) => cmd
+            .arg(q.slack_ms.max(1))
+            .arg(q.claim_ms.max(1))
+            .arg(q.nonce),
+        None => cmd.arg(0).arg(0).arg(0),
     };
+}
+
+/// `acquire.lua`'s ARGV[3]: whether the lock is reentrant, and whether the owner holds it
+/// already.
+fn reentry_arg(reentrant: bool, held: bool) -> &'static str {
+    match (reentrant, held) {
+        (false, false) => "0",
+        (true, false) => "1",
+        (true, true) => "2",
+        (false, true) => "3",
+    }
 }
 
 /// One reply per entry of a batch sent as one script call (see `lua/acquire.lua`): a batch of
@@ -432,6 +453,8 @@ pub(crate) struct AcquireCall<'a> {
     pub field: &'a str,
     pub lease_ms: u64,
     pub reentrant: bool,
+    /// The owner holds the lock already (see [`AcquireTerms::held`]).
+    pub held: bool,
     pub fenced: bool,
     pub delay_ms: u64,
 }
@@ -504,6 +527,7 @@ fn acquire_pipeline(
         let terms = AcquireTerms {
             lease_ms: call.lease_ms,
             reentrant: call.reentrant,
+            held: call.held,
             fenced: call.fenced,
             delay_ms: call.delay_ms,
             queue: None,

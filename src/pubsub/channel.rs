@@ -28,7 +28,15 @@ pub(super) struct Channel {
     /// Grants to other clients' waiters seen (`lua/queue.lua`), and the last one's claim lease.
     grants: AtomicU64,
     last_claim: Mutex<Duration>,
+    /// Grants to this client's waiters not yet taken, newest last: (owner field, nonce, token).
+    /// A waiter takes only the one naming its latest queued attempt, so a stale one is never
+    /// taken; the oldest go when there are more than [`GRANTS_KEPT`].
+    granted: Mutex<Vec<(Box<[u8]>, u64, Option<u64>)>>,
 }
+
+/// Grants to this client's waiters kept until taken: one per lock and waiting owner is the
+/// most that can be live (only the head of a client's local queue waits in the server's queue).
+const GRANTS_KEPT: usize = 16;
 
 impl Channel {
     pub(super) fn new() -> Channel {
@@ -42,7 +50,21 @@ impl Channel {
             relays: Default::default(),
             grants: AtomicU64::new(0),
             last_claim: Mutex::new(Duration::ZERO),
+            granted: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A release gave the lock to a waiter of this client (`field`), queued by its attempt
+    /// `nonce`: kept for that waiter, which is woken.
+    pub(super) fn granted_here(&self, field: &[u8], nonce: u64, token: Option<u64>) {
+        {
+            let mut granted = self.granted.lock();
+            if granted.len() >= GRANTS_KEPT {
+                granted.remove(0);
+            }
+            granted.push((field.into(), nonce, token));
+        }
+        self.wake(false);
     }
 
     pub(super) fn grant_count(&self) -> u64 {
@@ -143,6 +165,21 @@ impl Subscription {
             }
             notified.await;
         }
+    }
+
+    /// The grant to `field` whose message names the attempt `nonce`, taken: `Some(token)` (the
+    /// token the grant made, `None` for none). Older grants to `field` go too.
+    pub(crate) fn take_grant(&self, field: &str, nonce: u64) -> Option<Option<u64>> {
+        let mut granted = self.channel.granted.lock();
+        let mut taken = None;
+        granted.retain(|(to, n, token)| {
+            let ours = **to == *field.as_bytes();
+            if ours && *n == nonce {
+                taken = Some(*token);
+            }
+            !ours
+        });
+        taken
     }
 
     pub(super) async fn on_message(&self) {
