@@ -14,12 +14,14 @@
 -- A refused waiter of another owner enqueues itself in the same call (acquire.lua). A release
 -- that frees the lock gives it to the first live entry: the hold is written with count 0 (one
 -- hold, granted from the queue), the claim lease, the waiter's token and marker, and ONE
--- message 'g <claim ms> <token> <nonce> <field>' is published. Only the grantee's client acts
--- on it: the grantee holds the lock from that message on, without another round trip (the
--- nonce tells it which of its attempts queued it, so when the claim lease began), and its
--- watchdog lengthens the claim lease to its lease (or its next attempt claims the grant: count
--- 1, its lease, when the message came too late to trust); everybody else keeps sleeping. A
--- grantee that died holds the lock for the claim lease at most.
+-- message 'g <claim ms> <token> <nonce> <field>' is published on P:{N}:unlock:<client id>,
+-- the channel of the grantee's client alone (queued waiters listen there, not on P:{N}:unlock):
+-- no other client hears of it. The grantee holds the lock from that message on, without
+-- another round trip (the nonce tells it which of its attempts queued it, so when the claim
+-- lease began), and its watchdog lengthens the claim lease to its lease (or its next attempt
+-- claims the grant: count 1, its lease, when the message came too late to trust). A grantee
+-- that died holds the lock for the claim lease at most; the waiters behind it look again
+-- within a claim lease (`acquire.rs`), which also keeps their entries alive.
 --
 -- Count 0 counts as one hold of its owner everywhere (release.lua, acquire.lua's re-entry);
 -- only a first acquisition of that owner (a waiter that missed its message) turns it into 1
@@ -108,7 +110,9 @@ local function grant(hash, field, terms)
     end
     redis.call('HSET', hash, field, '0')
     redis.call('PEXPIRE', hash, terms.claim)
-    redis.call('PUBLISH', hash .. ':unlock',
+    -- On the grantee's client's own channel: no other client hears of it.
+    local client = string.match(field, '^[^:]*')
+    redis.call('PUBLISH', hash .. ':unlock:' .. client,
         string.format('g %d %s %s %s', terms.claim, token, terms.nonce, field))
 end
 

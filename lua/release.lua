@@ -113,9 +113,15 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         -- The channel's name follows the keys' naming (`keys.rs`); a channel is not a key, so
         -- deriving it here is fine in Redis Cluster, and cheaper than another argument.
         local channel = hash .. ':unlock'
-        -- Hand over only while nobody else listens: the waiter's own client is the channel's one
-        -- subscriber. Another client's waiter gets the usual release and message instead.
-        local handover = successor ~= nil and redis.call('PUBSUB', 'NUMSUB', channel)[2] <= 1
+        -- Hand over only while no other client waits: nobody queued before the successor (a
+        -- waiter of another client there gets the lock from the queue), and nobody listening
+        -- on the lock's channel (MultiLock members, which do not queue).
+        local handover = false
+        if successor ~= nil then
+            local first = redis.call('LINDEX', hash .. ':q', 0)
+            handover = (not first or first == successor)
+                and redis.call('PUBSUB', 'NUMSUB', channel)[2] == 0
+        end
         -- Reads and writes of the keys derived from the hash (marker, queue) come before the
         -- field goes: during a cluster slot migration such a key may already be elsewhere, and
         -- the error must come before anything was written.

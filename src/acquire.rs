@@ -26,10 +26,6 @@ use crate::terms::{Lease, Wait};
 /// message arrives (someone PERSISTed it, or a message was lost).
 const RECHECK_WITHOUT_TTL: Duration = Duration::from_secs(1);
 
-/// How long past a grant's claim lease a waiter of another client looks again: the grant's own
-/// expiry, measured on the server, lands within it.
-const CLAIM_MARGIN: Duration = Duration::from_millis(10);
-
 /// How long a waiter may sleep on a holder with remaining lease `ttl` before trying again: just
 /// past the expiry (the unlock message never comes when a lease simply runs out).
 pub(crate) fn nap_for(ttl: Option<Duration>) -> Duration {
@@ -148,9 +144,11 @@ impl Lock {
         if subscription.is_none()
             && !reentry
             && !matches!(wait, Wait::Once)
-            && inner.subscriber.is_live(&self.keys.channel_name())
+            && inner
+                .subscriber
+                .is_live(&self.keys.grant_channel(&inner.id_text))
         {
-            subscription = Some(self.subscribe(false).await?);
+            subscription = Some(self.subscribe_to_grants().await?);
         }
         // Our place in the lock's queue on the server, once an attempt may have queued us.
         let mut place: Option<QueuePlace> = None;
@@ -255,7 +253,7 @@ impl Lock {
                     // Subscribe only after a failed attempt (the uncontended path stays one round
                     // trip), then try again at once: the unlock may have happened before we listened,
                     // and this attempt queues us.
-                    subscription = Some(self.subscribe(false).await?);
+                    subscription = Some(self.subscribe_to_grants().await?);
                     continue;
                 };
                 // Wake on the unlock message, or when the holder's lease runs out (the message is
@@ -263,6 +261,12 @@ impl Lock {
                 let mut nap = nap_for(ttl);
                 if let Some(left) = remaining {
                     nap = nap.min(left);
+                }
+                if place.is_some() {
+                    // Queued: look again within a claim lease. That keeps our entry alive, and
+                    // if the lock was granted to a waiter that never takes it (it died), we are
+                    // the next one within a claim lease of its grant: nobody else tells us.
+                    nap = nap.min(inner.config.claim_lease);
                 }
                 let offer = ticket.as_ref().filter(|_| take_over);
                 match self
@@ -411,7 +415,7 @@ impl Lock {
                 None => std::future::pending().await,
             }
         };
-        let mut until = tokio::time::Instant::now() + nap;
+        let until = tokio::time::Instant::now() + nap;
         let answer = {
             tokio::pin!(handed, local_release);
             loop {
@@ -420,11 +424,6 @@ impl Lock {
                     answer = &mut handed => break Some(answer),
                     _ = sub.notified() => break None,
                     _ = &mut local_release => break None,
-                    // Given to another client's waiter: if it never claims the lock, it is
-                    // free again after the claim lease; look then at the latest.
-                    claim = sub.granted_elsewhere() => {
-                        until = until.min(tokio::time::Instant::now() + claim + CLAIM_MARGIN);
-                    }
                     _ = tokio::time::sleep_until(until) => break None,
                 }
             }
@@ -464,15 +463,20 @@ impl Lock {
         })
     }
 
-    /// Listens for this lock's unlock messages; `heed_own`: this client's own too (see
-    /// `pubsub.rs`).
-    pub(crate) async fn subscribe(&self, heed_own: bool) -> Result<Subscription> {
+    /// Listens for this lock's unlock messages, this client's own too (MultiLock members, which
+    /// do not queue: see `pubsub.rs`).
+    pub(crate) async fn subscribe_to_unlocks(&self) -> Result<Subscription> {
         let channel = self.keys.channel_name();
-        self.client
-            .inner
-            .subscriber
-            .subscribe(&channel, heed_own)
-            .await
+        self.client.inner.subscriber.subscribe(&channel, true).await
+    }
+
+    /// Listens for the grants of this lock to this client's queued waiters (`lua/queue.lua`),
+    /// on the client's own channel of the lock: other clients' grants and releases never wake
+    /// it.
+    async fn subscribe_to_grants(&self) -> Result<Subscription> {
+        let inner = &self.client.inner;
+        let channel = self.keys.grant_channel(&inner.id_text);
+        inner.subscriber.subscribe(&channel, false).await
     }
 
     /// Waits until `ticket` is at the head of this client's local queue for the lock. False
@@ -492,7 +496,7 @@ impl Lock {
         if subscription.is_none() {
             // Stay subscribed while queued, so the channel is not dropped and re-made at every
             // hand-off between local waiters.
-            *subscription = Some(self.subscribe(false).await?);
+            *subscription = Some(self.subscribe_to_grants().await?);
         }
         tokio::select! {
             _ = ticket.wait_head() => Ok(true),

@@ -55,6 +55,20 @@ impl LockKeys {
         self.channel().to_string().into()
     }
 
+    /// `P:{N}:unlock:<client id>`: where a release tells one client that it granted the lock to
+    /// one of its queued waiters (`lua/queue.lua`); only that client listens.
+    pub(crate) fn grant_channel(&self, client_id: &str) -> Arc<str> {
+        let mut name = self.channel().to_string();
+        name.push(':');
+        name.push_str(client_id);
+        name.into()
+    }
+
+    /// `P:{N}:q`: the waiter queue (`lua/queue.lua`).
+    pub(crate) fn queue(&self) -> Derived<'_> {
+        Derived::new(&self.hash, ":q")
+    }
+
     /// `P:{N}:latch:<client id>:<n>`: the latch of one release request; see `lua/release.lua`.
     pub(crate) fn latch<'a>(&'a self, client_id: &'a str, request: u64) -> Derived<'a> {
         Derived {

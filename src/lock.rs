@@ -422,9 +422,18 @@ impl Lock {
                 }
             })
             .collect();
+        // Waiters of a `Lock` are queued (and listen on their own client's grant channel);
+        // others (MultiLock members) listen on the lock's channel.
+        let mut queued: Vec<&str> = snap
+            .queued
+            .iter()
+            .map(|field| crate::identity::client_of(field))
+            .collect();
+        queued.sort_unstable();
+        queued.dedup();
         Ok(LockStatus {
             holders,
-            listening_clients: listening,
+            listening_clients: listening + queued.len() as u64,
             owners: snap.owners,
             remaining_lease: snap.ttl,
             fence: snap.fence,
@@ -440,8 +449,8 @@ pub struct LockStatus {
     pub owners: Vec<(String, u64)>,
     /// The same owners, each with the process behind it when known.
     pub holders: Vec<Holder>,
-    /// Clients with a waiter listening for this lock's release: each client listens on one
-    /// connection however many of its tasks wait.
+    /// Clients waiting for this lock: queued on the server (a `Lock` waiter), or listening for
+    /// its release (a MultiLock member), counted once however many of their tasks wait.
     pub listening_clients: u64,
     /// Remaining lease; `None` when free or without expiry.
     pub remaining_lease: Option<Duration>,

@@ -39,7 +39,6 @@ pub(crate) use relay::{RelayClass, Turn};
 
 /// A grant message of `lua/queue.lua`: `g <claim ms> <token or -> <nonce> <owner field>`.
 struct Grant<'a> {
-    claim: Duration,
     token: Option<u64>,
     nonce: u64,
     field: &'a [u8],
@@ -54,11 +53,11 @@ impl<'a> Grant<'a> {
                 digits => Some(Some(std::str::from_utf8(digits).ok()?.parse().ok()?)),
             }
         };
-        let claim = number()??;
+        // The claim lease: the waiter knows its own.
+        number()??;
         let token = number()?;
         let nonce = number()??;
         Some(Grant {
-            claim: Duration::from_millis(claim),
             token,
             nonce,
             field: parts.next()?,
@@ -173,7 +172,6 @@ impl Subscriber {
             channel: channel.clone(),
             seen: AtomicU64::new(channel.epoch(heed_own)),
             heed_own,
-            seen_grants: AtomicU64::new(channel.grant_count()),
             poll: match self.wait_by {
                 WaitBy::PubSub => None,
                 WaitBy::Polling { first, max } => Some(Poll::new(first, max)),
@@ -304,9 +302,8 @@ impl Subscriber {
             {
                 channel.granted_here(grant.field, grant.nonce, grant.token)
             }
-            // A grant to another client: the lock is not free, nobody here wakes to ask; only
-            // waiters' naps shorten to the claim lease, in case the grantee never claims.
-            Some(grant) => channel.granted_elsewhere(grant.claim),
+            // A grant to another client's waiter: never sent on this client's channels.
+            Some(_) => {}
             None => channel.wake(payload == self.own_id.as_bytes()),
         }
     }

@@ -78,6 +78,8 @@ pub(crate) struct Snapshot {
     pub owners: Vec<(String, u64)>,
     pub ttl: Option<Duration>,
     pub fence: Option<u64>,
+    /// The waiter queue's owner fields, first first (dead entries included).
+    pub queued: Vec<String>,
 }
 
 /// Which keys one script call may carry together: the keys of one cluster slot (every key on
@@ -309,13 +311,15 @@ impl Node {
         let mut pipe = redis::pipe();
         pipe.hgetall(&*keys.hash)
             .pttl(&*keys.hash)
-            .get(keys.fence());
-        let (owners, ttl, fence): (Vec<(String, u64)>, i64, Option<u64>) =
+            .get(keys.fence())
+            .lrange(keys.queue(), 0, -1);
+        let (owners, ttl, fence, queued): (Vec<(String, u64)>, i64, Option<u64>, Vec<String>) =
             self.query_pipeline("inspect", &keys.hash, &pipe).await?;
         Ok(Snapshot {
             owners,
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
             fence,
+            queued,
         })
     }
 

@@ -25,9 +25,6 @@ pub(super) struct Channel {
     pub(super) everyone: AtomicU64,
     /// Relay waiters, per class (`relay.rs`).
     pub(super) relays: [Relay; RELAY_CLASSES],
-    /// Grants to other clients' waiters seen (`lua/queue.lua`), and the last one's claim lease.
-    grants: AtomicU64,
-    last_claim: Mutex<Duration>,
     /// Grants to this client's waiters not yet taken, newest last: (owner field, nonce, token).
     /// A waiter takes only the one naming its latest queued attempt, so a stale one is never
     /// taken; the oldest go when there are more than [`GRANTS_KEPT`].
@@ -48,8 +45,6 @@ impl Channel {
             subscribed: Mutex::new(false),
             everyone: AtomicU64::new(0),
             relays: Default::default(),
-            grants: AtomicU64::new(0),
-            last_claim: Mutex::new(Duration::ZERO),
             granted: Mutex::new(Vec::new()),
         }
     }
@@ -65,18 +60,6 @@ impl Channel {
             granted.push((field.into(), nonce, token));
         }
         self.wake(false);
-    }
-
-    pub(super) fn grant_count(&self) -> u64 {
-        self.grants.load(Ordering::Acquire)
-    }
-
-    /// A release gave the lock to another client's waiter for `claim` until claimed: waiters
-    /// here learn when to look again if it never is, without waking to ask now.
-    pub(super) fn granted_elsewhere(&self, claim: Duration) {
-        *self.last_claim.lock() = claim;
-        self.grants.fetch_add(1, Ordering::AcqRel);
-        self.notify.notify_waiters();
     }
 
     /// Wakes every listener, relay waiters included: the client shuts down, or messages may
@@ -121,8 +104,6 @@ pub(crate) struct Subscription {
     pub(super) seen: AtomicU64,
     /// Whether this client's own unlock messages wake this waiter.
     pub(super) heed_own: bool,
-    /// The channel's grant count when this waiter last looked.
-    pub(super) seen_grants: AtomicU64,
     /// Set when the client waits by polling: no server subscription, `notified` sleeps.
     pub(super) poll: Option<Poll>,
 }
@@ -146,25 +127,6 @@ impl Subscription {
             }
         }
         self.on_message().await;
-    }
-
-    /// Resolves when the lock was given to another client's waiter since this waiter last
-    /// looked: the claim lease of that grant, after which the lock may be free again if the
-    /// grantee never claims it. Never resolves when the client polls.
-    pub(crate) async fn granted_elsewhere(&self) -> Duration {
-        if self.poll.is_some() {
-            return std::future::pending().await;
-        }
-        loop {
-            let notified = self.channel.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let now = self.channel.grants.load(Ordering::Acquire);
-            if self.seen_grants.swap(now, Ordering::AcqRel) != now {
-                return *self.channel.last_claim.lock();
-            }
-            notified.await;
-        }
     }
 
     /// The grant to `field` whose message names the attempt `nonce`, taken: `Some(token)` (the

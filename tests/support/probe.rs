@@ -55,13 +55,34 @@ pub fn channels(server: &Server) -> Vec<String> {
 
 /// How many connections subscribe to `channel`.
 pub fn numsub(server: &Server, channel: &str) -> u64 {
-    // The reply repeats the channel name, which need not be UTF-8.
-    let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut server.conn())
+    listeners(server, ("CHANNELS", "NUMSUB"), channel)
+}
+
+/// Subscriptions to `channel` and to the channels under it (`<channel>:<client id>`, where a
+/// `Lock`'s queued waiters hear of their grants): one per client listening for the lock. `how`
+/// names the PUBSUB subcommands (plain or shard channels).
+pub fn listeners(server: &Server, how: (&str, &str), channel: &str) -> u64 {
+    let mut conn = server.conn();
+    let escaped: String = channel
+        .chars()
+        .flat_map(|c| match c {
+            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect();
+    let mut names: Vec<Vec<u8>> = redis::cmd("PUBSUB")
+        .arg(how.0)
+        .arg(format!("{escaped}:*"))
+        .query(&mut conn)
+        .expect("PUBSUB CHANNELS");
+    names.push(channel.as_bytes().to_vec());
+    // The reply repeats the channel names, which need not be UTF-8.
+    let counts: Vec<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
+        .arg(how.1)
+        .arg(&names)
+        .query(&mut conn)
         .expect("PUBSUB NUMSUB");
-    n
+    counts.iter().map(|(_, n)| n).sum()
 }
 
 /// Waits (at most 5 s) until exactly `n` connections subscribe to `channel`; whether they did.

@@ -38,12 +38,7 @@ pub fn key_slot(key: &str) -> u16 {
 
 /// Subscribers of the shard channel `channel` on `server` (`PUBSUB SHARDNUMSUB`).
 pub fn shard_numsub(server: &Server, channel: &str) -> u64 {
-    let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .arg(channel)
-        .query(&mut server.conn())
-        .expect("PUBSUB SHARDNUMSUB");
-    n
+    super::probe::listeners(server, ("SHARDCHANNELS", "SHARDNUMSUB"), channel)
 }
 
 impl Cluster {

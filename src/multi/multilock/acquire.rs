@@ -131,7 +131,7 @@ async fn listen_to_new_blockers(
     if missing.is_empty() {
         return Ok(false);
     }
-    let subscribed = join_all(missing.iter().map(|&i| members[i].0.subscribe(true))).await;
+    let subscribed = join_all(missing.iter().map(|&i| members[i].0.subscribe_to_unlocks())).await;
     for (i, sub) in missing.into_iter().zip(subscribed) {
         waits[i] = Some(sub?);
     }
