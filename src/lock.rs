@@ -216,17 +216,7 @@ impl Lock {
 
     /// Takes the lock as `options` say: waits at most [`wait`](LockOptions::wait) (without
     /// limit by default) and holds it for [`lease`](LockOptions::lease) without renewal (kept
-    /// by the watchdog by default).
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: redlease::Lock) -> redlease::Result<()> {
-    /// use std::time::Duration;
-    /// use redlease::LockOptions;
-    ///
-    /// // Wait as long as it takes; the lock expires 10 s after it is taken.
-    /// let guard = lock.lock_with(LockOptions::new().lease(Duration::from_secs(10))).await?;
-    /// # drop(guard); Ok(()) }
-    /// ```
+    /// by the watchdog by default). The type's documentation has an example.
     ///
     /// # Errors
     /// As [`Lock::lock`], plus [`Error::Busy`] when a bounded wait ran out,
@@ -254,20 +244,6 @@ impl Lock {
 
     /// Takes the lock as `options` say (see [`Lock::lock_with`]): `None` when the wait ran out.
     /// A zero [`wait`](LockOptions::wait) makes one attempt.
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: redlease::Lock) -> redlease::Result<()> {
-    /// use std::time::Duration;
-    /// use redlease::LockOptions;
-    ///
-    /// // Wait at most 200 ms; hold at most 5 s, no renewal.
-    /// let options = LockOptions::new().wait(Duration::from_millis(200)).lease(Duration::from_secs(5));
-    /// match lock.try_lock_with(options).await? {
-    ///     Some(guard) => guard.unlock().await?,
-    ///     None => println!("busy"),
-    /// }
-    /// # Ok(()) }
-    /// ```
     ///
     /// # Errors
     /// As [`Lock::lock_with`], without [`Error::Busy`].
