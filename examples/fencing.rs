@@ -17,6 +17,7 @@
 //! scripts/with-redis.sh cargo run --example fencing
 //! ```
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -75,7 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let alice_guard = alice
         .lock(name)?
         .fenced(true)
-        .lock_with_lease(lease)
+        .lock_with(LockOptions::new().lease(lease))
         .await?;
     let alice_token = alice_guard
         .fencing_token()

@@ -2,6 +2,7 @@
 //!
 //! Run with `REDIS_URL=redis://127.0.0.1:6379 cargo run --example latch`.
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redlease::Client;
@@ -22,7 +23,9 @@ async fn main() -> redlease::Result<()> {
             Ok::<(), redlease::Error>(())
         });
     }
-    let open = ready.wait_for(Duration::from_secs(5)).await?;
+    let open = ready
+        .try_wait_with(LockOptions::new().wait(Duration::from_secs(5)))
+        .await?;
     println!("all ready: {open} after {:?}", started.elapsed());
     client.shutdown().await
 }

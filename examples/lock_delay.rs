@@ -10,6 +10,7 @@
 //! scripts/with-redis.sh cargo run --example lock_delay
 //! ```
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redlease::Client;
@@ -35,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stalled = alice
         .lock(name)?
         .lock_delay(delay)
-        .lock_with_lease(lease)
+        .lock_with(LockOptions::new().lease(lease))
         .await?;
     let asked = Instant::now();
     let guard = bob.lock(name)?.lock_delay(delay).lock().await?;

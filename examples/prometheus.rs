@@ -26,6 +26,7 @@
 //! sum by (reason) (increase(redlease_leases_lost_total[10m]))
 //! ```
 
+use redlease::LockOptions;
 use std::error::Error;
 use std::time::Duration;
 
@@ -72,7 +73,9 @@ async fn record_some_locking(url: &str) -> Result<PrometheusHandle, Box<dyn Erro
     let other = lock.clone();
     let probe: tokio::task::JoinHandle<redlease::Result<bool>> = tokio::spawn(async move {
         let busy = other.try_lock().await?;
-        let timed_out = other.try_lock_for(Duration::from_millis(50)).await?;
+        let timed_out = other
+            .try_lock_with(LockOptions::new().wait(Duration::from_millis(50)))
+            .await?;
         Ok(busy.is_none() && timed_out.is_none())
     });
     if !probe.await?? {
@@ -83,7 +86,7 @@ async fn record_some_locking(url: &str) -> Result<PrometheusHandle, Box<dyn Erro
     // A fixed lease that runs out while its guard lives: a lost lease, reason `expired`.
     let short = client
         .lock("invoices:9")?
-        .lock_with_lease(Duration::from_millis(50))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(50)))
         .await?;
     short.lost().await;
     let _ = short.unlock().await;

@@ -12,6 +12,7 @@
 //!
 //! Without `$REDLOCK_URLS` it explains this and exits without touching any server.
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redlease::{Client, RedLock};
@@ -60,7 +61,10 @@ async fn main() -> redlease::Result<()> {
     let redlock = RedLock::new(locks)?.watchdog_lease(Duration::from_secs(3));
 
     let started = Instant::now();
-    let Some(guard) = redlock.try_lock_for(Duration::from_secs(10)).await? else {
+    let Some(guard) = redlock
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(10)))
+        .await?
+    else {
         println!("[job] someone else holds the lock; giving up after 10 s");
         return Ok(());
     };

@@ -3,6 +3,7 @@
 //!
 //! Run with `REDIS_URL=redis://127.0.0.1:6379 cargo run --example semaphore`.
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ async fn main() -> redlease::Result<()> {
     for job in 0..8 {
         let (slots, done, running) = (slots.clone(), done.clone(), running.clone());
         tokio::spawn(async move {
-            slots.acquire(1).await?;
+            slots.acquire().await?;
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
             println!(
                 "{:>5} ms  job {job} runs ({now} at once)",
@@ -38,7 +39,9 @@ async fn main() -> redlease::Result<()> {
             Ok::<(), redlease::Error>(())
         });
     }
-    let all_done = done.wait_for(Duration::from_secs(10)).await?;
+    let all_done = done
+        .try_wait_with(LockOptions::new().wait(Duration::from_secs(10)))
+        .await?;
     println!(
         "latch open: {all_done} after {:?}; permits available: {}",
         started.elapsed(),

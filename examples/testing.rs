@@ -10,6 +10,7 @@
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example testing --features testing
 //! ```
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use redlease::{Client, LockGuard, testing};
@@ -31,13 +32,18 @@ async fn export(guard: &LockGuard, steps: u32) -> Result<u32, &'static str> {
 /// at most `patience` for it.
 async fn nightly(client: &Client, patience: Duration) -> redlease::Result<&'static str> {
     let lock = client.lock("nightly")?;
-    Ok(match lock.try_lock_for(patience).await? {
-        Some(guard) => {
-            guard.unlock().await?;
-            "ran"
-        }
-        None => "skipped: running elsewhere",
-    })
+    Ok(
+        match lock
+            .try_lock_with(LockOptions::new().wait(patience))
+            .await?
+        {
+            Some(guard) => {
+                guard.unlock().await?;
+                "ran"
+            }
+            None => "skipped: running elsewhere",
+        },
+    )
 }
 
 /// A lease lost in the middle of the work: the export stops, and the unlock says so.

@@ -188,18 +188,17 @@ impl Lock {
     /// # Errors
     /// As [`crate::Lock::lock`].
     pub fn lock(&self) -> Result<LockGuard> {
-        let lock = self.owned();
-        self.rt.block_on(lock.lock()).map(|g| self.guard(g))
+        self.lock_with(crate::LockOptions::new())
     }
 
-    /// Blocks until acquired; holds for `lease`. See [`crate::Lock::lock_with_lease`].
+    /// Blocks as `options` say (wait, lease). See [`crate::Lock::lock_with`].
     ///
     /// # Errors
-    /// As [`crate::Lock::lock_with_lease`].
-    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+    /// As [`crate::Lock::lock_with`].
+    pub fn lock_with(&self, options: crate::LockOptions) -> Result<LockGuard> {
         let lock = self.owned();
         self.rt
-            .block_on(lock.lock_with_lease(lease))
+            .block_on(lock.lock_with(options))
             .map(|g| self.guard(g))
     }
 
@@ -208,39 +207,10 @@ impl Lock {
     /// # Errors
     /// As [`crate::Lock::try_lock`].
     pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        let lock = self.owned();
-        Ok(self.rt.block_on(lock.try_lock())?.map(|g| self.guard(g)))
+        self.try_lock_with(crate::LockOptions::once())
     }
 
-    /// Waits at most `wait`. See [`crate::Lock::try_lock_for`].
-    ///
-    /// # Errors
-    /// As [`crate::Lock::try_lock_for`].
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        let lock = self.owned();
-        Ok(self
-            .rt
-            .block_on(lock.try_lock_for(wait))?
-            .map(|g| self.guard(g)))
-    }
-
-    /// Waits at most `wait`, holds for `lease`. See [`crate::Lock::try_lock_for_with_lease`].
-    ///
-    /// # Errors
-    /// As [`crate::Lock::try_lock_for_with_lease`].
-    pub fn try_lock_for_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        let lock = self.owned();
-        Ok(self
-            .rt
-            .block_on(lock.try_lock_for_with_lease(wait, lease))?
-            .map(|g| self.guard(g)))
-    }
-
-    /// Blocks as `options` say. See [`crate::Lock::try_lock_with`].
+    /// Blocks as `options` say: `None` when the wait ran out. See [`crate::Lock::try_lock_with`].
     ///
     /// # Errors
     /// As [`crate::Lock::try_lock_with`].

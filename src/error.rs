@@ -146,8 +146,9 @@ pub enum Error {
         /// The server's answer.
         reason: String,
     },
-    /// The lock stayed held by another owner for as long as the caller chose to wait
-    /// (`#[redlease::locked(busy = error)]`). Not an outage: Redis answered.
+    /// The lock stayed held by another owner for as long as the caller chose to wait: a
+    /// `lock_with` (or `acquire_with`) whose [`LockOptions::wait`](crate::LockOptions::wait)
+    /// ran out, or `#[redlease::locked(busy = error)]`. Not an outage: Redis answered.
     #[error("lock `{name}` stayed busy for {waited:?}")]
     Busy {
         /// The lock name.

@@ -101,8 +101,9 @@ impl LockGuard {
     /// ```no_run
     /// # async fn demo(lock: redlease::Lock) -> redlease::Result<()> {
     /// use std::time::Duration;
+    /// use redlease::LockOptions;
     ///
-    /// let guard = lock.lock_with_lease(Duration::from_secs(5)).await?;
+    /// let guard = lock.lock_with(LockOptions::new().lease(Duration::from_secs(5))).await?;
     /// // ... the work takes longer than planned ...
     /// guard.extend(Duration::from_secs(5)).await?;
     /// guard.unlock().await?;

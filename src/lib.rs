@@ -35,9 +35,11 @@
 //! - [`Client`]: one connection, one watchdog task and one pub/sub connection shared by all
 //!   its locks. [`blocking::Client`] is the same for synchronous code.
 //! - [`Lock`]: [`run`](Lock::run) / [`try_run`](Lock::try_run) (a body under the lock, as its
-//!   own owner), `lock`, `lock_with_lease`, `try_lock`, `try_lock_with_lease`, `try_lock_for`,
-//!   `try_lock_for_with_lease`, `try_lock_with(LockOptions)`, `is_locked`, `hold_count`,
-//!   `remaining_lease`, `force_unlock`.
+//!   own owner), and one way to ask for a guard, the same on every kind: `lock()` (wait as long
+//!   as it takes, watchdog lease), `try_lock()` (one attempt), and
+//!   [`lock_with`](Lock::lock_with) / [`try_lock_with`](Lock::try_lock_with) taking
+//!   [`LockOptions`] (`wait`, `lease`; `permits` for a semaphore); then `is_locked`,
+//!   `hold_count`, `remaining_lease`, `force_unlock`.
 //! - [`LockGuard`]: `unlock().await`, a non-blocking Drop fallback, [`LockGuard::lost`] (a
 //!   future that resolves when the lease is lost), [`LockGuard::valid_until`] and
 //!   [`LockGuard::fencing_token`].
@@ -63,15 +65,17 @@
 //! wakes when the holder's remaining lease runs out.
 //!
 //! ## The rest of the family
-//! - [`Semaphore`] ([`Client::semaphore`]): permits shared by every client; `acquire(n)`,
-//!   `try_acquire(n)`, `try_acquire_for(n, wait)`, `release(n)`, `available()`. Permits have no
-//!   owner and no lease: a holder that crashes keeps its permits.
+//! - [`Semaphore`] ([`Client::semaphore`]): permits shared by every client; `acquire()`,
+//!   `try_acquire()`, `acquire_with` / `try_acquire_with(LockOptions)` (`permits`, `wait`),
+//!   `release(n)`, `available()`. Permits have no owner and no lease: a holder that crashes
+//!   keeps its permits.
 //! - [`PermitSemaphore`] ([`Client::permit_semaphore`]): each permit has an id and a lease
-//!   (renewed while its [`Permit`] lives), so a crashed holder's permit comes back.
+//!   (renewed while its [`Permit`] lives), so a crashed holder's permit comes back; asked for
+//!   like a semaphore's, `acquire_with(LockOptions)` with a `wait` and a `lease`.
 //! - [`CountDownLatch`] ([`Client::count_down_latch`]): `try_set_count(n)`, `count_down()`,
-//!   `count()`, `wait()`, `wait_for(d)`.
+//!   `count()`, `wait()`, `try_wait_with(LockOptions)` (a wait only).
 //! - [`ReadWriteLock`] ([`Client::read_write_lock`]): `read()` and `write()` sides with `lock`,
-//!   `try_lock` and `try_lock_with(LockOptions)`; reentrant per owner, downgrade allowed,
+//!   `try_lock`, `lock_with` and `try_lock_with(LockOptions)`; reentrant per owner, downgrade allowed,
 //!   upgrade refused with [`Error::WouldDeadlock`], a lease per reader, and waiting writers
 //!   keep new readers out so they are not starved.
 //! - [`FairLock`] ([`Client::fair_lock`]): first come, first served across clients; a release

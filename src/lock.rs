@@ -8,9 +8,10 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::owner::Owner;
+use crate::scope::LockOptions;
 use crate::scripts::Release;
 use crate::shared::Client;
-use crate::terms::{Lease, Wait};
+use crate::terms::Lease;
 
 /// A handle to one named lock of a [`Client`]. Cheap to clone; holds nothing by itself.
 ///
@@ -20,6 +21,7 @@ use crate::terms::{Lease, Wait};
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
 /// use std::time::Duration;
+/// use redlease::LockOptions;
 ///
 /// let lock = client.lock("inventory:sku-9")?;
 /// // Wait as long as it takes; the watchdog keeps the lease alive while `guard` lives.
@@ -27,10 +29,8 @@ use crate::terms::{Lease, Wait};
 /// guard.unlock().await?;
 ///
 /// // Give up after 500 ms; hold for at most 10 s without renewal.
-/// if let Some(guard) = lock
-///     .try_lock_for_with_lease(Duration::from_millis(500), Duration::from_secs(10))
-///     .await?
-/// {
+/// let options = LockOptions::new().wait(Duration::from_millis(500)).lease(Duration::from_secs(10));
+/// if let Some(guard) = lock.try_lock_with(options).await? {
 ///     guard.unlock().await?;
 /// }
 /// # Ok(()) }
@@ -200,36 +200,38 @@ impl Lock {
     }
 
     /// Waits until the lock is acquired, then keeps it with the watchdog while the guard lives.
+    /// The same as `lock_with(LockOptions::new())`.
     ///
     /// # Errors
     /// [`Error::WouldDeadlock`] when non-reentrant and already held by this owner;
     /// [`Error::WrongType`] when the key holds something else; [`Error::Timeout`] or
-    /// [`Error::Redis`] when Redis fails (the wait does not hide errors).
+    /// [`Error::Redis`] when Redis fails (the wait does not hide errors); [`Error::Shutdown`].
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future leaves no hold and no renewal behind, even when the
     /// server granted the lock just as the future was dropped (that grant is given back).
     pub async fn lock(&self) -> Result<LockGuard> {
-        let lease = self.watchdog()?;
-        self.acquire(lease, Wait::Forever)
-            .await?
-            .ok_or(Error::Shutdown)
+        self.lock_with(LockOptions::new()).await
     }
 
-    /// Waits until the lock is acquired and holds it for `lease`, with no renewal.
+    /// Takes the lock as `options` say: waits at most [`wait`](LockOptions::wait) (without
+    /// limit by default) and holds it for [`lease`](LockOptions::lease) without renewal (kept
+    /// by the watchdog by default). The type's documentation has an example.
     ///
     /// # Errors
-    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd lease.
+    /// As [`Lock::lock`], plus [`Error::Busy`] when a bounded wait ran out,
+    /// [`Error::InvalidDuration`] for a zero or absurd lease or an absurd wait, and
+    /// [`Error::InvalidArgument`] for permits other than one.
     ///
     /// # Cancel safety
     /// As [`Lock::lock`].
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Lease::fixed(lease)?, Wait::Forever)
-            .await?
-            .ok_or(Error::Shutdown)
+    pub async fn lock_with(&self, options: LockOptions) -> Result<LockGuard> {
+        let got = self.try_lock_with(options).await?;
+        options.held(|| self.keys.name.to_string(), got)
     }
 
     /// One attempt: the guard if the lock was free (or already held by this owner), else `None`.
+    /// The same as `try_lock_with(LockOptions::new().wait(Duration::ZERO))`.
     ///
     /// # Errors
     /// As [`Lock::lock`].
@@ -237,50 +239,20 @@ impl Lock {
     /// # Cancel safety
     /// As [`Lock::lock`].
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        let lease = self.watchdog()?;
-        self.acquire(lease, Wait::Once).await
+        self.try_lock_with(LockOptions::once()).await
     }
 
-    /// One attempt with a fixed lease (Redisson's `tryLock(0, lease)`): the guard if the lock
-    /// was free (or already held by this owner), else `None`. No renewal; the lock expires after
-    /// `lease`.
+    /// Takes the lock as `options` say (see [`Lock::lock_with`]): `None` when the wait ran out.
+    /// A zero [`wait`](LockOptions::wait) makes one attempt.
     ///
     /// # Errors
-    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd lease.
+    /// As [`Lock::lock_with`], without [`Error::Busy`].
     ///
     /// # Cancel safety
     /// As [`Lock::lock`].
-    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Lease::fixed(lease)?, Wait::Once).await
-    }
-
-    /// Waits at most `wait` for the lock (watchdog lease); `None` when the wait ran out. A zero
-    /// `wait` makes one attempt, like [`Lock::try_lock`].
-    ///
-    /// # Errors
-    /// As [`Lock::lock`], plus [`Error::InvalidDuration`] for an absurd wait.
-    ///
-    /// # Cancel safety
-    /// As [`Lock::lock`].
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        let lease = self.watchdog()?;
-        self.acquire(lease, Wait::until(wait)?).await
-    }
-
-    /// Waits at most `wait` for the lock and holds it for `lease` without renewal. A zero
-    /// `wait` makes one attempt.
-    ///
-    /// # Errors
-    /// As [`Lock::try_lock_for`], plus [`Error::InvalidDuration`] for a bad lease.
-    ///
-    /// # Cancel safety
-    /// As [`Lock::lock`].
-    pub async fn try_lock_for_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        self.acquire(Lease::fixed(lease)?, Wait::until(wait)?).await
+    pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<LockGuard>> {
+        let (lease, wait) = options.resolve(self)?;
+        self.acquire(lease, wait).await
     }
 
     /// Whether anybody holds the lock.

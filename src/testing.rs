@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`expire_lease`] | the guard's lock expires on the server now, and its lease ends in this client | [`LockGuard::lost`] resolves, `unlock` returns [`Error::LeaseLost`], [`Lock::run`] cancels its body; metric reason `expired` |
 //! | [`pause_renewals`] | the client's watchdog stops renewing while the pause lives | leases run out after their length, as with Redis unreachable: guards are lost (reason `renewal_failed`), the keys expire on the server |
-//! | [`hold_elsewhere`] | a second client of the same deployment holds the lock with a fixed lease | [`Lock::try_lock`] returns `None`, `try_lock_for` times out, `lock()` waits until the lease ends or [`HeldElsewhere::release`] |
+//! | [`hold_elsewhere`] | a second client of the same deployment holds the lock with a fixed lease | [`Lock::try_lock`] returns `None`, `try_lock_with` a wait runs out, `lock()` waits until the lease ends or [`HeldElsewhere::release`] |
 //!
 //! Enable it for your tests only:
 //!
@@ -199,7 +199,10 @@ pub async fn hold_elsewhere(client: &Client, name: &str, hold: Duration) -> Resu
     })?;
     let other = builder.build().await?;
     let lock = other.lock(name)?;
-    match lock.try_lock_with_lease(hold).await {
+    match lock
+        .try_lock_with(crate::LockOptions::once().lease(hold))
+        .await
+    {
         Ok(Some(guard)) => Ok(HeldElsewhere { guard, other }),
         Ok(None) => {
             other.shutdown().await?;

@@ -98,7 +98,7 @@ async fn family_round(client: &Client, name: &str) {
     writing.await.unwrap().unwrap();
     let semaphore = client.semaphore(name).unwrap();
     semaphore.set_permits(2).await.unwrap();
-    semaphore.acquire(1).await.unwrap();
+    semaphore.acquire().await.unwrap();
     semaphore.release(1).await.unwrap();
     let permits = client.permit_semaphore(name).unwrap();
     permits.set_permits(1).await.unwrap();

@@ -3,6 +3,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use redlease::{Client, Error, Lock, LockGuard, MAX_DURATION};
@@ -31,7 +32,7 @@ fn contents(server: &Server) -> (u64, Vec<(Vec<u8>, String)>) {
 async fn hold_witness(client: &Client) -> LockGuard {
     let witness = client.lock(&unique_name("witness")).unwrap();
     witness
-        .lock_with_lease(Duration::from_secs(60))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(60)))
         .await
         .unwrap()
 }
@@ -84,30 +85,44 @@ async fn bad_leases_and_waits_are_rejected_and_change_nothing() {
         ("Duration::MAX", Duration::MAX),
     ];
 
-    assert_invalid_duration(lock.lock_with_lease(Duration::ZERO).await, "zero lease");
     assert_invalid_duration(
-        lock.lock_with_lease(Duration::from_micros(500)).await,
+        lock.lock_with(LockOptions::new().lease(Duration::ZERO))
+            .await,
+        "zero lease",
+    );
+    assert_invalid_duration(
+        lock.lock_with(LockOptions::new().lease(Duration::from_micros(500)))
+            .await,
         "sub-millisecond lease",
     );
     assert_invalid_duration(
-        lock.try_lock_for_with_lease(ok, Duration::ZERO).await,
+        lock.try_lock_with(LockOptions::new().wait(ok).lease(Duration::ZERO))
+            .await,
         "zero lease with a wait",
     );
     let zero_watchdog = lock.clone().watchdog_lease(Duration::ZERO);
     assert_invalid_duration(zero_watchdog.lock().await, "zero watchdog lease");
     assert_invalid_duration(zero_watchdog.try_lock().await, "zero watchdog lease");
     for (what, d) in absurd {
-        assert_invalid_duration(lock.lock_with_lease(d).await, what);
-        assert_invalid_duration(lock.try_lock_for(d).await, what);
-        assert_invalid_duration(lock.try_lock_for_with_lease(d, ok).await, what);
-        assert_invalid_duration(lock.try_lock_for_with_lease(ok, d).await, what);
+        assert_invalid_duration(lock.lock_with(LockOptions::new().lease(d)).await, what);
+        assert_invalid_duration(lock.try_lock_with(LockOptions::new().wait(d)).await, what);
+        assert_invalid_duration(
+            lock.try_lock_with(LockOptions::new().wait(d).lease(ok))
+                .await,
+            what,
+        );
+        assert_invalid_duration(
+            lock.try_lock_with(LockOptions::new().wait(ok).lease(d))
+                .await,
+            what,
+        );
         let huge = lock.clone().watchdog_lease(d);
         assert_invalid_duration(huge.lock().await, what);
-        assert_invalid_duration(huge.try_lock_for(ok).await, what);
+        assert_invalid_duration(huge.try_lock_with(LockOptions::new().wait(ok)).await, what);
     }
     // The limit itself is accepted.
     let g = lock
-        .try_lock_for_with_lease(ok, MAX_DURATION)
+        .try_lock_with(LockOptions::new().wait(ok).lease(MAX_DURATION))
         .await
         .unwrap()
         .expect("free");
@@ -175,14 +190,16 @@ async fn lock_key_holding_a_string_is_wrong_type_and_survives() {
 
     assert_wrong_type(lock.try_lock().await, &key, "try_lock");
     assert_wrong_type(
-        lock.try_lock_for(Duration::from_secs(1)).await,
+        lock.try_lock_with(LockOptions::new().wait(Duration::from_secs(1)))
+            .await,
         &key,
-        "try_lock_for",
+        "try_lock_with(wait)",
     );
     assert_wrong_type(
-        lock.lock_with_lease(Duration::from_secs(1)).await,
+        lock.lock_with(LockOptions::new().lease(Duration::from_secs(1)))
+            .await,
         &key,
-        "lock_with_lease",
+        "lock_with(lease)",
     );
     // A waiting lock() reports it at once instead of waiting for a lock that cannot come.
     let waited = tokio::time::timeout(Duration::from_secs(5), lock.lock())

@@ -2,6 +2,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redlease::{Client, Error, Owner};
@@ -120,12 +121,16 @@ async fn fixed_lease_expires_and_late_unlock_reports_it() {
     let guard = a
         .lock(&name)
         .unwrap()
-        .lock_with_lease(Duration::from_secs(2))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(2)))
         .await
         .unwrap();
     let other = b.lock(&name).unwrap();
     let g = other
-        .try_lock_for_with_lease(Duration::from_secs(5), Duration::from_secs(10))
+        .try_lock_with(
+            LockOptions::new()
+                .wait(Duration::from_secs(5))
+                .lease(Duration::from_secs(10)),
+        )
         .await
         .unwrap()
         .expect("acquired after the lease expired");
@@ -152,11 +157,17 @@ async fn partial_unlock_resets_ttl_to_the_lease() {
     let client = client(&server).await;
     let lock = client.lock(&unique_name("ttl")).unwrap();
     let lease = Duration::from_secs(5);
-    let g1 = lock.lock_with_lease(lease).await.unwrap();
+    let g1 = lock
+        .lock_with(LockOptions::new().lease(lease))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let left = lock.remaining_lease().await.unwrap().duration().unwrap();
     assert!(left < Duration::from_millis(4000), "{left:?}");
-    let g2 = lock.lock_with_lease(lease).await.unwrap();
+    let g2 = lock
+        .lock_with(LockOptions::new().lease(lease))
+        .await
+        .unwrap();
     let left = lock.remaining_lease().await.unwrap().duration().unwrap();
     assert!(
         left > Duration::from_millis(4800),
@@ -177,7 +188,7 @@ async fn partial_unlock_resets_ttl_to_the_lease() {
 }
 
 #[tokio::test]
-async fn try_lock_for_gives_up_after_the_wait() {
+async fn try_lock_with_a_wait_gives_up_after_the_wait() {
     let server = Server::start();
     let [a, b] = clients(&server).await;
     let name = unique_name("wait");
@@ -186,7 +197,7 @@ async fn try_lock_for_gives_up_after_the_wait() {
     let got = b
         .lock(&name)
         .unwrap()
-        .try_lock_for(Duration::from_secs(1))
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(1)))
         .await
         .unwrap();
     let took = start.elapsed();
@@ -354,7 +365,7 @@ async fn reentry_with_a_shorter_lease_does_not_shorten_the_outer_hold() {
     let inner = a
         .lock(&name)
         .unwrap()
-        .lock_with_lease(Duration::from_secs(1))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(1)))
         .await
         .unwrap();
     let ttl = a

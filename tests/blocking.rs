@@ -2,6 +2,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -59,7 +60,7 @@ fn threads_exclude_each_other_on_a_shared_counter() {
                 let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
                 for _ in 0..25 {
                     let guard = lock
-                        .try_lock_for(Duration::from_secs(10))
+                        .try_lock_with(LockOptions::new().wait(Duration::from_secs(10)))
                         .unwrap()
                         .expect("acquired");
                     assert_eq!(

@@ -7,6 +7,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -176,7 +177,7 @@ async fn killed_holder_process_frees_the_lock_within_one_lease() {
     child.wait().expect("reap the holder");
     let killed_at = Instant::now();
     let guard = lock
-        .try_lock_for(Duration::from_secs(5))
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(5)))
         .await
         .unwrap()
         .expect("acquired after the holder died");

@@ -10,6 +10,7 @@ mod support;
 #[allow(dead_code)]
 mod fencing_example;
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -123,7 +124,7 @@ async fn tokens_keep_counting_after_expiry_and_force_unlock() {
     let lock_b = fenced(&b, &name);
 
     let expired = lock_a
-        .lock_with_lease(Duration::from_millis(100))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(100)))
         .await
         .unwrap();
     let first = expired.fencing_token().unwrap();
@@ -192,7 +193,10 @@ async fn paused_holders_late_write_is_rejected() {
         .unwrap();
 
     let lease = Duration::from_millis(200);
-    let paused = fenced(&a, &name).lock_with_lease(lease).await.unwrap();
+    let paused = fenced(&a, &name)
+        .lock_with(LockOptions::new().lease(lease))
+        .await
+        .unwrap();
     let old = paused.fencing_token().unwrap();
     tokio::time::sleep(lease * 2).await; // the "GC pause"
     let newer = fenced(&b, &name).lock().await.unwrap();
@@ -226,7 +230,7 @@ async fn tokens_increase_after_the_counter_itself_expired() {
     let name = unique_name("fence-counter-gone");
     let lock = fenced(&client, &name);
     let first = lock
-        .lock_with_lease(Duration::from_millis(200))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(200)))
         .await
         .unwrap();
     let token = first.fencing_token().unwrap();
@@ -306,7 +310,10 @@ async fn ten_thousand_fenced_names_leave_no_counter_behind() {
             .map(|name| {
                 let lock = fenced(&client, name);
                 async move {
-                    let guard = lock.lock_with_lease(lease).await.expect("lock");
+                    let guard = lock
+                        .lock_with(LockOptions::new().lease(lease))
+                        .await
+                        .expect("lock");
                     let token = guard.fencing_token().expect("a token");
                     guard.unlock().await.expect("unlock");
                     token

@@ -5,6 +5,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -124,7 +125,7 @@ async fn a_busy_client_does_not_starve_another_clients_waiter() {
     let got = b
         .lock(&name)
         .unwrap()
-        .try_lock_for(Duration::from_secs(10))
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(10)))
         .await
         .unwrap();
     stop.store(true, Ordering::Relaxed);

@@ -5,6 +5,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use redlease::{Client, MultiLock};
@@ -47,11 +48,17 @@ async fn every_kind_leaves_no_key_behind() {
     let outer = lock.lock().await.unwrap();
     let inner = lock.lock().await.unwrap();
     let contender = b.lock(&name).unwrap().lock_delay(wait);
-    assert!(contender.try_lock_for(wait).await.unwrap().is_none());
+    assert!(
+        contender
+            .try_lock_with(LockOptions::new().wait(wait))
+            .await
+            .unwrap()
+            .is_none()
+    );
     inner.unlock().await.unwrap();
     outer.unlock().await.unwrap();
     let lapsed = lock
-        .lock_with_lease(Duration::from_millis(200))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(200)))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -109,7 +116,7 @@ async fn every_kind_leaves_no_key_behind() {
     // Semaphores are state you set: their users delete them when done.
     let semaphore = a.semaphore(&name).unwrap();
     semaphore.set_permits(2).await.unwrap();
-    semaphore.acquire(1).await.unwrap();
+    semaphore.acquire().await.unwrap();
     semaphore.release(1).await.unwrap();
     assert!(semaphore.delete().await.unwrap());
     let permits = a.permit_semaphore(&name).unwrap();

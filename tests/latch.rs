@@ -4,6 +4,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use support::{Server, clients, set_string, unique_name, until_subscribed};
@@ -16,7 +17,10 @@ async fn waiters_open_when_the_count_reaches_zero() {
     let name = unique_name("latch");
     let latch = a.count_down_latch(&name).unwrap();
     assert!(
-        latch.wait_for(Duration::from_millis(10)).await.unwrap(),
+        latch
+            .try_wait_with(LockOptions::new().wait(Duration::from_millis(10)))
+            .await
+            .unwrap(),
         "a latch never set is open"
     );
     assert!(latch.try_set_count(3).await.unwrap());
@@ -71,7 +75,10 @@ async fn concurrent_count_downs_are_exact_and_a_wait_times_out() {
     assert!(latch.try_set_count(40).await.unwrap());
     let started = Instant::now();
     assert!(
-        !latch.wait_for(Duration::from_millis(200)).await.unwrap(),
+        !latch
+            .try_wait_with(LockOptions::new().wait(Duration::from_millis(200)))
+            .await
+            .unwrap(),
         "opened while counting"
     );
     let waited = started.elapsed();
@@ -97,7 +104,12 @@ async fn concurrent_count_downs_are_exact_and_a_wait_times_out() {
         "a cancelled wait changed the count"
     );
     assert_eq!(latch.count_down().await.unwrap(), 0);
-    assert!(latch.wait_for(Duration::from_secs(1)).await.unwrap());
+    assert!(
+        latch
+            .try_wait_with(LockOptions::new().wait(Duration::from_secs(1)))
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

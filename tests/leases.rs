@@ -2,21 +2,27 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use redlease::{MultiLock, RemainingLease};
 use support::Server;
 
-/// `try_lock_with_lease`: one attempt, a fixed lease, no renewal; `None` when held elsewhere.
+/// `try_lock_with` a zero wait and a lease: one attempt, a fixed lease, no renewal; `None` when
+/// held elsewhere.
 #[tokio::test]
-async fn try_lock_with_lease_is_one_attempt_with_a_fixed_lease() {
+async fn zero_wait_with_a_lease_is_one_attempt_with_a_fixed_lease() {
     let server = Server::start();
     let [a, b] = support::clients::<2>(&server).await;
     let key = support::key_of("single-leased");
     let guard = a
         .lock("single-leased")
         .unwrap()
-        .try_lock_with_lease(Duration::from_secs(4))
+        .try_lock_with(
+            LockOptions::new()
+                .wait(Duration::ZERO)
+                .lease(Duration::from_secs(4)),
+        )
         .await
         .unwrap()
         .expect("free");
@@ -26,7 +32,11 @@ async fn try_lock_with_lease_is_one_attempt_with_a_fixed_lease() {
     let other = b.lock("single-leased").unwrap();
     assert!(
         other
-            .try_lock_with_lease(Duration::from_secs(4))
+            .try_lock_with(
+                LockOptions::new()
+                    .wait(Duration::ZERO)
+                    .lease(Duration::from_secs(4))
+            )
             .await
             .unwrap()
             .is_none()
@@ -47,13 +57,23 @@ async fn a_zero_wait_is_one_attempt_everywhere() {
     let [a, b] = support::clients::<2>(server).await;
     let lock = a.lock("zero-wait").unwrap();
     let guard = lock
-        .try_lock_for(Duration::ZERO)
+        .try_lock_with(LockOptions::new().wait(Duration::ZERO))
         .await
         .unwrap()
         .expect("free");
     let other = b.lock("zero-wait").unwrap();
-    assert!(other.try_lock_for(Duration::ZERO).await.unwrap().is_none());
-    let leased = other.try_lock_for_with_lease(Duration::ZERO, Duration::from_secs(1));
+    assert!(
+        other
+            .try_lock_with(LockOptions::new().wait(Duration::ZERO))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let leased = other.try_lock_with(
+        LockOptions::new()
+            .wait(Duration::ZERO)
+            .lease(Duration::from_secs(1)),
+    );
     assert!(leased.await.unwrap().is_none());
 
     let multi = MultiLock::new(vec![
@@ -61,11 +81,21 @@ async fn a_zero_wait_is_one_attempt_everywhere() {
         b.lock("zero-wait").unwrap(),
     ])
     .unwrap();
-    assert!(multi.try_lock_for(Duration::ZERO).await.unwrap().is_none());
+    assert!(
+        multi
+            .try_lock_with(LockOptions::new().wait(Duration::ZERO))
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(!support::exists(server, &support::key_of("zero-wait-free")));
     guard.unlock().await.unwrap();
     let held = multi
-        .try_lock_with_lease(Duration::from_secs(3))
+        .try_lock_with(
+            LockOptions::new()
+                .wait(Duration::ZERO)
+                .lease(Duration::from_secs(3)),
+        )
         .await
         .unwrap();
     let held = held.expect("both free now");
@@ -75,13 +105,17 @@ async fn a_zero_wait_is_one_attempt_everywhere() {
 
     let redlock = support::patient(support::redlock(&servers, "zero-wait-red").await);
     let red = redlock
-        .try_lock_for(Duration::ZERO)
+        .try_lock_with(LockOptions::new().wait(Duration::ZERO))
         .await
         .unwrap()
         .expect("free");
     red.unlock().await.unwrap();
     let red = redlock
-        .try_lock_with_lease(Duration::from_secs(2))
+        .try_lock_with(
+            LockOptions::new()
+                .wait(Duration::ZERO)
+                .lease(Duration::from_secs(2)),
+        )
         .await
         .unwrap();
     red.expect("free again").unlock().await.unwrap();
@@ -95,7 +129,10 @@ async fn extend_sets_a_fixed_lease_anew() {
     let client = support::client(&server).await;
     let key = support::key_of("extended");
     let lock = client.lock("extended").unwrap();
-    let guard = lock.lock_with_lease(Duration::from_secs(2)).await.unwrap();
+    let guard = lock
+        .lock_with(LockOptions::new().lease(Duration::from_secs(2)))
+        .await
+        .unwrap();
     guard.extend(Duration::from_secs(20)).await.unwrap();
     let ttl = support::pttl(&server, &key);
     assert!(
@@ -143,7 +180,10 @@ async fn remaining_lease_tells_free_from_held_without_expiry() {
     let key = support::key_of("remaining");
     let lock = client.lock("remaining").unwrap();
     assert_eq!(lock.remaining_lease().await.unwrap(), RemainingLease::Free);
-    let guard = lock.lock_with_lease(Duration::from_secs(9)).await.unwrap();
+    let guard = lock
+        .lock_with(LockOptions::new().lease(Duration::from_secs(9)))
+        .await
+        .unwrap();
     let left = lock.remaining_lease().await.unwrap();
     let ttl = left.duration().expect("expires");
     assert!(

@@ -4,6 +4,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redlease::{Client, Error, Lock};
@@ -25,12 +26,12 @@ async fn a_lease_that_ran_out_keeps_the_lock_refused_for_the_delay() {
     let (lease, delay) = (Duration::from_millis(300), Duration::from_millis(700));
     let taken = Instant::now();
     let stale = delayed(&a, &name, delay)
-        .lock_with_lease(lease)
+        .lock_with(LockOptions::new().lease(lease))
         .await
         .unwrap();
     let calls_before = command_calls(&server, "evalsha");
     let next = delayed(&b, &name, delay)
-        .try_lock_for(Duration::from_secs(5))
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(5)))
         .await
         .unwrap()
         .expect("granted once the delay ended");
@@ -69,7 +70,10 @@ async fn a_release_frees_the_lock_at_once() {
     );
     let waiter = {
         let lock = delayed(&b, &name, delay);
-        tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(3)).await })
+        tokio::spawn(async move {
+            lock.try_lock_with(LockOptions::new().wait(Duration::from_secs(3)))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();
@@ -91,7 +95,7 @@ async fn a_force_unlock_ends_the_delay() {
     let name = unique_name("delay-forced");
     let delay = Duration::from_secs(30);
     let lapsed = delayed(&a, &name, delay)
-        .lock_with_lease(Duration::from_millis(100))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(100)))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -6,6 +6,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -94,7 +95,10 @@ async fn a_scripted_run_yields_every_series_with_its_labels() {
         .unwrap();
     let busy = labelled.lock("orders:2").unwrap();
     assert!(busy.try_lock().await.unwrap().is_none());
-    let bounded = busy.try_lock_for(Duration::from_millis(50)).await.unwrap();
+    let bounded = busy
+        .try_lock_with(LockOptions::new().wait(Duration::from_millis(50)))
+        .await
+        .unwrap();
     assert!(bounded.is_none());
     // Cancelled: the caller stops waiting (a timeout around `lock()`).
     let gave_up = tokio::time::timeout(Duration::from_millis(50), busy.lock()).await;

@@ -2,6 +2,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -105,7 +106,7 @@ async fn held_across_three_servers_other_owner_fails_twice_and_owner_reenters() 
     assert!(b.try_lock().await.unwrap().is_none());
     assert!(b.try_lock().await.unwrap().is_none());
     assert!(
-        b.try_lock_for(Duration::from_millis(150))
+        b.try_lock_with(LockOptions::new().wait(Duration::from_millis(150)))
             .await
             .unwrap()
             .is_none()
@@ -145,7 +146,7 @@ async fn failed_attempt_leaves_nothing_held() {
     let started = Instant::now();
     assert!(
         multi
-            .try_lock_for(Duration::from_millis(300))
+            .try_lock_with(LockOptions::new().wait(Duration::from_millis(300)))
             .await
             .unwrap()
             .is_none()
@@ -171,7 +172,7 @@ async fn waiter_wakes_when_the_blocking_member_is_released() {
     let multi = MultiLock::new(locks(&mine, &names)).unwrap();
     let started = Instant::now();
     let guard = multi
-        .try_lock_for(Duration::from_secs(5))
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(5)))
         .await
         .unwrap()
         .expect("acquired once the blocker left");
@@ -228,7 +229,7 @@ async fn fixed_lease_expires_and_the_guard_is_lost() {
     let names = unique_names("fixed", 2);
     let multi = MultiLock::new(locks(&client, &names)).unwrap();
     let guard = multi
-        .lock_with_lease(Duration::from_millis(300))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(300)))
         .await
         .unwrap();
     assert!(!guard.is_lost());
@@ -385,7 +386,11 @@ async fn mutual_exclusion_across_two_servers() {
             let multi = MultiLock::new(ls).unwrap();
             for _ in 0..ROUNDS {
                 let guard = multi
-                    .try_lock_for_with_lease(Duration::from_secs(20), Duration::from_secs(5))
+                    .try_lock_with(
+                        LockOptions::new()
+                            .wait(Duration::from_secs(20))
+                            .lease(Duration::from_secs(5)),
+                    )
                     .await
                     .unwrap()
                     .expect("acquired within the wait");

@@ -3,6 +3,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
@@ -53,7 +54,7 @@ async fn a_polling_waiter_gets_the_lock_without_subscribing() {
     let held = a
         .lock(&name)
         .unwrap()
-        .lock_with_lease(Duration::from_secs(30))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(30)))
         .await
         .unwrap();
     let lock = b.lock(&name).unwrap();
@@ -116,10 +117,10 @@ async fn every_lock_kind_waits_by_polling() {
     let name = unique_name("poll-sem");
     let held = a.semaphore(&name).unwrap();
     held.set_permits(1).await.unwrap();
-    held.acquire(1).await.unwrap();
+    held.acquire().await.unwrap();
     let waiting = b.semaphore(&name).unwrap();
     let took = waits_then_wakes(
-        async move { waiting.acquire(1).await.unwrap() },
+        async move { waiting.acquire().await.unwrap() },
         async move { held.release(1).await.unwrap() },
     )
     .await;

@@ -3,6 +3,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,11 @@ async fn three_nodes_one_held_elsewhere_acquires_two_held_elsewhere_fails() {
     let blocker0 = theirs[0].lock().await.unwrap();
     let lease = Duration::from_secs(5);
     let guard = redlock
-        .try_lock_for_with_lease(Duration::from_millis(500), lease)
+        .try_lock_with(
+            LockOptions::new()
+                .wait(Duration::from_millis(500))
+                .lease(lease),
+        )
         .await
         .unwrap()
         .expect("2 of 3 is a majority");
@@ -40,7 +45,7 @@ async fn three_nodes_one_held_elsewhere_acquires_two_held_elsewhere_fails() {
     let started = Instant::now();
     assert!(
         redlock
-            .try_lock_for(Duration::from_millis(300))
+            .try_lock_with(LockOptions::new().wait(Duration::from_millis(300)))
             .await
             .unwrap()
             .is_none(),
@@ -63,7 +68,10 @@ async fn fixed_lease_validity_runs_out_and_the_guard_is_lost() {
     let redlock = support::redlock(&servers, &name).await;
     let lease = Duration::from_millis(500);
     let started = Instant::now();
-    let guard = redlock.lock_with_lease(lease).await.unwrap();
+    let guard = redlock
+        .lock_with(LockOptions::new().lease(lease))
+        .await
+        .unwrap();
     let acquired = Instant::now();
     // validity = lease − elapsed − (lease × 0.01 + 2 ms), from the start of the round.
     let drift = Duration::from_millis(7);
@@ -230,7 +238,7 @@ async fn new_rejects_bad_node_lists() {
         .unwrap()
         .node_timeout(Duration::from_secs(1));
     let err = slow
-        .lock_with_lease(Duration::from_millis(500))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(500)))
         .await
         .unwrap_err();
     assert!(err.is_invalid_input(), "{err:?}");
@@ -310,7 +318,11 @@ async fn mutual_exclusion_eight_clients_two_hundred_rounds() {
             let redlock = RedLock::new(ls).unwrap();
             for _ in 0..ROUNDS {
                 let guard = redlock
-                    .try_lock_for_with_lease(Duration::from_secs(30), Duration::from_secs(2))
+                    .try_lock_with(
+                        LockOptions::new()
+                            .wait(Duration::from_secs(30))
+                            .lease(Duration::from_secs(2)),
+                    )
                     .await
                     .unwrap()
                     .expect("acquired within the wait");

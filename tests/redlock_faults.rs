@@ -3,6 +3,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, RedLock};
@@ -48,7 +49,7 @@ async fn five_nodes_two_killed_acquire_and_renew_three_killed_fail_with_quorum()
     servers[2].kill();
     let started = Instant::now();
     let err = redlock
-        .try_lock_for(Duration::from_secs(3))
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(3)))
         .await
         .expect_err("2 of 5 nodes cannot form a majority");
     let took = started.elapsed();
@@ -88,7 +89,9 @@ async fn sigstopped_node_costs_its_timeout_and_its_late_grant_is_released() {
         .node_timeout(Duration::from_millis(50));
     servers[2].pause();
     let started = Instant::now();
-    let guard = redlock.lock_with_lease(Duration::from_secs(10)).await;
+    let guard = redlock
+        .lock_with(LockOptions::new().lease(Duration::from_secs(10)))
+        .await;
     let took = started.elapsed();
     let resume_at = Instant::now() + Duration::from_millis(800);
     tokio::time::sleep_until(resume_at.into()).await;
@@ -119,7 +122,9 @@ async fn node_frozen_past_the_client_timeout_is_still_cleaned_up() {
     let redlock = RedLock::new(ls).unwrap();
     servers[0].pause();
     let started = Instant::now();
-    let guard = redlock.lock_with_lease(Duration::from_secs(10)).await;
+    let guard = redlock
+        .lock_with(LockOptions::new().lease(Duration::from_secs(10)))
+        .await;
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_millis(1200)).await;
     servers[0].resume();
@@ -142,7 +147,11 @@ async fn client_paused_node_costs_only_its_timeout() {
     servers[1].client_pause(700, true);
     let started = Instant::now();
     let guard = redlock
-        .try_lock_for_with_lease(Duration::from_secs(2), Duration::from_secs(10))
+        .try_lock_with(
+            LockOptions::new()
+                .wait(Duration::from_secs(2))
+                .lease(Duration::from_secs(10)),
+        )
         .await
         .unwrap()
         .expect("2 of 3 nodes answer");
@@ -218,7 +227,7 @@ async fn unlock_with_a_frozen_node_is_bounded_and_cleans_up_after_it_resumes() {
     let redlock = patient(support::redlock(&servers, &name).await);
     // Lease 2 s: each node gets max(150 ms, 200 ms) to answer a release.
     let guard = redlock
-        .lock_with_lease(Duration::from_secs(2))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(2)))
         .await
         .unwrap();
     assert_eq!(guard.held_nodes(), 3);
@@ -286,7 +295,7 @@ async fn holder_paused_past_its_validity_stays_lost() {
     assert!(guard.unlock().await.unwrap_err().is_lease_lost());
     let other = support::redlock(&servers, &name).await;
     other
-        .try_lock_for(Duration::from_secs(1))
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(1)))
         .await
         .unwrap()
         .expect("free again")

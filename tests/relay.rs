@@ -21,7 +21,7 @@ async fn a_release_wakes_one_local_waiter_not_the_herd() {
     let client = client(&server).await;
     let semaphore = client.semaphore(&unique_name("relay")).unwrap();
     assert!(semaphore.try_set_permits(1).await.unwrap());
-    semaphore.acquire(1).await.unwrap();
+    semaphore.acquire().await.unwrap();
 
     const TASKS: usize = 24;
     let holders = Arc::new(AtomicUsize::new(0));
@@ -30,7 +30,7 @@ async fn a_release_wakes_one_local_waiter_not_the_herd() {
     for _ in 0..TASKS {
         let (semaphore, holders, done) = (semaphore.clone(), holders.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
-            semaphore.acquire(1).await.unwrap();
+            semaphore.acquire().await.unwrap();
             assert_eq!(
                 holders.fetch_add(1, Ordering::SeqCst),
                 0,

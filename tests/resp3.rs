@@ -5,6 +5,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::{Duration, Instant};
 
 use redlease::Client;
@@ -80,14 +81,19 @@ async fn the_family_over_resp3() {
 
     let semaphore = a.semaphore(&name).unwrap();
     assert!(semaphore.try_set_permits(1).await.unwrap());
-    semaphore.acquire(1).await.unwrap();
+    semaphore.acquire().await.unwrap();
     assert_eq!(semaphore.available().await.unwrap(), 0);
     let other = b.semaphore(&name).unwrap();
-    assert!(!other.try_acquire_for(1, Duration::ZERO).await.unwrap());
+    assert!(
+        !other
+            .try_acquire_with(LockOptions::new().wait(Duration::ZERO))
+            .await
+            .unwrap()
+    );
     semaphore.release(1).await.unwrap();
     assert!(
         other
-            .try_acquire_for(1, Duration::from_secs(2))
+            .try_acquire_with(LockOptions::new().wait(Duration::from_secs(2)))
             .await
             .unwrap()
     );
@@ -108,7 +114,11 @@ async fn the_family_over_resp3() {
     let latch = a.count_down_latch(&name).unwrap();
     assert!(latch.try_set_count(1).await.unwrap());
     let waiting = b.count_down_latch(&name).unwrap();
-    let opened = tokio::spawn(async move { waiting.wait_for(Duration::from_secs(5)).await });
+    let opened = tokio::spawn(async move {
+        waiting
+            .try_wait_with(LockOptions::new().wait(Duration::from_secs(5)))
+            .await
+    });
     latch.count_down().await.unwrap();
     assert!(opened.await.unwrap().unwrap(), "the latch opened");
 

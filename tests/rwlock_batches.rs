@@ -182,7 +182,7 @@ async fn an_entry_of_a_batch_fails_alone() {
         let rw = a.read_write_lock(&good).unwrap();
         set.spawn(async move {
             match i % 4 {
-                0 => sem.acquire(1).await.map(drop).map_err(|e| e.to_string()),
+                0 => sem.acquire().await.map(drop).map_err(|e| e.to_string()),
                 1 => bad_sem
                     .release(1)
                     .await

@@ -4,6 +4,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -48,7 +49,7 @@ async fn permits_are_never_over_granted() {
         let (holders, most) = (holders.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
-                semaphore.acquire(1).await.unwrap();
+                semaphore.acquire().await.unwrap();
                 let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -86,16 +87,18 @@ async fn a_release_wakes_a_waiter_at_once() {
     let name = unique_name("sem-wake");
     let held = holder.semaphore(&name).unwrap();
     held.set_permits(2).await.unwrap();
-    held.acquire(2).await.unwrap();
+    held.acquire_with(LockOptions::new().permits(2))
+        .await
+        .unwrap();
     assert!(
-        !held.try_acquire(1).await.unwrap(),
+        !held.try_acquire().await.unwrap(),
         "took a permit of an empty semaphore"
     );
     for round in 0..3 {
         let waiting = waiter.semaphore(&name).unwrap();
         let task = tokio::spawn(async move {
             let granted = waiting
-                .try_acquire_for(2, Duration::from_secs(10))
+                .try_acquire_with(LockOptions::new().permits(2).wait(Duration::from_secs(10)))
                 .await
                 .unwrap();
             (granted, Instant::now())
@@ -141,7 +144,7 @@ async fn a_cancelled_acquire_leaves_nothing() {
     semaphore.set_permits(0).await.unwrap();
     // Cancelled while waiting: no permit taken, no subscription left.
     let waiting = b.semaphore(&name).unwrap();
-    let gave_up = tokio::time::timeout(Duration::from_millis(300), waiting.acquire(1)).await;
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), waiting.acquire()).await;
     assert!(gave_up.is_err(), "acquired from an empty semaphore");
     assert!(
         until_subscribed(&server, &channel_of(semaphore.key()), 0).await,
@@ -155,7 +158,7 @@ async fn a_cancelled_acquire_leaves_nothing() {
     let mut taken = 0;
     for i in 0..200u64 {
         let cut = Duration::from_micros(i * 7 % 400);
-        if let Ok(Ok(())) = tokio::time::timeout(cut, waiting.acquire(1)).await {
+        if let Ok(Ok(())) = tokio::time::timeout(cut, waiting.acquire()).await {
             taken += 1;
             waiting.release(1).await.unwrap();
         }
@@ -179,10 +182,16 @@ async fn bad_input_is_a_typed_error() {
     assert!(client.semaphore("").unwrap_err().is_invalid_input());
     let semaphore = client.semaphore(&unique_name("sem-bad")).unwrap();
     semaphore.set_permits(1).await.unwrap();
-    assert!(semaphore.acquire(0).await.unwrap_err().is_invalid_input());
     assert!(
         semaphore
-            .try_acquire(0)
+            .acquire_with(LockOptions::new().permits(0))
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert!(
+        semaphore
+            .try_acquire_with(LockOptions::new().permits(0).wait(Duration::ZERO))
             .await
             .unwrap_err()
             .is_invalid_input()
@@ -191,7 +200,7 @@ async fn bad_input_is_a_typed_error() {
     let absurd = Duration::from_secs(u64::MAX / 4);
     assert!(
         semaphore
-            .try_acquire_for(1, absurd)
+            .try_acquire_with(LockOptions::new().wait(absurd))
             .await
             .unwrap_err()
             .is_invalid_input()
@@ -203,7 +212,7 @@ async fn bad_input_is_a_typed_error() {
     );
     // A negative count written by someone else is refused, not used.
     set_string(&server, semaphore.key(), "-3");
-    let err = semaphore.try_acquire(1).await.unwrap_err();
+    let err = semaphore.try_acquire().await.unwrap_err();
     assert!(err.to_string().contains("non-negative integer"), "{err}");
     assert!(semaphore.available().await.unwrap_err().is_protocol());
     // A key of another type.
@@ -217,14 +226,14 @@ async fn bad_input_is_a_typed_error() {
         .arg("1")
         .query::<()>(&mut server.conn())
         .unwrap();
-    assert!(semaphore.try_acquire(1).await.unwrap_err().is_wrong_type());
+    assert!(semaphore.try_acquire().await.unwrap_err().is_wrong_type());
     assert!(semaphore.release(1).await.unwrap_err().is_wrong_type());
     // A semaphore and a lock of one name do not collide.
     let name = unique_name("shared");
     let guard = client.lock(&name).unwrap().lock().await.unwrap();
     let semaphore = client.semaphore(&name).unwrap();
     assert!(semaphore.try_set_permits(1).await.unwrap());
-    assert!(semaphore.try_acquire(1).await.unwrap());
+    assert!(semaphore.try_acquire().await.unwrap());
     guard.unlock().await.unwrap();
     assert_eq!(numsub(&server, &channel_of(semaphore.key())), 0);
 }
@@ -243,10 +252,13 @@ async fn works_on_a_cluster() {
     for (name, _) in cluster.names_per_primary("sem", 1) {
         let semaphore = a.semaphore(&name).unwrap();
         assert!(semaphore.try_set_permits(1).await.unwrap());
-        assert!(semaphore.try_acquire(1).await.unwrap());
+        assert!(semaphore.try_acquire().await.unwrap());
         let waiting = b.semaphore(&name).unwrap();
-        let task =
-            tokio::spawn(async move { waiting.try_acquire_for(1, Duration::from_secs(10)).await });
+        let task = tokio::spawn(async move {
+            waiting
+                .try_acquire_with(LockOptions::new().wait(Duration::from_secs(10)))
+                .await
+        });
         let channel = channel_of(semaphore.key());
         let subscribed = support::eventually_async(Duration::from_secs(5), || async {
             shard_numsub(cluster.server_of(semaphore.key()), &channel) == 1

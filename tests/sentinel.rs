@@ -3,6 +3,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -198,7 +199,10 @@ async fn mutual_exclusion_across_a_failover_is_kept_by_every_guard_not_reported_
                 if stop.is_some_and(|at| Instant::now() > at) {
                     break;
                 }
-                let guard = match lock.try_lock_for(Duration::from_secs(2)).await {
+                let guard = match lock
+                    .try_lock_with(LockOptions::new().wait(Duration::from_secs(2)))
+                    .await
+                {
                     Ok(Some(guard)) => guard,
                     Ok(None) | Err(_) => {
                         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -8,6 +8,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -190,7 +191,10 @@ async fn a_thousand_cancelled_waits_leave_no_entry_and_no_hold() {
                     .await
                     .ok()
                     .map(Result::unwrap),
-                1 => lock.try_lock_for(limit).await.unwrap(),
+                1 => lock
+                    .try_lock_with(LockOptions::new().wait(limit))
+                    .await
+                    .unwrap(),
                 _ => {
                     let task = tokio::spawn(async move { lock.lock().await });
                     tokio::time::sleep(limit).await;
@@ -337,7 +341,7 @@ async fn a_wait_that_runs_out_leaves_the_queue_before_it_returns() {
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let lock = waiter.lock(&name).unwrap();
     assert!(
-        lock.try_lock_for(Duration::from_millis(200))
+        lock.try_lock_with(LockOptions::new().wait(Duration::from_millis(200)))
             .await
             .unwrap()
             .is_none()

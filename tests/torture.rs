@@ -6,6 +6,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use redlease::{Client, RedLock};
@@ -92,7 +93,9 @@ async fn fenced_redlocks_hold_their_invariants_under_random_master_faults() {
             let redlock = locks.and_then(RedLock::new);
             async move {
                 let redlock = redlock?.node_timeout(Duration::from_millis(150));
-                redlock.try_lock_for(Duration::from_secs(2)).await
+                redlock
+                    .try_lock_with(LockOptions::new().wait(Duration::from_secs(2)))
+                    .await
             }
         }));
         all.extend(masters);

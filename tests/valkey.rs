@@ -4,6 +4,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::time::Duration;
 
 use redlease::{Client, Error};
@@ -63,7 +64,10 @@ async fn valkey_waiter_wakes_on_unlock() {
     let waiter = client(&server).await;
     let name = unique_name("vk-wake");
     let lock = holder.lock(&name).unwrap();
-    let held = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    let held = lock
+        .lock_with(LockOptions::new().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
     let waiting = spawn_waiter(waiter.lock(&name).unwrap());
     let subscribed = until_subscribed(&server, &unlock_channel(lock.key()), 1).await;
     assert!(subscribed, "the waiter did not subscribe");

@@ -3,6 +3,7 @@
 
 mod support;
 
+use redlease::LockOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,10 @@ async fn waiter_wakes_within_50ms_of_unlock() {
     let lock = holder.lock(&name).unwrap();
     for round in 0..5 {
         // A 30 s fixed lease: only the unlock message can explain a fast wake-up.
-        let held = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+        let held = lock
+            .lock_with(LockOptions::new().lease(Duration::from_secs(30)))
+            .await
+            .unwrap();
         let waiting = spawn_waiter(waiter.lock(&name).unwrap());
         until_waiting(&server, lock.key(), 1).await;
         // Let the waiter settle into its wait (past its second attempt).
@@ -50,7 +54,7 @@ async fn waiter_takes_an_expired_lock_within_its_ttl() {
     let held = holder
         .lock(&name)
         .unwrap()
-        .lock_with_lease(Duration::from_secs(1))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(1)))
         .await
         .unwrap();
     let start = Instant::now();
@@ -74,14 +78,17 @@ async fn waiter_takes_an_expired_lock_within_its_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn try_lock_for_gets_a_lock_released_during_the_wait() {
+async fn try_lock_with_a_wait_gets_a_lock_released_during_the_wait() {
     let server = Server::start();
     let [holder, waiter] = clients(&server).await;
     let name = unique_name("try-for");
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     let lock = waiter.lock(&name).unwrap();
     let start = Instant::now();
-    let waiting = tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(10)).await });
+    let waiting = tokio::spawn(async move {
+        lock.try_lock_with(LockOptions::new().wait(Duration::from_secs(10)))
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     held.unlock().await.unwrap();
     let guard = waiting

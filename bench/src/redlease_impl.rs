@@ -1,10 +1,11 @@
 //! redlease, written against the planned public API (/tmp/api.md):
 //! `Client::connect`, `client.lock(name)?.lock().await` (watchdog lease,
 //! owner = current task), `guard.unlock().await`, `RedLock::new(locks)?
-//! .lock_with_lease(lease)`, and `client.renew_now().await -> RenewStats`
+//! .lock_with(LockOptions::new().lease(lease))`, and `client.renew_now().await -> RenewStats`
 //! (exposed for benchmarks).
 
 use anyhow::Result;
+use redlease::LockOptions;
 use redlease::{Client, LockGuard, RedLock, RenewStats};
 
 use crate::locker::{AsyncLocker, LEASE};
@@ -59,7 +60,7 @@ impl AsyncLocker for Redlease {
 /// W5 variants over several servers (one client per server), fixed lease.
 #[derive(Clone, Copy)]
 pub enum Multi {
-    /// One server, `lock_with_lease`.
+    /// One server, `lock_with` a fixed lease.
     Single,
     /// `RedLock` over all servers.
     RedLock,
@@ -93,21 +94,32 @@ impl AsyncLocker for RedleaseMulti {
 
     async fn lock(&self, key: &str) -> Result<MultiGuard> {
         Ok(match self.mode {
-            Multi::Single => {
-                MultiGuard::Single(self.clients[0].lock(key)?.lock_with_lease(LEASE).await?)
-            }
+            Multi::Single => MultiGuard::Single(
+                self.clients[0]
+                    .lock(key)?
+                    .lock_with(LockOptions::new().lease(LEASE))
+                    .await?,
+            ),
             Multi::RedLock => {
                 let locks = self
                     .clients
                     .iter()
                     .map(|c| c.lock(key))
                     .collect::<Result<Vec<_>, _>>()?;
-                MultiGuard::RedLock(RedLock::new(locks)?.lock_with_lease(LEASE).await?)
+                MultiGuard::RedLock(
+                    RedLock::new(locks)?
+                        .lock_with(LockOptions::new().lease(LEASE))
+                        .await?,
+                )
             }
             Multi::Sequential => {
                 let mut held = Vec::with_capacity(self.clients.len());
                 for c in &self.clients {
-                    held.push(c.lock(key)?.lock_with_lease(LEASE).await?);
+                    held.push(
+                        c.lock(key)?
+                            .lock_with(LockOptions::new().lease(LEASE))
+                            .await?,
+                    );
                 }
                 MultiGuard::Sequential(held)
             }

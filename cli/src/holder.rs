@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use redlease::{Lock, LockGuard, Owner, RedLock, RedLockGuard};
+use redlease::{Lock, LockGuard, LockOptions, Owner, RedLock, RedLockGuard};
 
 use crate::args::RunArgs;
 use crate::exit::Failure;
@@ -58,15 +58,20 @@ pub async fn acquire(args: &RunArgs) -> Result<Option<Held>, Failure> {
     let lock = configure(nodes::lock_on(&client, &args.name)?, args)
         // One explicit owner: the hold must not depend on which task happens to run this.
         .with_owner(Owner::new());
-    let acquired = match args.wait {
-        None => lock.lock().await.map(Some),
-        Some(Duration::ZERO) => lock.try_lock().await,
-        Some(wait) => lock.try_lock_for(wait).await,
-    };
+    let acquired = lock.try_lock_with(options(args)).await;
     let shown = nodes::redact(&urls[0]);
     acquired
         .map(|guard| guard.map(Held::One))
         .map_err(|e| Failure::from_error(format_args!("lock \"{}\" on {shown}", args.name), &e))
+}
+
+/// `--wait` as the library's options: no `--wait` waits as long as it takes, `--wait 0` makes
+/// one attempt. The lease stays the watchdog's (`--lease` sets the watchdog lease).
+fn options(args: &RunArgs) -> LockOptions {
+    match args.wait {
+        None => LockOptions::new(),
+        Some(wait) => LockOptions::new().wait(wait),
+    }
 }
 
 fn configure(lock: Lock, args: &RunArgs) -> Lock {
@@ -102,11 +107,7 @@ async fn acquire_redlock(args: &RunArgs) -> Result<Option<Held>, Failure> {
         .with_owner(Owner::new())
         .watchdog_lease(args.lease)
         .node_timeout(node_timeout(args));
-    let acquired = match args.wait {
-        None => redlock.lock().await.map(Some),
-        Some(Duration::ZERO) => redlock.try_lock().await,
-        Some(wait) => redlock.try_lock_for(wait).await,
-    };
+    let acquired = redlock.try_lock_with(options(args)).await;
     acquired
         .map(|guard| guard.map(Held::Many))
         .map_err(|e| Failure::from_error(format_args!("lock \"{}\"", args.name), &e))

@@ -4,6 +4,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+use redlease::LockOptions;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -205,7 +206,7 @@ async fn retries_try_again_after_each_pause() {
     let guard = holder
         .lock(&name)
         .unwrap()
-        .lock_with_lease(Duration::from_secs(5))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(5)))
         .await
         .unwrap();
     let before = support::command_calls(&server, "evalsha");
@@ -229,7 +230,7 @@ async fn retries_try_again_after_each_pause() {
     let guard = holder
         .lock(&name)
         .unwrap()
-        .lock_with_lease(Duration::from_secs(5))
+        .lock_with(LockOptions::new().lease(Duration::from_secs(5)))
         .await
         .unwrap();
     let release = tokio::spawn(async move {

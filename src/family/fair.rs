@@ -151,6 +151,7 @@ impl FairLock {
     }
 
     /// Takes the lock, waiting as long as it takes; the guard renews its lease while it lives.
+    /// The same as `lock_with(LockOptions::new())`.
     ///
     /// # Errors
     /// Redis failures, a key of another kind, [`Error::Shutdown`].
@@ -159,13 +160,20 @@ impl FairLock {
     /// Cancel-safe: dropped while waiting it leaves the queue (in the background); dropped
     /// while its request is on the wire, a grant that arrives is given back.
     pub async fn lock(&self) -> Result<FairGuard> {
-        match self.try_lock_with(LockOptions::new()).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Timeout {
-                operation: "lock",
-                timeout: crate::config::MAX_DURATION,
-            }),
-        }
+        self.lock_with(LockOptions::new()).await
+    }
+
+    /// Takes the lock on `options`' terms (see [`try_lock_with`](Self::try_lock_with)).
+    ///
+    /// # Errors
+    /// As [`try_lock_with`](Self::try_lock_with), plus [`Error::Busy`] when a bounded wait ran
+    /// out.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](Self::lock).
+    pub async fn lock_with(&self, options: LockOptions) -> Result<FairGuard> {
+        let got = self.try_lock_with(options).await?;
+        options.held(|| self.keys.name.to_string(), got)
     }
 
     /// Takes the lock if it is free and nobody waits for it; `None` otherwise (a single attempt
@@ -177,16 +185,15 @@ impl FairLock {
     /// # Cancel safety
     /// As [`lock`](Self::lock).
     pub async fn try_lock(&self) -> Result<Option<FairGuard>> {
-        self.try_lock_with(LockOptions::new().wait(Duration::ZERO))
-            .await
+        self.try_lock_with(LockOptions::once()).await
     }
 
     /// Takes the lock on `options`' terms: wait at most `wait` (in the queue), hold at most
     /// `lease` (no renewal); `None` when the wait ran out, and the waiter left the queue.
     ///
     /// # Errors
-    /// As [`lock`](Self::lock), and [`Error::InvalidDuration`] for a zero or absurd lease or
-    /// wait.
+    /// As [`lock`](Self::lock), [`Error::InvalidDuration`] for a zero or absurd lease or
+    /// wait, and [`Error::InvalidArgument`] for permits other than one.
     ///
     /// # Cancel safety
     /// As [`lock`](Self::lock).

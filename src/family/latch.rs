@@ -1,11 +1,11 @@
 //! [`CountDownLatch`]: wait until N parties have counted down.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
 use crate::node::FamilyScript;
+use crate::scope::LockOptions;
 use crate::shared::Client;
 use crate::terms::Wait;
 
@@ -111,15 +111,29 @@ impl CountDownLatch {
         self.wait_within(Wait::Forever).await.map(drop)
     }
 
-    /// Waits at most `wait` until the count is zero: `true` when it is.
+    /// Waits as `options` say until the count is zero: `true` when it is, `false` when the
+    /// [`wait`](crate::LockOptions::wait) ran out (a zero wait looks once). Only the wait
+    /// applies to a latch.
+    ///
+    /// ```no_run
+    /// # async fn demo(ready: redlease::CountDownLatch) -> redlease::Result<()> {
+    /// use std::time::Duration;
+    /// use redlease::LockOptions;
+    ///
+    /// if !ready.try_wait_with(LockOptions::new().wait(Duration::from_secs(5))).await? {
+    ///     println!("not every worker is ready after 5 s");
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// As [`wait`](CountDownLatch::wait), and [`Error::InvalidDuration`] for an absurd wait.
+    /// As [`wait`](CountDownLatch::wait); [`Error::InvalidDuration`] for an absurd wait;
+    /// [`Error::InvalidArgument`] for a lease or a count of permits (a latch has neither).
     ///
     /// # Cancel safety
     /// Cancel-safe: waiting changes nothing on the server.
-    pub async fn wait_for(&self, wait: Duration) -> Result<bool> {
-        self.wait_within(Wait::until(wait)?).await
+    pub async fn try_wait_with(&self, options: LockOptions) -> Result<bool> {
+        self.wait_within(options.wait_only()?).await
     }
 
     async fn wait_within(&self, wait: Wait) -> Result<bool> {

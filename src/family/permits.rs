@@ -125,7 +125,8 @@ impl PermitSemaphore {
         Ok(self.call("available", "", 0).await?.max(0) as u64)
     }
 
-    /// Takes a permit, waiting as long as it takes; its lease is renewed while it lives.
+    /// Takes a permit, waiting as long as it takes; its lease is renewed while it lives. The
+    /// same as `acquire_with(LockOptions::new())`.
     ///
     /// # Errors
     /// Redis failures, a key of another kind, [`Error::Shutdown`].
@@ -134,13 +135,20 @@ impl PermitSemaphore {
     /// Cancel-safe: dropped while waiting it leaves nothing; dropped while its request is on the
     /// wire, a permit granted meanwhile is released in the background.
     pub async fn acquire(&self) -> Result<Permit> {
-        match self.try_acquire_with(LockOptions::new()).await? {
-            Some(permit) => Ok(permit),
-            None => Err(Error::Timeout {
-                operation: "acquire",
-                timeout: crate::config::MAX_DURATION,
-            }),
-        }
+        self.acquire_with(LockOptions::new()).await
+    }
+
+    /// Takes a permit on `options`' terms (see [`try_acquire_with`](Self::try_acquire_with)).
+    ///
+    /// # Errors
+    /// As [`try_acquire_with`](Self::try_acquire_with), plus [`Error::Busy`] when a bounded
+    /// wait ran out.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_with(&self, options: LockOptions) -> Result<Permit> {
+        let got = self.try_acquire_with(options).await?;
+        options.held(|| self.keys.name.to_string(), got)
     }
 
     /// Takes a permit if one is free now.
@@ -151,16 +159,16 @@ impl PermitSemaphore {
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
     pub async fn try_acquire(&self) -> Result<Option<Permit>> {
-        self.try_acquire_with(LockOptions::new().wait(std::time::Duration::ZERO))
-            .await
+        self.try_acquire_with(LockOptions::once()).await
     }
 
     /// Takes a permit on `options`' terms: wait at most `wait`, and hold it at most `lease`
     /// (no renewal); `None` when the wait ran out.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire), and [`Error::InvalidDuration`] for a zero or absurd
-    /// lease or wait.
+    /// As [`acquire`](Self::acquire), [`Error::InvalidDuration`] for a zero or absurd lease or
+    /// wait, and [`Error::InvalidArgument`] for permits other than one (each permit has its own
+    /// id and lease: take several one by one).
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).

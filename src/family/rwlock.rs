@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::family::rwlock_guard::{ReadGuard, WriteGuard};
 use crate::family::rwlock_local::LocalTurns;
 use crate::family::rwlock_share::Share;
@@ -337,13 +339,20 @@ macro_rules! side_methods {
             /// withdrawn); dropped while its request is on the wire, a grant that arrives is given
             /// back in the background.
             pub async fn lock(&self) -> Result<$guard> {
-                match self.0.acquire(LockOptions::new()).await? {
-                    Some(hold) => Ok($guard(hold)),
-                    None => Err(Error::Timeout {
-                        operation: "lock",
-                        timeout: crate::config::MAX_DURATION,
-                    }),
-                }
+                self.lock_with(LockOptions::new()).await
+            }
+
+            #[doc = concat!("Takes the ", $what, " lock on `options`' terms (see [`try_lock_with`](Self::try_lock_with)).")]
+            ///
+            /// # Errors
+            /// As [`try_lock_with`](Self::try_lock_with), plus [`Error::Busy`] when a bounded
+            /// wait ran out.
+            ///
+            /// # Cancel safety
+            /// As [`lock`](Self::lock).
+            pub async fn lock_with(&self, options: LockOptions) -> Result<$guard> {
+                let got = self.try_lock_with(options).await?;
+                options.held(|| self.name().to_owned(), got)
             }
 
             #[doc = concat!("Takes the ", $what, " lock if it is free for this owner now; `None` when not.")]
@@ -354,14 +363,14 @@ macro_rules! side_methods {
             /// # Cancel safety
             /// As [`lock`](Self::lock).
             pub async fn try_lock(&self) -> Result<Option<$guard>> {
-                self.try_lock_with(LockOptions::new().wait(Duration::ZERO)).await
+                self.try_lock_with(LockOptions::once()).await
             }
 
             #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out.")]
             ///
             /// # Errors
-            /// As [`lock`](Self::lock), and [`Error::InvalidDuration`] for a zero or absurd lease
-            /// or wait.
+            /// As [`lock`](Self::lock), [`Error::InvalidDuration`] for a zero or absurd lease or
+            /// wait, and [`Error::InvalidArgument`] for permits other than one.
             ///
             /// # Cancel safety
             /// As [`lock`](Self::lock).

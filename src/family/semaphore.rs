@@ -1,20 +1,21 @@
 //! [`Semaphore`]: a counting semaphore shared by every client of the deployment.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
 use crate::node::FamilyScript;
+use crate::scope::LockOptions;
 use crate::shared::Client;
 use crate::task::FinishOnDrop;
-use crate::terms::Wait;
 
 static SCRIPT: FamilyScript =
     FamilyScript::new("semaphore", include_str!("../../lua/semaphore.lua"));
 
 /// A counting semaphore (Redisson's `RSemaphore`): a number of permits in Redis that any task
-/// of any client takes with [`acquire`](Semaphore::acquire) and gives back with
+/// of any client takes with [`acquire`](Semaphore::acquire) (or, several at once,
+/// [`acquire_with`](Semaphore::acquire_with)) and gives back with
 /// [`release`](Semaphore::release).
 ///
 /// Made by [`Client::semaphore`]; cheap to clone. Set the number of permits once with
@@ -34,7 +35,7 @@ static SCRIPT: FamilyScript =
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
 /// let slots = client.semaphore("exports")?;
 /// slots.try_set_permits(4).await?;
-/// slots.acquire(1).await?;
+/// slots.acquire().await?;
 /// // ... at most four of these run at once, across every process ...
 /// slots.release(1).await?;
 /// # Ok(()) }
@@ -132,45 +133,67 @@ impl Semaphore {
         self.call("release", permits).await.map(drop)
     }
 
-    /// Takes `permits` permits, waiting as long as it takes.
+    /// Takes one permit, waiting as long as it takes. The same as
+    /// `acquire_with(LockOptions::new())`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero permits; Redis failures; a key of another kind;
-    /// [`Error::Shutdown`].
+    /// Redis failures; a key of another kind; [`Error::Shutdown`].
     ///
     /// # Cancel safety
     /// Cancel-safe: dropped while waiting, it leaves nothing; dropped while its request is on
     /// the wire, the request's outcome is awaited in the background and permits it took are
     /// released.
-    pub async fn acquire(&self, permits: u32) -> Result<()> {
-        self.acquire_within(permits, Wait::Forever).await.map(drop)
+    pub async fn acquire(&self) -> Result<()> {
+        self.acquire_with(LockOptions::new()).await
     }
 
-    /// Takes `permits` permits if that many are available now: `true` when taken.
+    /// Takes [`permits`](LockOptions::permits) permits (1 by default), waiting at most
+    /// [`wait`](LockOptions::wait) (without limit by default).
+    ///
+    /// ```no_run
+    /// # async fn demo(slots: redlease::Semaphore) -> redlease::Result<()> {
+    /// use redlease::LockOptions;
+    ///
+    /// slots.acquire_with(LockOptions::new().permits(3)).await?;
+    /// // ... work that needs three slots ...
+    /// slots.release(3).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`acquire`](Semaphore::acquire); [`Error::Busy`] when a bounded wait ran out;
+    /// [`Error::InvalidArgument`] for zero permits or a lease (permits here have none: see
+    /// [`PermitSemaphore`](crate::PermitSemaphore)); [`Error::InvalidDuration`] for an absurd
+    /// wait.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    pub async fn acquire_with(&self, options: LockOptions) -> Result<()> {
+        let taken = self.try_acquire_with(options).await?;
+        options.held(|| self.keys.name.to_string(), taken.then_some(()))
+    }
+
+    /// Takes one permit if one is available now: `true` when taken.
     ///
     /// # Errors
     /// As [`acquire`](Semaphore::acquire).
     ///
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
-    pub async fn try_acquire(&self, permits: u32) -> Result<bool> {
-        self.acquire_within(permits, Wait::Once).await
+    pub async fn try_acquire(&self) -> Result<bool> {
+        self.try_acquire_with(LockOptions::once()).await
     }
 
-    /// Takes `permits` permits, waiting at most `wait`: `true` when taken. A zero wait is one
-    /// attempt.
+    /// Takes permits as `options` say (see [`acquire_with`](Semaphore::acquire_with)): `true`
+    /// when taken, `false` when the wait ran out. A zero wait is one attempt.
     ///
     /// # Errors
-    /// As [`acquire`](Semaphore::acquire), and [`Error::InvalidDuration`] for an absurd wait.
+    /// As [`acquire_with`](Semaphore::acquire_with), without [`Error::Busy`].
     ///
     /// # Cancel safety
     /// As [`acquire`](Semaphore::acquire).
-    pub async fn try_acquire_for(&self, permits: u32, wait: Duration) -> Result<bool> {
-        self.acquire_within(permits, Wait::until(wait)?).await
-    }
-
-    async fn acquire_within(&self, permits: u32, wait: Wait) -> Result<bool> {
-        positive("permits", permits)?;
+    pub async fn try_acquire_with(&self, options: LockOptions) -> Result<bool> {
+        let (permits, wait) = options.permits_and_wait()?;
         let taken = wait_for(
             &self.client,
             &self.keys.channel,

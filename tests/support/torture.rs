@@ -9,6 +9,7 @@
 //! lasts `REDLEASE_TORTURE_SECS` seconds (8 by default, inside `make test`; `make torture`
 //! runs longer) and prints its counts; `REDLEASE_TORTURE_SEED` repeats a run's draws.
 
+use redlease::LockOptions;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -265,6 +266,10 @@ pub fn fenced_lock(client: &Client, names: &[String]) -> Acquire {
     let (client, names) = (client.clone(), names.to_vec());
     acquire(move |i| {
         let lock = client.lock(&names[i]).map(|l| l.fenced(true));
-        async move { lock?.try_lock_for(Duration::from_secs(2)).await }
+        async move {
+            lock?
+                .try_lock_with(LockOptions::new().wait(Duration::from_secs(2)))
+                .await
+        }
     })
 }

@@ -137,7 +137,7 @@ pub async fn semaphore(url: &str, tasks: usize, rounds: usize) -> Result<Vec<Mea
             let mut waits = Vec::with_capacity(rounds);
             for _ in 0..rounds {
                 let t0 = Instant::now();
-                permits.acquire(1).await?;
+                permits.acquire().await?;
                 waits.push(t0.elapsed());
                 permits.release(1).await?;
             }

@@ -8,13 +8,10 @@ mod guard;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::scope::LockOptions;
-
-use crate::terms::Wait;
 
 pub use guard::MultiLockGuard;
 
@@ -102,7 +99,8 @@ impl MultiLock {
     }
 
     /// Waits until every member is held, then keeps them with their clients' watchdogs while
-    /// the guard lives (each member with its own watchdog lease).
+    /// the guard lives (each member with its own watchdog lease). The same as
+    /// `lock_with(LockOptions::new())`.
     ///
     /// # Errors
     /// The first member error of the round that failed: [`Error::WouldDeadlock`] (a
@@ -114,25 +112,27 @@ impl MultiLock {
     /// Cancel-safe: dropping the future leaves no member held and nothing renewed; grants that
     /// arrive after the drop are given back in the background.
     pub async fn lock(&self) -> Result<MultiLockGuard> {
-        self.acquire(None, Wait::Forever)
-            .await?
-            .ok_or(Error::Shutdown)
+        self.lock_with(LockOptions::new()).await
     }
 
-    /// Waits until every member is held and holds them for `lease`, with no renewal.
+    /// Takes every member as `options` say (the same [`LockOptions`] as every lock kind takes):
+    /// waits at most `wait`, and holds every member for `lease` without renewal (by default
+    /// the watchdogs keep them).
     ///
     /// # Errors
-    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for a zero or absurd lease.
+    /// As [`MultiLock::lock`], plus [`Error::Busy`] (naming the members, `+`-joined) when a
+    /// bounded wait ran out, [`Error::InvalidDuration`] for a bad wait or lease, and
+    /// [`Error::InvalidArgument`] for permits other than one.
     ///
     /// # Cancel safety
     /// As [`MultiLock::lock`].
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
-        self.acquire(Some(lease), Wait::Forever)
-            .await?
-            .ok_or(Error::Shutdown)
+    pub async fn lock_with(&self, options: LockOptions) -> Result<MultiLockGuard> {
+        let got = self.try_lock_with(options).await?;
+        options.held(|| self.names(), got)
     }
 
     /// One round: the guard when every member could be taken, else `None` (and nothing held).
+    /// The same as `try_lock_with(LockOptions::new().wait(Duration::ZERO))`.
     ///
     /// # Errors
     /// As [`MultiLock::lock`].
@@ -140,59 +140,26 @@ impl MultiLock {
     /// # Cancel safety
     /// As [`MultiLock::lock`].
     pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
-        self.acquire(None, Wait::Once).await
+        self.try_lock_with(LockOptions::once()).await
     }
 
-    /// One attempt at every member with a fixed lease (Redisson's `tryLock(0, lease)`); `None`
-    /// when one is held elsewhere (nothing stays held then).
+    /// Takes every member as `options` say (see [`MultiLock::lock_with`]): `None` when the wait
+    /// ran out, and nothing stays held then. A zero wait makes one round.
     ///
     /// # Errors
-    /// As [`MultiLock::try_lock`], plus [`Error::InvalidDuration`] for a bad lease.
-    ///
-    /// # Cancel safety
-    /// As [`MultiLock::lock`].
-    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<MultiLockGuard>> {
-        self.acquire(Some(lease), Wait::Once).await
-    }
-
-    /// Waits at most `wait` for every member (watchdog leases); `None` when the wait ran out.
-    ///
-    /// # Errors
-    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for an absurd wait. A zero wait
-    /// makes one attempt.
-    ///
-    /// # Cancel safety
-    /// As [`MultiLock::lock`].
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
-        self.acquire(None, Wait::until(wait)?).await
-    }
-
-    /// Waits at most `wait` for every member and holds them for `lease` without renewal.
-    ///
-    /// # Errors
-    /// As [`MultiLock::try_lock_for`], plus [`Error::InvalidDuration`] for a bad lease.
-    ///
-    /// # Cancel safety
-    /// As [`MultiLock::lock`].
-    pub async fn try_lock_for_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<MultiLockGuard>> {
-        self.acquire(Some(lease), Wait::until(wait)?).await
-    }
-
-    /// Takes every member as `options` say (the same [`LockOptions`] as every lock kind takes):
-    /// `None` when the wait ran out, and nothing stays held then.
-    ///
-    /// # Errors
-    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for a bad wait or lease.
+    /// As [`MultiLock::lock_with`], without [`Error::Busy`].
     ///
     /// # Cancel safety
     /// As [`MultiLock::lock`].
     pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<MultiLockGuard>> {
-        let (_, lease) = options.parts();
-        self.acquire(lease, options.checked_wait()?).await
+        let (lease, wait) = options.lease_and_wait()?;
+        self.acquire(lease, wait).await
+    }
+
+    /// The members' names, `+`-joined, for errors about the whole set.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.members.iter().map(Lock::name).collect();
+        names.join("+")
     }
 }
 

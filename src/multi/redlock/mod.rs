@@ -15,12 +15,13 @@ mod shared;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::lock::Lock;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
 
-use crate::terms::Wait;
 use settings::{DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, check_nodes};
 
 pub use guard::RedLockGuard;
@@ -67,8 +68,9 @@ pub use guard::RedLockGuard;
 /// error tells how many masters granted, refused and failed.
 ///
 /// # Renewal
-/// [`lock`](RedLock::lock), [`try_lock`](RedLock::try_lock) and
-/// [`try_lock_for`](RedLock::try_lock_for) keep the lock with a renewal task of the guard (not
+/// Acquisitions without a [`lease`](LockOptions::lease) ([`lock`](RedLock::lock),
+/// [`try_lock`](RedLock::try_lock), and `lock_with` / `try_lock_with` with a wait only) keep
+/// the lock with a renewal task of the guard (not
 /// the clients' watchdogs): every third of the lease it extends the lease on every master at
 /// once, and takes the lock again on masters that lost it or never granted it (a restarted
 /// master, say) when they are free. Each master gets `max(node timeout, min(lease / 10, 1 s))`
@@ -206,6 +208,7 @@ impl RedLock {
     }
 
     /// Waits until a majority of nodes grant the lock, then renews it while the guard lives.
+    /// The same as `lock_with(LockOptions::new())`.
     ///
     /// # Errors
     /// [`Error::Quorum`] when so many nodes fail or time out that no majority is possible, for
@@ -219,27 +222,28 @@ impl RedLock {
     /// Cancel-safe: dropping the future leaves no node held and no renewal running; grants
     /// that arrive after the drop are given back in the background.
     pub async fn lock(&self) -> Result<RedLockGuard> {
-        self.acquire(None, Wait::Forever)
-            .await?
-            .ok_or(Error::Shutdown)
+        self.lock_with(LockOptions::new()).await
     }
 
-    /// Waits until a majority of nodes grant the lock and holds it for `lease`, without
-    /// renewal; the guard is lost when its validity runs out.
+    /// Rounds until a majority grants the lock as `options` say: waits at most `wait`, and
+    /// holds it for `lease` without renewal (the guard is lost when its validity runs out); by
+    /// default the guard renews it.
     ///
     /// # Errors
-    /// As [`RedLock::lock`].
+    /// As [`RedLock::lock`]; [`Error::Quorum`] when the wait ends on a round in which too many
+    /// nodes failed or timed out to form a majority, and [`Error::Busy`] when it ends with the
+    /// lock held elsewhere. [`Error::InvalidArgument`] for permits other than one.
     ///
     /// # Cancel safety
     /// As [`RedLock::lock`].
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
-        self.acquire(Some(lease), Wait::Forever)
-            .await?
-            .ok_or(Error::Shutdown)
+    pub async fn lock_with(&self, options: LockOptions) -> Result<RedLockGuard> {
+        let got = self.try_lock_with(options).await?;
+        options.held(|| self.name.to_string(), got)
     }
 
     /// One round: the guard when a majority granted the lock in time, `None` when it is held
-    /// elsewhere (or the round was too slow to leave any validity).
+    /// elsewhere (or the round was too slow to leave any validity). The same as
+    /// `try_lock_with(LockOptions::new().wait(Duration::ZERO))`.
     ///
     /// # Errors
     /// [`Error::Quorum`] when so many nodes failed or timed out in the round that no majority
@@ -248,61 +252,20 @@ impl RedLock {
     /// # Cancel safety
     /// As [`RedLock::lock`].
     pub async fn try_lock(&self) -> Result<Option<RedLockGuard>> {
-        self.acquire(None, Wait::Once).await
+        self.try_lock_with(LockOptions::once()).await
     }
 
-    /// One round with a fixed lease on every node (Redisson's `tryLock(0, lease)`); `None`
-    /// when no majority granted it.
+    /// Rounds as `options` say (see [`RedLock::lock_with`]) until a majority grants the lock,
+    /// or the wait is spent (`None`: held elsewhere). A zero wait makes one round.
     ///
     /// # Errors
-    /// As [`RedLock::try_lock`], plus [`Error::InvalidDuration`] for a bad lease.
-    ///
-    /// # Cancel safety
-    /// As [`RedLock::lock`].
-    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(lease), Wait::Once).await
-    }
-
-    /// Rounds until a majority grants the lock (renewed) or `wait` is spent (`None`).
-    ///
-    /// # Errors
-    /// [`Error::Quorum`] when the wait ends on a round in which too many nodes failed or timed
-    /// out to form a majority (rather than `None`, which means the lock is held elsewhere), or
-    /// as [`RedLock::lock`]; plus [`Error::InvalidDuration`] for an absurd wait. A zero
-    /// wait makes one round.
-    ///
-    /// # Cancel safety
-    /// As [`RedLock::lock`].
-    pub async fn try_lock_for(&self, wait: Duration) -> Result<Option<RedLockGuard>> {
-        self.acquire(None, Wait::until(wait)?).await
-    }
-
-    /// Rounds until a majority grants the lock for `lease` (no renewal) or `wait` is spent.
-    ///
-    /// # Errors
-    /// As [`RedLock::try_lock_for`].
-    ///
-    /// # Cancel safety
-    /// As [`RedLock::lock`].
-    pub async fn try_lock_for_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(lease), Wait::until(wait)?).await
-    }
-
-    /// Takes every member as `options` say (the same [`LockOptions`] as every lock kind takes):
-    /// `None` when the wait ran out, and nothing stays held then.
-    ///
-    /// # Errors
-    /// As [`RedLock::lock`], plus [`Error::InvalidDuration`] for a bad wait or lease.
+    /// As [`RedLock::lock_with`], without [`Error::Busy`].
     ///
     /// # Cancel safety
     /// As [`RedLock::lock`].
     pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<RedLockGuard>> {
-        let (_, lease) = options.parts();
-        self.acquire(lease, options.checked_wait()?).await
+        let (lease, wait) = options.lease_and_wait()?;
+        self.acquire(lease, wait).await
     }
 }
 
