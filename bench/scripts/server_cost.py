@@ -56,6 +56,20 @@ if got[1] == '1' and not got[2] then
 end
 return -1
 """
+# The same lean acquire as a function (FUNCTION LOAD once, FCALL): a function's library runs its
+# top level once at load, not on every call as a script's chunk does.
+FUNCTIONS_LIB = """#!lua name=server_cost
+redis.register_function('floor', function(keys, args) return 1 end)
+redis.register_function('lean_acquire', function(keys, args)
+    local hash = keys[1]
+    if redis.call('EXISTS', hash) == 0 then
+        redis.call('HSET', hash, args[1], '1')
+        redis.call('PEXPIRE', hash, args[2])
+        return 1
+    end
+    return -1
+end)
+"""
 LEAN_RELEASE_PUB = LEAN_RELEASE.replace(
     "    return 0\n", "    redis.call('PUBLISH', hash .. ':unlock', ARGV[2])\n    return 0\n"
 )
@@ -68,6 +82,7 @@ FUNCTIONS = [
     ("call", "the command itself, with its statistics"),
     ("lookupCommand", "command lookups (top-level and each redis.call)"),
     ("evalShaCommand", "EVALSHA: the script call"),
+    ("fcallCommand", "FCALL: the function call"),
     ("luaCallFunction", "  the script run (KEYS/ARGV tables, Lua, reply conversion)"),
     ("lua_pcall", "    Lua code, with its redis.call's"),
     ("scriptCall", "      redis.call: Redis 7.0's path to the command"),
@@ -241,6 +256,13 @@ def phases(n, batch):
             ],
             0,
         ),
+        ("sketch: FCALL of a function returning 1", n, lambda i: ["FCALL", "floor", 0], 1),
+        (
+            "sketch: lean acquire as a function (FCALL, 1 key + 2 args)",
+            n,
+            lambda i: ["FCALL", "lean_acquire", 1, key(4 * 10**5 + i), FIELD, LEASE],
+            1,
+        ),
         ("rslock: SET NX PX", n, lambda i: ["SET", rkey(i), token(i), "NX", "PX", "10000"], "OK"),
         (
             "rslock: compare-and-delete script",
@@ -329,6 +351,7 @@ def main():
         *LEANS,
     ):
         c.call("SCRIPT", "LOAD", src)
+    c.call("FUNCTION", "LOAD", "REPLACE", FUNCTIONS_LIB)
 
     rows = []
     for name, count, make, expect in phases(a.calls, a.batch):
