@@ -19,7 +19,7 @@ struct Args {
     /// Smoke run with ~1/20 of the counts.
     #[arg(long)]
     quick: bool,
-    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, E1, E2, R1, T1; default all).
+    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, E1, E2, R1, T1, S1; default all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs).
@@ -65,6 +65,12 @@ struct Args {
     /// Internal (child process): the T1 server's plain URL, TLS URL and CA certificate file.
     #[arg(long, num_args = 3, value_names = ["PLAIN_URL", "TLS_URL", "CA_FILE"], hide = true)]
     tls_server: Option<Vec<String>>,
+    /// Internal (child process): an S1 server, `LABEL=URL` (repeated).
+    #[arg(long, hide = true)]
+    s1_server: Vec<String>,
+    /// Internal (child process): the CPUs an S1 cell's process runs on.
+    #[arg(long, value_delimiter = ',', hide = true)]
+    s1_client_cpus: Vec<usize>,
 }
 
 pub struct Counts {
@@ -78,6 +84,9 @@ pub struct Counts {
     pub w6: usize,
     /// Single floor round trips measured for W6.
     pub rtt: usize,
+    /// S1's W1 pairs (half of W1's: with the server on another CPU every request waits for it
+    /// to wake, ~6,000 pairs/s here, and S1 runs 4 such cells 3 times).
+    pub s1_w1: usize,
 }
 
 impl Counts {
@@ -92,6 +101,7 @@ impl Counts {
             w5: 2_000,
             w6: 100,
             rtt: 20_000,
+            s1_w1: 10_000,
         }
     }
 
@@ -106,6 +116,7 @@ impl Counts {
             w5: 100,
             w6: 10,
             rtt: 1_000,
+            s1_w1: 500,
         }
     }
 }
@@ -138,6 +149,10 @@ pub struct Config {
     pub w7_procs: Vec<usize>,
     /// Set in a W7 process (started by a W7 cell's child, see workloads/processes.rs).
     pub w7_worker: Option<usize>,
+    /// S1's servers (`LABEL=URL`, started by the parent when S1 runs), and the CPUs of its
+    /// measuring processes.
+    pub s1_servers: Vec<String>,
+    pub s1_client_cpus: Vec<usize>,
 }
 
 impl Config {
@@ -174,6 +189,8 @@ impl Config {
             w7_worker: args.w7_worker,
             cluster_url: args.cluster_url,
             replica_url: args.replica_url,
+            s1_servers: args.s1_server,
+            s1_client_cpus: args.s1_client_cpus,
             tls: args
                 .tls_server
                 .and_then(|t| match <[String; 3]>::try_from(t) {
@@ -215,6 +232,13 @@ impl Config {
         }
         if let Some(url) = &self.replica_url {
             args.extend(["--replica-url".into(), url.clone()]);
+        }
+        for s in &self.s1_servers {
+            args.extend(["--s1-server".into(), s.clone()]);
+        }
+        if !self.s1_client_cpus.is_empty() {
+            let cpus: Vec<String> = self.s1_client_cpus.iter().map(|c| c.to_string()).collect();
+            args.extend(["--s1-client-cpus".into(), cpus.join(",")]);
         }
         if let Some(t) = &self.tls {
             let ca = t.ca_file.to_string_lossy().into_owned();

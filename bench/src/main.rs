@@ -21,6 +21,8 @@ mod replica_suite;
 mod report;
 mod runner;
 mod server;
+mod server_time;
+mod server_time_suite;
 mod stats;
 mod suite;
 mod targets;
@@ -50,6 +52,26 @@ fn main() -> Result<()> {
         return workloads::election::candidate(&spec);
     }
     let mut cfg = Config::parse(std::env::args().skip(1));
+    // S1 puts its servers on one CPU and its measuring processes on the others, whatever the
+    // placement of the rest: taken before this process pins itself below.
+    let s1_split = match cfg.cell {
+        None if cfg.wants(server_time_suite::SELECTOR) => {
+            affinity::cpus(affinity::Placement::Split)
+        }
+        _ => None,
+    };
+    if cfg.cell.is_some()
+        && cfg.wants(server_time_suite::SELECTOR)
+        && !cfg.s1_client_cpus.is_empty()
+    {
+        // An S1 cell's process (its runtime's threads inherit this).
+        if let Err(e) = affinity::pin(&cfg.s1_client_cpus) {
+            eprintln!(
+                "S1: not pinning the client to {:?}: {e}",
+                cfg.s1_client_cpus
+            );
+        }
+    }
     // The parent pins itself, hence the measuring processes it spawns (they
     // inherit it), and the redis-servers (see affinity.rs).
     let mut server_cpus = None;
@@ -76,10 +98,14 @@ fn main() -> Result<()> {
         .worker_threads(workers)
         .enable_all()
         .build()?
-        .block_on(run(cfg, server_cpus))
+        .block_on(run(cfg, server_cpus, s1_split))
 }
 
-async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
+async fn run(
+    mut cfg: Config,
+    server_cpus: Option<Vec<usize>>,
+    s1_split: Option<(Vec<usize>, Vec<usize>)>,
+) -> Result<()> {
     if let Some(index) = cfg.w7_worker {
         // One of a W7 cell's processes (workloads/processes.rs).
         workloads::processes::worker(&cfg, index).await;
@@ -120,6 +146,29 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
             Err(e) => {
                 eprintln!("T1 not run: {e:#}");
                 tls_missing = Some(format!("{e:#}"));
+                None
+            }
+        },
+        _ => None,
+    };
+    // And S1's Redis and Valkey, on a CPU of their own; without them, S1 says why.
+    let mut s1_missing = Vec::new();
+    let _s1 = match (&cfg.cell, cfg.wants(server_time_suite::SELECTOR)) {
+        (None, true) => match server_time_suite::Servers::start(s1_split) {
+            Ok(servers) => {
+                cfg.s1_servers = servers.args();
+                cfg.s1_client_cpus = servers.client_cpus.clone();
+                cfg.placed += &format!(
+                    "; S1's servers pinned to CPU {:?}, its clients to {:?}",
+                    servers.server_cpus, servers.client_cpus
+                );
+                s1_missing = servers.missing.clone();
+                Some(servers)
+            }
+            Err(e) => {
+                let why = format!("{e:#}");
+                eprintln!("S1 not run: {why}");
+                s1_missing = vec![("Redis".into(), why.clone()), ("Valkey".into(), why)];
                 None
             }
         },
@@ -209,6 +258,11 @@ async fn run(mut cfg: Config, server_cpus: Option<Vec<usize>>) -> Result<()> {
         }
         runner.run_queued().await;
     }
+    if cfg.wants(server_time_suite::SELECTOR) {
+        let servers = cfg.s1_servers.clone();
+        server_time_suite::suite(&mut runner, c, &servers, &s1_missing).await;
+        runner.run_queued().await;
+    }
     if ["F1", "F2", "F3"].iter().any(|f| cfg.wants(f)) {
         family_suite::family(&mut runner, c).await;
         runner.run_queued().await;
@@ -250,7 +304,7 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
          Placement: {placement}.\n\
          Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
          W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs; \
-         W7/C7 {w7} s of contention per run.\n\n{table}\n{w7_table}{notes}",
+         W7/C7 {w7} s of contention per run; S1 W1 {s1} pairs, W3 as W3.\n\n{table}\n{w7_table}{s1_table}{notes}",
         runs = cfg.runs,
         // SAFETY: sysconf has no preconditions.
         cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) },
@@ -265,8 +319,10 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
         w5 = c.w5,
         w6 = c.w6,
         w7 = cfg.w7_secs,
+        s1 = c.s1_w1,
         table = report::table(&ctx),
         w7_table = report::w7_table(&ctx),
+        s1_table = server_time_suite::report(&ctx),
         notes = NOTES,
         placement = cfg.placed,
     )
@@ -357,5 +413,12 @@ and their end, per acquisition. Fairness: Jain's index over the processes' acqui
 (1 = equal). The floor: one list key holding one token, taken with BLPOP (a connection per \
 waiting task) and given back with LPUSH: the server hands it to the longest-blocked client. \
 \"counter − acquisitions\" is the worst run's (0 = no lost update).
+- S1: W1 and W3 (as above) for redlease `Lock` and rslock on Redis and on Valkey, each server \
+pinned to a CPU of its own and the measuring processes to the others, whatever `--placement` says. \
+Each run: MONITOR over a few calibration pairs (which commands the clients send, which the \
+scripts run), a warm-up, then `CONFIG RESETSTAT`, the pairs, `INFO commandstats`. Server µs per \
+pair: the commandstats usec of the commands the clients sent (a script's `redis.call`s are inside \
+its own usec, so they are not added again); CPU µs: the server's main thread (user + system, \
+`INFO cpu`) over the same pairs, reading and replying included. The targets are issue 25's.
 - Other work on the machine (see the load average above) skews every number; run it on an idle machine.
 ";

@@ -63,6 +63,9 @@ pub struct Entry {
     pub workload: String,
     pub implementation: String,
     pub outcome: Outcome,
+    /// The `DETAIL` lines of each run, for a workload's own section of the report (S1's
+    /// per-command breakdown); empty for the others.
+    pub details: Vec<Vec<String>>,
 }
 
 impl Entry {
@@ -131,6 +134,10 @@ metrics! {
     SCRIPTS_PER_ACQ = "script calls per acquisition (server)";
     JAIN = "fairness over processes (Jain)";
     COUNTER_OFF = "counter − acquisitions (0 = exact)";
+    SERVER_US = "server µs per pair (commandstats, top-level)";
+    SERVER_CPU_US = "server CPU µs per pair (main thread, incl. I/O)";
+    CALLS_PER_PAIR = "calls per pair (top-level)";
+    CMDS_PER_PAIR = "commands per pair (incl. in scripts)";
 }
 
 impl Unit {
@@ -158,6 +165,9 @@ impl Unit {
 
 /// Line prefix of a measure printed by a child process.
 pub const MEASURE_LINE: &str = "MEASURE";
+/// Line prefix of a child's other output for the report (tab-separated fields after it), kept
+/// per run in [`Entry::details`].
+pub const DETAIL_LINE: &str = "DETAIL";
 
 impl Measure {
     /// `MEASURE<TAB>metric<TAB>unit<TAB>value<TAB>p99` (p99 empty when none).

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{COUNTER, COUNTER_OFF, Entry, MEASURE_LINE, Measure, Outcome, TimedOut, family};
+use crate::model::{
+    COUNTER, COUNTER_OFF, DETAIL_LINE, Entry, MEASURE_LINE, Measure, Outcome, TimedOut, family,
+};
 use crate::server::RedisServer;
 use crate::stats::median;
 
@@ -79,6 +81,7 @@ impl Runner {
     pub async fn run_queued(&mut self) {
         let queued = std::mem::take(&mut self.queued);
         let mut runs: Vec<Vec<Vec<Measure>>> = vec![Vec::new(); queued.len()];
+        let mut details: Vec<Vec<Vec<String>>> = vec![Vec::new(); queued.len()];
         let mut failed: Vec<Option<Outcome>> = vec![None; queued.len()];
         for run in 1..=self.runs {
             for (k, &idx) in queued.iter().enumerate() {
@@ -96,7 +99,8 @@ impl Runner {
                     Err(e) => Err(e.context("flush")),
                 };
                 match result {
-                    Ok(m) => {
+                    Ok((m, d)) => {
+                        details[k].push(d);
                         let first = m.first().map(|m| {
                             format!("{} {}", m.metric, crate::report::fmt_value(m.unit, m.value))
                         });
@@ -117,6 +121,7 @@ impl Runner {
         }
         for (k, idx) in queued.into_iter().enumerate() {
             self.entries[idx].outcome = failed[k].take().unwrap_or_else(|| combine(&runs[k]));
+            self.entries[idx].details = std::mem::take(&mut details[k]);
         }
     }
 
@@ -135,6 +140,7 @@ impl Runner {
             workload: workload.into(),
             implementation: implementation.into(),
             outcome,
+            details: Vec::new(),
         });
     }
 
@@ -146,7 +152,12 @@ impl Runner {
         self.servers.iter().map(RedisServer::url).collect()
     }
 
-    async fn run_child(&self, workload: &str, implementation: &str) -> Result<Vec<Measure>> {
+    /// One run of a cell in a child process: its measures and its `DETAIL` lines.
+    async fn run_child(
+        &self,
+        workload: &str,
+        implementation: &str,
+    ) -> Result<(Vec<Measure>, Vec<String>)> {
         let Mode::Parent { exe, args } = &self.mode else {
             unreachable!("only the parent spawns runs");
         };
@@ -166,6 +177,7 @@ impl Runner {
         };
         let stdout = String::from_utf8_lossy(&out.stdout);
         let mut measures = Vec::new();
+        let mut details = Vec::new();
         for line in stdout.lines() {
             if line == TIMED_OUT_LINE {
                 return Err(TimedOut.into());
@@ -173,6 +185,8 @@ impl Runner {
                 anyhow::bail!("{}", err.trim());
             } else if line.starts_with(MEASURE_LINE) {
                 measures.push(Measure::from_line(line)?);
+            } else if let Some(d) = line.strip_prefix(DETAIL_LINE) {
+                details.push(d.trim_start_matches('\t').to_string());
             }
         }
         if !out.status.success() || measures.is_empty() {
@@ -184,7 +198,7 @@ impl Runner {
                 tail.join(" / ")
             );
         }
-        Ok(measures)
+        Ok((measures, details))
     }
 }
 

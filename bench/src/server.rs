@@ -28,9 +28,13 @@ impl RedisServer {
 
     /// [`start`](Self::start) with more arguments for redis-server (e.g. cluster mode).
     pub fn start_with(cpus: Option<&[usize]>, extra: &[String]) -> Result<Self> {
-        let bin = server_bin();
+        Self::start_bin(&server_bin(), cpus, extra)
+    }
+
+    /// [`start_with`](Self::start_with) with another server executable (S1's Valkey).
+    pub fn start_bin(bin: &str, cpus: Option<&[usize]>, extra: &[String]) -> Result<Self> {
         let port = free_port()?;
-        let mut cmd = Command::new(&bin);
+        let mut cmd = Command::new(bin);
         if let Some(cpus) = cpus {
             let cpus = cpus.to_vec();
             // SAFETY: the hook only makes the sched_setaffinity system call.
@@ -125,6 +129,21 @@ impl RedisServer {
         }
         Ok(counters)
     }
+}
+
+/// "Redis 7.0.15", "Valkey 9.1.2": the product and version `bin --version` prints.
+pub fn version_label(bin: &str) -> Result<String> {
+    let out = Command::new(bin)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("cannot run {bin} --version"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let product = text.split_whitespace().next().unwrap_or("?");
+    let version = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .with_context(|| format!("no version in {bin} --version: {text}"))?;
+    Ok(format!("{product} {version}"))
 }
 
 /// Server-side counts: every command (those run inside scripts included) and

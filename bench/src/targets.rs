@@ -89,6 +89,40 @@ impl Context<'_> {
         (ratios.join("; "), targets.join(", "))
     }
 
+    /// S1: redlease `Lock` against rslock on the same server in the same run (issue 25): server
+    /// time per pair ≤ 1.5× rslock on Redis, ≤ 1.1× on Valkey; on Redis, pairs/s ≥ 1.0× (W1)
+    /// and ≥ 1.2× (W3) rslock. rslock's rows show the ratio to `Lock`.
+    fn judge_s1(&self, e: &Entry, m: &Measure) -> (String, String) {
+        use crate::model::{SERVER_CPU_US, SERVER_US};
+        use crate::server_time_suite::{LOCK, RSLOCK, is_valkey};
+        let w = e.workload.as_str();
+        let ratio = |base: Option<f64>, name: &str| match base {
+            Some(b) if b > 0.0 => format!("{:.2}× {name}", m.value / b),
+            _ => String::new(),
+        };
+        let verdict = |ok: bool, text: &str| format!("{} {text}", if ok { "✅" } else { "❌" });
+        let compared = matches!(m.metric, SERVER_US | SERVER_CPU_US | PAIRS_PER_SEC);
+        if !compared {
+            return (String::new(), String::new());
+        }
+        if e.implementation == RSLOCK {
+            return (ratio(self.find(w, LOCK, m.metric), "Lock"), String::new());
+        }
+        let rslock = self.find(w, RSLOCK, m.metric);
+        let target = match (m.metric, rslock) {
+            (SERVER_US, Some(b)) => {
+                let k = if is_valkey(w) { 1.1 } else { 1.5 };
+                verdict(m.value <= k * b, &format!("≤ {k}× rslock"))
+            }
+            (PAIRS_PER_SEC, Some(b)) if !is_valkey(w) => {
+                let k = if w.contains(" W3 ") { 1.2 } else { 1.0 };
+                verdict(m.value >= k * b, &format!("≥ {k}× rslock"))
+            }
+            _ => String::new(),
+        };
+        (ratio(rslock, "rslock"), target)
+    }
+
     fn find(&self, workload: &str, implementation: &str, metric: &str) -> Option<f64> {
         self.entries
             .iter()
@@ -125,6 +159,9 @@ impl Context<'_> {
 
         if matches!(family(w), "W7" | "C7") {
             return self.judge_w7(e, m);
+        }
+        if family(w) == crate::server_time_suite::SELECTOR {
+            return self.judge_s1(e, m);
         }
         if m.metric == COUNTER {
             // F1 runs W2's tasks and rounds, so its counter must reach the same total.
