@@ -415,18 +415,12 @@ impl Lock {
                 None => std::future::pending().await,
             }
         };
-        let until = tokio::time::Instant::now() + nap;
-        let answer = {
-            tokio::pin!(handed, local_release);
-            loop {
-                tokio::select! {
-                    biased;
-                    answer = &mut handed => break Some(answer),
-                    _ = sub.notified() => break None,
-                    _ = &mut local_release => break None,
-                    _ = tokio::time::sleep_until(until) => break None,
-                }
-            }
+        let answer = tokio::select! {
+            biased;
+            answer = handed => Some(answer),
+            _ = sub.notified() => None,
+            _ = local_release => None,
+            _ = tokio::time::sleep(nap) => None,
         };
         let answer = match (answer, offered) {
             (Some(answer), _) => Some(answer),

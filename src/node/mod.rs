@@ -313,7 +313,8 @@ impl Node {
             .pttl(&*keys.hash)
             .get(keys.fence())
             .lrange(keys.queue(), 0, -1);
-        let (owners, ttl, fence, queued): (Vec<(String, u64)>, i64, Option<u64>, Vec<String>) =
+        type Owners = Vec<(String, u64)>;
+        let (owners, ttl, fence, queued): (Owners, i64, Option<u64>, Vec<String>) =
             self.query_pipeline("inspect", &keys.hash, &pipe).await?;
         Ok(Snapshot {
             owners,

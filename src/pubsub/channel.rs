@@ -28,7 +28,14 @@ pub(super) struct Channel {
     /// Grants to this client's waiters not yet taken, newest last: (owner field, nonce, token).
     /// A waiter takes only the one naming its latest queued attempt, so a stale one is never
     /// taken; the oldest go when there are more than [`GRANTS_KEPT`].
-    granted: Mutex<Vec<(Box<[u8]>, u64, Option<u64>)>>,
+    granted: Mutex<Vec<GrantHere>>,
+}
+
+/// A grant to one of this client's waiters, from its message (`lua/queue.lua`).
+struct GrantHere {
+    field: Box<[u8]>,
+    nonce: u64,
+    token: Option<u64>,
 }
 
 /// Grants to this client's waiters kept until taken: one per lock and waiting owner is the
@@ -57,7 +64,11 @@ impl Channel {
             if granted.len() >= GRANTS_KEPT {
                 granted.remove(0);
             }
-            granted.push((field.into(), nonce, token));
+            granted.push(GrantHere {
+                field: field.into(),
+                nonce,
+                token,
+            });
         }
         self.wake(false);
     }
@@ -134,10 +145,10 @@ impl Subscription {
     pub(crate) fn take_grant(&self, field: &str, nonce: u64) -> Option<Option<u64>> {
         let mut granted = self.channel.granted.lock();
         let mut taken = None;
-        granted.retain(|(to, n, token)| {
-            let ours = **to == *field.as_bytes();
-            if ours && *n == nonce {
-                taken = Some(*token);
+        granted.retain(|grant| {
+            let ours = *grant.field == *field.as_bytes();
+            if ours && grant.nonce == nonce {
+                taken = Some(grant.token);
             }
             !ours
         });
