@@ -48,7 +48,8 @@
 -- a command (measured with callgrind on Redis 7.0: ~1.2k instructions per argument, ~6k for a
 -- three-element table against an integer), so the common case sends four and gets an integer.
 
--- next_token and held_token come from fence.lua, enqueue, dequeue, pop_head and grant
+-- acquire (the short form) and reentry_mode come from acquire_plain.lua, next_token and
+-- held_token from fence.lua, enqueue, dequeue, pop_head and grant
 -- from queue.lua, which `scripts.rs` puts before this file.
 
 -- A first acquisition (or a waiter's claim of its grant): count 1, the lease, a new token, the
@@ -83,11 +84,6 @@ local function refuse(hash, field, ttl, slack, claim, grace, delay, nonce)
         enqueue(hash, field, queue_clock_us(), told + slack, claim, grace, delay, nonce)
     end
     return -2 - ttl
-end
-
--- Whether ARGV[3] says this owner holds the lock already, and whether the lock is reentrant.
-local function reentry_mode(reentrant)
-    return reentrant == '2' or reentrant == '3', reentrant == '1' or reentrant == '2'
 end
 
 -- The long form: fenced, lock-delay, waiters.
@@ -149,44 +145,6 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
     return take(hash, field, lease, fence, grace, marker, delay)
 end
 
--- The short form: a plain lock (no fence, no lock-delay), never queued. A grant to this owner
--- (count 0) that it does not hold yet (a wait that ended before it could take it) is claimed
--- like a free lock.
-local function acquire(hash, field, lease, reentrant)
-    if redis.call('EXISTS', hash) == 0 then
-        redis.call('HSET', hash, field, '1')
-        redis.call('PEXPIRE', hash, lease)
-        return 1
-    end
-    local held = redis.call('HGET', hash, field)
-    if not held then
-        return -2 - redis.call('PTTL', hash)
-    end
-    local here, reenters = reentry_mode(reentrant)
-    if held == '0' then
-        if not here then
-            redis.call('HSET', hash, field, '1')
-            redis.call('PEXPIRE', hash, lease)
-            return 1
-        end
-        held = '1'
-    end
-    if not reenters then
-        return 0
-    end
-    local count = tonumber(held) + 1
-    redis.call('HSET', hash, field, count)
-    -- A re-entry may lengthen the lease, never shorten it: a shorter inner lease would let the
-    -- key expire under the outer hold, whose renewal schedule follows the outer lease.
-    if redis.call('PTTL', hash) < tonumber(lease) then
-        redis.call('PEXPIRE', hash, lease)
-    end
-    return count
-end
-
-if #ARGV == 3 then
-    return acquire(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-end
 if #ARGV == 8 then
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
         tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])

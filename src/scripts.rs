@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 /// The scripts that hand out fencing tokens start with `fence.lua`, the one place that says how
 /// a token is made.
 pub(crate) const ACQUIRE_SOURCE: &str = concat!(
+    include_str!("../lua/acquire_plain.lua"),
     include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire.lua")
@@ -21,6 +22,7 @@ pub(crate) const ACQUIRE_SOURCE: &str = concat!(
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 /// `release.lua` as sent (the cluster's variant is made from it, `node/shape.rs`).
 pub(crate) const RELEASE_SOURCE: &str = concat!(
+    include_str!("../lua/release_plain.lua"),
     include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
     include_str!("../lua/release.lua")

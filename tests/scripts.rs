@@ -14,11 +14,13 @@ const FENCE: &str = "t:{lock}:fence";
 const CLIENT: &str = "client-a";
 /// The scripts as the client sends them: the token-making part first.
 const ACQUIRE: &str = concat!(
+    include_str!("../lua/acquire_plain.lua"),
     include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire.lua")
 );
 const RELEASE: &str = concat!(
+    include_str!("../lua/release_plain.lua"),
     include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
     include_str!("../lua/release.lua")
@@ -557,7 +559,9 @@ fn a_grant_message_names_token_and_nonce_and_the_grant_counts_as_one_hold() {
     wait_call(&mut conn, "c:1", 20_000);
     let mut listener = server.conn();
     let mut pubsub = listener.as_pubsub();
+    // Only b's client hears of it, on its own channel of the lock.
     pubsub.subscribe(format!("{HASH}:unlock")).unwrap();
+    pubsub.subscribe(format!("{HASH}:unlock:b")).unwrap();
     pubsub
         .set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .unwrap();
@@ -565,7 +569,9 @@ fn a_grant_message_names_token_and_nonce_and_the_grant_counts_as_one_hold() {
         release_call(&mut conn, "a:1", (1, 1, "-"), None).unwrap(),
         0
     );
-    let payload: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    let message = pubsub.get_message().unwrap();
+    assert_eq!(message.get_channel_name(), format!("{HASH}:unlock:b"));
+    let payload: String = message.get_payload().unwrap();
     let parts: Vec<&str> = payload.split(' ').collect();
     assert_eq!(parts.len(), 5, "{payload}");
     assert_eq!(

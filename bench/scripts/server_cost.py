@@ -169,12 +169,12 @@ class Conn:
 
 def phases(n, batch):
     """(name, calls per phase, function making call i, expected reply check)."""
-    acquire = hashlib.sha1(lua("fence.lua", "queue.lua", "acquire.lua").encode()).hexdigest()
-    release = hashlib.sha1(lua("fence.lua", "queue.lua", "release.lua").encode()).hexdigest()
+    acquire = hashlib.sha1(lua("acquire_plain.lua", "fence.lua", "queue.lua", "acquire.lua").encode()).hexdigest()
+    release = hashlib.sha1(lua("release_plain.lua", "fence.lua", "queue.lua", "release.lua").encode()).hexdigest()
     unlock = hashlib.sha1(RSLOCK_UNLOCK.encode()).hexdigest()
     floor = hashlib.sha1(FLOOR.encode()).hexdigest()
     one_call = hashlib.sha1(ONE_CALL.encode()).hexdigest()
-    bare_acquire = hashlib.sha1(lua("acquire.lua").encode()).hexdigest()
+    bare_acquire = hashlib.sha1(lua("acquire_plain.lua").encode()).hexdigest()
     lean = {src: hashlib.sha1(src.encode()).hexdigest() for src in LEANS}
     key = lambda i: "redlease:{bench:cg:%d}" % i
     rkey = lambda i: "bench:cg:rs:%d" % i
@@ -231,7 +231,7 @@ def phases(n, batch):
             0,
         ),
         (
-            "acquire.lua alone (without fence.lua, queue.lua), short form, free lock",
+            "acquire_plain.lua alone (the short form first, nothing after it), free lock",
             n,
             lambda i: ["EVALSHA", bare_acquire, 1, key(2 * 10**5 + i), FIELD, LEASE, "1"],
             1,
@@ -342,12 +342,12 @@ def main():
             sys.exit("server_cost: the server under callgrind never answered PING")
         time.sleep(0.5)
     for src in (
-        lua("fence.lua", "queue.lua", "acquire.lua"),
-        lua("fence.lua", "queue.lua", "release.lua"),
+        lua("acquire_plain.lua", "fence.lua", "queue.lua", "acquire.lua"),
+        lua("release_plain.lua", "fence.lua", "queue.lua", "release.lua"),
         RSLOCK_UNLOCK,
         FLOOR,
         ONE_CALL,
-        lua("acquire.lua"),
+        lua("acquire_plain.lua"),
         *LEANS,
     ):
         c.call("SCRIPT", "LOAD", src)
