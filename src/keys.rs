@@ -64,9 +64,9 @@ impl LockKeys {
         name.into()
     }
 
-    /// `P:{N}:q`: the waiter queue (`lua/queue.lua`).
-    pub(crate) fn queue(&self) -> Derived<'_> {
-        Derived::new(&self.hash, ":q")
+    /// `P:{N}:qd`: the waiter queue's entries (`lua/queue.lua`).
+    pub(crate) fn queue_entries(&self) -> Derived<'_> {
+        Derived::new(&self.hash, ":qd")
     }
 
     /// `P:{N}:latch:<client id>:<n>`: the latch of one release request; see `lua/release.lua`.

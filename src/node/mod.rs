@@ -78,7 +78,7 @@ pub(crate) struct Snapshot {
     pub owners: Vec<(String, u64)>,
     pub ttl: Option<Duration>,
     pub fence: Option<u64>,
-    /// The waiter queue's owner fields, first first (dead entries included).
+    /// The waiter queue's owner fields, in no order (dead entries included).
     pub queued: Vec<String>,
 }
 
@@ -312,10 +312,12 @@ impl Node {
         pipe.hgetall(&*keys.hash)
             .pttl(&*keys.hash)
             .get(keys.fence())
-            .lrange(keys.queue(), 0, -1);
-        type Owners = Vec<(String, u64)>;
-        let (owners, ttl, fence, queued): (Owners, i64, Option<u64>, Vec<String>) =
+            // HGETALL, a right every user of the locks has already (docs/acl.md).
+            .hgetall(keys.queue_entries());
+        type Pairs<V> = Vec<(String, V)>;
+        let (owners, ttl, fence, queued): (Pairs<u64>, i64, Option<u64>, Pairs<String>) =
             self.query_pipeline("inspect", &keys.hash, &pipe).await?;
+        let queued = queued.into_iter().map(|(field, _)| field).collect();
         Ok(Snapshot {
             owners,
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
