@@ -1,4 +1,6 @@
--- force_release.lua: delete a lock whoever holds it (operators, `force_unlock`) and wake waiters.
+-- force_release.lua: delete a lock whoever holds it (operators, `force_unlock`) and give it to
+-- the first queued waiter (queue.lua and fence.lua, which `src/scripts.rs` puts before this
+-- file), or with nobody queued wake the lock's listeners.
 --
 -- KEYS[1]  lock hash            P:{N}
 -- KEYS[2]  unlock channel       P:{N}:unlock
@@ -13,12 +15,14 @@ if kind ~= 'none' and kind ~= 'hash' then
 end
 -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
 local delayed = redis.call('DEL', KEYS[1] .. ':delay') == 1
-if kind == 'none' then
-    if delayed then
-        redis.call('PUBLISH', KEYS[2], '0')
-    end
+if kind == 'none' and not delayed then
     return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], '0')
+if not grant_head(KEYS[1]) then
+    redis.call('PUBLISH', KEYS[2], '0')
+end
+if kind == 'none' then
+    return 0
+end
 return 1

@@ -37,8 +37,14 @@ pub(crate) const WITHDRAW_SOURCE: &str = concat!(
 pub(crate) static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_SOURCE));
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
+/// `force_release.lua` as sent.
+pub(crate) const FORCE_RELEASE_SOURCE: &str = concat!(
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/force_release.lua")
+);
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/force_release.lua")));
+    LazyLock::new(|| Script::new(FORCE_RELEASE_SOURCE));
 pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("../lua/fence.lua"),

@@ -306,7 +306,7 @@ end
     pub(crate) static WITHDRAW: LazyLock<Script> =
         LazyLock::new(|| Script::new(&variant(crate::scripts::WITHDRAW_SOURCE)));
     pub(crate) static FORCE_RELEASE: LazyLock<Script> =
-        LazyLock::new(|| Script::new(&variant(include_str!("../../lua/force_release.lua"))));
+        LazyLock::new(|| Script::new(&variant(crate::scripts::FORCE_RELEASE_SOURCE)));
 
     #[cfg(test)]
     mod tests {
@@ -316,7 +316,7 @@ end
                 crate::scripts::RELEASE_SOURCE,
                 crate::scripts::ACQUIRE_SOURCE,
                 crate::scripts::WITHDRAW_SOURCE,
-                include_str!("../../lua/force_release.lua"),
+                crate::scripts::FORCE_RELEASE_SOURCE,
             ] {
                 let rewritten = super::variant(source);
                 let body = &rewritten[super::PRELUDE.len()..];

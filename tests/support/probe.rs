@@ -62,7 +62,11 @@ pub fn numsub(server: &Server, channel: &str) -> u64 {
 /// `Lock`'s queued waiters hear of their grants): one per client listening for the lock. `how`
 /// names the PUBSUB subcommands (plain or shard channels).
 pub fn listeners(server: &Server, how: (&str, &str), channel: &str) -> u64 {
-    let mut conn = server.conn();
+    listeners_on(&mut server.conn(), how, channel).expect("PUBSUB")
+}
+
+/// [`listeners`] on a connection of one's own; `None` when a command fails.
+pub fn listeners_on(conn: &mut redis::Connection, how: (&str, &str), channel: &str) -> Option<u64> {
     let escaped: String = channel
         .chars()
         .flat_map(|c| match c {
@@ -73,16 +77,16 @@ pub fn listeners(server: &Server, how: (&str, &str), channel: &str) -> u64 {
     let mut names: Vec<Vec<u8>> = redis::cmd("PUBSUB")
         .arg(how.0)
         .arg(format!("{escaped}:*"))
-        .query(&mut conn)
-        .expect("PUBSUB CHANNELS");
+        .query(conn)
+        .ok()?;
     names.push(channel.as_bytes().to_vec());
     // The reply repeats the channel names, which need not be UTF-8.
     let counts: Vec<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
         .arg(how.1)
         .arg(&names)
-        .query(&mut conn)
-        .expect("PUBSUB NUMSUB");
-    counts.iter().map(|(_, n)| n).sum()
+        .query(conn)
+        .ok()?;
+    Some(counts.iter().map(|(_, n)| n).sum())
 }
 
 /// Waits (at most 5 s) until exactly `n` connections subscribe to `channel`; whether they did.

@@ -53,12 +53,7 @@ impl Cluster {
                 let mut conn = client
                     .get_connection_with_timeout(Duration::from_millis(300))
                     .ok()?;
-                let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
-                    .arg("SHARDNUMSUB")
-                    .arg(channel)
-                    .query(&mut conn)
-                    .ok()?;
-                Some(n)
+                super::probe::listeners_on(&mut conn, ("SHARDCHANNELS", "SHARDNUMSUB"), channel)
             })
             .sum()
     }
