@@ -6,10 +6,11 @@
 //! waiter can take it) and any MultiLock waiters. After a reconnect every listener is woken,
 //! since messages may have been lost meanwhile.
 //!
-//! A message carries the releasing client's id. A single-lock waiter ignores its own client's
-//! messages: that client's releases wake it directly (`local_queue.rs`), and the message, arriving a
-//! little later, would only wake whichever waiter is head by then for a useless attempt (and
-//! take it away from its hand-over offer). MultiLock waiters heed every message.
+//! A `Lock`'s waiter listens on its client's grant channel of the lock (`P:{N}:unlock:<client
+//! id>`), where a release that gave the lock to it from the server's queue says so: the grant is
+//! kept here for that waiter (`Subscription::take_grant`), which holds the lock from it. MultiLock
+//! waiters listen on the lock's channel (`P:{N}:unlock`), whose message carries the releasing
+//! client's id, and heed every message.
 //!
 //! The connection itself comes from `node/link.rs` (one server, or shard channels on a cluster).
 //! When the server ends a subscription nobody asked to end (a cluster slot moved or failed over:

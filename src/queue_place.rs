@@ -1,9 +1,9 @@
 //! A waiter's place in a lock's server-side queue (`lua/queue.lua`), from the client's side.
 //!
 //! A waiter's attempts after its first queue it on the server: a release then gives the lock
-//! to the first queued waiter in the same script call and names it in one message, so only
-//! that waiter's client acts (it claims the grant with its next attempt) and every other
-//! waiter keeps sleeping. The place is armed before an attempt that may queue goes out; when
+//! to the first queued waiter in the same script call and names it in one message to that
+//! waiter's client alone, so only that waiter acts (it holds the lock from the message, or
+//! claims the grant with its next attempt) and every other waiter keeps sleeping. The place is armed before an attempt that may queue goes out; when
 //! the wait ends without the lock (it ran out, it was cancelled, it failed) the place is
 //! withdrawn in the background: the entry goes, and a grant that had not been claimed yet goes
 //! to the next waiter. The withdrawal counts as a release in flight of this owner (`turns.rs`),
