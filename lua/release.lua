@@ -144,10 +144,13 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             ok, token = pcall(next_token, fence, successor_lease + grace)
             handover = ok
         end
-        -- HDEL, not DEL: only our field goes; an emptied hash disappears by itself.
-        redis.call('HDEL', hash, field)
+        -- The next holder's field is written while ours still keeps the hash alive: during a
+        -- slot migration a write to a hash that no longer exists here is redirected, which
+        -- would fail the script after the writes above. HDEL, not DEL: only our field goes; an
+        -- emptied hash disappears by itself.
         if handover then
             redis.call('HSET', hash, successor, '1')
+            redis.call('HDEL', hash, field)
             redis.call('PEXPIRE', hash, successor_lease)
             reply = -2 - token
         else
@@ -155,7 +158,9 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             -- every listener is.
             if head then
                 grant(hash, head, terms)
-            else
+            end
+            redis.call('HDEL', hash, field)
+            if not head then
                 redis.call('PUBLISH', channel, client)
             end
             reply = 0

@@ -14,8 +14,10 @@ dequeue(hash, field)
 if redis.call('HGET', hash, field) ~= '0' then
     return 0
 end
+-- The next waiter's hold first, while ours keeps the hash alive (see release.lua).
+local head = grant_head(hash)
 redis.call('HDEL', hash, field)
-if not grant_head(hash) then
+if not head then
     redis.call('PUBLISH', hash .. ':unlock', ARGV[2])
 end
 return 1

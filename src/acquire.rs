@@ -1,11 +1,12 @@
 //! The acquisition engine: one cancel-safe attempt, and the wait loop around it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::config::Replicas;
+use crate::config::{Replicas, WaitBy};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Grant;
@@ -161,7 +162,13 @@ impl Lock {
                     subscription.as_ref(),
                 ) && let Some(token) = sub.take_grant(&field, terms.nonce)
                 {
-                    match self.take_grant(&field, lease, terms, sent, token)? {
+                    // With another operation of this owner on the lock in flight, the grant is
+                    // claimed with an attempt instead (`Acquiring::alone`).
+                    let taken = match acquiring.alone() {
+                        true => self.take_grant(&field, lease, terms, sent, token)?,
+                        false => None,
+                    };
+                    match taken {
                         Some(guard) => {
                             if let Some(place) = place.take() {
                                 place.taken();
@@ -188,10 +195,10 @@ impl Lock {
                     if queue.is_some() && place.is_none() {
                         place = Some(QueuePlace::new(&self.client, &self.keys, &field));
                     }
-                    ttl = match self
+                    let (answer, answered_queued) = self
                         .attempt(&field, lease_ms, reentry, replicas, queue)
-                        .await?
-                    {
+                        .await?;
+                    ttl = match answer {
                         Acquire::Acquired { count, token } => {
                             let grant = Grant::Counted(count);
                             match self.confirmed(&field, lease, started).await? {
@@ -212,7 +219,9 @@ impl Lock {
                             });
                         }
                         Acquire::HeldElsewhere { ttl } => {
-                            if let (Some(place), Some(terms)) = (place.as_mut(), queue) {
+                            if let (Some(place), Some(terms), true) =
+                                (place.as_mut(), queue, answered_queued)
+                            {
                                 // Only a grant naming this attempt may come now.
                                 place.queued_by = Some((terms, started));
                             }
@@ -309,10 +318,11 @@ impl Lock {
         let claim_ms = config.claim_lease.as_millis() as u64;
         // The entry outlives the wait it is told by the time the next attempt may take to land.
         let slack_ms = claim_ms.max(config.timeout.as_millis() as u64);
-        // A fixed lease shorter than the claim lease is the grant's whole lease.
-        let claim_ms = match lease {
-            Lease::Fixed(_) => claim_ms.min(lease.ms()),
-            Lease::Watchdog(_) => claim_ms,
+        // A fixed lease shorter than the claim lease is the grant's whole lease; not for a
+        // client that polls, whose next look may come later than that lease's end.
+        let claim_ms = match (lease, config.wait_by) {
+            (Lease::Fixed(_), WaitBy::PubSub) => claim_ms.min(lease.ms()),
+            _ => claim_ms,
         };
         let nonce = inner.next_nonce();
         QueueTerms {
@@ -519,7 +529,7 @@ impl Lock {
         reentry: bool,
         replicas: Replicas,
         queue: Option<QueueTerms>,
-    ) -> Result<Acquire> {
+    ) -> Result<(Acquire, bool)> {
         let client = self.client.clone();
         let keys = self.keys.clone();
         let field = field.clone();
@@ -529,7 +539,10 @@ impl Lock {
         let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
         let lease = Duration::from_millis(lease_ms);
         let sent = Instant::now();
+        // Set when the answer comes from an unqueued retry, after the queued request was undone.
+        let unqueued = Arc::new(AtomicBool::new(false));
         let request = {
+            let unqueued = unqueued.clone();
             let (client, keys, field) = (client.clone(), keys.clone(), field.clone());
             // A reply later than the lease carries nothing to give back.
             let patience = lease.max(timeout);
@@ -572,6 +585,13 @@ impl Lock {
                             // It had been granted: our queued waiters hear of it only here.
                             client.inner.local_queues.released(&keys.hash);
                         }
+                        if terms.queue.is_some() {
+                            // The first request may have queued us, and a release may have
+                            // granted that entry since (the undo just passed such a grant on):
+                            // the entry goes too, and no message naming that request counts.
+                            unqueued.store(true, Ordering::Release);
+                            let _ = node.withdraw(&keys, &field, &client.inner.id_text).await;
+                        }
                         // Not queued again: the caller may have stopped waiting meanwhile, and
                         // its place was withdrawn.
                         let terms = AcquireTerms {
@@ -604,7 +624,7 @@ impl Lock {
         })
         .tracked(&tracker);
         match tokio::time::timeout(timeout, call).await {
-            Ok(outcome) => outcome,
+            Ok(outcome) => outcome.map(|acquire| (acquire, !unqueued.load(Ordering::Acquire))),
             Err(_) => Err(Error::Timeout {
                 operation: "acquire",
                 timeout,

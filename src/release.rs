@@ -271,10 +271,14 @@ pub(crate) fn give_back_in_background(
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    // A release of the owner in flight (`turns.rs`): its next acquisition waits for it, and
+    // takes no grant from a message meanwhile.
+    let releasing = client.inner.turns.start_release(&keys.hash, field);
     let (owner, keys, field) = (client.clone(), keys.clone(), field.clone());
     let give_back = async move {
         tracing::debug!(lock = %keys.name, "{why}; giving it back");
         let _ = give_back(&owner, &keys, &field, lease_ms, 1).await;
+        drop(releasing);
     };
     drop(client.inner.background.spawn_on(give_back, &handle));
 }

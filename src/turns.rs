@@ -186,6 +186,15 @@ impl Acquiring {
         }
     }
 
+    /// Whether this acquisition is the owner's only operation on the lock in progress: no other
+    /// acquisition, no release, withdrawal or give-back in flight. Only then may a grant be taken
+    /// from its message: the server cannot tell a grant taken that way from one not taken, so a
+    /// withdrawal or give-back of the owner landing later would pass it on.
+    pub(crate) fn alone(&self) -> bool {
+        self.owned.acquiring.load(Ordering::Acquire) == 1
+            && self.owned.releasing.load(Ordering::Acquire) == 0
+    }
+
     /// True the first time an overlap is seen for this (lock, owner) while it stays busy.
     pub(crate) fn first_overlap(&self) -> bool {
         self.overlapping && !self.owned.warned.swap(true, Ordering::AcqRel)

@@ -126,6 +126,16 @@ async fn a_grant_to_a_frozen_then_killed_waiter_passes_on_after_the_claim_lease(
     let server = Server::start();
     let name = unique_name("dead-grantee");
     let [holder, next] = clients(&server).await;
+    // Every process of the deployment has the same claim lease (the waiters behind a grant look
+    // again within their own).
+    let next = {
+        drop(next);
+        Client::builder(server.url())
+            .claim_lease(CLAIM)
+            .build()
+            .await
+            .unwrap()
+    };
     let held = holder.lock(&name).unwrap().lock().await.unwrap();
     // The doomed waiter queues first.
     let mut doomed = spawn_worker(&[
