@@ -16,7 +16,7 @@ use crate::identity::{self, ClientInfo};
 use crate::lock::Lock;
 use crate::node::{Dial, Node, Target, denied};
 use crate::shared::{Client, Inner};
-use crate::telemetry::LockLabel;
+use crate::telemetry::{LockLabel, LostReason};
 use crate::watchdog::{self, RenewStats};
 
 mod connection;
@@ -329,9 +329,9 @@ impl Client {
 
     /// Releases every hold of this client (every lock kind: locks, read-write, fair and permit
     /// holds), stops the watchdog and the subscriber, and makes every later operation fail with
-    /// [`Error::Shutdown`]. Guards still alive then report [`Error::Shutdown`] from `unlock`;
-    /// the lock family's guards also report themselves lost. Plain [`Semaphore`] permits have
-    /// no owner and stay taken.
+    /// [`Error::Shutdown`]. Guards still alive then report themselves lost (their `lost()`
+    /// resolves) and [`Error::Shutdown`] from `unlock`, every kind alike. Plain [`Semaphore`]
+    /// permits have no owner and stay taken.
     ///
     /// # Errors
     /// The first error met while releasing; the remaining holds are released anyway and the
@@ -354,15 +354,15 @@ impl Client {
         }
         // The usual release path, retries on a dropped connection included; everything the
         // server counts for each hold goes (adopted holds too).
-        let releases = self
-            .inner
-            .holds
-            .drain()
-            .into_iter()
-            .map(|(hold, guards)| async move {
-                let holds = hold.server_count(guards.max(1));
-                crate::release::give_back(self, &hold.keys, &hold.field, hold.lease_ms, holds).await
-            });
+        let drained = self.inner.holds.drain();
+        // Their guards no longer hold them, as the family's guards are told below.
+        for (hold, _) in &drained {
+            hold.mark_lost(LostReason::Shutdown, "the client shut down");
+        }
+        let releases = drained.into_iter().map(|(hold, guards)| async move {
+            let holds = hold.server_count(guards.max(1));
+            crate::release::give_back(self, &hold.keys, &hold.field, hold.lease_ms, holds).await
+        });
         // The lock family's guards still alive: each is told it is lost, then released.
         let family = self
             .inner

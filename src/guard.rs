@@ -57,7 +57,8 @@ impl LockGuard {
     }
 
     /// Whether the lease is known to be lost: the watchdog found the key gone, could not reach
-    /// Redis before [`valid_until`](LockGuard::valid_until), or a fixed lease ran out.
+    /// Redis before [`valid_until`](LockGuard::valid_until), a fixed lease ran out, or the
+    /// client was [shut down](crate::Client::shutdown) (which released it).
     pub fn is_lost(&self) -> bool {
         self.hold().is_lost()
     }

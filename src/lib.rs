@@ -191,7 +191,7 @@
 //! | `redlease_waiting` | gauge | `kind` | acquisitions waiting now |
 //! | `redlease_held` | gauge | `kind` | locks held now (one per lock and owner) |
 //! | `redlease_hold_seconds` | histogram | `kind` | from the grant to the release |
-//! | `redlease_leases_lost_total` | counter | `kind`, `reason` | leases lost while a guard lived; `reason`: `expired` (a fixed lease ran out), `forced` (`force_unlock` through this client), `server_lost` (gone from the server at renewal, extension or release), `renewal_failed` (no renewal confirmed within the validity) |
+//! | `redlease_leases_lost_total` | counter | `kind`, `reason` | leases lost while a guard lived; `reason`: `expired` (a fixed lease ran out), `forced` (`force_unlock` through this client), `server_lost` (gone from the server at renewal, extension or release), `renewal_failed` (no renewal confirmed within the validity), `shutdown` (`Client::shutdown` gave it back) |
 //! | `redlease_acquire_attempts` | histogram | | script attempts one successful acquisition took (hand-overs count as one) |
 //! | `redlease_handovers_total` | counter | | releases that handed the lock straight to a waiter of the same client |
 //! | `redlease_renewal_lag_seconds` | histogram | | how late a watchdog round started after its schedule |

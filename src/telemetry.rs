@@ -92,6 +92,8 @@ pub(crate) enum LostReason {
     /// A watchdog lease's validity ran out before a renewal was confirmed: Redis unreachable,
     /// too few replicas acknowledging, or this process stalled.
     RenewalFailed,
+    /// `Client::shutdown` gave it back while its guard lived.
+    Shutdown,
 }
 
 impl LostReason {
@@ -101,6 +103,7 @@ impl LostReason {
             LostReason::Forced => "forced",
             LostReason::ServerLost => "server_lost",
             LostReason::RenewalFailed => "renewal_failed",
+            LostReason::Shutdown => "shutdown",
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::family::arrivals::{Arrival, Arrivals};
 use crate::family::kept::Kept;
-use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, finish_release, wait_for};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
@@ -328,14 +328,19 @@ impl FairGuard {
     /// Releases this hold; the last one wakes the first waiter.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] when the hold was gone before the release; Redis failures.
+    /// As [`LockGuard::unlock`](crate::LockGuard::unlock): [`Error::LeaseLost`] when the hold
+    /// was lost while held; [`Error::Shutdown`] when the client was shut down (it released
+    /// everything); [`Error::Timeout`] or [`Error::Redis`] when Redis failed (the lease then
+    /// frees the lock).
     ///
     /// # Cancel safety
-    /// Dropping the future may leave the release unsent; the hold then ends with its lease.
+    /// Dropping the future still completes the release in the background.
     pub async fn unlock(mut self) -> Result<()> {
         self.released = true;
         let lost = self.kept.is_lost();
-        let reply = self.lock.release(&self.field, true).await?;
+        let (lock, field) = (self.lock.clone(), self.field.clone());
+        let release = async move { lock.release(&field, true).await };
+        let reply = finish_release(&self.lock.client, release).await?;
         if reply < 0 || lost {
             return Err(Error::LeaseLost {
                 name: self.lock.keys.name.to_string(),
@@ -344,12 +349,13 @@ impl FairGuard {
         Ok(())
     }
 
-    /// Resolves when the hold is known lost. Never resolves for a fixed lease.
+    /// Resolves when the hold is known lost (see [`is_lost`](FairGuard::is_lost)).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         self.kept.lost()
     }
 
-    /// Whether the hold is known lost.
+    /// Whether the hold is known lost: a renewal found it gone, its validity ran out before a
+    /// renewal confirmed it (for a fixed lease: the lease ran out), or the client shut down.
     pub fn is_lost(&self) -> bool {
         self.kept.is_lost()
     }

@@ -1,6 +1,10 @@
 //! [`Guard`]: what every hold of the family has in common, so code (the CLI, a supervisor) can
 //! keep any of them: a [`LockGuard`], a [`RedLockGuard`], a [`ReadGuard`] or [`WriteGuard`], a
-//! [`FairGuard`], or a [`Permit`]. (A `MultiLockGuard` holds several names and is not one.)
+//! [`FairGuard`], a [`Permit`], a [`MultiLockGuard`] (named by its members, `+`-joined), or an
+//! election's [`Leadership`](crate::Leadership).
+//!
+//! They mean the same everywhere: `tests/guard_conformance.rs` runs one body per behaviour for
+//! every guard type, and [`LockGuard`]'s documentation is the reference.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,7 +13,7 @@ use std::time::Instant;
 use crate::error::Result;
 use crate::family::{FairGuard, Permit, ReadGuard, WriteGuard};
 use crate::guard::LockGuard;
-use crate::multi::RedLockGuard;
+use crate::multi::{MultiLockGuard, RedLockGuard};
 
 /// A boxed future, as the object-safe methods of [`Guard`] return.
 pub type GuardFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -47,8 +51,13 @@ pub trait Guard: Send + Sync {
     /// Releases the hold.
     ///
     /// # Errors
-    /// As the kind's own release: [`Error::LeaseLost`](crate::Error::LeaseLost) when the hold
-    /// was gone, Redis failures.
+    /// As [`LockGuard::unlock`], for every kind:
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the hold was lost while held,
+    /// [`Error::Shutdown`](crate::Error::Shutdown) when the client was shut down (which
+    /// released it), Redis failures.
+    ///
+    /// # Cancel safety
+    /// Dropping the future still completes the release in the background.
     fn unlock(self: Box<Self>) -> GuardFuture<Result<()>>;
 }
 
@@ -91,6 +100,24 @@ impl Guard for RedLockGuard {
     }
     fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
         Box::pin(RedLockGuard::unlock(*self))
+    }
+}
+
+impl Guard for MultiLockGuard {
+    fn name(&self) -> &str {
+        MultiLockGuard::name(self)
+    }
+    fn is_lost(&self) -> bool {
+        MultiLockGuard::is_lost(self)
+    }
+    fn lost(&self) -> GuardFuture<()> {
+        Box::pin(MultiLockGuard::lost(self))
+    }
+    fn valid_until(&self) -> Instant {
+        MultiLockGuard::valid_until(self)
+    }
+    fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
+        Box::pin(MultiLockGuard::unlock(*self))
     }
 }
 

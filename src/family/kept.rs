@@ -23,6 +23,17 @@ struct State {
 }
 
 impl State {
+    fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if Instant::now() >= *self.valid_until.lock() {
+            self.lose("its validity ran out before a renewal confirmed it");
+            return true;
+        }
+        false
+    }
+
     fn lose(&self, why: &str) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             tracing::warn!(lock = %self.name, "hold lost: {why}");
@@ -102,26 +113,34 @@ impl Kept {
         }
     }
 
+    /// Lost when marked so, or once `valid_until` has passed without a confirmed renewal (for a
+    /// fixed lease: once it ran out), as a [`LockGuard`](crate::LockGuard)'s. Sticky.
     pub(super) fn is_lost(&self) -> bool {
-        self.state.lost.load(Ordering::Acquire)
+        self.state.is_lost()
     }
 
     pub(super) fn valid_until(&self) -> Instant {
         *self.state.valid_until.lock()
     }
 
-    /// Resolves once the hold is known lost.
+    /// Resolves once the hold is known lost: marked so, or its validity ran out.
     pub(super) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let state = self.state.clone();
         async move {
             loop {
                 let notified = state.lost_notify.notified();
                 tokio::pin!(notified);
+                // Register before checking so a concurrent `lose` cannot be missed.
                 notified.as_mut().enable();
-                if state.lost.load(Ordering::Acquire) {
+                if state.is_lost() {
                     return;
                 }
-                notified.await;
+                // A renewal may move the validity meanwhile; `is_lost` decides after the sleep.
+                let deadline = tokio::time::Instant::from_std(*state.valid_until.lock());
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                }
             }
         }
     }
@@ -148,12 +167,14 @@ where
         }
         let sent = Instant::now();
         match renew().await {
+            // Too late to count: the validity may have run out before the renewal landed.
+            Ok(true) if state.is_lost() => return,
             Ok(true) => *state.valid_until.lock() = sent + valid_for,
             Ok(false) => return state.lose("a renewal found it gone"),
             Err(e) => {
                 tracing::debug!(lock = %state.name, error = %e, "renewal failed");
-                if Instant::now() >= *state.valid_until.lock() {
-                    return state.lose("its validity ran out before a renewal confirmed it");
+                if state.is_lost() {
+                    return;
                 }
             }
         }

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::pubsub::{RelayClass, Subscription, Turn};
 use crate::shared::Client;
+use crate::task::FinishOnDrop;
 use crate::terms::Wait;
 
 mod arrivals;
@@ -61,6 +62,19 @@ impl FamilyKeys {
             channel,
         })
     }
+}
+
+/// Runs a guard's release to its end even when the caller stops waiting (tracked, so
+/// `Client::shutdown` waits for it), as [`LockGuard::unlock`](crate::LockGuard::unlock) does: a
+/// cancelled `unlock` leaves no hold behind.
+pub(crate) async fn finish_release<T, F>(client: &Client, release: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T>> + Send + 'static,
+{
+    FinishOnDrop::new(release, |_: Result<T>| async {})
+        .tracked(&client.inner.background)
+        .await
 }
 
 /// Rejects a zero count of permits (or of a latch) with a typed error.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::family::kept::Kept;
-use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, finish_release, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
@@ -254,14 +254,19 @@ impl Permit {
     /// Gives the permit back and wakes waiters.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] when the permit had expired before the release; Redis failures.
+    /// As [`LockGuard::unlock`](crate::LockGuard::unlock): [`Error::LeaseLost`] when the permit
+    /// was lost while held; [`Error::Shutdown`] when the client was shut down (it released
+    /// everything); [`Error::Timeout`] or [`Error::Redis`] when Redis failed (the lease then
+    /// frees the permit).
     ///
     /// # Cancel safety
-    /// Dropping the future may leave the release unsent; the permit then ends with its lease.
+    /// Dropping the future still completes the release in the background.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         let lost = self.kept.is_lost();
-        let released = self.semaphore.call("release", &self.id, 0).await?;
+        let (semaphore, id) = (self.semaphore.clone(), self.id.clone());
+        let release = async move { semaphore.call("release", &id, 0).await };
+        let released = finish_release(&self.semaphore.client, release).await?;
         if released != 1 || lost {
             return Err(Error::LeaseLost {
                 name: self.semaphore.keys.name.to_string(),
@@ -270,13 +275,13 @@ impl Permit {
         Ok(())
     }
 
-    /// Resolves when the permit is known lost (a renewal found it gone, or could not confirm it
-    /// before its validity ran out). Never resolves for a fixed lease.
+    /// Resolves when the permit is known lost (see [`is_lost`](Permit::is_lost)).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         self.kept.lost()
     }
 
-    /// Whether the permit is known lost.
+    /// Whether the permit is known lost: a renewal found it gone, its validity ran out before a
+    /// renewal confirmed it (for a fixed lease: the lease ran out), or the client shut down.
     pub fn is_lost(&self) -> bool {
         self.kept.is_lost()
     }

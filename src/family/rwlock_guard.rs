@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::family::finish_release;
 use crate::family::kept::Kept;
 use crate::family::rwlock::{Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_share::{OwnHeld, Share};
@@ -112,11 +113,13 @@ impl RwHold {
         self.released = true;
         // A member that is not the last one out sends nothing: a share no longer confirmed
         // valid counts as lost.
-        let shared = matches!(self.held, Held::Shared(_));
-        let unconfirmed = shared && Instant::now() >= self.kept().valid_until();
-        let lost = self.kept().is_lost() || unconfirmed;
+        let lost = self.kept().is_lost();
         let reply = match self.leave() {
-            Some((hold, field)) => self.lock.release(hold, &field, true).await?,
+            Some((hold, field)) => {
+                let lock = self.lock.clone();
+                let release = async move { lock.release(hold, &field, true).await };
+                finish_release(&self.lock.client, release).await?
+            }
             None => 1,
         };
         if reply < 0 || lost {
@@ -158,23 +161,25 @@ macro_rules! guard {
             /// Releases this hold.
             ///
             /// # Errors
-            /// [`Error::LeaseLost`] when the hold was gone before the release (its lease ran
-            /// out); Redis failures.
+            /// As [`LockGuard::unlock`](crate::LockGuard::unlock): [`Error::LeaseLost`] when
+            /// the hold was lost while held; [`Error::Shutdown`] when the client was shut down
+            /// (it released everything); [`Error::Timeout`] or [`Error::Redis`] when Redis
+            /// failed (the lease then frees the lock).
             ///
             /// # Cancel safety
-            /// Dropping the future may leave the release unsent; the hold then ends with its
-            /// lease.
+            /// Dropping the future still completes the release in the background.
             pub async fn unlock(self) -> Result<()> {
                 self.0.unlock().await
             }
 
-            /// Resolves when the hold is known lost (a renewal found it gone, or could not
-            /// confirm it before its validity ran out). Never resolves for a fixed lease.
+            /// Resolves when the hold is known lost (see [`is_lost`](Self::is_lost)).
             pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
                 self.0.kept().lost()
             }
 
-            /// Whether the hold is known lost.
+            /// Whether the hold is known lost: a renewal found it gone, its validity ran out
+            /// before a renewal confirmed it (for a fixed lease: the lease ran out), or the
+            /// client shut down.
             pub fn is_lost(&self) -> bool {
                 self.0.kept().is_lost()
             }

@@ -22,11 +22,20 @@ use crate::multi::member::release_all;
 #[clippy::has_significant_drop]
 pub struct MultiLockGuard {
     members: Vec<LockGuard>,
+    /// The member names, `+`-joined.
+    name: String,
 }
 
 impl MultiLockGuard {
     pub(super) fn new(members: Vec<LockGuard>) -> MultiLockGuard {
-        MultiLockGuard { members }
+        let names: Vec<&str> = members.iter().map(LockGuard::name).collect();
+        let name = names.join("+");
+        MultiLockGuard { members, name }
+    }
+
+    /// The member names, `+`-joined (as [`Error::Busy`](crate::Error::Busy) names the set).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The member names, in member order.

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, select_all};
 
 use crate::error::{Error, Result};
 use crate::task::AbortOnDrop;
@@ -59,8 +59,9 @@ impl RedLockGuard {
         self.shared.valid_until()
     }
 
-    /// Whether the lock is known lost: fewer than a majority of nodes still hold it, or its
-    /// validity ran out (for a fixed lease, simply its end). Once lost, always lost: a renewal
+    /// Whether the lock is known lost: fewer than a majority of nodes still hold it (found gone
+    /// by a renewal, or given back by the shutdown of their clients), or its validity ran out
+    /// (for a fixed lease, simply its end). Once lost, always lost: a renewal
     /// that succeeds after the validity ran out (the process was paused, say) does not bring
     /// the guard back.
     pub fn is_lost(&self) -> bool {
@@ -81,8 +82,20 @@ impl RedLockGuard {
                     return;
                 }
                 let until = tokio::time::Instant::from_std(shared.valid_until());
+                // A node's hold lost (its client shut down, say) may leave too few: look again.
+                let members = shared.member_holds();
+                let live = members.iter().filter(|hold| !hold.is_lost());
+                let member_lost: Vec<_> = live.map(|hold| Box::pin(hold.lost())).collect();
+                let any_member_lost = async move {
+                    if member_lost.is_empty() {
+                        std::future::pending::<()>().await;
+                    } else {
+                        select_all(member_lost).await;
+                    }
+                };
                 tokio::select! {
                     _ = notified => {}
+                    _ = any_member_lost => {}
                     // A renewal may have moved the validity meanwhile: look again.
                     _ = tokio::time::sleep_until(until) => {}
                 }
@@ -114,7 +127,8 @@ impl RedLockGuard {
     /// # Errors
     /// [`Error::LeaseLost`] when the lock was lost while held (it is released everywhere
     /// anyway): either the guard was already lost, or fewer than a majority of nodes still had
-    /// it. Otherwise the first release error, but only when the nodes that could not release
+    /// it; [`Error::Shutdown`] instead when that is because the clients of nodes were shut down
+    /// (which released it there). Otherwise the first release error, but only when the nodes that could not release
     /// are so many that no other owner can form a majority until their leases run out; fewer
     /// failures are logged and the lock counts as released.
     ///
@@ -140,16 +154,22 @@ impl RedLockGuard {
             }
         }))
         .await;
-        let mut gone = 0;
+        let (mut gone, mut shut) = (0, 0);
         let mut failures = Vec::new();
         for result in results {
             match result {
                 Ok(()) => {}
                 Err(e) if e.is_lease_lost() => gone += 1,
+                // That node's client shut down, which gave the hold back.
+                Err(e) if e.is_shutdown() => shut += 1,
                 Err(e) => failures.push(e),
             }
         }
-        if was_lost || held - gone < quorum {
+        if was_lost || held - gone - shut < quorum {
+            // As a `LockGuard` says after its client's shutdown.
+            if shut > 0 {
+                return Err(Error::Shutdown);
+            }
             return Err(Error::LeaseLost {
                 name: self.shared.name.to_string(),
             });

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::guard::LockGuard;
+use crate::hold::Hold;
 use crate::lock::Lock;
 
 use super::settings::Settings;
@@ -74,7 +75,11 @@ impl Shared {
             return true;
         }
         if Instant::now() < self.valid_until() {
-            return false;
+            if self.open_holds() >= self.quorum {
+                return false;
+            }
+            self.mark_lost("the clients of too many of its nodes shut down");
+            return true;
         }
         // Sticky: the caller may already have acted on the loss, so a renewal that lands after
         // the validity ran out must not bring the guard back.
@@ -83,6 +88,25 @@ impl Shared {
             self.lost_notify.notify_waiters();
         }
         true
+    }
+
+    /// How many nodes still hold it through an open client: `Client::shutdown` gives back the
+    /// holds of its client. Unlocked (closed), it counts every node, so a `lost()` that outlives
+    /// the guard does not resolve for the release.
+    fn open_holds(&self) -> usize {
+        let state = self.state.lock();
+        if state.closed {
+            return self.nodes.len();
+        }
+        let open = |held: &&LockGuard| held.client().inner.check_open().is_ok();
+        state.slots.iter().flatten().filter(open).count()
+    }
+
+    /// The holds of the nodes held now, whose loss may make the lock lost.
+    pub(super) fn member_holds(&self) -> Vec<Arc<Hold>> {
+        let state = self.state.lock();
+        let held = state.slots.iter().flatten();
+        held.map(|guard| guard.hold().clone()).collect()
     }
 
     pub(super) fn mark_lost(&self, why: &str) {
