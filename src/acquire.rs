@@ -219,11 +219,18 @@ impl Lock {
                             });
                         }
                         Acquire::HeldElsewhere { ttl } => {
-                            if let (Some(place), Some(terms), true) =
-                                (place.as_mut(), queue, answered_queued)
-                            {
-                                // Only a grant naming this attempt may come now.
-                                place.queued_by = Some((terms, started));
+                            if let (Some(place), Some(terms)) = (place.as_mut(), queue) {
+                                if !answered_queued {
+                                    // Answered by the unqueued retry after a dropped
+                                    // connection, which took us out of the queue: queue again
+                                    // at once (a new nonce), before any wait.
+                                    if wait.remaining().is_some() {
+                                        continue;
+                                    }
+                                } else {
+                                    // Only a grant naming this attempt may come now.
+                                    place.queued_by = Some((terms, started));
+                                }
                             }
                             ttl
                         }
