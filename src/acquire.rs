@@ -190,7 +190,7 @@ impl Lock {
                     let queue = ((subscription.is_some() || self.strict)
                         && !reentry
                         && !matches!(wait, Wait::Once))
-                        .then(|| self.queue_terms(lease));
+                    .then(|| self.queue_terms(lease));
                     if let Some(place) = place.as_mut() {
                         // A grant to an earlier attempt of ours is claimed by this one, or gone.
                         place.queued_by = None;
