@@ -32,7 +32,9 @@ pub type FairGuard = LockGuard;
 ///   ([`Config::claim_lease`](crate::Config::claim_lease), 2 s) at most, after which the next
 ///   waiter takes it.
 /// - Within one client, waiters take turns in arrival order, and only the first of them waits
-///   in the server's queue (the others join it as their turn comes).
+///   in the server's queue; the next joins it when its turn comes, behind any other client's
+///   waiter queued by then (even one that came after it). Order across clients is strict for
+///   each client's first waiter.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
