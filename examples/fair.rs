@@ -1,5 +1,6 @@
-//! Fair lock: five tasks ask 20 ms apart and get the lock in that order, each woken alone by
-//! its predecessor's release.
+//! Fair lock: five tasks ask 20 ms apart and get the lock in that order, each handed it by its
+//! predecessor's release (one client's waiters take turns locally; the first of them waits in
+//! the server's queue, where no newcomer of any client gets ahead of it).
 //!
 //! Run with `REDIS_URL=redis://127.0.0.1:6379 cargo run --example fair`.
 

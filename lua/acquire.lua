@@ -12,7 +12,9 @@
 -- ARGV[4]  the fence grace in milliseconds (how long the counter outlives the lease it was
 --          last written with), or '-' for an unfenced lock
 -- ARGV[5]  the lock-delay in milliseconds, '0' for none
--- ARGV[6]  '0', or for a waiter: how long its queue entry outlives the wait it is told (ms)
+-- ARGV[6]  '0', or for a waiter: how long its queue entry outlives the wait it is told (ms);
+--          '-1' for a single attempt of a strict lock (a FairLock): it respects the queue (never
+--          takes a free lock while anybody live is queued) but does not enqueue
 -- ARGV[7]  the waiter's claim lease in milliseconds (see queue.lua)
 -- ARGV[8]  the waiter's nonce for this attempt, echoed by a grant's message (see queue.lua)
 --
@@ -134,7 +136,7 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
             return refuse(hash, field, left, slack, claim, grace, delay, nonce)
         end
     end
-    if slack > 0 then
+    if slack ~= 0 then
         local head, terms = pop_head(hash)
         if head and head ~= field then
             -- Others came first: the lock is the first one's.

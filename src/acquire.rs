@@ -185,9 +185,12 @@ impl Lock {
                     let _turn = acquiring.turn().await;
                     *attempts += 1;
                     let started = Instant::now();
-                    // A waiter (subscribed: past its first attempt) queues on the server.
-                    let queue = (subscription.is_some() && !reentry && !matches!(wait, Wait::Once))
-                        .then(|| self.queue_terms(lease));
+                    // A waiter (subscribed: past its first attempt) queues on the server; a strict
+                    // lock's waiter from its first attempt on (`Lock::strict`).
+                    let queue = ((subscription.is_some() || self.strict)
+                        && !reentry
+                        && !matches!(wait, Wait::Once))
+                    .then(|| self.queue_terms(lease));
                     if let Some(place) = place.as_mut() {
                         // A grant to an earlier attempt of ours is claimed by this one, or gone.
                         place.queued_by = None;
@@ -540,7 +543,8 @@ impl Lock {
         let client = self.client.clone();
         let keys = self.keys.clone();
         let field = field.clone();
-        let (reentrant, fenced, delay_ms) = (self.reentrant, self.fenced, self.delay_ms());
+        let (reentrant, fenced, delay_ms, strict) =
+            (self.reentrant, self.fenced, self.delay_ms(), self.strict);
         let wait = client.inner.node.wait_for(replicas).await;
         // The server holds the reply up to the WAIT timeout.
         let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
@@ -562,6 +566,7 @@ impl Lock {
                     fenced,
                     delay_ms,
                     queue,
+                    strict,
                 };
                 let outcome = node.acquire(&keys, &field, terms, patience, wait).await;
                 let outcome = match outcome {

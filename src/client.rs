@@ -327,8 +327,8 @@ impl Client {
         Ok(watchdog::renew_all(&self.inner).await)
     }
 
-    /// Releases every hold of this client (every lock kind: locks, read-write, fair and permit
-    /// holds), stops the watchdog and the subscriber, and makes every later operation fail with
+    /// Releases every hold of this client (every lock kind: locks, fair locks, read-write and
+    /// permit holds), stops the watchdog and the subscriber, and makes every later operation fail with
     /// [`Error::Shutdown`]. Guards still alive then report themselves lost (their `lost()`
     /// resolves) and [`Error::Shutdown`] from `unlock`, every kind alike. Plain [`Semaphore`]
     /// permits have no owner and stay taken.

@@ -78,9 +78,11 @@
 //!   `try_lock`, `lock_with` and `try_lock_with(LockOptions)`; reentrant per owner, downgrade allowed,
 //!   upgrade refused with [`Error::WouldDeadlock`], a lease per reader, and waiting writers
 //!   keep new readers out so they are not starved.
-//! - [`FairLock`] ([`Client::fair_lock`]): first come, first served across clients; a release
-//!   wakes only the first waiter; a waiter keeps its place only while it keeps asking (the
-//!   server's clock decides), so a crashed waiter holds the others up for 3 s at most.
+//! - [`FairLock`] ([`Client::fair_lock`]): first come, first served across clients, newcomers
+//!   included: a [`Lock`] in strict mode, on the same keys (`P:{N}` and its queue), whose every
+//!   attempt respects the server's waiter queue; a release tells only the first waiter, and a
+//!   crashed waiter holds the others up for the claim lease ([`Config::claim_lease`], 2 s) at
+//!   most. Its guard is a [`LockGuard`] ([`FairGuard`] is an alias).
 //! - [`Election`] ([`Client::election`]): leader election on a fenced lock, after etcd's
 //!   `concurrency.Election` and client-go's `leaderelection`. [`Election::campaign`] waits to
 //!   lead and returns a [`Leadership`] whose [`term`](Leadership::term) is its fencing token;
@@ -88,8 +90,8 @@
 //!   [`Election::observe`], a stream of every change; [`Election::lead`], a body run while
 //!   leading and cancelled on loss ([`LeadOptions::rejoin`] campaigns again). See
 //!   [`election`] and `docs/election.md`.
-//! - [`Guard`]: one object-safe trait over [`LockGuard`], [`ReadGuard`], [`WriteGuard`],
-//!   [`Permit`] and [`FairGuard`].
+//! - [`Guard`]: one object-safe trait over [`LockGuard`] (a [`FairLock`]'s too), [`ReadGuard`],
+//!   [`WriteGuard`] and [`Permit`].
 //!
 //! All wait on the client's one subscriber connection (no polling; at most a second between
 //! looks when no message comes) and are cancel-safe.
@@ -254,8 +256,6 @@
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
 //! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |
-//! | `P:{N}:fair` | hash | fair lock `N`: holder `h`, count `hn`, deadline `hd` | the last release; else the holder's deadline |
-//! | `P:{N}:fair:queue`, `P:{N}:fair:waiters` | list, hash | the fair lock's waiters, each with a deadline | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:countdown` | string | count left of the latch `N` | it reaches zero |
 //! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock) | the last release; else the latest deadline in it |
 //! | `P:{N}:election`, `P:{N}:election:log` | hash, list | election `N` (its leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; the last 64 changes | an hour after the lock's lease (a leader keeps pushing it back) |
@@ -265,7 +265,7 @@
 //! lock to a queued waiter of that client: `g <claim ms> <token> <nonce> <owner field>`),
 //! `P:{N}:unlock` (one message, the releasing client's id, on each release that frees the lock
 //! with nobody queued; MultiLock and RedLock members listen there), `P:{N}:semaphore:released`,
-//! `P:{N}:permits:released`, `P:{N}:fair:wake:<owner>`, `P:{N}:countdown:zero`,
+//! `P:{N}:permits:released`, `P:{N}:countdown:zero`,
 //! `P:{N}:rw:unlock`, `P:{N}:election:changed`.
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.

@@ -46,6 +46,10 @@ pub struct Lock {
     pub(crate) lock_delay: Option<Duration>,
     pub(crate) watchdog_lease: Option<Duration>,
     pub(crate) replicas: Option<Replicas>,
+    /// Every attempt respects the server's queue (a [`FairLock`](crate::FairLock)): a waiter
+    /// queues from its first attempt, and a single attempt never takes a free lock while
+    /// anybody live is queued (nor queues itself). Always the script's long form.
+    pub(crate) strict: bool,
 }
 
 impl Lock {
@@ -60,6 +64,7 @@ impl Lock {
             lock_delay: None,
             watchdog_lease: None,
             replicas: None,
+            strict: false,
         })
     }
 
@@ -477,6 +482,7 @@ impl std::fmt::Debug for Lock {
             .field("reentrant", &self.reentrant)
             .field("fenced", &self.fenced)
             .field("lock_delay", &self.lock_delay)
+            .field("strict", &self.strict)
             .finish_non_exhaustive()
     }
 }

@@ -283,14 +283,6 @@ impl Subscriber {
         }
     }
 
-    /// Wakes every waiter on `channel` now (or as soon as it waits), as a message would: for a
-    /// local release that lets the waiter of a channel of its own in, without the message.
-    pub(crate) fn wake_local(&self, channel: &str) {
-        if let Some(channel) = self.channels.lock().get(channel) {
-            channel.wake(true);
-        }
-    }
-
     fn deliver(&self, channel: &str, payload: &[u8]) {
         let Some(channel) = self.channels.lock().get(channel).cloned() else {
             return;

@@ -37,9 +37,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Family guards ([`Guard`](crate::Guard): semaphores' permits, read-write, fair locks) and
+//! Family guards ([`Guard`](crate::Guard): semaphores' permits, read-write locks) and
 //! RedLock guards renew on tasks of their own: [`pause_renewals`] does not pause those, and
-//! [`expire_lease`] takes a [`LockGuard`] (a [`Lock`]'s, or one member of a `MultiLock`'s).
+//! [`expire_lease`] takes a [`LockGuard`] (a [`Lock`]'s or a `FairLock`'s, or one member of a
+//! `MultiLock`'s).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -1,7 +1,7 @@
-//! The read-write lock, the count-down latch, the fair lock and the expiring permits on a real
-//! Redis Cluster (3 primaries, 3
-//! replicas): every key of one object in one slot, waiters woken by sharded pub/sub messages on
-//! each primary. The semaphore's cluster test is in `semaphore.rs`.
+//! The read-write lock, the count-down latch and the expiring permits on a real Redis Cluster
+//! (3 primaries, 3 replicas): every key of one object in one slot, waiters woken by sharded
+//! pub/sub messages on each primary. The semaphore's cluster test is in `semaphore.rs`; a fair
+//! lock is a `Lock` in strict mode, on the lock's keys, whose cluster tests are in `cluster.rs`.
 
 mod support;
 

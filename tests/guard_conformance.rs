@@ -116,6 +116,7 @@ impl Kind {
                 .iter()
                 .map(|lock| lock.key().to_owned())
                 .collect(),
+            // A `Lock` in strict mode, on the lock's own key.
             Kind::Fair => vec![client.fair_lock(name).unwrap().key().to_owned()],
             Kind::Read | Kind::Write => {
                 vec![client.read_write_lock(name).unwrap().key().to_owned()]

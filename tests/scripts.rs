@@ -525,6 +525,55 @@ fn a_waiter_finding_the_lock_free_behind_others_gives_it_to_the_first() {
     assert_eq!(queue_of(&mut conn), ["c:1"]);
 }
 
+/// A strict lock's single attempt (`FairLock::try_lock`): slack `-1`, unfenced, no claim, no
+/// nonce.
+fn strict_once_call(conn: &mut Connection, field: &str) -> Value {
+    let script = Script::new(ACQUIRE);
+    let mut call = script.key(HASH);
+    call.key(FENCE).key(format!("{HASH}:delay"));
+    call.arg(field)
+        .arg(20_000)
+        .arg("1")
+        .arg("-")
+        .arg(0)
+        .arg(-1)
+        .arg(0)
+        .arg(0);
+    call.invoke(conn).unwrap()
+}
+
+#[test]
+fn a_strict_single_attempt_respects_the_queue_and_takes_no_place() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    // Free, nobody queued: taken.
+    assert_eq!(strict_once_call(&mut conn, "n:1"), Value::Int(1));
+    // Held: refused, and not queued.
+    let refused = strict_once_call(&mut conn, "n:2");
+    assert!(matches!(refused, Value::Int(n) if n < -2), "{refused:?}");
+    assert!(
+        queue_of(&mut conn).is_empty(),
+        "a single attempt took a place"
+    );
+    let _: () = redis::cmd("DEL").arg(HASH).query(&mut conn).unwrap();
+    // Free with a waiter queued (its holder's lease ran out): the waiter gets it, the newcomer
+    // is refused for the waiter's claim lease and takes no place.
+    wait_call(&mut conn, "a:1", 200);
+    wait_call(&mut conn, "b:1", 20_000);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let refused = strict_once_call(&mut conn, "n:3");
+    assert!(
+        matches!(refused, Value::Int(n) if n < -2),
+        "a newcomer took a free lock ahead of the queue: {refused:?}"
+    );
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to b");
+    assert_eq!(count_of(&mut conn, "n:3"), None);
+    assert!(
+        queue_of(&mut conn).is_empty(),
+        "a single attempt took a place"
+    );
+}
+
 #[test]
 fn an_untaken_grant_is_claimed_by_its_owners_first_acquisition_even_non_reentrant() {
     let server = Server::start();

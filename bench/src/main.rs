@@ -388,7 +388,8 @@ cold as W6's). A lone EVALSHA after the gap and a back-to-back one are shown for
 machine, each beside redlease on one server in the same run. C4 counts round trips as the \
 client reports them (`RenewStats`): a cluster has no single server to count on.
 - F1-F3, the lock family (redlease only; no peer has these locks): F1 is W2 over two clients \
-(tasks alternate between them) with `FairLock` and with `Lock`; F2 is W3's tasks on one \
+(tasks alternate between them) with `FairLock` (`Lock`'s engine in strict mode: every attempt \
+respects the server's queue) and with `Lock`; F2 is W3's tasks on one \
 `ReadWriteLock`, every tenth acquisition a write; F3 is W3's tasks sharing a `Semaphore` of 8 \
 permits. F2 and F3 run a fifth of W3's rounds.
 - R1: W1 on a primary with one replica on the same machine, with `Replicas::Off` and with \

@@ -28,8 +28,8 @@ fn variant_of(implementation: &str, family_name: &str) -> String {
 }
 
 impl Context<'_> {
-    /// W7/C7: `Lock` and `FairLock` against the floor and rslock of the same K and run (the
-    /// targets of issue 20), C7 against the same row on one server; rslock against `Lock`.
+    /// W7/C7: `Lock` and `FairLock` (`Lock` in strict mode) against the floor and rslock of the
+    /// same K and run (the targets of issue 20), C7 against the same row on one server; rslock against `Lock`.
     fn judge_w7(&self, e: &Entry, m: &Measure) -> (String, String) {
         use crate::workloads::processes::{FLOOR, LOCK_IMPL, RSLOCK_IMPL, one_server_label};
         let w = e.workload.as_str();

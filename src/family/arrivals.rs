@@ -1,6 +1,5 @@
-//! One client's waiters of one lock, by owner, in the order they came: the fair lock hands a
-//! release over to its oldest one, and a read-write lock's writer queues up behind one that
-//! came before it.
+//! One client's waiters of one lock, by owner, in the order they came: a read-write lock's
+//! writer queues up behind one that came before it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,14 +25,6 @@ impl Arrivals {
             seq,
             owner: owner.clone(),
         }
-    }
-
-    /// The oldest waiter's owner other than `owner` (an owner waiting again is behind).
-    pub(crate) fn oldest_besides(&self, owner: &str) -> Option<Arc<str>> {
-        let list = self.list.lock();
-        list.iter()
-            .find(|(_, o)| **o != *owner)
-            .map(|(_, o)| o.clone())
     }
 }
 

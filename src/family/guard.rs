@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use crate::error::Result;
-use crate::family::{FairGuard, Permit, ReadGuard, WriteGuard};
+use crate::family::{Permit, ReadGuard, WriteGuard};
 use crate::guard::LockGuard;
 use crate::multi::{MultiLockGuard, RedLockGuard};
 
@@ -146,4 +146,3 @@ macro_rules! family_guard {
 family_guard!(ReadGuard, unlock, ReadGuard::name);
 family_guard!(WriteGuard, unlock, WriteGuard::name);
 family_guard!(Permit, release, Permit::semaphore_name);
-family_guard!(FairGuard, unlock, FairGuard::name);

@@ -1,8 +1,9 @@
 //! The rest of the lock family on the same client: [`Semaphore`], [`PermitSemaphore`],
-//! [`CountDownLatch`], [`ReadWriteLock`] and [`FairLock`], and the [`Guard`] trait over every
-//! hold. Each kind is one Lua script (`lua/`) over keys under the kind's own
-//! suffix of the `{name}` hash tag, so a semaphore, a latch and a lock may share a name, and
-//! every key of one object lives in one Redis Cluster slot.
+//! [`CountDownLatch`], [`ReadWriteLock`], [`FairLock`] (a [`Lock`](crate::Lock) in strict mode,
+//! on the lock's own keys), and the [`Guard`] trait over every hold. Each other kind is one Lua
+//! script (`lua/`) over keys under the kind's own suffix of the `{name}` hash tag, so a
+//! semaphore, a latch and a lock may share a name, and every key of one object lives in one
+//! Redis Cluster slot.
 //!
 //! Shared here: the keys, the input checks, and the waiting loop (attempt; on failure subscribe
 //! to the object's channel on the client's one subscriber connection, attempt again, then sleep
@@ -96,7 +97,7 @@ pub(crate) enum Attempt<T> {
 /// Who a message wakes among one client's waiters on a channel.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wake {
-    /// Every waiter attempts: a latch opens for all, a fair lock's message names its waiter.
+    /// Every waiter attempts: a latch opens for all.
     All,
     /// One waiter of the class attempts; a granted one wakes `pass` more (`pubsub/relay.rs`).
     Relay(RelayClass),

@@ -1,4 +1,4 @@
-//! The script calls of the lock family (semaphores, latches, read-write locks, fair locks): one
+//! The script calls of the lock family (semaphores, latches, read-write locks, elections): one
 //! door for every family script, which picks the script's variant for this deployment (sharded
 //! pub/sub on a cluster), loads it on NOSCRIPT, and coalesces concurrent calls of one script
 //! into one script call the way the lock's calls are (`batch.rs`).
@@ -295,7 +295,6 @@ mod tests {
             include_str!("../../lua/latch.lua"),
             include_str!("../../lua/rwlock.lua"),
             include_str!("../../lua/permits.lua"),
-            include_str!("../../lua/fair.lua"),
             include_str!("../../lua/election.lua"),
         ] {
             assert!(

@@ -61,6 +61,9 @@ pub(crate) struct AcquireTerms {
     pub delay_ms: u64,
     /// A waiter's attempt: queue it when refused (`lua/queue.lua`).
     pub queue: Option<QueueTerms>,
+    /// A strict lock's attempt (a `FairLock`): even unqueued, it never takes a free lock while
+    /// anybody live is queued (`lua/acquire.lua`, ARGV[6] '-1').
+    pub strict: bool,
 }
 
 /// How a waiter is queued on the server: its entry outlives the wait it is told by `slack_ms`,
@@ -74,10 +77,10 @@ pub(crate) struct QueueTerms {
 }
 
 impl AcquireTerms {
-    /// Whether the call needs the script's long form (fence, lock-delay, queue), which is never
-    /// coalesced.
+    /// Whether the call needs the script's long form (fence, lock-delay, queue, a strict lock),
+    /// which is never coalesced.
     fn long_form(&self) -> bool {
-        self.fenced || self.delay_ms > 0 || self.queue.is_some()
+        self.fenced || self.delay_ms > 0 || self.queue.is_some() || self.strict
     }
 }
 
@@ -390,6 +393,8 @@ fn acquire_args(
             .arg(q.slack_ms.max(1))
             .arg(q.claim_ms.max(1))
             .arg(q.nonce),
+        // A strict lock's single attempt respects the queue without joining it.
+        None if terms.strict => cmd.arg(-1).arg(0).arg(0),
         None => cmd.arg(0).arg(0).arg(0),
     };
 }
@@ -531,6 +536,7 @@ fn acquire_pipeline(
             fenced: call.fenced,
             delay_ms: call.delay_ms,
             queue: None,
+            strict: false,
         };
         acquire_args(&mut cmd, call.keys, call.field, terms, fence_grace_ms);
         pipe.add_command(cmd);

@@ -171,9 +171,9 @@ impl Subscription {
 }
 
 /// How long a channel stays subscribed after its last waiter left. A waiter that comes back
-/// meanwhile (an owner that waits for the same lock again, a fair lock's waiter on its own
-/// channel) finds it subscribed: no SUBSCRIBE and UNSUBSCRIBE round trip per wait, and no
-/// second attempt to close the race with a message sent before the subscription.
+/// meanwhile (an owner that waits for the same lock again) finds it subscribed: no SUBSCRIBE
+/// and UNSUBSCRIBE round trip per wait, and no second attempt to close the race with a message
+/// sent before the subscription.
 const LINGER: Duration = Duration::from_millis(500);
 
 impl Drop for Subscription {

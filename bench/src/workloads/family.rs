@@ -1,6 +1,7 @@
 //! The lock family against redlease's own `Lock` (no peer has all of them):
 //! - F1: W2's shape (tasks share one lock, a non-atomic counter under it) over two clients,
-//!   with `FairLock` and with `Lock`;
+//!   with `FairLock` and with `Lock` (the same lock on the same keys; `FairLock` is strict:
+//!   every attempt respects the server's queue);
 //! - F2: `tasks` tasks on one `ReadWriteLock`, nine reads to one write;
 //! - F3: `tasks` tasks share a `Semaphore` of 8 permits.
 
@@ -43,21 +44,16 @@ pub async fn fair(url: &str, kind: Kind, tasks: usize, rounds: usize) -> Result<
             let mut recs: Vec<Rec> = Vec::with_capacity(rounds);
             for _ in 0..rounds {
                 let t0 = Instant::now();
-                // Either guard; the other stays `None`.
-                let (plain, fenced) = match kind {
-                    Kind::Lock => (Some(lock.lock().await?), None),
-                    Kind::Fair => (None, Some(fair.lock().await?)),
+                // A `LockGuard` either way: a `FairLock` is a `Lock` in strict mode.
+                let guard = match kind {
+                    Kind::Lock => lock.lock().await?,
+                    Kind::Fair => fair.lock().await?,
                 };
                 let wait = t0.elapsed();
                 let v: Option<i64> = conn.get(COUNTER_KEY).await?;
                 let v = v.unwrap_or(0);
                 let _: () = conn.set(COUNTER_KEY, v + 1).await?;
-                if let Some(g) = plain {
-                    g.unlock().await?;
-                }
-                if let Some(g) = fenced {
-                    g.unlock().await?;
-                }
+                guard.unlock().await?;
                 recs.push((v, task, wait));
             }
             anyhow::Ok(recs)

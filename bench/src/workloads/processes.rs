@@ -1,7 +1,8 @@
 //! W7 (C7 on the cluster): K separate OS processes, one task each, contend on ONE lock for a
 //! fixed time, each incrementing a counter non-atomically under it (GET, then SET of the value
 //! + 1, on a key in the lock's slot). Targets: redlease `Lock` (default settings), redlease
-//! `FairLock`, rslock, and the floor: one list key holding one token, taken with `BLPOP` on a
+//! `FairLock` (the same engine in strict mode: every attempt queues or respects the queue),
+//! rslock, and the floor: one list key holding one token, taken with `BLPOP` on a
 //! connection of the waiting task's own and given back with `LPUSH` (the server hands it to
 //! the longest-blocked client: FIFO, one round trip per hand-over).
 //!
@@ -167,8 +168,6 @@ enum Locker {
 enum Held {
     #[cfg(feature = "redlease")]
     Lock(redlease::LockGuard),
-    #[cfg(feature = "redlease")]
-    Fair(redlease::FairGuard),
     Rslock(rslock::LockGuard),
     Token,
 }
@@ -210,7 +209,8 @@ impl Locker {
                 #[cfg(feature = "redlease")]
                 Locker::Lock(_, lock) => Held::Lock(lock.lock().await?),
                 #[cfg(feature = "redlease")]
-                Locker::Fair(_, lock) => Held::Fair(lock.lock().await?),
+                // A `LockGuard`: a `FairLock` is a `Lock` in strict mode.
+                Locker::Fair(_, lock) => Held::Lock(lock.lock().await?),
                 Locker::Rslock(l) => Held::Rslock(l.lock(LOCK).await?),
                 Locker::Floor(conn) => {
                     let secs = WAIT_BOUND.as_secs();
@@ -233,8 +233,6 @@ impl Locker {
         match (self, held) {
             #[cfg(feature = "redlease")]
             (_, Held::Lock(g)) => g.unlock().await?,
-            #[cfg(feature = "redlease")]
-            (_, Held::Fair(g)) => g.unlock().await?,
             (Locker::Rslock(l), Held::Rslock(g)) => l.unlock(g).await?,
             (Locker::Floor(conn), Held::Token) => {
                 conn.query::<i64>(redis::cmd("LPUSH").arg(TOKEN_KEY).arg("token"))
