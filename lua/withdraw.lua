@@ -18,6 +18,8 @@ end
 local head = grant_head(hash)
 redis.call('HDEL', hash, field)
 if not head then
+    -- The lock-delay marker the grant wrote for a hold nobody used (queue.lua) goes with it.
+    redis.call('DEL', hash .. ':delay')
     redis.call('PUBLISH', hash .. ':unlock', ARGV[2])
 end
 return 1

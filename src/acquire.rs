@@ -124,7 +124,9 @@ impl Lock {
         // for us would deadlock). Others join it only when this client already has contenders
         // for the lock, or after a failed attempt: the uncontended path touches no queue.
         let reentry = inner.holds.get(&self.keys.hash, &field).is_some();
-        let mut ticket = match reentry {
+        // A strict lock's waiters all wait in the server's queue, in arrival order whatever
+        // their client (`FairLock`): none takes turns locally.
+        let mut ticket = match reentry || self.strict {
             true => None,
             false => inner.local_queues.join_if_contended(&self.keys.hash),
         };
@@ -132,7 +134,9 @@ impl Lock {
             measured.waits();
         }
         if let Some(ticket) = ticket.as_mut()
-            && !self.wait_turn(ticket, wait, &mut subscription).await?
+            && !self
+                .wait_turn(ticket, wait, &mut subscription, &field)
+                .await?
         {
             return Ok(None);
         }
@@ -149,7 +153,7 @@ impl Lock {
                 .subscriber
                 .is_live(&self.keys.grant_channel(&inner.id_text))
         {
-            subscription = Some(self.subscribe_to_grants().await?);
+            subscription = Some(self.subscribe_to_grants(&field).await?);
         }
         // Our place in the lock's queue on the server, once an attempt may have queued us.
         let mut place: Option<QueuePlace> = None;
@@ -157,10 +161,10 @@ impl Lock {
             loop {
                 // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
                 inner.check_open()?;
-                if let (Some((terms, sent)), Some(sub)) = (
-                    place.as_ref().and_then(|p| p.queued_by),
-                    subscription.as_ref(),
-                ) && let Some(token) = sub.take_grant(&field, terms.nonce)
+                let queued_by = place.as_ref().and_then(|p| p.queued_by);
+                if let Some(sub) = subscription.as_ref()
+                    && let Some(token) = sub.take_grant(&field, queued_by.map(|(t, _)| t.nonce))
+                    && let Some((terms, sent)) = queued_by
                 {
                     // With another operation of this owner on the lock in flight, the grant is
                     // claimed with an attempt instead (`Acquiring::alone`).
@@ -247,7 +251,7 @@ impl Lock {
                     return Ok(None);
                 };
                 measured.waits();
-                if ticket.is_none() && !reentry {
+                if ticket.is_none() && !reentry && !self.strict {
                     // Contended: from now on take turns with this client's other contenders.
                     let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));
                     let queued = !joined.is_head();
@@ -257,7 +261,10 @@ impl Lock {
                         // queued attempt comes after it.
                         place.withdraw().await;
                     }
-                    if !self.wait_turn(joined, wait, &mut subscription).await? {
+                    if !self
+                        .wait_turn(joined, wait, &mut subscription, &field)
+                        .await?
+                    {
                         return Ok(None);
                     }
                     if queued {
@@ -272,7 +279,7 @@ impl Lock {
                     // Subscribe only after a failed attempt (the uncontended path stays one round
                     // trip), then try again at once: the unlock may have happened before we listened,
                     // and this attempt queues us.
-                    subscription = Some(self.subscribe_to_grants().await?);
+                    subscription = Some(self.subscribe_to_grants(&field).await?);
                     continue;
                 };
                 // Wake on the unlock message, or when the holder's lease runs out (the message is
@@ -487,10 +494,11 @@ impl Lock {
     /// Listens for the grants of this lock to this client's queued waiters (`lua/queue.lua`),
     /// on the client's own channel of the lock: other clients' grants and releases never wake
     /// it.
-    async fn subscribe_to_grants(&self) -> Result<Subscription> {
+    async fn subscribe_to_grants(&self, field: &Arc<str>) -> Result<Subscription> {
         let inner = &self.client.inner;
         let channel = self.keys.grant_channel(&inner.id_text);
-        inner.subscriber.subscribe(&channel, false).await
+        let subscription = inner.subscriber.subscribe(&channel, false).await?;
+        Ok(subscription.grants_to(field.clone()))
     }
 
     /// Waits until `ticket` is at the head of this client's local queue for the lock. False
@@ -500,6 +508,7 @@ impl Lock {
         ticket: &mut Ticket<'_>,
         wait: Wait,
         subscription: &mut Option<Subscription>,
+        field: &Arc<str>,
     ) -> Result<bool> {
         let deadline = match wait {
             Wait::Once => return Ok(true),
@@ -510,7 +519,7 @@ impl Lock {
         if subscription.is_none() {
             // Stay subscribed while queued, so the channel is not dropped and re-made at every
             // hand-off between local waiters.
-            *subscription = Some(self.subscribe_to_grants().await?);
+            *subscription = Some(self.subscribe_to_grants(field).await?);
         }
         tokio::select! {
             _ = ticket.wait_head() => Ok(true),
@@ -618,7 +627,13 @@ impl Lock {
             }
         };
         let tracker = client.inner.background.clone();
+        // Should the caller stop waiting, the request (its undo and withdrawal after a dropped
+        // connection included) and a give-back finish in the background: they count as an
+        // operation of this owner in flight until then (`turns.rs`), so the owner's next
+        // acquisition waits for them and takes no grant from a message meanwhile.
+        let in_flight = client.inner.turns.start_release(&keys.hash, &field);
         let call = FinishOnDrop::new(request, move |outcome| async move {
+            let _in_flight = in_flight;
             if let Ok(Acquire::Acquired { .. }) = outcome {
                 // This grant is ours alone, so releasing one hold undoes exactly it, even if the
                 // owner acquired again meanwhile; unless it could expire before the release

@@ -173,6 +173,7 @@ impl Subscriber {
             channel: channel.clone(),
             seen: AtomicU64::new(channel.epoch(heed_own)),
             heed_own,
+            field: None,
             poll: match self.wait_by {
                 WaitBy::PubSub => None,
                 WaitBy::Polling { first, max } => Some(Poll::new(first, max)),

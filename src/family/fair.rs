@@ -31,10 +31,9 @@ pub type FairGuard = LockGuard;
 ///   granted the lock and holds it for the claim lease
 ///   ([`Config::claim_lease`](crate::Config::claim_lease), 2 s) at most, after which the next
 ///   waiter takes it.
-/// - Within one client, waiters take turns in arrival order, and only the first of them waits
-///   in the server's queue; the next joins it when its turn comes, behind any other client's
-///   waiter queued by then (even one that came after it). Order across clients is strict for
-///   each client's first waiter.
+/// - **Strict order**: every waiter, whatever its client, waits in the server's queue from its
+///   first attempt and is served in that order; a newcomer never takes the lock ahead of it
+///   (a single attempt is refused while anybody is queued).
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {

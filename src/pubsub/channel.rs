@@ -29,6 +29,8 @@ pub(super) struct Channel {
     /// A waiter takes only the one naming its latest queued attempt, so a stale one is never
     /// taken; the oldest go when there are more than [`GRANTS_KEPT`].
     granted: Mutex<Vec<GrantHere>>,
+    /// Woken by each grant kept in `granted`: only the waiter it names stops waiting.
+    grant_notify: Notify,
 }
 
 /// A grant to one of this client's waiters, from its message (`lua/queue.lua`).
@@ -53,11 +55,13 @@ impl Channel {
             everyone: AtomicU64::new(0),
             relays: Default::default(),
             granted: Mutex::new(Vec::new()),
+            grant_notify: Notify::new(),
         }
     }
 
     /// A release gave the lock to a waiter of this client (`field`), queued by its attempt
-    /// `nonce`: kept for that waiter, which is woken.
+    /// `nonce`: kept for that waiter, which is woken; this client's other waiters of the lock
+    /// sleep on.
     pub(super) fn granted_here(&self, field: &[u8], nonce: u64, token: Option<u64>) {
         {
             let mut granted = self.granted.lock();
@@ -70,7 +74,7 @@ impl Channel {
                 token,
             });
         }
-        self.wake(false);
+        self.grant_notify.notify_waiters();
     }
 
     /// Wakes every listener, relay waiters included: the client shuts down, or messages may
@@ -115,6 +119,8 @@ pub(crate) struct Subscription {
     pub(super) seen: AtomicU64,
     /// Whether this client's own unlock messages wake this waiter.
     pub(super) heed_own: bool,
+    /// The owner field whose grants wake this waiter (a `Lock` waiter: `grants_to`).
+    pub(super) field: Option<Arc<str>>,
     /// Set when the client waits by polling: no server subscription, `notified` sleeps.
     pub(super) poll: Option<Poll>,
 }
@@ -137,17 +143,51 @@ impl Subscription {
                 () = self.on_message() => return,
             }
         }
-        self.on_message().await;
+        tokio::select! {
+            () = self.on_message() => {}
+            () = self.on_grant() => {}
+        }
+    }
+
+    /// This waiter's grants wake it from [`notified`](Subscription::notified): those naming
+    /// `field`.
+    pub(crate) fn grants_to(mut self, field: Arc<str>) -> Self {
+        self.field = Some(field);
+        self
+    }
+
+    /// Resolves once a grant naming this waiter's field is kept; never without a field.
+    async fn on_grant(&self) {
+        let Some(field) = &self.field else {
+            return std::future::pending().await;
+        };
+        loop {
+            let notified = self.channel.grant_notify.notified();
+            tokio::pin!(notified);
+            // Register before looking, so a grant in between cannot be missed.
+            notified.as_mut().enable();
+            let kept = {
+                let granted = self.channel.granted.lock();
+                granted
+                    .iter()
+                    .any(|grant| *grant.field == *field.as_bytes())
+            };
+            if kept {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The grant to `field` whose message names the attempt `nonce`, taken: `Some(token)` (the
-    /// token the grant made, `None` for none). Older grants to `field` go too.
-    pub(crate) fn take_grant(&self, field: &str, nonce: u64) -> Option<Option<u64>> {
+    /// token the grant made, `None` for none). Every other grant kept for `field` goes too: it
+    /// names an earlier attempt (or, without a `nonce`, no attempt that may take it).
+    pub(crate) fn take_grant(&self, field: &str, nonce: Option<u64>) -> Option<Option<u64>> {
         let mut granted = self.channel.granted.lock();
         let mut taken = None;
         granted.retain(|grant| {
             let ours = *grant.field == *field.as_bytes();
-            if ours && grant.nonce == nonce {
+            if ours && Some(grant.nonce) == nonce {
                 taken = Some(grant.token);
             }
             !ours
