@@ -1,7 +1,7 @@
-//! The acquisition engine: one cancel-safe attempt, and the wait loop around it.
+//! The acquisition engine: the wait loop around one attempt (`attempt.rs`), the server's queue
+//! and the grants taken from its messages.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -10,16 +10,13 @@ use crate::config::{Replicas, WaitBy};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Grant;
-use crate::keys::LockKeys;
 use crate::local_queue::{Handover, Ticket};
 use crate::lock::Lock;
-use crate::node::{Acks, AcquireTerms, Latch, QueueTerms, ReleaseArgs, Successor, WaitFor};
+use crate::node::{QueueTerms, Successor};
 use crate::pubsub::Subscription;
 use crate::queue_place::QueuePlace;
 use crate::release::{give_back, give_back_in_background};
-use crate::scripts::{Acquire, Release};
-use crate::shared::Client;
-use crate::task::FinishOnDrop;
+use crate::scripts::Acquire;
 use crate::telemetry;
 use crate::terms::{Lease, Wait};
 
@@ -169,7 +166,7 @@ impl Lock {
                     // With another operation of this owner on the lock in flight, the grant is
                     // claimed with an attempt instead (`Acquiring::alone`).
                     let taken = match acquiring.alone() {
-                        true => self.take_grant(&field, lease, terms, sent, token)?,
+                        true => self.hold_from_grant(&field, lease, terms, sent, token)?,
                         false => None,
                     };
                     match taken {
@@ -356,7 +353,7 @@ impl Lock {
     /// is half spent, the lock wants replica acknowledgement (a grant has no `WAIT` behind it),
     /// a fixed lease is longer than the claim lease, or the grant came without the token a
     /// fenced lock needs. The next attempt then claims the grant (count 1, the lease, a token).
-    fn take_grant(
+    fn hold_from_grant(
         &self,
         field: &Arc<str>,
         lease: Lease,
@@ -526,167 +523,4 @@ impl Lock {
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => Ok(false),
         }
     }
-
-    /// Sends one acquire. If this future is dropped while the request is in flight, the request
-    /// is finished in the background and a grant is given back, so cancellation never leaves a
-    /// hold behind.
-    ///
-    /// A request that gets no answer within the client timeout is abandoned the same way: it
-    /// keeps waiting for its reply in the background (as long as a grant could live), and only
-    /// a grant seen in that reply is given back. This used to release blindly after any
-    /// "unavailable" error, even one whose request was never sent (refused, or waiting for a
-    /// reconnect), and with retries: the release could land after this owner's next, real
-    /// acquisition and take it away (tests/faults.rs, `failed_attempts_during_an_outage_...`).
-    /// When the connection drops the outcome stays unknown, and the lease frees a grant.
-    ///
-    /// With `replicas` asking for acknowledgement, `WAIT` follows the script on its connection;
-    /// too few acknowledgements give the grant back and fail the attempt (see [`acknowledged`]).
-    async fn attempt(
-        &self,
-        field: &Arc<str>,
-        lease_ms: u64,
-        reentry: bool,
-        replicas: Replicas,
-        queue: Option<QueueTerms>,
-    ) -> Result<(Acquire, bool)> {
-        let client = self.client.clone();
-        let keys = self.keys.clone();
-        let field = field.clone();
-        let (reentrant, fenced, delay_ms, strict) =
-            (self.reentrant, self.fenced, self.delay_ms(), self.strict);
-        let wait = client.inner.node.wait_for(replicas).await;
-        // The server holds the reply up to the WAIT timeout.
-        let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
-        let lease = Duration::from_millis(lease_ms);
-        let sent = Instant::now();
-        // Set when the answer comes from an unqueued retry, after the queued request was undone.
-        let unqueued = Arc::new(AtomicBool::new(false));
-        let request = {
-            let unqueued = unqueued.clone();
-            let (client, keys, field) = (client.clone(), keys.clone(), field.clone());
-            // A reply later than the lease carries nothing to give back.
-            let patience = lease.max(timeout);
-            async move {
-                let node = &client.inner.node;
-                let terms = AcquireTerms {
-                    lease_ms,
-                    reentrant,
-                    held: reentry,
-                    fenced,
-                    delay_ms,
-                    queue,
-                    strict,
-                };
-                let outcome = node.acquire(&keys, &field, terms, patience, wait).await;
-                let outcome = match outcome {
-                    // The connection manager notices a dead connection (server restart, killed
-                    // connection) only when a command fails on it; try once more on the new one.
-                    Err(Error::Redis { source, .. }) if source.is_connection_dropped() => {
-                        if reentry {
-                            // We hold it already: a retry could count one grant twice.
-                            return Err(Error::Redis {
-                                operation: "acquire",
-                                source,
-                            });
-                        }
-                        // The first request may have run. We held nothing, so a release undoes
-                        // its grant if there was one and is a no-op otherwise; it and the retry
-                        // go out in this order on the new connection.
-                        let id = client.inner.request_id();
-                        let undo = ReleaseArgs {
-                            field: &field,
-                            lease_ms,
-                            holds: 1,
-                            latch: Latch::Always,
-                            delay_ms: Some(delay_ms),
-                            successor: None,
-                        };
-                        let undo = node.release(&keys, &undo, id, false).await;
-                        if let Ok(Release::Released) = undo {
-                            // It had been granted: our queued waiters hear of it only here.
-                            client.inner.local_queues.released(&keys.hash);
-                        }
-                        if terms.queue.is_some() {
-                            // The first request may have queued us, and a release may have
-                            // granted that entry since (the undo just passed such a grant on):
-                            // the entry goes too, and no message naming that request counts.
-                            unqueued.store(true, Ordering::Release);
-                            let _ = node.withdraw(&keys, &field, &client.inner.id_text).await;
-                        }
-                        // Not queued again: the caller may have stopped waiting meanwhile, and
-                        // its place was withdrawn.
-                        let terms = AcquireTerms {
-                            queue: None,
-                            ..terms
-                        };
-                        node.acquire(&keys, &field, terms, patience, wait).await
-                    }
-                    outcome => outcome,
-                };
-                acknowledged(&client, &keys, &field, lease_ms, wait, outcome?).await
-            }
-        };
-        let tracker = client.inner.background.clone();
-        // Should the caller stop waiting, the request (its undo and withdrawal after a dropped
-        // connection included) and a give-back finish in the background: they count as an
-        // operation of this owner in flight until then (`turns.rs`), so the owner's next
-        // acquisition waits for them and takes no grant from a message meanwhile.
-        let in_flight = client.inner.turns.start_release(&keys.hash, &field);
-        let call = FinishOnDrop::new(request, move |outcome| async move {
-            let _in_flight = in_flight;
-            if let Ok(Acquire::Acquired { .. }) = outcome {
-                // This grant is ours alone, so releasing one hold undoes exactly it, even if the
-                // owner acquired again meanwhile; unless it could expire before the release
-                // lands, which would then take a later hold instead. It lives at least until
-                // `sent + lease`; half of that leaves the release room to arrive.
-                if sent.elapsed() >= lease / 2 {
-                    tracing::debug!(lock = %keys.name, "abandoned grant answered too late to give back; it expires with its lease");
-                    return;
-                }
-                tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = give_back(&client, &keys, &field, lease_ms, 1).await {
-                    tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
-                }
-            }
-        })
-        .tracked(&tracker);
-        match tokio::time::timeout(timeout, call).await {
-            Ok(outcome) => outcome.map(|acquire| (acquire, !unqueued.load(Ordering::Acquire))),
-            Err(_) => Err(Error::Timeout {
-                operation: "acquire",
-                timeout,
-            }),
-        }
-    }
-}
-
-/// An acquisition's outcome once `WAIT` (if one was asked for) is judged: a grant acknowledged
-/// by fewer replicas than wanted, or by a server that cannot acknowledge in strict mode, is given
-/// back here, inside the request (so a cancelled caller's grant is given back too), and fails
-/// the attempt with the counts. A re-entry gives back its one hold; earlier holds stay.
-async fn acknowledged(
-    client: &Client,
-    keys: &Arc<LockKeys>,
-    field: &Arc<str>,
-    lease_ms: u64,
-    wait: Option<WaitFor>,
-    (outcome, acks): (Acquire, Option<Acks>),
-) -> Result<Acquire> {
-    let (Acquire::Acquired { .. }, Some(want), Some(acks)) = (&outcome, wait, acks) else {
-        return Ok(outcome);
-    };
-    let Some(short) = acks.short_of(want) else {
-        return Ok(outcome);
-    };
-    metrics::counter!(telemetry::REPLICAS_SHORT, "write" => "acquire").increment(1);
-    tracing::warn!(lock = %keys.name, ?short, "too few replicas acknowledged the acquisition; giving it back");
-    match give_back(client, keys, field, lease_ms, 1).await {
-        // Our waiters hear of a release of this client only here.
-        Ok(Release::Released) => client.inner.local_queues.released(&keys.hash),
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(lock = %keys.name, error = %e, "could not give back an unacknowledged grant; it expires with its lease");
-        }
-    }
-    Err(short.into_error(&keys.name))
 }

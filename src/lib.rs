@@ -277,6 +277,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod attempt;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;

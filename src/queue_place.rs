@@ -24,7 +24,7 @@ pub(crate) struct QueuePlace {
     field: Arc<str>,
     armed: bool,
     /// The terms and send time of the latest attempt that queued us, if its answer was a
-    /// refusal: a grant's message naming it hands us the lock (`Lock::take_grant`). Cleared
+    /// refusal: a grant's message naming it hands us the lock (`Lock::hold_from_grant`). Cleared
     /// when an attempt goes out (it claims any earlier grant, or finds it gone) and when we
     /// gave back a hold that may have been the grant; gone with the place when withdrawn.
     pub(crate) queued_by: Option<(QueueTerms, Instant)>,

@@ -32,7 +32,12 @@ where
     fut: Option<Pin<Box<F>>>,
     on_abandoned: Option<C>,
     tracker: Option<TaskTracker>,
+    /// Made when the future is abandoned, kept until its background completion ends.
+    keep: Option<KeepWhileAbandoned>,
 }
+
+/// Makes a value (a registration, say) at the moment a future is abandoned.
+type KeepWhileAbandoned = Box<dyn FnOnce() -> Box<dyn Send> + Send>;
 
 /// What to do with the output of an abandoned future: any `FnOnce(T) -> impl Future<()>`.
 pub(crate) trait OnAbandoned<T>: Send + 'static {
@@ -60,7 +65,19 @@ where
             fut: Some(Box::pin(fut)),
             on_abandoned: Some(on_abandoned),
             tracker: None,
+            keep: None,
         }
+    }
+
+    /// Runs `start` synchronously when the future is abandoned and keeps what it returns until
+    /// the background completion ends: the completion then counts as in flight from the very
+    /// moment the caller stopped waiting, and costs nothing when nobody does.
+    pub(crate) fn keeping_while_abandoned<G: Send + 'static>(
+        mut self,
+        start: impl FnOnce() -> G + Send + 'static,
+    ) -> Self {
+        self.keep = Some(Box::new(move || Box::new(start()) as Box<dyn Send>));
+        self
     }
 
     /// Runs the background completion under `tracker`, so `Client::shutdown` can wait for it.
@@ -125,7 +142,11 @@ where
         };
         // Without a runtime there is nothing to finish on; the lease then frees the key.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let finish = async move { on_abandoned.call(fut.await).await };
+            let kept = self.keep.take().map(|start| start());
+            let finish = async move {
+                on_abandoned.call(fut.await).await;
+                drop(kept);
+            };
             match &self.tracker {
                 Some(tracker) => drop(tracker.spawn_on(finish, &handle)),
                 None => drop(handle.spawn(finish)),
