@@ -269,3 +269,63 @@ async fn a_waiter_that_comes_back_at_once_finds_the_channel_subscribed() {
     holder.shutdown().await.unwrap();
     waiting.shutdown().await.unwrap();
 }
+
+/// A lock waited for again and again keeps its channel: the linger counts from the last waiter
+/// that left, not the first, so a client that waits again within 150-300 ms each time, for
+/// about 4 s (eight lingers), subscribes once. (Each departure once started its own 500 ms
+/// timer, and any that ended while nobody waited unsubscribed: a contending process paid a
+/// SUBSCRIBE, an UNSUBSCRIBE and one attempt more every few waits. The pauses vary so that
+/// some such timer ends in a pause whatever a wait takes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_waited_for_again_and_again_keeps_its_channel() {
+    let server = Server::start();
+    let [holder, waiting] = clients(&server).await;
+    let name = unique_name("linger-again");
+    let channel = unlock_channel(&key_of(name.as_str()));
+    let subscribes = || command_calls(&server, "subscribe") + command_calls(&server, "unsubscribe");
+    let mut before = None;
+    for (round, pause_ms) in [150, 250, 300, 200]
+        .into_iter()
+        .cycle()
+        .take(12)
+        .enumerate()
+    {
+        let held = holder.lock(&name).unwrap().lock().await.unwrap();
+        let waiter = {
+            let lock = waiting.lock(&name).unwrap();
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+        };
+        until_waiting(&server, &name, 1).await;
+        if round == 0 {
+            before = Some(subscribes());
+        }
+        held.unlock().await.unwrap();
+        for guard in join_within([waiter], Duration::from_secs(2), "the waiter").await {
+            guard.unlock().await.unwrap();
+        }
+        let chans: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("*")
+            .query(&mut server.conn())
+            .unwrap();
+        eprintln!(
+            "round {round}: {} {:?} {:?}",
+            subscribes(),
+            chans,
+            std::time::Instant::now()
+        );
+        // Nobody waits now: the channel lingers.
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+    }
+    assert_eq!(
+        Some(subscribes()),
+        before,
+        "the channel was left and subscribed again between waits at most 300 ms apart"
+    );
+    assert!(
+        until_subscribed(&server, &channel, 0).await,
+        "the channel stayed subscribed with nobody waiting"
+    );
+    holder.shutdown().await.unwrap();
+    waiting.shutdown().await.unwrap();
+}

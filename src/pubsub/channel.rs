@@ -2,7 +2,7 @@
 //! instead when the client waits without pub/sub.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -19,6 +19,10 @@ pub(super) struct Channel {
     pub(super) foreign_epoch: AtomicU64,
     /// Local waiters; changed under `Subscriber::channels`.
     pub(super) refs: Mutex<usize>,
+    /// How many times the last local waiter left; a lingering channel stays while this moves.
+    leaves: AtomicU64,
+    /// Whether a task waits to unsubscribe the channel once it has been idle for [`LINGER`].
+    lingering: AtomicBool,
     /// Whether the server has confirmed our SUBSCRIBE on the live connection.
     pub(super) subscribed: Mutex<bool>,
     /// The last epoch that woke every listener, relay waiters included (shutdown, reconnect).
@@ -51,6 +55,8 @@ impl Channel {
             epoch: AtomicU64::new(0),
             foreign_epoch: AtomicU64::new(0),
             refs: Mutex::new(0),
+            leaves: AtomicU64::new(0),
+            lingering: AtomicBool::new(false),
             subscribed: Mutex::new(false),
             everyone: AtomicU64::new(0),
             relays: Default::default(),
@@ -213,7 +219,8 @@ impl Subscription {
 /// How long a channel stays subscribed after its last waiter left. A waiter that comes back
 /// meanwhile (an owner that waits for the same lock again) finds it subscribed: no SUBSCRIBE
 /// and UNSUBSCRIBE round trip per wait, and no second attempt to close the race with a message
-/// sent before the subscription.
+/// sent before the subscription. Every departure starts the period again, so a lock waited for
+/// again and again (every few milliseconds by a contending process) keeps its channel.
 const LINGER: Duration = Duration::from_millis(500);
 
 impl Drop for Subscription {
@@ -224,16 +231,36 @@ impl Drop for Subscription {
             *refs -= 1;
             *refs == 0
         };
-        if last {
-            let subscriber = self.subscriber.clone();
-            let name = self.name.clone();
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move {
-                    tokio::time::sleep(LINGER).await;
-                    subscriber.leave(&name).await;
-                });
-            }
+        if !last {
+            return;
         }
+        let channel = &self.channel;
+        channel.leaves.fetch_add(1, Ordering::AcqRel);
+        // One lingering task per channel, not one per departure.
+        if channel.lingering.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            channel.lingering.store(false, Ordering::Release);
+            return;
+        };
+        let (subscriber, name, channel) =
+            (self.subscriber.clone(), self.name.clone(), channel.clone());
+        handle.spawn(async move {
+            // Bounded: each round ends the wait unless a waiter left during the round, and
+            // rounds stop with the runtime.
+            loop {
+                let seen = channel.leaves.load(Ordering::Acquire);
+                tokio::time::sleep(LINGER).await;
+                if channel.leaves.load(Ordering::Acquire) == seen {
+                    break;
+                }
+            }
+            // Cleared first: a departure from now on starts its own linger.
+            channel.lingering.store(false, Ordering::Release);
+            // Unsubscribes only if no waiter is back.
+            subscriber.leave(&name).await;
+        });
     }
 }
 
