@@ -17,6 +17,8 @@
 --          takes a free lock while anybody live is queued) but does not enqueue
 -- ARGV[7]  the waiter's claim lease in milliseconds (see queue.lua)
 -- ARGV[8]  the waiter's nonce for this attempt, echoed by a grant's message (see queue.lua)
+-- ARGV[4], ARGV[5], ARGV[7] and ARGV[8] are decimal integers ('-' for no grace): a refused waiter's
+--          queue entry is made of them as sent
 --
 -- Waiters (queue.lua): a refused waiter is queued (or its entry refreshed) in the same call. A
 -- waiter that finds the lock free while others are queued before it gives it to the first of
@@ -74,23 +76,23 @@ local function take(hash, field, lease, fence, grace, marker, delay)
 end
 
 -- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first, with
--- what a grant to it writes (its claim lease, its fence grace, its lock-delay).
--- Never answers 0 (that is "held by this very owner").
-local function refuse(hash, field, ttl, slack, claim, grace, delay, nonce)
+-- what a grant to it writes (terms: its claim lease, fence grace, lock-delay and nonce, as
+-- queue.lua's entry has them). Never answers 0 (that is "held by this very owner").
+local function refuse(hash, field, ttl, slack, terms)
     if ttl < -1 then
         ttl = 0
     end
     if slack > 0 then
         -- Without an expiry the waiter looks again within a second (`acquire.rs`).
         local told = ttl >= 0 and ttl or 1000
-        enqueue(hash, field, queue_clock_us(), told + slack, claim, grace, delay, nonce)
+        enqueue(hash, field, queue_clock_us(), told + slack, terms)
     end
     return -2 - ttl
 end
 
 -- The long form: fenced, lock-delay, waiters.
 local function acquire_long(hash, field, lease, reentrant, fence, grace, marker, delay, slack,
-                            claim, nonce)
+                            terms)
     local count = redis.call('HGET', hash, field)
     local here, reenters = reentry_mode(reentrant)
     if count == '0' then
@@ -128,28 +130,30 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
     end
     local ttl = redis.call('PTTL', hash)
     if ttl ~= -2 then
-        return refuse(hash, field, ttl, slack, claim, grace, delay, nonce)
+        return refuse(hash, field, ttl, slack, terms)
     end
     if delay > 0 then
         local left = redis.call('PTTL', marker)
         if left > 0 then
-            return refuse(hash, field, left, slack, claim, grace, delay, nonce)
+            return refuse(hash, field, left, slack, terms)
         end
     end
     if slack ~= 0 then
-        local head, terms = pop_head(hash)
+        local head, head_terms = pop_head(hash)
         if head and head ~= field then
             -- Others came first: the lock is the first one's.
-            grant(hash, head, terms)
-            return refuse(hash, field, terms.claim, slack, claim, grace, delay, nonce)
+            grant(hash, head, head_terms)
+            return refuse(hash, field, head_terms.claim, slack, terms)
         end
     end
     return take(hash, field, lease, fence, grace, marker, delay)
 end
 
 if #ARGV == 8 then
+    -- A queue entry's terms as the client sent them (queue.lua): no formatting here.
+    local terms = ARGV[7] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[8]
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
-        tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
+        tonumber(ARGV[5]), tonumber(ARGV[6]), terms)
 end
 if #ARGV ~= 3 * #KEYS then
     return redis.error_reply('ERR acquire.lua: ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')

@@ -68,7 +68,13 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         end
     end
 
-    local held = tonumber(redis.call('HGET', hash, field))
+    -- The short path (release_plain.lua) read it already when it fell through to here.
+    local held
+    if plain_held_read then
+        held = tonumber(plain_held)
+    else
+        held = tonumber(redis.call('HGET', hash, field))
+    end
     if held == 0 then
         -- A grant from the queue (queue.lua) is one hold of its owner, which took it from the
         -- grant's message. (A waiter that stopped waiting passes its grant on with withdraw.lua,
@@ -134,7 +140,9 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             -- The successor may have queued itself on the server too.
             dequeue(hash, successor)
         else
-            head, terms = pop_head(hash)
+            -- The short path's read of the queue's head, when it made one (nothing changed the
+            -- queue since: it falls through only without a hand-over or a lock-delay).
+            head, terms = pop_head(hash, plain_head_read and plain_head or nil)
         end
         local token = 0
         if handover and fence then
