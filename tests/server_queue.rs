@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use redlease::Client;
 use support::{
-    Server, clients, command_calls, exists, increment_unprotected, key_of, read_counter,
-    unique_name,
+    Cluster, Server, clients, command_calls, exists, increment_unprotected, key_of, key_slot,
+    read_counter, unique_name,
 };
 
 const CLAIM: Duration = Duration::from_millis(800);
@@ -119,6 +119,71 @@ async fn eight_processes_take_turns_without_a_herd() {
     assert!(per < 2.8, "{per:.2} script calls per acquisition");
     assert!(queued(&server, &name).is_empty());
     assert!(!exists(&server, &key_of(&name)));
+}
+
+/// The same turns on a Redis Cluster while the lock's slot (the lock, its queue, the counter)
+/// migrates to another primary and that primary then fails over to its replica: 4 processes x
+/// 150 acquisitions, the counter exact, the queue empty and the lock gone at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_take_turns_on_a_cluster_through_a_slot_migration_and_a_failover() {
+    let cluster = Cluster::start();
+    let (name, from) = cluster.names_per_primary("turns-cl", 1).remove(0);
+    let key = key_of(&name);
+    // The lock's hash tag: the counter moves with the lock.
+    let counter = format!("{{{name}}}:count");
+    let (processes, rounds) = (4, 150);
+    let total = (processes * rounds) as u64;
+    let mut children: Vec<Child> = (0..processes)
+        .map(|_| {
+            spawn_worker(&[
+                ("REDLEASE_QW", "count".into()),
+                ("REDLEASE_QW_SEEDS", cluster.seeds().join(",")),
+                ("REDLEASE_QW_NAME", name.clone()),
+                ("REDLEASE_QW_COUNTER", counter.clone()),
+                ("REDLEASE_QW_ROUNDS", rounds.to_string()),
+            ])
+        })
+        .collect();
+    let count_now =
+        |cluster: &Cluster, counter: &str| read_counter(cluster.server_of(counter), counter);
+    let watched = counter.clone();
+    let reached = move |cluster: &Cluster, n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while count_now(cluster, &watched) < n {
+            assert!(Instant::now() < deadline, "the counter stalled below {n}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let cluster = tokio::task::spawn_blocking(move || {
+        reached(&cluster, total / 4);
+        let to = *cluster
+            .primaries()
+            .iter()
+            .find(|&&p| p != from && cluster.try_replica_of(p).is_some())
+            .expect("another primary with a replica");
+        cluster.migrate_slot(key_slot(&key), to);
+        reached(&cluster, total / 2);
+        assert_eq!(cluster.primary_of(&key), to, "the slot moved");
+        cluster.failover(to);
+        cluster
+    })
+    .await
+    .unwrap();
+    let statuses = tokio::task::spawn_blocking(move || {
+        children
+            .iter_mut()
+            .map(|child| wait_child(child, Duration::from_secs(120)))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for status in statuses {
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    assert_eq!(count_now(&cluster, &counter), total, "mutual exclusion");
+    let owner = cluster.server_of(&key_of(&name));
+    assert!(queued(owner, &name).is_empty(), "entries left in the queue");
+    assert!(!exists(owner, &key_of(&name)), "the lock is still held");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,13 +384,44 @@ async fn queue_worker() {
         return;
     };
     let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("worker needs {k}"));
-    let client = Client::builder(var("REDLEASE_QW_URL"))
-        .claim_lease(CLAIM)
-        .build()
-        .await
-        .unwrap();
+    // On a cluster (seeds given) faults come and go during the run: every call is retried for
+    // a while (a short watchdog lease, so a hold whose release failed frees itself soon).
+    let seeds = std::env::var("REDLEASE_QW_SEEDS").ok();
+    let client = match &seeds {
+        Some(seeds) => Client::builder_cluster(seeds.split(','))
+            .claim_lease(CLAIM)
+            .watchdog_lease(Duration::from_secs(2))
+            .timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap(),
+        None => Client::builder(var("REDLEASE_QW_URL"))
+            .claim_lease(CLAIM)
+            .build()
+            .await
+            .unwrap(),
+    };
     let lock = client.lock(&var("REDLEASE_QW_NAME")).unwrap();
     match mode.as_str() {
+        "count" if seeds.is_some() => {
+            let counter = var("REDLEASE_QW_COUNTER");
+            let rounds: usize = var("REDLEASE_QW_ROUNDS").parse().unwrap();
+            for _ in 0..rounds {
+                let guard = retried("lock", || lock.lock()).await;
+                let get = redis::cmd("GET").arg(&counter).clone();
+                let value: Option<u64> = retried("GET", || client.query(&get)).await;
+                assert!(!guard.is_lost(), "the hold was lost while counting");
+                let set = redis::cmd("SET")
+                    .arg(&counter)
+                    .arg(value.unwrap_or(0) + 1)
+                    .clone();
+                retried("SET", || client.query::<()>(&set)).await;
+                if let Err(e) = guard.unlock().await {
+                    // Its lease (2 s) frees it; the others wait that long.
+                    eprintln!("worker: unlock failed: {e}");
+                }
+            }
+        }
         "count" => {
             let counter = var("REDLEASE_QW_COUNTER");
             let rounds: usize = var("REDLEASE_QW_ROUNDS").parse().unwrap();
@@ -342,6 +438,26 @@ async fn queue_worker() {
         other => panic!("unknown worker mode {other}"),
     }
     client.shutdown().await.unwrap();
+}
+
+/// `call` again until it succeeds, at most 100 times 50 ms apart (a cluster in transition).
+async fn retried<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = redlease::Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Ok(value) => return value,
+            Err(e) if tries < 100 => {
+                tries += 1;
+                eprintln!("worker: {what} failed ({e}); again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("worker: {what} failed 100 times: {e}"),
+        }
+    }
 }
 
 #[tokio::test]
