@@ -2,6 +2,8 @@
 -- the first queued waiter (queue.lua), or hand it straight to a waiter of the releasing client,
 -- or, with nobody queued, wake every listener.
 --
+-- (The lean form, 1 key and 3 arguments, is described in release_plain.lua.)
+--
 -- KEYS[1]  lock hash            P:{N}
 -- KEYS[2]  release latch        P:{N}:latch:<request id>  (makes a retried release idempotent)
 -- KEYS[3]  fencing counter      P:{N}:fence  (given only when handing over to a fenced waiter)
@@ -180,6 +182,11 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     return reply
 end
 
+if lean then
+    -- release_plain.lua's lean form, falling through: the last hold, given back to the queue
+    -- (no lease to apply, no latch to write), or nothing held.
+    return release(KEYS[1], nil, nil, ARGV[1], nil, nil, ARGV[2], '-', ARGV[3])
+end
 if #ARGV <= 9 then
     return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
         ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9] or '0'))

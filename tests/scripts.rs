@@ -202,6 +202,58 @@ fn a_last_release_leaves_holds_it_does_not_know_of() {
     assert_eq!(owners(&server, HASH), 1);
 }
 
+/// `release.lua`'s lean form (1 key; owner, holds, client), as the client sends a guard's last
+/// hold of a lock without lock-delay.
+fn lean_release(conn: &mut Connection, field: &str, holds: u32) -> Value {
+    Script::new(RELEASE)
+        .key(HASH)
+        .arg(field)
+        .arg(holds)
+        .arg(CLIENT)
+        .invoke(conn)
+        .unwrap()
+}
+
+#[test]
+fn the_lean_release_frees_grants_or_asks_for_the_short_form_when_holds_would_remain() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    // Nothing held: -1, nothing written.
+    assert_eq!(lean_release(&mut conn, "a:1", 1), Value::Int(-1));
+    // The last hold: freed, and the unlock message published (nobody queued).
+    acquire_as(&mut conn, "a:1");
+    let published = command_calls(&server, "publish");
+    assert_eq!(lean_release(&mut conn, "a:1", 1), Value::Int(0));
+    assert_eq!(owners(&server, HASH), 0);
+    assert_eq!(command_calls(&server, "publish"), published + 1);
+    // Holds would remain (the server counts more than the client knew): nothing changes, and
+    // the client is asked for the short form (which writes the latch a retry needs).
+    acquire_as(&mut conn, "a:1");
+    acquire_as(&mut conn, "a:1");
+    let ttl = pttl(&server, HASH);
+    assert_eq!(
+        lean_release(&mut conn, "a:1", 1),
+        Value::SimpleString("FULL".into())
+    );
+    assert_eq!(count_of(&mut conn, "a:1"), Some(2));
+    assert!(pttl(&server, HASH) <= ttl);
+    assert_eq!(release_as(&mut conn, "a:1", 1, 1, "-", None), 1);
+    assert_eq!(release_as(&mut conn, "a:1", 1, 2, "-", None), 0);
+    // With a waiter queued, the last hold is granted to it, as by the short form.
+    let Value::Array(_) = wait_call(&mut conn, "a:1", 30_000) else {
+        panic!("a fenced acquisition")
+    };
+    assert!(matches!(wait_call(&mut conn, "b:1", 20_000), Value::Int(n) if n < -2));
+    assert_eq!(lean_release(&mut conn, "a:1", 1), Value::Int(0));
+    assert_eq!(count_of(&mut conn, "a:1"), None);
+    assert_eq!(
+        count_of(&mut conn, "b:1"),
+        Some(0),
+        "granted to the queued waiter"
+    );
+    assert!(queue_of(&mut conn).is_empty());
+}
+
 #[test]
 fn a_retried_hand_over_reports_the_same_grant() {
     let server = Server::start();

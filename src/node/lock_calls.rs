@@ -216,13 +216,36 @@ impl Node {
                 }),
             };
         }
+        let script = self.release_script();
+        if successor.is_none() && mode == "-" {
+            // A guard's last hold, first attempt, no lock-delay: the lean form (`release_plain.lua`).
+            let bytes = keys.hash.len() + release.field.len() + request.client.len() + 16;
+            let mut cmd = evalsha(script, 1, 3, bytes);
+            cmd.arg(&*keys.hash)
+                .arg(&**release.field)
+                .arg(release.holds)
+                .arg(&**request.client);
+            let reply: Value = self
+                .eval("release", &keys.hash, self.timeout, script, &cmd)
+                .await?;
+            match reply {
+                Value::Int(n) => return Release::parse(n),
+                // Holds would remain: the short form writes the latch a retry needs.
+                Value::SimpleString(s) if s == "FULL" => {}
+                other => {
+                    return Err(Error::Protocol {
+                        script: "release",
+                        reply: format!("{other:?}"),
+                    });
+                }
+            }
+        }
         let fence_key = successor.is_some_and(|s| s.fenced);
         let bytes = 3 * keys.hash.len()
             + 2 * request.client.len()
             + release.field.len()
             + successor.map_or(0, |s| s.field.len())
             + 80;
-        let script = self.release_script();
         let mut cmd = evalsha(script, 2 + usize::from(fence_key), 9, bytes);
         cmd.arg(&*keys.hash)
             .arg(keys.latch(request.client, request.n));
