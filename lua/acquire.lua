@@ -19,6 +19,9 @@
 -- ARGV[8]  the waiter's nonce for this attempt, echoed by a grant's message (see queue.lua)
 -- ARGV[4], ARGV[5], ARGV[7] and ARGV[8] are decimal integers ('-' for no grace): a refused waiter's
 --          queue entry is made of them as sent
+-- The waiter form is the long form of a plain lock (no fence, no lock-delay): KEYS[1] only, and
+-- ARGV[1..3] as above, ARGV[4] as ARGV[6] above, ARGV[5] and ARGV[6] as ARGV[7] and ARGV[8]:
+-- 1 key and 6 arguments instead of 3 and 8 (each costs the server about 1.6k instructions).
 --
 -- Waiters (queue.lua): a refused waiter is queued (or its entry refreshed) in the same call. A
 -- waiter that finds the lock free while others are queued before it gives it to the first of
@@ -149,6 +152,12 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
     return take(hash, field, lease, fence, grace, marker, delay)
 end
 
+if #ARGV == 6 and #KEYS == 1 then
+    -- The waiter form: unfenced, no lock-delay.
+    local terms = ARGV[5] .. ' - 0 ' .. ARGV[6]
+    return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], nil, nil, nil, 0, tonumber(ARGV[4]),
+        terms)
+end
 if #ARGV == 8 then
     -- A queue entry's terms as the client sent them (queue.lua): no formatting here.
     local terms = ARGV[7] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[8]

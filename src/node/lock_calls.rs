@@ -398,6 +398,24 @@ fn acquire_args(
             .arg(reentrant);
         return;
     }
+    let (slack, claim, nonce) = match terms.queue {
+        Some(q) => (q.slack_ms.max(1) as i64, q.claim_ms.max(1), q.nonce),
+        // A strict lock's single attempt respects the queue without joining it.
+        None if terms.strict => (-1, 0, 0),
+        None => (0, 0, 0),
+    };
+    if !terms.fenced && terms.delay_ms == 0 {
+        // The waiter form: no fencing counter, no lock-delay marker, no terms of theirs.
+        cmd.arg(1)
+            .arg(&*keys.hash)
+            .arg(field)
+            .arg(terms.lease_ms)
+            .arg(reentrant)
+            .arg(slack)
+            .arg(claim)
+            .arg(nonce);
+        return;
+    }
     cmd.arg(3)
         .arg(&*keys.hash)
         .arg(keys.fence())
@@ -410,16 +428,7 @@ fn acquire_args(
     } else {
         cmd.arg("-");
     }
-    cmd.arg(terms.delay_ms);
-    match terms.queue {
-        Some(q) => cmd
-            .arg(q.slack_ms.max(1))
-            .arg(q.claim_ms.max(1))
-            .arg(q.nonce),
-        // A strict lock's single attempt respects the queue without joining it.
-        None if terms.strict => cmd.arg(-1).arg(0).arg(0),
-        None => cmd.arg(0).arg(0).arg(0),
-    };
+    cmd.arg(terms.delay_ms).arg(slack).arg(claim).arg(nonce);
 }
 
 /// `acquire.lua`'s ARGV[3]: whether the lock is reentrant, and whether the owner holds it
