@@ -55,9 +55,9 @@
 -- a command (measured with callgrind on Redis 7.0: ~1.2k instructions per argument, ~6k for a
 -- three-element table against an integer), so the common case sends four and gets an integer.
 
--- acquire (the short form) and reentry_mode come from acquire_plain.lua, next_token and
--- held_token from fence.lua, enqueue, dequeue, pop_head and grant
--- from queue.lua, which `scripts.rs` puts before this file.
+-- acquire (the short form) and reentry_mode come from acquire_plain.lua, refuse (which
+-- enqueues) and what the waiter form read from acquire_wait.lua, next_token and held_token from
+-- fence.lua, pop_head and grant from queue.lua, which `scripts.rs` puts before this file.
 
 -- A first acquisition (or a waiter's claim of its grant): count 1, the lease, a new token, the
 -- lock-delay marker.
@@ -78,25 +78,16 @@ local function take(hash, field, lease, fence, grace, marker, delay)
     return 1
 end
 
--- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first, with
--- what a grant to it writes (terms: its claim lease, fence grace, lock-delay and nonce, as
--- queue.lua's entry has them). Never answers 0 (that is "held by this very owner").
-local function refuse(hash, field, ttl, slack, terms)
-    if ttl < -1 then
-        ttl = 0
-    end
-    if slack > 0 then
-        -- Without an expiry the waiter looks again within a second (`acquire.rs`).
-        local told = ttl >= 0 and ttl or 1000
-        enqueue(hash, field, queue_clock_us(), told + slack, terms)
-    end
-    return -2 - ttl
-end
-
 -- The long form: fenced, lock-delay, waiters.
 local function acquire_long(hash, field, lease, reentrant, fence, grace, marker, delay, slack,
                             terms)
-    local count = redis.call('HGET', hash, field)
+    -- acquire_wait.lua read it already when it fell through to here.
+    local count
+    if waited_read then
+        count = waited_count
+    else
+        count = redis.call('HGET', hash, field)
+    end
     local here, reenters = reentry_mode(reentrant)
     if count == '0' then
         if not here then
@@ -131,7 +122,7 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
         end
         return n
     end
-    local ttl = redis.call('PTTL', hash)
+    local ttl = waited_ttl or redis.call('PTTL', hash)
     if ttl ~= -2 then
         return refuse(hash, field, ttl, slack, terms)
     end
@@ -153,7 +144,7 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
 end
 
 if #ARGV == 6 and #KEYS == 1 then
-    -- The waiter form: unfenced, no lock-delay.
+    -- The waiter form (unfenced, no lock-delay) that acquire_wait.lua did not answer.
     local terms = ARGV[5] .. ' - 0 ' .. ARGV[6]
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], nil, nil, nil, 0, tonumber(ARGV[4]),
         terms)

@@ -11,7 +11,8 @@
 -- Both keys are derived from the lock's hash (they share its hash tag, so its slot) and expire
 -- with the latest deadline in them.
 --
--- A refused waiter of another owner enqueues itself in the same call (acquire.lua). A release
+-- A refused waiter of another owner enqueues itself in the same call (acquire_wait.lua's
+-- enqueue, which only the acquisition needs; clock_us is fence.lua's, put before this). A release
 -- that frees the lock gives it to the first live entry: the hold is written with count 0 (one
 -- hold, granted from the queue), the claim lease, the waiter's token and marker, and ONE
 -- message 'g <claim ms> <token> <nonce> <field>' is published on P:{N}:unlock:<client id>,
@@ -26,34 +27,6 @@
 -- Count 0 counts as one hold of its owner everywhere (release.lua, acquire.lua's re-entry);
 -- only a first acquisition of that owner (a waiter that missed its message) turns it into 1
 -- instead of 2, and only withdraw.lua (its waiter stopped waiting) passes it on.
-
--- The server's clock in microseconds.
-local function queue_clock_us()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- Enqueues field (at the back when new; a refresh keeps its place) with an entry living ttl_ms
--- from now; terms is the rest of the entry, '<claim ms> <grace ms or -> <delay ms> <nonce>':
--- what a grant writes besides the hold, and what its message says.
--- Concatenation, not string.format (about 7k instructions a call on Redis 7.0): integers below
--- 2^47 print exactly with Lua's '%.14g', and a deadline in milliseconds is one.
-local function enqueue(hash, field, now_us, ttl_ms, terms)
-    local q, qd = hash .. ':q', hash .. ':qd'
-    local deadline = math.floor(now_us / 1000) + ttl_ms
-    -- The list first: in a slot migration an error must come before a write it would orphan.
-    if redis.call('HEXISTS', qd, field) == 0 then
-        redis.call('RPUSH', q, field)
-    end
-    redis.call('HSET', qd, field, deadline .. ' ' .. terms)
-    -- Each key on its own: one may exist without the other after a partial write.
-    if redis.call('PTTL', q) < ttl_ms then
-        redis.call('PEXPIRE', q, ttl_ms)
-    end
-    if redis.call('PTTL', qd) < ttl_ms then
-        redis.call('PEXPIRE', qd, ttl_ms)
-    end
-end
 
 -- Takes field out of the queue.
 local function dequeue(hash, field)
@@ -76,7 +49,7 @@ local function pop_head(hash, known_head)
         if not head then
             return nil
         end
-        now_ms = now_ms or queue_clock_us() / 1000
+        now_ms = now_ms or clock_us() / 1000
         local entry = redis.call('HGET', qd, head)
         redis.call('LPOP', q)
         redis.call('HDEL', qd, head)

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 /// a token is made.
 pub(crate) const ACQUIRE_SOURCE: &str = concat!(
     include_str!("../lua/acquire_plain.lua"),
+    include_str!("../lua/acquire_wait.lua"),
     include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire.lua")

@@ -15,6 +15,7 @@ const CLIENT: &str = "client-a";
 /// The scripts as the client sends them: the token-making part first.
 const ACQUIRE: &str = concat!(
     include_str!("../lua/acquire_plain.lua"),
+    include_str!("../lua/acquire_wait.lua"),
     include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire.lua")

@@ -169,7 +169,7 @@ class Conn:
 
 def phases(n, batch):
     """(name, calls per phase, function making call i, expected reply check)."""
-    acquire = hashlib.sha1(lua("acquire_plain.lua", "fence.lua", "queue.lua", "acquire.lua").encode()).hexdigest()
+    acquire = hashlib.sha1(lua("acquire_plain.lua", "acquire_wait.lua", "fence.lua", "queue.lua", "acquire.lua").encode()).hexdigest()
     release = hashlib.sha1(lua("release_plain.lua", "fence.lua", "queue.lua", "release.lua").encode()).hexdigest()
     unlock = hashlib.sha1(RSLOCK_UNLOCK.encode()).hexdigest()
     floor = hashlib.sha1(FLOOR.encode()).hexdigest()
@@ -342,7 +342,7 @@ def main():
             sys.exit("server_cost: the server under callgrind never answered PING")
         time.sleep(0.5)
     for src in (
-        lua("acquire_plain.lua", "fence.lua", "queue.lua", "acquire.lua"),
+        lua("acquire_plain.lua", "acquire_wait.lua", "fence.lua", "queue.lua", "acquire.lua"),
         lua("release_plain.lua", "fence.lua", "queue.lua", "release.lua"),
         RSLOCK_UNLOCK,
         FLOOR,
