@@ -182,10 +182,35 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     return reply
 end
 
-if lean then
+-- One entry of a lean batch, as release_plain.lua answers the lean form.
+local function release_lean(hash, field, holds, client)
+    local reply, held, head = last_hold(hash, field, holds, client)
+    if reply then
+        return reply
+    end
+    if held and not head then
+        return {ok = 'FULL'}
+    end
+    -- What release() would read first, as release_plain.lua passes it on.
+    plain_held_read, plain_held, plain_head_read, plain_head = true, held, head ~= nil, head
+    return release(hash, nil, nil, field, nil, nil, holds, '-', client)
+end
+
+if lean and #KEYS == 1 then
     -- release_plain.lua's lean form, falling through: the last hold, given back to the queue
     -- (no lease to apply, no latch to write), or nothing held.
-    return release(KEYS[1], nil, nil, ARGV[1], nil, nil, ARGV[2], '-', ARGV[3])
+    return release(KEYS[1], nil, nil, ARGV[2], nil, nil, ARGV[3], '-', ARGV[1])
+end
+if lean then
+    local replies = {}
+    for i = 1, #KEYS do
+        local ok, reply = pcall(release_lean, KEYS[i], ARGV[2 * i], ARGV[2 * i + 1], ARGV[1])
+        if not ok then
+            reply = type(reply) == 'table' and reply.err or tostring(reply)
+        end
+        replies[i] = reply
+    end
+    return replies
 end
 if #ARGV <= 9 then
     return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],

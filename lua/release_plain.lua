@@ -7,12 +7,13 @@
 --
 -- The lean form is that case's own request, which the client sends for a guard's last hold of
 -- a lock without lock-delay (first attempt, no hand-over): KEYS[1] the lock hash, ARGV[1] the
--- owner field, ARGV[2] how many holds to give back, ARGV[3] the client's id; 1 key and 3
+-- client's id, ARGV[2] the owner field, ARGV[3] how many holds to give back; 1 key and 3
 -- arguments instead of 2 and 6 (each costs the server about 1.6k instructions). It answers as
 -- release.lua does, except when holds would remain (the server counts more than the client
 -- knew: a grant a cancelled waiter of the owner is giving back): then it changes nothing and
 -- answers the status FULL, and the client sends the short form, which lengthens the lease and
--- writes the latch that a retry of such a release needs.
+-- writes the latch that a retry of such a release needs. A lean batch (release.lua) has KEYS[i],
+-- ARGV[2i] and ARGV[2i+1] for i = 1..n, and one client id (2n + 1 arguments).
 --
 -- Server instructions per call (callgrind on Redis 7.0.15, `bench/scripts/server_cost.sh`):
 -- 49.7k (67.9k through release.lua), of which its 2 keys and 6 arguments are about 13k and the
@@ -26,15 +27,13 @@
 -- owner's count (HGET: false when absent), and the queue's first element (LINDEX: false when
 -- empty), each with whether it was read.
 local plain_held_read, plain_held, plain_head_read, plain_head = false, nil, false, nil
-local lean = #ARGV == 3
-if lean or (#ARGV == 6 and ARGV[5] == '-') then
-    local hash, field = KEYS[1], ARGV[1]
-    local holds, client = ARGV[4], ARGV[6]
-    if lean then
-        holds, client = ARGV[2], ARGV[3]
-    end
+
+-- A guard's last release of field's holds (holds of them) where nobody is queued: the field
+-- goes, the unlock message is published, and it answers 0. Otherwise it answers nil and what
+-- it read: the count (false when absent), and the queue's first element when the release would
+-- free the lock (nil when it would not: holds would remain, or nothing is held).
+local function last_hold(hash, field, holds, client)
     local held = redis.call('HGET', hash, field)
-    plain_held_read, plain_held = true, held
     -- Count 0 is a grant from the queue its waiter took: one hold (queue.lua).
     if held == '1' or held == '0' or (held and tonumber(held) <= tonumber(holds)) then
         local head = redis.call('LINDEX', hash .. ':q', 0)
@@ -44,8 +43,23 @@ if lean or (#ARGV == 6 and ARGV[5] == '-') then
             redis.call('PUBLISH', hash .. ':unlock', client)
             return 0
         end
-        plain_head_read, plain_head = true, head
-    elseif held and lean then
+        return nil, held, head
+    end
+    return nil, held, nil
+end
+
+local lean = #ARGV == 2 * #KEYS + 1
+if (lean and #KEYS == 1) or (#ARGV == 6 and ARGV[5] == '-') then
+    local field, holds, client = ARGV[1], ARGV[4], ARGV[6]
+    if lean then
+        field, holds, client = ARGV[2], ARGV[3], ARGV[1]
+    end
+    local reply, held, head = last_hold(KEYS[1], field, holds, client)
+    if reply then
+        return reply
+    end
+    if lean and held and not head then
         return redis.status_reply('FULL')
     end
+    plain_held_read, plain_held, plain_head_read, plain_head = true, held, head ~= nil, head
 end

@@ -203,14 +203,14 @@ fn a_last_release_leaves_holds_it_does_not_know_of() {
     assert_eq!(owners(&server, HASH), 1);
 }
 
-/// `release.lua`'s lean form (1 key; owner, holds, client), as the client sends a guard's last
+/// `release.lua`'s lean form (1 key; client, owner, holds), as the client sends a guard's last
 /// hold of a lock without lock-delay.
 fn lean_release(conn: &mut Connection, field: &str, holds: u32) -> Value {
     Script::new(RELEASE)
         .key(HASH)
+        .arg(CLIENT)
         .arg(field)
         .arg(holds)
-        .arg(CLIENT)
         .invoke(conn)
         .unwrap()
 }
@@ -253,6 +253,49 @@ fn the_lean_release_frees_grants_or_asks_for_the_short_form_when_holds_would_rem
         "granted to the queued waiter"
     );
     assert!(queue_of(&mut conn).is_empty());
+}
+
+/// A lean batch (one client's last holds coalesced: KEYS[i], one client id, then owner and holds
+/// per entry) answers each entry as the lean form alone would, in order.
+#[test]
+fn a_lean_batch_answers_each_entry_as_the_lean_form() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let [freed, unheld, nested] = ["t:{lean-1}", "t:{lean-2}", "t:{lean-3}"];
+    for hash in [freed, nested, nested] {
+        assert!(matches!(
+            acquire_call(&mut conn, (hash, None), "a:1", true).unwrap(),
+            Value::Int(1 | 2)
+        ));
+    }
+    let reply = Script::new(RELEASE)
+        .key(freed)
+        .key(unheld)
+        .key(nested)
+        .arg(CLIENT)
+        .arg("a:1")
+        .arg(1)
+        .arg("a:1")
+        .arg(1)
+        .arg("a:1")
+        .arg(1)
+        .invoke::<Value>(&mut conn)
+        .unwrap();
+    assert_eq!(
+        reply,
+        Value::Array(vec![
+            Value::Int(0),
+            Value::Int(-1),
+            Value::SimpleString("FULL".into()),
+        ])
+    );
+    assert_eq!(owners(&server, freed), 0);
+    let nested_count: Option<i64> = redis::cmd("HGET")
+        .arg(nested)
+        .arg("a:1")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(nested_count, Some(2), "untouched");
 }
 
 #[test]

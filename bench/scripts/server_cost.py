@@ -188,11 +188,12 @@ def phases(n, batch):
         return ["EVALSHA", acquire, len(keys)] + keys + args
 
     def release_batch(i):
-        keys, args = [], []
+        # The lean batch, as the client sends last holds: KEYS[i], the client id, owner and
+        # holds per entry.
+        keys, args = [], [OWNER_CLIENT]
         for j in range(i * batch, (i + 1) * batch):
-            k = key(100000 + j)
-            keys += [k, "%s:latch:%s:%d" % (k, OWNER_CLIENT, 100000 + j)]
-            args += [FIELD, LEASE, LATCH_MS, "1", "-", OWNER_CLIENT]
+            keys.append(key(100000 + j))
+            args += [FIELD, "1"]
         return ["EVALSHA", release, len(keys)] + keys + args
 
     return [
@@ -249,11 +250,9 @@ def phases(n, batch):
             0,
         ),
         (
-            "sketch: lean release with PUBLISH (1 key + 2 args)",
+            "release.lua's lean form (1 key + 3 args, as the client sends a last hold), nobody queued",
             n,
-            lambda i: [
-                "EVALSHA", lean[LEAN_RELEASE_PUB], 1, key(2 * 10**5 + i), FIELD, OWNER_CLIENT,
-            ],
+            lambda i: ["EVALSHA", release, 1, key(2 * 10**5 + i), OWNER_CLIENT, FIELD, "1"],
             0,
         ),
         ("sketch: FCALL of a function returning 1", n, lambda i: ["FCALL", "floor", 0], 1),
@@ -277,7 +276,7 @@ def phases(n, batch):
             [1] * batch,
         ),
         (
-            "release.lua, a batch of %d last holds per call" % batch,
+            "release.lua, a lean batch of %d last holds per call" % batch,
             n // batch,
             release_batch,
             [0] * batch,

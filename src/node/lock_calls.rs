@@ -110,6 +110,8 @@ struct AcquireEntry {
 
 /// One release of a batch (never a hand-over: that one goes alone).
 struct ReleaseEntry {
+    /// Whether the entry may go in a lean batch (see `release_plain.lua`).
+    lean: bool,
     hash: Arc<str>,
     latch: String,
     field: Arc<str>,
@@ -191,15 +193,19 @@ impl Node {
             None => Cow::Borrowed(base),
             Some(delay) => Cow::Owned(format!("{}d{delay}", base.trim_start_matches('-'))),
         };
+        // A guard's last hold, first attempt, no lock-delay, no hand-over: the lean form
+        // (`release_plain.lua`), unless the server answers that holds would remain.
+        let mut lean = successor.is_none() && mode == "-";
         let (_counted, alone) = self.batches.traffic.enter();
         if !alone && successor.is_none() {
             let entry = ReleaseEntry {
+                lean,
                 hash: keys.hash.clone(),
                 latch: keys.latch(request.client, request.n).to_string(),
                 field: release.field.clone(),
                 lease_ms: release.lease_ms,
                 holds: release.holds,
-                mode,
+                mode: mode.clone(),
                 client: request.client.clone(),
             };
             let sender = || self.sender(release_batch);
@@ -208,36 +214,24 @@ impl Node {
             let reply = batcher
                 .call(entry, shard, self.timeout, "release", sender)
                 .await?;
-            return match reply {
-                Value::Int(n) => Release::parse(n),
-                other => Err(Error::Protocol {
-                    script: "release",
-                    reply: format!("{other:?}"),
-                }),
-            };
+            match lean_reply(reply)? {
+                Some(released) => return Ok(released),
+                None => lean = false,
+            }
         }
         let script = self.release_script();
-        if successor.is_none() && mode == "-" {
-            // A guard's last hold, first attempt, no lock-delay: the lean form (`release_plain.lua`).
+        if lean {
             let bytes = keys.hash.len() + release.field.len() + request.client.len() + 16;
             let mut cmd = evalsha(script, 1, 3, bytes);
             cmd.arg(&*keys.hash)
+                .arg(&**request.client)
                 .arg(&**release.field)
-                .arg(release.holds)
-                .arg(&**request.client);
+                .arg(release.holds);
             let reply: Value = self
                 .eval("release", &keys.hash, self.timeout, script, &cmd)
                 .await?;
-            match reply {
-                Value::Int(n) => return Release::parse(n),
-                // Holds would remain: the short form writes the latch a retry needs.
-                Value::SimpleString(s) if s == "FULL" => {}
-                other => {
-                    return Err(Error::Protocol {
-                        script: "release",
-                        reply: format!("{other:?}"),
-                    });
-                }
+            if let Some(released) = lean_reply(reply)? {
+                return Ok(released);
             }
         }
         let fence_key = successor.is_some_and(|s| s.fenced);
@@ -306,6 +300,19 @@ impl Node {
     }
 }
 
+/// A release's reply in the lean form: `None` when the server answered that holds would
+/// remain (FULL: the short form, which writes the latch a retry needs, must go instead).
+fn lean_reply(reply: Value) -> Result<Option<Release>> {
+    match reply {
+        Value::Int(n) => Release::parse(n).map(Some),
+        Value::SimpleString(s) if s == "FULL" => Ok(None),
+        other => Err(Error::Protocol {
+            script: "release",
+            reply: format!("{other:?}"),
+        }),
+    }
+}
+
 /// Sends a batch of acquisitions as one `acquire.lua` call; one reply per entry. When entries
 /// ask for replica acknowledgement, one `WAIT` follows the call, for the most any of them wants,
 /// and every entry gets its answer.
@@ -361,8 +368,25 @@ async fn release_batch(
         .iter()
         .map(|e| e.hash.len() + e.latch.len() + e.field.len() + e.client.len() + 40)
         .sum();
-    let latch_ms = node.latch_ms();
     let script = node.release_script();
+    let client = batch.first().map(|e| e.client.clone());
+    let lean = batch
+        .iter()
+        .all(|e| e.lean && Some(&e.client) == client.as_ref());
+    if let (true, Some(client)) = (lean, client) {
+        // Every entry a guard's last hold of this client: 1 key and 2 arguments each.
+        let mut cmd = evalsha(script, batch.len(), 2 * batch.len() + 1, bytes);
+        for e in &batch {
+            cmd.arg(&*e.hash);
+        }
+        cmd.arg(&*client);
+        for e in &batch {
+            cmd.arg(&*e.field).arg(e.holds);
+        }
+        let reply = node.eval("release", "", limit, script, &cmd).await;
+        return split_batch_reply("release", reply, batch.iter().map(|e| &*e.hash));
+    }
+    let latch_ms = node.latch_ms();
     let mut cmd = evalsha(script, 2 * batch.len(), 6 * batch.len(), bytes);
     for e in &batch {
         cmd.arg(&*e.hash).arg(&e.latch);
