@@ -8,6 +8,12 @@
 -- holder, is refused and queued right here. Anything else (a re-entry, a grant to claim, a free
 -- lock) falls through to acquire.lua with what was read.
 --
+-- The watch form is the short form of a MultiLock member (which does not queue): KEYS[1] and
+-- ARGV[1..3] as the short form, and ARGV[4] how long the watch marker (queue.lua) outlives the
+-- wait it is told (ms). Answered as the short form; when refused, the marker '~' is queued (or
+-- refreshed), so the call that takes the queue past it publishes the unlock message the member
+-- listens for. (A member of the long form watches with ARGV[6] = -2, ARGV[7] its slack.)
+--
 -- Server instructions (callgrind on Redis 7.0.15): a W7-like contended cycle (the release that
 -- grants the queue's head, and the releaser's next attempt refused and queued) 217k with this
 -- attempt through the whole of acquire.lua, 203k with it answered here.
@@ -18,7 +24,7 @@
 -- from now (the server's clock); terms is the rest of the entry, '<claim ms> <grace ms or ->
 -- <delay ms> <nonce>': what a grant writes besides the hold, and what its message says.
 -- Concatenation, not string.format (about 7k instructions a call on Redis 7.0): integers below
--- 2^47 print exactly with Lua's '%.14g', and a deadline in milliseconds is one.
+-- 10^14 print exactly with Lua's '%.14g', and a deadline in milliseconds (about 1.8e12) is one.
 local function enqueue(hash, field, ttl_ms, terms)
     local q, qd = hash .. ':q', hash .. ':qd'
     local t = redis.call('TIME')
@@ -37,9 +43,17 @@ local function enqueue(hash, field, ttl_ms, terms)
     end
 end
 
+-- The watch marker's entry: a deadline and terms like a waiter's, never granted (queue.lua).
+local function watch(hash, ttl, slack)
+    -- Without an expiry the member looks again within a second (`acquire.rs`'s nap_for).
+    local told = ttl >= 0 and ttl or 1000
+    enqueue(hash, '~', told + slack, '0 - 0 0')
+end
+
 -- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first, with
--- what a grant to it writes (terms, as the queue's entry has them). Never answers 0 (that is
--- "held by this very owner").
+-- what a grant to it writes (terms, as the queue's entry has them), or a MultiLock member's
+-- watch marker (slack -2; terms is then the marker's slack). Never answers 0 (that is "held by
+-- this very owner").
 local function refuse(hash, field, ttl, slack, terms)
     if ttl < -1 then
         ttl = 0
@@ -48,6 +62,8 @@ local function refuse(hash, field, ttl, slack, terms)
         -- Without an expiry the waiter looks again within a second (`acquire.rs`).
         local told = ttl >= 0 and ttl or 1000
         enqueue(hash, field, told + slack, terms)
+    elseif slack == -2 then
+        watch(hash, ttl, tonumber(terms))
     end
     return -2 - ttl
 end
@@ -55,6 +71,13 @@ end
 -- What this path read before falling through, for acquire.lua: the owner's count (HGET: false
 -- when absent) and, when it was absent, the lock's PTTL.
 local waited_read, waited_count, waited_ttl = false, nil, nil
+if #ARGV == 4 and #KEYS == 1 then
+    local reply = acquire(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+    if reply < 0 then
+        watch(KEYS[1], -2 - reply, tonumber(ARGV[4]))
+    end
+    return reply
+end
 if #ARGV == 6 and #KEYS == 1 then
     local hash, field = KEYS[1], ARGV[1]
     local count = redis.call('HGET', hash, field)

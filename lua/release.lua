@@ -1,8 +1,9 @@
 -- release.lua: give back holds; on the last one delete the owner's field and give the lock to
 -- the first queued waiter (queue.lua), or hand it straight to a waiter of the releasing client,
--- or, with nobody queued, wake every listener.
+-- or, with nobody queued, just free it (MultiLock members that watch it were told as their
+-- marker went, queue.lua).
 --
--- (The lean form, 1 key and 3 arguments, is described in release_plain.lua.)
+-- (The lean form, 1 key and 2 arguments, is described in release_plain.lua.)
 --
 -- KEYS[1]  lock hash            P:{N}
 -- KEYS[2]  release latch        P:{N}:latch:<request id>  (makes a retried release idempotent)
@@ -20,8 +21,8 @@
 --          have a lock-delay of <ms>: a release that frees it deletes its marker P:{N}:delay
 --          (see acquire.lua), so the next owner need not wait; one that leaves holds (and
 --          lengthens the lease) lengthens the marker to the lease plus the delay.
--- ARGV[6]  the releasing client's id: the unlock message, so that client's waiters can ignore
---          it (they hear of their own client's releases directly)
+-- ARGV[6]  the releasing client's id (not used since a release publishes no unlock message,
+--          queue.lua; the forms are told apart by their lengths)
 -- ARGV[7]  hand-over (optional): owner field of the releasing client's first waiter
 -- ARGV[8]  hand-over (optional): that waiter's lease in milliseconds
 -- ARGV[9]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua and
@@ -30,8 +31,7 @@
 -- Returns
 --   -1       the owner holds nothing (never held, expired, or force-unlocked); nothing changed
 --   0        the last hold was released: the field is gone, and the lock was granted to the
---            first queued waiter (one message names it) or, with nobody queued, one message
---            (ARGV[6]) was published
+--            first queued waiter (one message names it) or, with nobody queued, freed
 --   n > 0    n holds remain; the expiry was raised to ARGV[2] if it was shorter
 --   -2 - t   the last hold was released and the lock handed to ARGV[7] (count 1, lease
 --            ARGV[8], fencing token t, 0 when unfenced); nothing published, the lock never free
@@ -51,8 +51,8 @@
 -- a command (see acquire.lua), so a guard's release sends 2 keys and 6 arguments and gets an
 -- integer.
 
-local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, client,
-                       successor, successor_lease, grace)
+local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, successor,
+                       successor_lease, grace)
     local delayed, delay = false, 0
     local d = string.find(mode, 'd', 1, true)
     if d then
@@ -118,17 +118,13 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         end
         reply = count
     else
-        -- The channel's name follows the keys' naming (`keys.rs`); a channel is not a key, so
-        -- deriving it here is fine in Redis Cluster, and cheaper than another argument.
-        local channel = hash .. ':unlock'
         -- Hand over only while no other client waits: nobody queued before the successor (a
-        -- waiter of another client there gets the lock from the queue), and nobody listening
-        -- on the lock's channel (MultiLock members, which do not queue).
+        -- waiter of another client there gets the lock from the queue), and no watch marker
+        -- of MultiLock members, which do not queue (queue.lua).
         local handover = false
         if successor ~= nil then
             local first = redis.call('LINDEX', hash .. ':q', 0)
-            handover = (not first or first == successor)
-                and redis.call('PUBSUB', 'NUMSUB', channel)[2] == 0
+            handover = not first or first == successor
         end
         -- Reads and writes of the keys derived from the hash (marker, queue) come before the
         -- field goes: during a cluster slot migration such a key may already be elsewhere, and
@@ -165,14 +161,11 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             reply = -2 - token
         else
             -- The first queued waiter gets the lock, and only it is told; with nobody queued,
-            -- every listener is.
+            -- nobody (watchers were told as their marker went, queue.lua).
             if head then
                 grant(hash, head, terms)
             end
             redis.call('HDEL', hash, field)
-            if not head then
-                redis.call('PUBLISH', channel, client)
-            end
             reply = 0
         end
     end
@@ -183,8 +176,8 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
 end
 
 -- One entry of a lean batch, as release_plain.lua answers the lean form.
-local function release_lean(hash, field, holds, client)
-    local reply, held, head = last_hold(hash, field, holds, client)
+local function release_lean(hash, field, holds)
+    local reply, held, head = last_hold(hash, field, holds)
     if reply then
         return reply
     end
@@ -193,18 +186,18 @@ local function release_lean(hash, field, holds, client)
     end
     -- What release() would read first, as release_plain.lua passes it on.
     plain_held_read, plain_held, plain_head_read, plain_head = true, held, head ~= nil, head
-    return release(hash, nil, nil, field, nil, nil, holds, '-', client)
+    return release(hash, nil, nil, field, nil, nil, holds, '-')
 end
 
 if lean and #KEYS == 1 then
     -- release_plain.lua's lean form, falling through: the last hold, given back to the queue
     -- (no lease to apply, no latch to write), or nothing held.
-    return release(KEYS[1], nil, nil, ARGV[2], nil, nil, ARGV[3], '-', ARGV[1])
+    return release(KEYS[1], nil, nil, ARGV[1], nil, nil, ARGV[2], '-')
 end
 if lean then
     local replies = {}
     for i = 1, #KEYS do
-        local ok, reply = pcall(release_lean, KEYS[i], ARGV[2 * i], ARGV[2 * i + 1], ARGV[1])
+        local ok, reply = pcall(release_lean, KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
         if not ok then
             reply = type(reply) == 'table' and reply.err or tostring(reply)
         end
@@ -214,13 +207,13 @@ if lean then
 end
 if #ARGV <= 9 then
     return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
-        ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9] or '0'))
+        ARGV[7], ARGV[8], tonumber(ARGV[9] or '0'))
 end
 local replies = {}
 for i = 1, #KEYS / 2 do
     local k, a = 2 * i - 2, 6 * i - 6
     local ok, reply = pcall(release, KEYS[k + 1], KEYS[k + 2], nil, ARGV[a + 1], ARGV[a + 2],
-        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
     if not ok then
         -- redis.call raises a table {err = message}; Lua itself raises a string.
         reply = type(reply) == 'table' and reply.err or tostring(reply)

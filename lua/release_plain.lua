@@ -1,19 +1,19 @@
 -- release_plain.lua: the common case of release.lua, answered before anything else of the
 -- script is made (see acquire_plain.lua for why): a guard's last release (ARGV[5] '-': first
 -- attempt, no latch, no lock-delay), without hand-over, of a lock nobody is queued for. It frees
--- the lock and publishes the unlock message, as release.lua would, and answers 0. Anything else
+-- the lock, as release.lua would, and answers 0 (no message: nobody waits, queue.lua). Anything else
 -- (holds left, a retry, a give-back, a lock-delay, a queue to grant from, nothing held) falls
 -- through to release.lua, which `src/scripts.rs` puts after fence.lua and queue.lua behind this.
 --
 -- The lean form is that case's own request, which the client sends for a guard's last hold of
 -- a lock without lock-delay (first attempt, no hand-over): KEYS[1] the lock hash, ARGV[1] the
--- client's id, ARGV[2] the owner field, ARGV[3] how many holds to give back; 1 key and 3
--- arguments instead of 2 and 6 (each costs the server about 1.6k instructions). It answers as
+-- owner field, ARGV[2] how many holds to give back; 1 key and 2 arguments instead of 2 and 6
+-- (each costs the server about 1.6k instructions). It answers as
 -- release.lua does, except when holds would remain (the server counts more than the client
 -- knew: a grant a cancelled waiter of the owner is giving back): then it changes nothing and
 -- answers the status FULL, and the client sends the short form, which lengthens the lease and
 -- writes the latch that a retry of such a release needs. A lean batch (release.lua) has KEYS[i],
--- ARGV[2i] and ARGV[2i+1] for i = 1..n, and one client id (2n + 1 arguments).
+-- ARGV[2i-1] and ARGV[2i] for i = 1..n.
 --
 -- Server instructions per call (callgrind on Redis 7.0.15, `bench/scripts/server_cost.sh`):
 -- 49.7k (67.9k through release.lua), of which its 2 keys and 6 arguments are about 13k and the
@@ -29,10 +29,10 @@
 local plain_held_read, plain_held, plain_head_read, plain_head = false, nil, false, nil
 
 -- A guard's last release of field's holds (holds of them) where nobody is queued: the field
--- goes, the unlock message is published, and it answers 0. Otherwise it answers nil and what
--- it read: the count (false when absent), and the queue's first element when the release would
--- free the lock (nil when it would not: holds would remain, or nothing is held).
-local function last_hold(hash, field, holds, client)
+-- goes and it answers 0. Otherwise it answers nil and what it read: the count (false when
+-- absent), and the queue's first element when the release would free the lock (nil when it
+-- would not: holds would remain, or nothing is held).
+local function last_hold(hash, field, holds)
     local held = redis.call('HGET', hash, field)
     -- Count 0 is a grant from the queue its waiter took: one hold (queue.lua).
     if held == '1' or held == '0' or (held and tonumber(held) <= tonumber(holds)) then
@@ -40,7 +40,6 @@ local function last_hold(hash, field, holds, client)
         if not head then
             -- The queue read before the field goes (see release.lua on slot migrations).
             redis.call('HDEL', hash, field)
-            redis.call('PUBLISH', hash .. ':unlock', client)
             return 0
         end
         return nil, held, head
@@ -48,13 +47,10 @@ local function last_hold(hash, field, holds, client)
     return nil, held, nil
 end
 
-local lean = #ARGV == 2 * #KEYS + 1
+local lean = #ARGV == 2 * #KEYS
 if (lean and #KEYS == 1) or (#ARGV == 6 and ARGV[5] == '-') then
-    local field, holds, client = ARGV[1], ARGV[4], ARGV[6]
-    if lean then
-        field, holds, client = ARGV[2], ARGV[3], ARGV[1]
-    end
-    local reply, held, head = last_hold(KEYS[1], field, holds, client)
+    local holds = lean and ARGV[2] or ARGV[4]
+    local reply, held, head = last_hold(KEYS[1], ARGV[1], holds)
     if reply then
         return reply
     end

@@ -4,7 +4,6 @@
 --
 -- KEYS[1]  lock hash            P:{N}
 -- ARGV[1]  the waiter's owner field
--- ARGV[2]  the client's id: the unlock message when nobody else is queued
 --
 -- Returns 1 when an unclaimed grant was given back, 0 otherwise. A claimed hold (count >= 1)
 -- is never touched: that is the owner's, released by its guard.
@@ -20,6 +19,5 @@ redis.call('HDEL', hash, field)
 if not head then
     -- The lock-delay marker the grant wrote for a hold nobody used (queue.lua) goes with it.
     redis.call('DEL', hash .. ':delay')
-    redis.call('PUBLISH', hash .. ':unlock', ARGV[2])
 end
 return 1

@@ -67,6 +67,7 @@ impl Lock {
                     delay_ms,
                     queue,
                     strict,
+                    watch_ms: None,
                 };
                 let outcome = node.acquire(&keys, &field, terms, patience, wait).await;
                 let outcome = match outcome {
@@ -91,6 +92,7 @@ impl Lock {
                             latch: Latch::Always,
                             delay_ms: Some(delay_ms),
                             successor: None,
+                            last: false,
                         };
                         let undo = node.release(&keys, &undo, id, false).await;
                         if let Ok(Release::Released) = undo {
@@ -102,7 +104,7 @@ impl Lock {
                             // granted that entry since (the undo just passed such a grant on):
                             // the entry goes too, and no message naming that request counts.
                             unqueued.store(true, Ordering::Release);
-                            let _ = node.withdraw(&keys, &field, &client.inner.id_text).await;
+                            let _ = node.withdraw(&keys, &field).await;
                         }
                         // Not queued again: the caller may have stopped waiting meanwhile, and
                         // its place was withdrawn.

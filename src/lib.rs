@@ -252,7 +252,7 @@
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count (0: one hold, given from the queue) | the last release; else the lease (PEXPIRE), or the claim lease for a hold given from the queue until its holder's watchdog lengthens it |
 //! | `P:{N}:fence` | string | the last fencing token (fenced locks only) | the lease it was last written with plus [`Config::fence_grace`] (60 s) |
 //! | `P:{N}:delay` | string | lock-delay marker ([`Lock::lock_delay`] only) | a release; else the lease plus the delay |
-//! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it | the last waiter leaves; else the latest waiter deadline |
+//! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it; `~`, the watch marker of MultiLock members (never granted) | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
 //! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |
@@ -263,8 +263,9 @@
 //!
 //! Channels (no memory when nobody listens): `P:{N}:unlock:<client uuid>` (a release gave the
 //! lock to a queued waiter of that client: `g <claim ms> <token> <nonce> <owner field>`),
-//! `P:{N}:unlock` (one message, the releasing client's id, on each release that frees the lock
-//! with nobody queued; MultiLock and RedLock members listen there), `P:{N}:semaphore:released`,
+//! `P:{N}:unlock` (one message when a call takes the queue past the watch marker: MultiLock
+//! members, which do not queue, listen there; a release with nobody queued and no marker
+//! publishes nothing), `P:{N}:semaphore:released`,
 //! `P:{N}:permits:released`, `P:{N}:countdown:zero`,
 //! `P:{N}:rw:unlock`, `P:{N}:election:changed`.
 //!

@@ -52,10 +52,7 @@ impl QueuePlace {
     pub(crate) async fn withdraw(mut self) {
         let inner = &self.client.inner;
         let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
-        let withdrawn = inner
-            .node
-            .withdraw(&self.keys, &self.field, &inner.id_text)
-            .await;
+        let withdrawn = inner.node.withdraw(&self.keys, &self.field).await;
         match withdrawn {
             Ok(gave_back) => {
                 self.armed = false;
@@ -86,7 +83,7 @@ impl Drop for QueuePlace {
         let (client, keys, field) = (self.client.clone(), self.keys.clone(), self.field.clone());
         let withdraw = async move {
             let node = &client.inner.node;
-            match node.withdraw(&keys, &field, &client.inner.id_text).await {
+            match node.withdraw(&keys, &field).await {
                 Ok(true) => {
                     tracing::debug!(lock = %keys.name, "gave back a grant its waiter stopped waiting for");
                     // This client's own waiters hear of it only here (the message is ours).

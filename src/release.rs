@@ -95,13 +95,14 @@ async fn release_remotely(
     (local, releasing): (LocalRelease, Releasing),
 ) -> Result<()> {
     let inner = &client.inner;
-    let (holds, offer) = match local {
+    let last = local == LocalRelease::Last;
+    let (holds, offer) = match last {
         // Every hold the server counts for us goes, maybe to our waiting head.
-        LocalRelease::Last => (
+        true => (
             hold.server_count(1),
             inner.local_queues.take_offer(&hold.keys.hash),
         ),
-        _ => (1, None),
+        false => (1, None),
     };
     let request = Request {
         keys: hold.keys.clone(),
@@ -110,6 +111,7 @@ async fn release_remotely(
         holds,
         latch: Latch::WhileHeld,
         delay_ms: hold.delay(),
+        last,
     };
     match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
@@ -144,6 +146,7 @@ pub(crate) async fn give_back(
         // A give-back is a release: it ends a lock-delay marker as a guard's release does (a
         // lock without one has no marker to delete).
         delay_ms: Some(0),
+        last: false,
     };
     send(client, request, None, None).await
 }
@@ -156,6 +159,8 @@ struct Request {
     holds: u32,
     latch: Latch,
     delay_ms: Option<u64>,
+    /// See `ReleaseArgs::last`.
+    last: bool,
 }
 
 /// Sends one release with a fresh request id, retrying on a lost reply (the script makes the
@@ -187,6 +192,7 @@ async fn send(
             latch: request.latch,
             delay_ms: request.delay_ms,
             successor: offer.as_ref().map(|o| &o.successor),
+            last: request.last,
         };
         let mut attempt = 0;
         let outcome = loop {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use redlease::{Client, Error, Owner};
 use support::{
-    Server, client, client_with, clients, exists, locked_out, owners, try_lock_retrying,
-    unique_name, until_free,
+    Server, client, client_with, clients, command_calls, exists, locked_out, owners,
+    try_lock_retrying, unique_name, until_free,
 };
 
 #[tokio::test]
@@ -47,6 +47,35 @@ async fn reentrant_acquire_counts_up_and_down() {
     assert!(lock.is_locked().await.unwrap());
     g1.unlock().await.unwrap();
     assert_eq!(lock.hold_count().await.unwrap(), 0);
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+/// Each release of a re-entered lock is one script call: an inner one (holds remain) goes in the
+/// short form, the last in the lean form. (The lean form once went for every release, and an
+/// inner one, answered FULL, went again in the short form: two calls.)
+#[tokio::test]
+async fn every_release_of_a_reentered_lock_is_one_script_call() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock(&unique_name("one-call")).unwrap();
+    // The scripts loaded first: NOSCRIPT's load and resend are not what is counted.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    let before = command_calls(&server, "evalsha");
+    inner.unlock().await.unwrap();
+    assert_eq!(
+        command_calls(&server, "evalsha"),
+        before + 1,
+        "the inner release"
+    );
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    outer.unlock().await.unwrap();
+    assert_eq!(
+        command_calls(&server, "evalsha"),
+        before + 2,
+        "the last release"
+    );
     assert!(!lock.is_locked().await.unwrap());
 }
 

@@ -162,16 +162,16 @@ fn a_retried_last_release_reports_the_first_attempts_release_and_changes_nothing
     assert_eq!(release_as(&mut conn, "a:1", 1, 1, "-", None), 0, "released");
     assert_eq!(
         command_calls(&server, "publish"),
-        published + 1,
-        "one message"
+        published,
+        "no message: nobody waits"
     );
-    // The retry (the first reply was lost) finds the field gone: released, no second message.
+    // The retry (the first reply was lost) finds the field gone: released, no message.
     assert_eq!(
         release_as(&mut conn, "a:1", 1, 1, "r", None),
         0,
         "the retry"
     );
-    assert_eq!(command_calls(&server, "publish"), published + 1);
+    assert_eq!(command_calls(&server, "publish"), published);
     // A first attempt that finds nothing says so.
     assert_eq!(
         release_as(&mut conn, "a:1", 1, 2, "-", None),
@@ -203,12 +203,11 @@ fn a_last_release_leaves_holds_it_does_not_know_of() {
     assert_eq!(owners(&server, HASH), 1);
 }
 
-/// `release.lua`'s lean form (1 key; client, owner, holds), as the client sends a guard's last
-/// hold of a lock without lock-delay.
+/// `release.lua`'s lean form (1 key; owner, holds), as the client sends a guard's last hold of a
+/// lock without lock-delay.
 fn lean_release(conn: &mut Connection, field: &str, holds: u32) -> Value {
     Script::new(RELEASE)
         .key(HASH)
-        .arg(CLIENT)
         .arg(field)
         .arg(holds)
         .invoke(conn)
@@ -221,12 +220,12 @@ fn the_lean_release_frees_grants_or_asks_for_the_short_form_when_holds_would_rem
     let mut conn = server.conn();
     // Nothing held: -1, nothing written.
     assert_eq!(lean_release(&mut conn, "a:1", 1), Value::Int(-1));
-    // The last hold: freed, and the unlock message published (nobody queued).
+    // The last hold: freed, and nothing published (nobody queued, nobody watching).
     acquire_as(&mut conn, "a:1");
     let published = command_calls(&server, "publish");
     assert_eq!(lean_release(&mut conn, "a:1", 1), Value::Int(0));
     assert_eq!(owners(&server, HASH), 0);
-    assert_eq!(command_calls(&server, "publish"), published + 1);
+    assert_eq!(command_calls(&server, "publish"), published);
     // Holds would remain (the server counts more than the client knew): nothing changes, and
     // the client is asked for the short form (which writes the latch a retry needs).
     acquire_as(&mut conn, "a:1");
@@ -272,7 +271,6 @@ fn a_lean_batch_answers_each_entry_as_the_lean_form() {
         .key(freed)
         .key(unheld)
         .key(nested)
-        .arg(CLIENT)
         .arg("a:1")
         .arg(1)
         .arg("a:1")
@@ -335,22 +333,52 @@ fn a_retried_hand_over_reports_the_same_grant() {
     assert_eq!(release_as(&mut conn, "a:1", 1, 4, "r", Some("a:2")), 0);
 }
 
+/// acquire.lua's watch form (a MultiLock member: the short form and the marker's slack).
+fn watch_call(conn: &mut Connection, field: &str) -> Value {
+    Script::new(ACQUIRE)
+        .key(HASH)
+        .arg(field)
+        .arg(30_000)
+        .arg("1")
+        .arg(2_000)
+        .invoke(conn)
+        .unwrap()
+}
+
+/// A refused MultiLock member leaves the watch marker; the release that frees the lock drops it
+/// and publishes one unlock message (the only one: without a marker nothing is published), and
+/// hands nothing over to a successor of its own client meanwhile.
 #[test]
-fn no_hand_over_while_another_client_listens() {
+fn a_watching_member_is_told_once_and_stops_a_hand_over() {
     let server = Server::start();
     let mut conn = server.conn();
-    let mut listeners = Vec::new();
-    for _ in 0..2 {
-        let mut pubsub = server.conn();
-        redis::cmd("SUBSCRIBE")
-            .arg(format!("{HASH}:unlock"))
-            .exec(&mut pubsub)
-            .unwrap();
-        listeners.push(pubsub);
-    }
     acquire_as(&mut conn, "a:1");
+    assert!(matches!(watch_call(&mut conn, "m:1"), Value::Int(n) if n < -2));
+    assert!(matches!(watch_call(&mut conn, "m:2"), Value::Int(n) if n < -2));
+    assert_eq!(queue_of(&mut conn), ["~"], "one marker for every watcher");
+    let published = command_calls(&server, "publish");
     assert_eq!(release_as(&mut conn, "a:1", 1, 1, "-", Some("a:2")), 0);
     assert_eq!(owners(&server, HASH), 0, "the successor was not given it");
+    assert_eq!(
+        command_calls(&server, "publish"),
+        published + 1,
+        "one message"
+    );
+    assert!(queue_of(&mut conn).is_empty());
+    // The member takes the free lock with the same form; the next release tells nobody.
+    assert_eq!(watch_call(&mut conn, "m:1"), Value::Int(1));
+    assert_eq!(lean_release(&mut conn, "m:1", 1), Value::Int(0));
+    assert_eq!(command_calls(&server, "publish"), published + 1);
+    // A member's marker is never granted: behind it, the queued waiter is.
+    acquire_as(&mut conn, "a:1");
+    assert!(matches!(watch_call(&mut conn, "m:1"), Value::Int(n) if n < -2));
+    assert!(matches!(wait_call(&mut conn, "b:1", 20_000), Value::Int(n) if n < -2));
+    assert_eq!(queue_of(&mut conn), ["~", "b:1"]);
+    assert_eq!(lean_release(&mut conn, "a:1", 1), Value::Int(0));
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to the waiter");
+    assert_eq!(count_of(&mut conn, "~"), None);
+    // The marker's message, and the grant's.
+    assert_eq!(command_calls(&server, "publish"), published + 3);
 }
 
 #[test]
@@ -368,7 +396,7 @@ fn a_retried_give_back_returns_the_first_answer_and_gives_back_once() {
     let published = command_calls(&server, "publish");
     assert_eq!(release_as(&mut conn, "a:1", 2, 8, "a", None), 0);
     assert_eq!(release_as(&mut conn, "a:1", 2, 8, "ra", None), 0);
-    assert_eq!(command_calls(&server, "publish"), published + 1);
+    assert_eq!(command_calls(&server, "publish"), published, "nobody waits");
     assert_eq!(owners(&server, HASH), 0);
     // Nothing held: -1, and that answer is latched too, so its retry cannot take a new hold.
     assert_eq!(release_as(&mut conn, "a:1", 1, 9, "a", None), -1);
@@ -477,7 +505,7 @@ fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
     assert_eq!(owners(&server, HASH), 0, "b's hash gone");
     assert_eq!(owners(&server, free), 1, "a still holds one");
     assert!(pttl(&server, free) > 25_000, "the lease kept");
-    assert_eq!(command_calls(&server, "publish"), published + 1);
+    assert_eq!(command_calls(&server, "publish"), published, "nobody waits");
     let kept: String = redis::cmd("GET").arg(text).query(&mut conn).unwrap();
     assert_eq!(kept, "x", "the other type's key untouched");
 }
@@ -578,18 +606,14 @@ fn a_retried_release_does_not_take_a_queued_grant_for_a_hand_over() {
         .arg(format!("{} 1500 - 0 3", (s + 60) * 1000))
         .exec(&mut conn)
         .unwrap();
-    // Another client listens, so the release grants from the queue (to a:2, count 0) rather
-    // than handing over to a:2 as its own client's successor; its reply is lost.
-    // (The successor's own client is one listener.)
-    let mut listeners = Vec::new();
-    for _ in 0..2 {
-        let mut listener = server.conn();
-        redis::cmd("SUBSCRIBE")
-            .arg(format!("{HASH}:unlock"))
-            .exec(&mut listener)
-            .unwrap();
-        listeners.push(listener);
-    }
+    // A MultiLock member of another client watches, its marker ahead of a:2, so the release
+    // grants from the queue (to a:2, count 0) rather than handing over to a:2 as its own
+    // client's successor; its reply is lost.
+    redis::cmd("LPUSH")
+        .arg(format!("{HASH}:q"))
+        .arg("~")
+        .exec(&mut conn)
+        .unwrap();
     assert_eq!(
         release_call(&mut conn, "a:1", (1, 1, "-"), Some(("a:2", true))).unwrap(),
         0

@@ -188,9 +188,8 @@ def phases(n, batch):
         return ["EVALSHA", acquire, len(keys)] + keys + args
 
     def release_batch(i):
-        # The lean batch, as the client sends last holds: KEYS[i], the client id, owner and
-        # holds per entry.
-        keys, args = [], [OWNER_CLIENT]
+        # The lean batch, as the client sends last holds: KEYS[i], owner and holds per entry.
+        keys, args = [], []
         for j in range(i * batch, (i + 1) * batch):
             keys.append(key(100000 + j))
             args += [FIELD, "1"]
@@ -250,9 +249,9 @@ def phases(n, batch):
             0,
         ),
         (
-            "release.lua's lean form (1 key + 3 args, as the client sends a last hold), nobody queued",
+            "release.lua's lean form (1 key + 2 args, as the client sends a last hold), nobody queued",
             n,
-            lambda i: ["EVALSHA", release, 1, key(2 * 10**5 + i), OWNER_CLIENT, FIELD, "1"],
+            lambda i: ["EVALSHA", release, 1, key(2 * 10**5 + i), FIELD, "1"],
             0,
         ),
         ("sketch: FCALL of a function returning 1", n, lambda i: ["FCALL", "floor", 0], 1),

@@ -38,6 +38,9 @@ pub(crate) struct ReleaseArgs<'a> {
     pub delay_ms: Option<u64>,
     /// This client's waiting head, to hand the lock to if this release frees it.
     pub successor: Option<&'a Successor>,
+    /// The guard's last hold as the client counts it: the lean form applies
+    /// (`lua/release_plain.lua`); an inner release of a re-entered lock leaves holds.
+    pub last: bool,
 }
 
 /// A waiter of this client to hand the lock to if this release frees it.
@@ -64,6 +67,9 @@ pub(crate) struct AcquireTerms {
     /// A strict lock's attempt (a `FairLock`): even unqueued, it never takes a free lock while
     /// anybody live is queued (`lua/acquire.lua`, ARGV[6] '-1').
     pub strict: bool,
+    /// A MultiLock member's attempt: when refused, it leaves the watch marker for this many
+    /// milliseconds past the wait it is told (`lua/acquire_wait.lua`, `lua/queue.lua`).
+    pub watch_ms: Option<u64>,
 }
 
 /// How a waiter is queued on the server: its entry outlives the wait it is told by `slack_ms`,
@@ -195,7 +201,7 @@ impl Node {
         };
         // A guard's last hold, first attempt, no lock-delay, no hand-over: the lean form
         // (`release_plain.lua`), unless the server answers that holds would remain.
-        let mut lean = successor.is_none() && mode == "-";
+        let mut lean = release.last && successor.is_none() && mode == "-";
         let (_counted, alone) = self.batches.traffic.enter();
         if !alone && successor.is_none() {
             let entry = ReleaseEntry {
@@ -221,10 +227,9 @@ impl Node {
         }
         let script = self.release_script();
         if lean {
-            let bytes = keys.hash.len() + release.field.len() + request.client.len() + 16;
-            let mut cmd = evalsha(script, 1, 3, bytes);
+            let bytes = keys.hash.len() + release.field.len() + 16;
+            let mut cmd = evalsha(script, 1, 2, bytes);
             cmd.arg(&*keys.hash)
-                .arg(&**request.client)
                 .arg(&**release.field)
                 .arg(release.holds);
             let reply: Value = self
@@ -265,16 +270,11 @@ impl Node {
     }
 
     /// Takes `field`'s queue entry out, and gives a grant it had not claimed to the next waiter:
-    /// `true` when there was such a grant. `client` is the message when nobody else waits.
-    pub(crate) async fn withdraw(
-        &self,
-        keys: &LockKeys,
-        field: &str,
-        client: &str,
-    ) -> Result<bool> {
+    /// `true` when there was such a grant.
+    pub(crate) async fn withdraw(&self, keys: &LockKeys, field: &str) -> Result<bool> {
         let script = self.withdraw_script();
-        let mut cmd = evalsha(script, 1, 2, keys.hash.len() + field.len() + client.len());
-        cmd.arg(&*keys.hash).arg(field).arg(client);
+        let mut cmd = evalsha(script, 1, 1, keys.hash.len() + field.len());
+        cmd.arg(&*keys.hash).arg(field);
         let gave_back: i64 = self
             .eval("withdraw", &keys.hash, self.timeout, script, &cmd)
             .await?;
@@ -369,17 +369,12 @@ async fn release_batch(
         .map(|e| e.hash.len() + e.latch.len() + e.field.len() + e.client.len() + 40)
         .sum();
     let script = node.release_script();
-    let client = batch.first().map(|e| e.client.clone());
-    let lean = batch
-        .iter()
-        .all(|e| e.lean && Some(&e.client) == client.as_ref());
-    if let (true, Some(client)) = (lean, client) {
-        // Every entry a guard's last hold of this client: 1 key and 2 arguments each.
-        let mut cmd = evalsha(script, batch.len(), 2 * batch.len() + 1, bytes);
+    if batch.iter().all(|e| e.lean) {
+        // Every entry a guard's last hold: 1 key and 2 arguments each.
+        let mut cmd = evalsha(script, batch.len(), 2 * batch.len(), bytes);
         for e in &batch {
             cmd.arg(&*e.hash);
         }
-        cmd.arg(&*client);
         for e in &batch {
             cmd.arg(&*e.field).arg(e.holds);
         }
@@ -420,13 +415,19 @@ fn acquire_args(
             .arg(field)
             .arg(terms.lease_ms)
             .arg(reentrant);
+        if let Some(watch_ms) = terms.watch_ms {
+            // The watch form (`acquire_wait.lua`).
+            cmd.arg(watch_ms);
+        }
         return;
     }
-    let (slack, claim, nonce) = match terms.queue {
-        Some(q) => (q.slack_ms.max(1) as i64, q.claim_ms.max(1), q.nonce),
+    let (slack, claim, nonce) = match (terms.queue, terms.watch_ms) {
+        (Some(q), _) => (q.slack_ms.max(1) as i64, q.claim_ms.max(1), q.nonce),
         // A strict lock's single attempt respects the queue without joining it.
-        None if terms.strict => (-1, 0, 0),
-        None => (0, 0, 0),
+        (None, _) if terms.strict => (-1, 0, 0),
+        // A MultiLock member's watch marker, and how long it outlives the wait.
+        (None, Some(watch_ms)) => (-2, watch_ms, 0),
+        (None, None) => (0, 0, 0),
     };
     if !terms.fenced && terms.delay_ms == 0 {
         // The waiter form: no fencing counter, no lock-delay marker, no terms of theirs.
@@ -518,6 +519,8 @@ pub(crate) struct AcquireCall<'a> {
     pub held: bool,
     pub fenced: bool,
     pub delay_ms: u64,
+    /// See [`AcquireTerms::watch_ms`].
+    pub watch_ms: Option<u64>,
 }
 
 impl Node {
@@ -593,6 +596,7 @@ fn acquire_pipeline(
             delay_ms: call.delay_ms,
             queue: None,
             strict: false,
+            watch_ms: call.watch_ms,
         };
         acquire_args(&mut cmd, call.keys, call.field, terms, fence_grace_ms);
         pipe.add_command(cmd);

@@ -317,7 +317,12 @@ impl Node {
         type Pairs<V> = Vec<(String, V)>;
         let (owners, ttl, fence, queued): (Pairs<u64>, i64, Option<u64>, Pairs<String>) =
             self.query_pipeline("inspect", &keys.hash, &pipe).await?;
-        let queued = queued.into_iter().map(|(field, _)| field).collect();
+        // The watch marker of MultiLock members ('~', `lua/queue.lua`) is nobody's entry.
+        let queued = queued
+            .into_iter()
+            .map(|(field, _)| field)
+            .filter(|field| field != "~")
+            .collect();
         Ok(Snapshot {
             owners,
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),

@@ -263,9 +263,9 @@ fn slot_of_bytes(bytes: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
 }
 
-/// The scripts that publish unlock messages, in the variant for a cluster: sharded pub/sub
-/// (`SPUBLISH`, `PUBSUB SHARDNUMSUB`), falling back to the plain commands on a server without
-/// them (before Redis 7). Derived from the standalone sources, so both stay one text.
+/// The scripts that publish (grants, the watchers' unlock message), in the variant for a
+/// cluster: sharded pub/sub (`SPUBLISH`), falling back to the plain command on a server without
+/// it (before Redis 7). Derived from the standalone sources, so both stay one text.
 pub(crate) mod sharded {
     use std::sync::LazyLock;
 
@@ -282,20 +282,11 @@ local function publish(channel, message)
     end
     return sent
 end
-local function numsub(channel)
-    local counts = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel)
-    if type(counts) == 'table' and counts.err then
-        counts = redis.call('PUBSUB', 'NUMSUB', channel)
-    end
-    return counts
-end
 ";
 
-    /// `source` with its PUBLISH and NUMSUB calls sent through the prelude's helpers.
+    /// `source` with its PUBLISH calls sent through the prelude's helper.
     pub(crate) fn variant(source: &str) -> String {
-        let body = source
-            .replace("redis.call('PUBLISH', ", "publish(")
-            .replace("redis.call('PUBSUB', 'NUMSUB', ", "numsub(");
+        let body = source.replace("redis.call('PUBLISH', ", "publish(");
         format!("{PRELUDE}{body}")
     }
 
@@ -321,7 +312,6 @@ end
                 let rewritten = super::variant(source);
                 let body = &rewritten[super::PRELUDE.len()..];
                 assert!(!body.contains("'PUBLISH'"), "{body}");
-                assert!(!body.contains("'NUMSUB'"), "{body}");
                 assert_ne!(
                     body, source,
                     "nothing to rewrite: the helpers would be dead"

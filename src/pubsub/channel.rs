@@ -247,6 +247,9 @@ impl Drop for Subscription {
         let (subscriber, name, channel) =
             (self.subscriber.clone(), self.name.clone(), channel.clone());
         handle.spawn(async move {
+            // Cleared when the task ends, also when its runtime drops it mid-sleep (the client
+            // may live on in another runtime): a later departure then starts its own linger.
+            let lingering = Lingering(channel.clone());
             // Bounded: each round ends the wait unless a waiter left during the round, and
             // rounds stop with the runtime.
             loop {
@@ -257,10 +260,19 @@ impl Drop for Subscription {
                 }
             }
             // Cleared first: a departure from now on starts its own linger.
-            channel.lingering.store(false, Ordering::Release);
+            drop(lingering);
             // Unsubscribes only if no waiter is back.
             subscriber.leave(&name).await;
         });
+    }
+}
+
+/// A channel's linger task, while it runs (see [`LINGER`]).
+struct Lingering(Arc<Channel>);
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        self.0.lingering.store(false, Ordering::Release);
     }
 }
 

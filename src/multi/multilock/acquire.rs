@@ -83,7 +83,7 @@ async fn round(
     let round = join_all(
         batches
             .iter()
-            .map(|b| attempt_batch(&b.client, &b.members, None)),
+            .map(|b| attempt_batch(&b.client, &b.members, None, true)),
     )
     .await;
     let mut outcomes: Vec<Option<Outcome>> = members.iter().map(|_| None).collect();
