@@ -4,13 +4,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::family::kept::Kept;
-use crate::family::{Attempt, FamilyKeys, Wake, finish_release, wait_for};
+use crate::family::{
+    Attempt, FamilyKeys, Taken, Wake, ask, finish_unlock, release_dropped, wait_for,
+};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
 use crate::terms::Lease;
 
 static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../lua/permits.lua"));
@@ -184,11 +187,9 @@ impl PermitSemaphore {
                 let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
                 let started = Instant::now();
                 Ok(match self.attempt(&id, lease).await? {
-                    1 => Attempt::Done((id, started)),
-                    -1 => Attempt::Again(None),
-                    n => Attempt::Again(Some(std::time::Duration::from_millis(
-                        (-2 - n).max(0) as u64 + 1,
-                    ))),
+                    Taken::Granted => Attempt::Done((id, started)),
+                    Taken::Refused(nap) => Attempt::Again(nap),
+                    Taken::WouldDeadlock => Attempt::Again(None),
                 })
             },
         )
@@ -209,7 +210,7 @@ impl PermitSemaphore {
             let (semaphore, id) = (self.clone(), id.clone());
             move || {
                 let (semaphore, id) = (semaphore.clone(), id.clone());
-                async move { semaphore.send("release", &id, 0).await.map(drop) }
+                async move { semaphore.give_back(&id, false).await.map(drop) }
             }
         };
         let name = self.keys.name.clone();
@@ -223,20 +224,24 @@ impl PermitSemaphore {
     }
 
     /// One acquisition request; a permit granted after the caller stopped waiting is released.
-    async fn attempt(&self, id: &Arc<str>, lease: Lease) -> Result<i64> {
+    async fn attempt(&self, id: &Arc<str>, lease: Lease) -> Result<Taken> {
         let (this, request_id) = (self.clone(), id.clone());
-        let request = async move { this.call("acquire", &request_id, lease.ms()).await };
+        let request = async move {
+            let reply = this.call("acquire", &request_id, lease.ms()).await?;
+            Ok(Taken::decode(reply))
+        };
         let (this, id) = (self.clone(), id.clone());
-        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
-            if let Ok(1) = outcome {
-                tracing::debug!(semaphore = %this.keys.name, "acquire abandoned after the grant; releasing the permit");
-                if let Err(e) = this.call("release", &id, 0).await {
-                    tracing::warn!(semaphore = %this.keys.name, error = %e, "could not release an abandoned permit; it expires with its lease");
-                }
-            }
-        })
-        .tracked(&self.client.inner.background);
-        call.await
+        let give_back = move || async move { this.give_back(&id, true).await };
+        ask(&self.client, &self.keys.name, request, give_back).await
+    }
+
+    /// Gives permit `id` back: `false` when it was not given out (its lease ended). `checked`:
+    /// refused once the client shuts down (shutdown's own release is not).
+    async fn give_back(&self, id: &str, checked: bool) -> Result<bool> {
+        if checked {
+            self.client.inner.check_open()?;
+        }
+        Ok(self.send("release", id, 0).await? == 1)
     }
 }
 
@@ -264,15 +269,14 @@ impl Permit {
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         let lost = self.kept.is_lost();
+        let semaphore = &self.semaphore;
+        let release = Some(self.give_back());
+        finish_unlock(&semaphore.client, &semaphore.keys.name, lost, release).await
+    }
+
+    fn give_back(&self) -> impl Future<Output = Result<bool>> + Send + 'static {
         let (semaphore, id) = (self.semaphore.clone(), self.id.clone());
-        let release = async move { semaphore.call("release", &id, 0).await };
-        let released = finish_release(&self.semaphore.client, release).await?;
-        if released != 1 || lost {
-            return Err(Error::LeaseLost {
-                name: self.semaphore.keys.name.to_string(),
-            });
-        }
-        Ok(())
+        async move { semaphore.give_back(&id, true).await }
     }
 
     /// Resolves when the permit is known lost (see [`is_lost`](Permit::is_lost)).
@@ -294,23 +298,10 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        let (semaphore, id) = (self.semaphore.clone(), self.id.clone());
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let release = async move {
-                if let Err(e) = semaphore.call("release", &id, 0).await {
-                    tracing::warn!(semaphore = %semaphore.keys.name, error = %e, "release of a dropped permit failed; it expires with its lease");
-                }
-            };
-            drop(
-                self.semaphore
-                    .client
-                    .inner
-                    .background
-                    .spawn_on(release, &handle),
-            );
+        if !self.released {
+            let semaphore = &self.semaphore;
+            let name = semaphore.keys.name.clone();
+            release_dropped(&semaphore.client, name, self.give_back());
         }
     }
 }

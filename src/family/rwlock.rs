@@ -246,10 +246,11 @@ impl ReadWriteLock {
     }
 
     /// Gives back one `hold` of `field` (`checked`: refused once the client shuts down; a
-    /// guard's own release is not). As soon as the release is queued, it wakes the local
-    /// waiters it is likely to let in (`rwlock_local.rs`).
-    pub(crate) async fn release(&self, hold: Hold, field: &str, checked: bool) -> Result<i64> {
-        self.release_then(hold, field, checked, false).await
+    /// guard's own release is not): `false` when the owner held nothing of that kind. As soon
+    /// as the release is queued, it wakes the local waiters it is likely to let in
+    /// (`rwlock_local.rs`).
+    pub(crate) async fn release(&self, hold: Hold, field: &str, checked: bool) -> Result<bool> {
+        Ok(self.release_then(hold, field, checked, false).await? >= 0)
     }
 
     /// [`release`](Self::release); with `rider`, the calling task's next call rides behind it

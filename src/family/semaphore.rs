@@ -1,14 +1,12 @@
 //! [`Semaphore`]: a counting semaphore shared by every client of the deployment.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
+use crate::family::{Attempt, FamilyKeys, Taken, Wake, ask, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
 
 static SCRIPT: FamilyScript =
     FamilyScript::new("semaphore", include_str!("../../lua/semaphore.lua"));
@@ -201,8 +199,8 @@ impl Semaphore {
             Wake::PERMITS,
             || async {
                 Ok(match self.attempt(permits).await? {
-                    true => Attempt::Done(()),
-                    false => Attempt::Again(None),
+                    Taken::Granted => Attempt::Done(()),
+                    _ => Attempt::Again(None),
                 })
             },
         )
@@ -212,21 +210,17 @@ impl Semaphore {
 
     /// One acquisition request; if the caller stops waiting for its answer, permits it took are
     /// given back in the background.
-    async fn attempt(&self, permits: u32) -> Result<bool> {
+    async fn attempt(&self, permits: u32) -> Result<Taken> {
         let this = self.clone();
-        let request = async move { Ok::<_, Error>(this.call("acquire", permits).await? == 1) };
+        let request = async move {
+            Ok(match this.call("acquire", permits).await? {
+                1 => Taken::Granted,
+                _ => Taken::Refused(None),
+            })
+        };
         let this = self.clone();
-        let sent = Instant::now();
-        let call = FinishOnDrop::new(request, move |outcome: Result<bool>| async move {
-            if let Ok(true) = outcome {
-                tracing::debug!(semaphore = %this.keys.name, waited = ?sent.elapsed(), "acquire abandoned after the grant; releasing its permits");
-                if let Err(e) = this.release(permits).await {
-                    tracing::warn!(semaphore = %this.keys.name, error = %e, "could not release the permits of an abandoned acquire");
-                }
-            }
-        })
-        .tracked(&self.client.inner.background);
-        call.await
+        let give_back = move || async move { this.release(permits).await };
+        ask(&self.client, &self.keys.name, request, give_back).await
     }
 }
 
