@@ -3,31 +3,25 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
-use tokio::sync::Notify;
 
 use crate::error::Result;
 use crate::open_holds::{GiveBack, OpenHold, OpenHolds};
 use crate::shared::Client;
 use crate::task::AbortOnDrop;
-use crate::terms::Lease;
+use crate::terms::{Lease, Validity};
 
 struct State {
     name: Arc<str>,
-    valid_until: Mutex<Instant>,
-    lost: AtomicBool,
-    lost_notify: Notify,
+    validity: Validity,
 }
 
 impl State {
     fn is_lost(&self) -> bool {
-        if self.lost.load(Ordering::Acquire) {
+        if self.validity.is_marked() {
             return true;
         }
-        if Instant::now() >= *self.valid_until.lock() {
+        if self.validity.ran_out() {
             self.lose("its validity ran out before a renewal confirmed it");
             return true;
         }
@@ -35,10 +29,9 @@ impl State {
     }
 
     fn lose(&self, why: &str) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(lock = %self.name, "hold lost: {why}");
-            self.lost_notify.notify_waiters();
-        }
+        let name = &self.name;
+        self.validity
+            .mark(|| tracing::warn!(lock = %name, "hold lost: {why}"));
     }
 }
 
@@ -87,11 +80,10 @@ impl Kept {
         RFut: Future<Output = Result<()>> + Send + 'static,
     {
         let drift = client.inner.config.drift(lease.duration());
+        let valid_until = started + lease.duration().saturating_sub(drift);
         let state = Arc::new(State {
             name,
-            valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
-            lost: AtomicBool::new(false),
-            lost_notify: Notify::new(),
+            validity: Validity::new(valid_until),
         });
         let renewal = match lease {
             Lease::Watchdog(lease) => {
@@ -120,28 +112,15 @@ impl Kept {
     }
 
     pub(super) fn valid_until(&self) -> Instant {
-        *self.state.valid_until.lock()
+        self.state.validity.until()
     }
 
     /// Resolves once the hold is known lost: marked so, or its validity ran out.
     pub(super) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let state = self.state.clone();
         async move {
-            loop {
-                let notified = state.lost_notify.notified();
-                tokio::pin!(notified);
-                // Register before checking so a concurrent `lose` cannot be missed.
-                notified.as_mut().enable();
-                if state.is_lost() {
-                    return;
-                }
-                // A renewal may move the validity meanwhile; `is_lost` decides after the sleep.
-                let deadline = tokio::time::Instant::from_std(*state.valid_until.lock());
-                tokio::select! {
-                    _ = notified => {}
-                    _ = tokio::time::sleep_until(deadline) => {}
-                }
-            }
+            let lost = || state.is_lost();
+            state.validity.until_lost(lost, std::future::pending).await
         }
     }
 }
@@ -162,14 +141,14 @@ where
     let period = period.max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(period).await;
-        if state.lost.load(Ordering::Acquire) {
+        if state.validity.is_marked() {
             return;
         }
         let sent = Instant::now();
         match renew().await {
             // Too late to count: the validity may have run out before the renewal landed.
             Ok(true) if state.is_lost() => return,
-            Ok(true) => *state.valid_until.lock() = sent + valid_for,
+            Ok(true) => state.validity.set(sent + valid_for),
             Ok(false) => return state.lose("a renewal found it gone"),
             Err(e) => {
                 tracing::debug!(lock = %state.name, error = %e, "renewal failed");
