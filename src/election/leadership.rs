@@ -346,25 +346,11 @@ async fn monitor(term: Arc<Term>) {
     }
 }
 
-/// A leadership is a hold like the others: `Box<dyn Guard>` keeps it, its fencing token is
-/// the term, and `unlock` resigns.
-impl crate::family::Guard for Leadership {
-    fn name(&self) -> &str {
-        Leadership::name(self)
-    }
-    fn is_lost(&self) -> bool {
-        Leadership::is_lost(self)
-    }
-    fn lost(&self) -> crate::family::GuardFuture<()> {
-        Box::pin(Leadership::lost(self))
-    }
-    fn valid_until(&self) -> Instant {
-        Leadership::valid_until(self)
-    }
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.term())
-    }
-    fn unlock(self: Box<Self>) -> crate::family::GuardFuture<Result<()>> {
-        Box::pin(Leadership::resign(*self))
-    }
-}
+// A leadership is a hold like the others: `Box<dyn Guard>` keeps it, its fencing token is
+// the term, and `unlock` resigns.
+crate::family::guard_by_methods!(
+    Leadership,
+    Leadership::name,
+    Leadership::resign,
+    |leadership: &Leadership| Some(leadership.term())
+);

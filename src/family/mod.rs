@@ -33,6 +33,7 @@ mod rwlock_share;
 mod semaphore;
 
 pub use fair::{FairGuard, FairLock};
+pub(crate) use guard::guard_by_methods;
 pub use guard::{Guard, GuardFuture};
 pub use latch::CountDownLatch;
 pub use permits::{Permit, PermitSemaphore};
