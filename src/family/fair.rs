@@ -121,11 +121,3 @@ impl FairLock {
         self.lock.try_lock_with(options).await
     }
 }
-
-impl std::fmt::Debug for FairLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FairLock")
-            .field("name", &self.lock.name())
-            .finish_non_exhaustive()
-    }
-}

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::node::FamilyScript;
 use crate::pubsub::{RelayClass, Subscription, Turn};
 use crate::shared::Client;
 use crate::task::{FinishOnDrop, spawn_from_drop};
@@ -64,7 +65,62 @@ impl FamilyKeys {
             channel,
         })
     }
+
+    /// Runs `script` on the key and the channel with `args`, even while the client shuts down
+    /// (its own releases).
+    pub(crate) async fn send(
+        &self,
+        client: &Client,
+        script: &'static FamilyScript,
+        args: &[&str],
+    ) -> Result<i64> {
+        let keys = [&*self.key, &*self.channel];
+        client.inner.node.family_call(script, &keys, args).await
+    }
+
+    /// The count the key holds, 0 when it is absent (`script` names its kind in errors).
+    pub(crate) async fn count(&self, client: &Client, script: &'static str) -> Result<u64> {
+        let raw: Option<String> = client
+            .inner
+            .node
+            .query(redis::cmd("GET").arg(&*self.key))
+            .await?;
+        let Some(raw) = raw else { return Ok(0) };
+        raw.parse()
+            .map_err(|_| Error::Protocol { script, reply: raw })
+    }
+
+    /// Deletes the key: `true` when it existed.
+    pub(crate) async fn delete(&self, client: &Client) -> Result<bool> {
+        let deleted: u64 = client
+            .inner
+            .node
+            .query(redis::cmd("DEL").arg(&*self.key))
+            .await?;
+        Ok(deleted == 1)
+    }
 }
+
+/// `Debug` for handles by their name alone.
+macro_rules! debug_by_name {
+    ($($kind:ident),*) => {$(
+        impl std::fmt::Debug for $kind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($kind))
+                    .field("name", &self.name())
+                    .finish_non_exhaustive()
+            }
+        }
+    )*};
+}
+
+debug_by_name!(
+    CountDownLatch,
+    FairLock,
+    PermitSemaphore,
+    ReadWriteLock,
+    Semaphore
+);
 
 /// What a family script answered to an acquisition, typed here for every kind (the replies
 /// of `lua/permits.lua` and `lua/rwlock.lua`: a hold count `n >= 1` granted, `0` an upgrade

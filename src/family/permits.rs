@@ -81,11 +81,8 @@ impl PermitSemaphore {
     /// [`call`](Self::call) even while the client shuts down (its releases).
     async fn send(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
-        let keys = [&*self.keys.key, &*self.keys.channel];
-        self.client
-            .inner
-            .node
-            .family_call(&SCRIPT, &keys, &[op, arg, &lease])
+        self.keys
+            .send(&self.client, &SCRIPT, &[op, arg, &lease])
             .await
     }
 
@@ -114,10 +111,7 @@ impl PermitSemaphore {
     /// # Errors
     /// Redis failures.
     pub async fn delete(&self) -> Result<bool> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&*self.keys.key);
-        let deleted: u64 = self.client.inner.node.query(&cmd).await?;
-        Ok(deleted == 1)
+        self.keys.delete(&self.client).await
     }
 
     /// Permits free now: the total minus the permits given out whose lease has not ended.
@@ -303,14 +297,6 @@ impl Drop for Permit {
             let name = semaphore.keys.name.clone();
             release_dropped(&semaphore.client, name, self.give_back());
         }
-    }
-}
-
-impl std::fmt::Debug for PermitSemaphore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PermitSemaphore")
-            .field("name", &self.keys.name)
-            .finish_non_exhaustive()
     }
 }
 

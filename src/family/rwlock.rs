@@ -318,14 +318,6 @@ impl ReadWriteLock {
     }
 }
 
-impl std::fmt::Debug for ReadWriteLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadWriteLock")
-            .field("name", &self.keys.name)
-            .finish_non_exhaustive()
-    }
-}
-
 macro_rules! side_methods {
     ($side:ident, $guard:ident, $what:literal) => {
         impl $side {

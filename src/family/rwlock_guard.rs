@@ -5,6 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::family::kept::Kept;
 use crate::family::rwlock::{Hold, Kind, ReadWriteLock};

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::family::{Attempt, FamilyKeys, Taken, Wake, ask, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
@@ -66,12 +68,7 @@ impl Semaphore {
     async fn call(&self, op: &str, n: u32) -> Result<i64> {
         self.client.inner.check_open()?;
         let n = itoa::Buffer::new().format(n).to_owned();
-        let keys = [&*self.keys.key, &*self.keys.channel];
-        self.client
-            .inner
-            .node
-            .family_call(&SCRIPT, &keys, &[op, &n])
-            .await
+        self.keys.send(&self.client, &SCRIPT, &[op, &n]).await
     }
 
     /// Sets the available permits to `permits` whatever they were, and wakes waiters.
@@ -96,14 +93,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails, or the key does not hold a count of permits.
     pub async fn available(&self) -> Result<u64> {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&*self.keys.key);
-        let raw: Option<String> = self.client.inner.node.query(&cmd).await?;
-        let Some(raw) = raw else { return Ok(0) };
-        raw.parse().map_err(|_| Error::Protocol {
-            script: "semaphore",
-            reply: raw,
-        })
+        self.keys.count(&self.client, SCRIPT.name).await
     }
 
     /// Deletes the semaphore from Redis: `true` when it existed. A semaphore's permits are
@@ -113,10 +103,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails.
     pub async fn delete(&self) -> Result<bool> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&*self.keys.key);
-        let deleted: u64 = self.client.inner.node.query(&cmd).await?;
-        Ok(deleted == 1)
+        self.keys.delete(&self.client).await
     }
 
     /// Gives back `permits` permits and wakes the waiters.
@@ -221,13 +208,5 @@ impl Semaphore {
         let this = self.clone();
         let give_back = move || async move { this.release(permits).await };
         ask(&self.client, &self.keys.name, request, give_back).await
-    }
-}
-
-impl std::fmt::Debug for Semaphore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Semaphore")
-            .field("name", &self.keys.name)
-            .finish_non_exhaustive()
     }
 }
