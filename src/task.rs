@@ -139,18 +139,8 @@ where
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {
+    /// Finishes an abandoned future in the background.
     fn drop(&mut self) {
-        self.finish_in_background();
-    }
-}
-
-impl<F, C> FinishOnDrop<F, C>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-    C: OnAbandoned<F::Output>,
-{
-    fn finish_in_background(&mut self) {
         let (Some(fut), Some(on_abandoned)) = (self.fut.take(), self.on_abandoned.take()) else {
             return;
         };

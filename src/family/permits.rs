@@ -122,42 +122,20 @@ impl PermitSemaphore {
         Ok(self.call("available", "", 0).await?.max(0) as u64)
     }
 
-    /// Takes a permit, waiting as long as it takes; its lease is renewed while it lives. The
-    /// same as `acquire_with(LockOptions::new())`.
-    ///
-    /// # Errors
-    /// Redis failures, a key of another kind, [`Error::Shutdown`].
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropped while waiting it leaves nothing; dropped while its request is on the
-    /// wire, a permit granted meanwhile is released in the background.
-    pub async fn acquire(&self) -> Result<Permit> {
-        self.acquire_with(LockOptions::new()).await
-    }
-
-    /// Takes a permit on `options`' terms (see [`try_acquire_with`](Self::try_acquire_with)).
-    ///
-    /// # Errors
-    /// As [`try_acquire_with`](Self::try_acquire_with), plus [`Error::Busy`] when a bounded
-    /// wait ran out.
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_with(&self, options: LockOptions) -> Result<Permit> {
-        let got = self.try_acquire_with(options).await?;
-        options.held(|| self.keys.name.to_string(), got)
-    }
-
-    /// Takes a permit if one is free now.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
-        self.try_acquire_with(LockOptions::once()).await
-    }
+    crate::scope::ways_to_ask!(
+        Permit,
+        name,
+        [acquire, acquire_with, try_acquire, try_acquire_with]
+        /// Takes a permit, waiting as long as it takes; its lease is renewed while it lives. The
+        /// same as `acquire_with(LockOptions::new())`.
+        ///
+        /// # Errors
+        /// Redis failures, a key of another kind, [`Error::Shutdown`].
+        ///
+        /// # Cancel safety
+        /// Cancel-safe: dropped while waiting it leaves nothing; dropped while its request is on the
+        /// wire, a permit granted meanwhile is released in the background.
+    );
 
     /// Takes a permit on `options`' terms: wait at most `wait`, and hold it at most `lease`
     /// (no renewal); `None` when the wait ran out.

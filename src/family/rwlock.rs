@@ -321,45 +321,23 @@ impl ReadWriteLock {
 macro_rules! side_methods {
     ($side:ident, $guard:ident, $what:literal) => {
         impl $side {
-            #[doc = concat!("Takes the ", $what, " lock, waiting as long as it takes; the guard renews its lease while it lives.")]
-            ///
-            /// # Errors
-            /// Redis failures, a key of another kind, [`Error::Shutdown`]; for the write lock,
-            /// [`Error::WouldDeadlock`] when this owner holds the read lock but not the write lock.
-            ///
-            /// # Cancel safety
-            /// Cancel-safe: dropped while waiting it leaves nothing (a waiting writer's intent is
-            /// withdrawn); dropped while its request is on the wire, a grant that arrives is given
-            /// back in the background.
-            pub async fn lock(&self) -> Result<$guard> {
-                self.lock_with(LockOptions::new()).await
-            }
+            crate::scope::ways_to_ask!(
+                $guard,
+                name,
+                [lock, lock_with, try_lock, try_lock_with]
+                #[doc = concat!("Takes the ", $what, " lock, waiting as long as it takes; the guard renews its lease while it lives.")]
+                ///
+                /// # Errors
+                /// Redis failures, a key of another kind, [`Error::Shutdown`]; for the write lock,
+                /// [`Error::WouldDeadlock`] when this owner holds the read lock but not the write lock.
+                ///
+                /// # Cancel safety
+                /// Cancel-safe: dropped while waiting it leaves nothing (a waiting writer's intent is
+                /// withdrawn); dropped while its request is on the wire, a grant that arrives is given
+                /// back in the background.
+            );
 
-            #[doc = concat!("Takes the ", $what, " lock on `options`' terms (see [`try_lock_with`](Self::try_lock_with)).")]
-            ///
-            /// # Errors
-            /// As [`try_lock_with`](Self::try_lock_with), plus [`Error::Busy`] when a bounded
-            /// wait ran out.
-            ///
-            /// # Cancel safety
-            /// As [`lock`](Self::lock).
-            pub async fn lock_with(&self, options: LockOptions) -> Result<$guard> {
-                let got = self.try_lock_with(options).await?;
-                options.held(|| self.name().to_owned(), got)
-            }
-
-            #[doc = concat!("Takes the ", $what, " lock if it is free for this owner now; `None` when not.")]
-            ///
-            /// # Errors
-            /// As [`lock`](Self::lock).
-            ///
-            /// # Cancel safety
-            /// As [`lock`](Self::lock).
-            pub async fn try_lock(&self) -> Result<Option<$guard>> {
-                self.try_lock_with(LockOptions::once()).await
-            }
-
-            #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out.")]
+            #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out (a zero wait: when it is not free for this owner now).")]
             ///
             /// # Errors
             /// As [`lock`](Self::lock), [`Error::InvalidDuration`] for a zero or absurd lease or
