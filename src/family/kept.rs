@@ -1,14 +1,13 @@
-//! A family hold's lease: its validity, its lost signal, and (without an explicit lease) the
-//! task that renews it every third of the lease while its guard lives.
+//! A family hold's lease: its validity and its lost signal, and its place among the client's
+//! open holds, where (without an explicit lease) the watchdog renews it while its guard lives.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::open_holds::{GiveBack, OpenHold, OpenHolds};
+use crate::open_holds::{GiveBack, OpenHold, OpenHolds, Renewing};
 use crate::shared::Client;
-use crate::task::AbortOnDrop;
 use crate::terms::{Lease, Validity};
 
 struct State {
@@ -35,26 +34,67 @@ impl State {
     }
 }
 
-/// The lease side of one hold; dropping it stops the renewal and takes the hold off the list
-/// that shutdown gives back.
+/// The lease side of one hold; dropping it takes the hold off the client's list of open
+/// holds, which the watchdog renews and shutdown gives back.
 pub(crate) struct Kept {
     state: Arc<State>,
-    _renewal: Option<AbortOnDrop>,
     open: (Arc<OpenHolds>, u64),
 }
 
-/// What shutdown does with a hold still open: ends it (its guard reports it lost) and
-/// releases it.
-struct AtShutdown<R> {
+/// A hold as the watchdog and shutdown see it.
+struct Open<F, R> {
     state: Arc<State>,
+    lease: Lease,
+    /// How long a confirmed renewal keeps it valid: the lease less the drift allowance.
+    valid_for: Duration,
+    renew: F,
     release: R,
 }
 
-impl<R, Fut> OpenHold for AtShutdown<R>
+impl<F, Fut, R, RFut> OpenHold for Open<F, R>
 where
-    R: Fn() -> Fut + Send + Sync,
-    Fut: Future<Output = Result<()>> + Send + 'static,
+    F: Fn() -> Fut + Send + Sync,
+    Fut: Future<Output = Result<bool>> + Send + 'static,
+    R: Fn() -> RFut + Send + Sync,
+    RFut: Future<Output = Result<()>> + Send + 'static,
 {
+    fn watchdog_lease(&self) -> Option<Duration> {
+        match self.lease {
+            Lease::Watchdog(lease) => Some(lease),
+            Lease::Fixed(_) => None,
+        }
+    }
+
+    fn renew(&self) -> Option<Renewing> {
+        if self.state.validity.is_marked() || self.watchdog_lease().is_none() {
+            return None;
+        }
+        let (state, valid_for, renew) = (self.state.clone(), self.valid_for, (self.renew)());
+        Some(Box::pin(async move {
+            // Too late to renew, or to count: the validity ran out before a renewal landed.
+            if state.is_lost() {
+                return false;
+            }
+            let sent = Instant::now();
+            match renew.await {
+                Ok(true) if state.is_lost() => false,
+                Ok(true) => {
+                    state.validity.set(sent + valid_for);
+                    true
+                }
+                Ok(false) => {
+                    state.lose("a renewal found it gone");
+                    false
+                }
+                Err(e) => {
+                    tracing::debug!(lock = %state.name, error = %e, "renewal failed");
+                    !state.is_lost()
+                }
+            }
+        }))
+    }
+
+    /// Ends it (its guard reports it lost) and releases it.
     fn give_back(&self) -> GiveBack {
         self.state.lose("the client shut down");
         Box::pin((self.release)())
@@ -63,8 +103,8 @@ where
 
 impl Kept {
     /// A hold of `client` granted by a request sent at `started`. A watchdog lease is renewed
-    /// by `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is gone); `release` gives the hold
-    /// back if the client shuts down while the guard lives.
+    /// by the client's watchdog with `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is
+    /// gone); `release` gives the hold back if the client shuts down while the guard lives.
     pub(super) fn new<F, Fut, R, RFut>(
         client: &Client,
         name: Arc<str>,
@@ -74,33 +114,29 @@ impl Kept {
         release: R,
     ) -> Kept
     where
-        F: Fn() -> Fut + Send + 'static,
+        F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<bool>> + Send + 'static,
         R: Fn() -> RFut + Send + Sync + 'static,
         RFut: Future<Output = Result<()>> + Send + 'static,
     {
-        let drift = client.inner.config.drift(lease.duration());
-        let valid_until = started + lease.duration().saturating_sub(drift);
+        let valid_for = lease
+            .duration()
+            .saturating_sub(client.inner.config.drift(lease.duration()));
         let state = Arc::new(State {
             name,
-            validity: Validity::new(valid_until),
+            validity: Validity::new(started + valid_for),
         });
-        let renewal = match lease {
-            Lease::Watchdog(lease) => {
-                let state = state.clone();
-                let task = renew_loop(state, lease.saturating_sub(drift), lease / 3, renew);
-                Some(AbortOnDrop(tokio::spawn(task)))
-            }
-            Lease::Fixed(_) => None,
-        };
         let registry = client.inner.open_holds.clone();
-        let id = registry.open(Arc::new(AtShutdown {
+        let id = registry.open(Arc::new(Open {
             state: state.clone(),
+            lease,
+            valid_for,
+            renew,
             release,
         }));
+        client.inner.watchdog_adopt(lease);
         Kept {
             state,
-            _renewal: renewal,
             open: (registry, id),
         }
     }
@@ -128,34 +164,5 @@ impl Kept {
 impl Drop for Kept {
     fn drop(&mut self) {
         self.open.0.close(self.open.1);
-    }
-}
-
-/// Renews every `period` until aborted, the hold is found gone, or the validity runs out
-/// without a confirmed renewal.
-async fn renew_loop<F, Fut>(state: Arc<State>, valid_for: Duration, period: Duration, renew: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let period = period.max(Duration::from_millis(1));
-    loop {
-        tokio::time::sleep(period).await;
-        if state.validity.is_marked() {
-            return;
-        }
-        let sent = Instant::now();
-        match renew().await {
-            // Too late to count: the validity may have run out before the renewal landed.
-            Ok(true) if state.is_lost() => return,
-            Ok(true) => state.validity.set(sent + valid_for),
-            Ok(false) => return state.lose("a renewal found it gone"),
-            Err(e) => {
-                tracing::debug!(lock = %state.name, error = %e, "renewal failed");
-                if state.is_lost() {
-                    return;
-                }
-            }
-        }
     }
 }

@@ -26,8 +26,8 @@ static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../l
 /// Made by [`Client::permit_semaphore`]; cheap to clone. Set the number of permits with
 /// [`try_set_permits`](PermitSemaphore::try_set_permits); take one with
 /// [`acquire`](PermitSemaphore::acquire), which gives a [`Permit`]. Without an explicit lease the
-/// permit's lease is the client's watchdog lease, renewed every third of it while the `Permit`
-/// lives; [`Permit::lost`] resolves if a renewal finds it gone.
+/// permit's lease is the client's watchdog lease, renewed by the client's watchdog every third
+/// of it while the `Permit` lives; [`Permit::lost`] resolves if a renewal finds it gone.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {

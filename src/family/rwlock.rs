@@ -45,8 +45,8 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 ///   [`Error::WouldDeadlock`] at once (two readers upgrading would wait for each other forever).
 /// - **Leases per hold**: every reader's hold has its own deadline on the server's clock, so a
 ///   reader whose lease ran out (a crashed process) stops counting at once, whatever the other
-///   readers do. Without an explicit lease a guard renews its own hold every third of the
-///   client's watchdog lease while it lives, and [`lost`](ReadGuard::lost) resolves if a
+///   readers do. Without an explicit lease the client's watchdog renews each guard's hold
+///   every third of the client's watchdog lease while it lives, and [`lost`](ReadGuard::lost) resolves if a
 ///   renewal finds it gone. The deadlines are fields of the lock's hash, checked by the script
 ///   (`TIME`), the same on every server version: per-field expiry (`HPEXPIRE`, Redis 7.4 and
 ///   Valkey 9) is not used, as it would add a second script path (and, on Valkey 9.0, a

@@ -1,5 +1,5 @@
-//! The guards of a [`ReadWriteLock`](crate::ReadWriteLock): one hold each, renewed by its own
-//! task while it lives when taken without an explicit lease.
+//! The guards of a [`ReadWriteLock`](crate::ReadWriteLock): one hold each, renewed by the
+//! client's watchdog while it lives when taken without an explicit lease.
 
 use std::future::Future;
 use std::sync::Arc;
