@@ -199,6 +199,17 @@ impl Hold {
     }
 }
 
+/// Resolves when any of `holds` is lost; never, for none.
+pub(crate) fn any_lost(holds: Vec<Arc<Hold>>) -> impl Future<Output = ()> + Send + 'static {
+    let each: Vec<_> = holds.iter().map(|hold| Box::pin(hold.lost())).collect();
+    async move {
+        if each.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        futures_util::future::select_all(each).await;
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         self.let_go(false);
