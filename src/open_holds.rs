@@ -17,8 +17,8 @@ use crate::error::Result;
 /// A release in flight, as shutdown runs it.
 pub(crate) type GiveBack = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
-/// A renewal in flight, as the watchdog runs it: whether the hold is still held after it
-/// (also when the renewal failed but its validity has not run out).
+/// A renewal in flight, as the watchdog runs it: true when it found the hold lost (gone, or
+/// its validity ran out unconfirmed); a failed renewal within the validity is not a loss.
 pub(crate) type Renewing = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// One live hold, seen from the watchdog and from shutdown.

@@ -162,7 +162,7 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
         )
         .await;
     outcomes.extend(rest);
-    let family_lost = family.into_iter().filter(|held| !held).count();
+    let family_lost = family.into_iter().filter(|lost| *lost).count();
     let mut stats = RenewStats {
         locks: holds.len() + family_holds,
         round_trips: trips + more_trips,

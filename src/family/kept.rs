@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
@@ -13,6 +14,8 @@ use crate::terms::{Lease, Validity};
 struct State {
     name: Arc<str>,
     validity: Validity,
+    /// Its guard is gone: a renewal in flight then tells nobody anything.
+    closed: AtomicBool,
 }
 
 impl State {
@@ -71,24 +74,34 @@ where
         }
         let (state, valid_for, renew) = (self.state.clone(), self.valid_for, (self.renew)());
         Some(Box::pin(async move {
-            // Too late to renew, or to count: the validity ran out before a renewal landed.
-            if state.is_lost() {
+            // Released since the watchdog's snapshot (before, or while the renewal was on the
+            // wire): nobody is left to tell.
+            let closed = || state.closed.load(Ordering::Acquire);
+            if closed() {
                 return false;
             }
+            // Too late to renew: the validity ran out before a renewal confirmed it.
+            if state.is_lost() {
+                return true;
+            }
             let sent = Instant::now();
-            match renew.await {
-                Ok(true) if state.is_lost() => false,
+            let renewed = renew.await;
+            if closed() {
+                return false;
+            }
+            match renewed {
+                Ok(true) if state.is_lost() => true,
                 Ok(true) => {
                     state.validity.set(sent + valid_for);
-                    true
+                    false
                 }
                 Ok(false) => {
                     state.lose("a renewal found it gone");
-                    false
+                    true
                 }
                 Err(e) => {
                     tracing::debug!(lock = %state.name, error = %e, "renewal failed");
-                    !state.is_lost()
+                    state.is_lost()
                 }
             }
         }))
@@ -125,6 +138,7 @@ impl Kept {
         let state = Arc::new(State {
             name,
             validity: Validity::new(started + valid_for),
+            closed: AtomicBool::new(false),
         });
         let registry = client.inner.open_holds.clone();
         let id = registry.open(Arc::new(Open {
@@ -163,6 +177,7 @@ impl Kept {
 
 impl Drop for Kept {
     fn drop(&mut self) {
+        self.state.closed.store(true, Ordering::Release);
         self.open.0.close(self.open.1);
     }
 }
