@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
 use crate::config::Replicas;
 use crate::keys::LockKeys;
 use crate::telemetry::{LostReason, Series};
-use crate::terms::Lease;
+use crate::terms::{Lease, Validity};
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
@@ -34,11 +33,9 @@ pub(crate) struct Hold {
     /// Server-side holds adopted from a lost predecessor of this owner that the server still
     /// counted; given back with this hold's last guard so the key does not outlive it.
     orphans: AtomicU32,
-    valid_until: Mutex<Instant>,
+    validity: Validity,
     /// When the hold was registered, for the hold-time metric.
     pub granted_at: Instant,
-    lost: AtomicBool,
-    lost_notify: Notify,
     /// The replica acknowledgement its renewals ask for (its lock's, set when granted).
     replicas: Mutex<Replicas>,
     /// The last renewal was acknowledged by fewer replicas than wanted.
@@ -69,10 +66,8 @@ impl Hold {
             drift,
             guards: AtomicU32::new(1),
             orphans: AtomicU32::new(0),
-            valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
+            validity: Validity::new(started + lease.duration().saturating_sub(drift)),
             granted_at: Instant::now(),
-            lost: AtomicBool::new(false),
-            lost_notify: Notify::new(),
             replicas: Mutex::new(Replicas::Off),
             at_risk: AtomicBool::new(false),
             series,
@@ -113,7 +108,7 @@ impl Hold {
     /// The instant until which the lease is known to be valid: the start of the last successful
     /// acquisition or renewal, plus the lease, minus the drift allowance.
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock()
+        self.validity.until()
     }
 
     /// The replica acknowledgement this hold's renewals ask for.
@@ -138,42 +133,36 @@ impl Hold {
 
     /// Records a successful renewal that was sent at `started`.
     pub(crate) fn renewed(&self, started: Instant) {
-        let candidate = started + self.lease.duration().saturating_sub(self.drift);
-        let mut until = self.valid_until.lock();
-        if candidate > *until {
-            *until = candidate;
-        }
+        let until = started + self.lease.duration().saturating_sub(self.drift);
+        self.validity.extend(until);
     }
 
     /// Lowers the validity to `until` if it is later: a grant from the queue is valid only for
     /// its claim lease until its first renewal.
     pub(crate) fn cap_validity(&self, until: Instant) {
-        let mut valid = self.valid_until.lock();
-        if until < *valid {
-            *valid = until;
-        }
+        self.validity.cap(until);
     }
 
     /// Records a successful extension to `lease`, sent at `started`: the validity follows the
     /// new lease exactly, shorter or longer.
     pub(crate) fn extended(&self, started: Instant, lease: Duration, drift: Duration) {
-        *self.valid_until.lock() = started + lease.saturating_sub(drift);
+        self.validity.set(started + lease.saturating_sub(drift));
     }
 
     /// Ends its validity now and marks it lost as an expired lease (`testing`).
     #[cfg(feature = "testing")]
     pub(crate) fn lapse(&self, why: &str) {
-        *self.valid_until.lock() = Instant::now();
+        self.validity.set(Instant::now());
         self.mark_lost(LostReason::Expired, why);
     }
 
     /// Lost when marked so, or once `valid_until` has passed without a successful renewal
     /// (for a fixed lease: once it ran out). Sticky: a late renewal does not bring it back.
     pub(crate) fn is_lost(&self) -> bool {
-        if self.lost.load(Ordering::Acquire) {
+        if self.validity.is_marked() {
             return true;
         }
-        if Instant::now() >= self.valid_until() {
+        if self.validity.ran_out() {
             let reason = match self.lease {
                 Lease::Fixed(_) => LostReason::Expired,
                 Lease::Watchdog(_) => LostReason::RenewalFailed,
@@ -192,37 +181,32 @@ impl Hold {
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
     pub(crate) fn mark_lost(&self, reason: LostReason, why: &str) -> bool {
-        if self.lost.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        tracing::warn!(lock = %self.keys.name, owner = %self.field, "lease lost: {why}");
-        self.series.lost(reason);
-        self.let_go(false);
-        self.lost_notify.notify_waiters();
-        true
+        self.validity.mark(|| {
+            tracing::warn!(lock = %self.keys.name, owner = %self.field, "lease lost: {why}");
+            self.series.lost(reason);
+            self.let_go(false);
+        })
     }
 
     /// Resolves when the lease is lost: marked lost by the watchdog or a release, or its
     /// validity ran out (no renewal confirmed in time, or a fixed lease expired).
-    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static + use<> {
         let hold = Arc::clone(self);
         async move {
-            loop {
-                let notified = hold.lost_notify.notified();
-                tokio::pin!(notified);
-                // Register before checking the flag so a concurrent `mark_lost` cannot be missed.
-                notified.as_mut().enable();
-                if hold.is_lost() {
-                    return;
-                }
-                // A renewal may move `valid_until` meanwhile; `is_lost` decides after the sleep.
-                let deadline = tokio::time::Instant::from_std(hold.valid_until());
-                tokio::select! {
-                    _ = notified => {}
-                    _ = tokio::time::sleep_until(deadline) => {}
-                }
-            }
+            let lost = || hold.is_lost();
+            hold.validity.until_lost(lost, std::future::pending).await
         }
+    }
+}
+
+/// Resolves when any of `holds` is lost; never, for none.
+pub(crate) fn any_lost(holds: Vec<Arc<Hold>>) -> impl Future<Output = ()> + Send + 'static {
+    let each: Vec<_> = holds.iter().map(|hold| Box::pin(hold.lost())).collect();
+    async move {
+        if each.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        futures_util::future::select_all(each).await;
     }
 }
 

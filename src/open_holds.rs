@@ -1,12 +1,14 @@
-//! The lock family's holds that `Client::shutdown` gives back: each is registered while its
-//! guard lives and deregistered when the guard releases it or drops. (The plain `Lock`'s holds
-//! are counted in `hold.rs`, which shutdown drains the same way.)
+//! The lock family's holds, which the watchdog renews and `Client::shutdown` gives back: each
+//! is registered while its guard lives and deregistered when the guard releases it or drops.
+//! (The plain `Lock`'s holds are counted in `hold.rs`, which the watchdog and shutdown walk
+//! the same way.)
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -15,8 +17,16 @@ use crate::error::Result;
 /// A release in flight, as shutdown runs it.
 pub(crate) type GiveBack = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
-/// One live hold, seen from shutdown.
+/// A renewal in flight, as the watchdog runs it: true when it found the hold lost (gone, or
+/// its validity ran out unconfirmed); a failed renewal within the validity is not a loss.
+pub(crate) type Renewing = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// One live hold, seen from the watchdog and from shutdown.
 pub(crate) trait OpenHold: Send + Sync {
+    /// The watchdog lease it is kept under (`None`: a fixed lease, never renewed).
+    fn watchdog_lease(&self) -> Option<Duration>;
+    /// Its renewal; `None` when it has none (a fixed lease) or is known lost already.
+    fn renew(&self) -> Option<Renewing>;
     /// Marks the hold ended by shutdown (its guard reports it lost) and returns its release.
     fn give_back(&self) -> GiveBack;
 }
@@ -37,6 +47,18 @@ impl OpenHolds {
 
     pub(crate) fn close(&self, id: u64) {
         self.map.lock().remove(&id);
+    }
+
+    /// The renewals of every hold kept under a watchdog lease (one watchdog tick's).
+    pub(crate) fn renewals(&self) -> Vec<Renewing> {
+        let holds: Vec<_> = self.map.lock().values().cloned().collect();
+        holds.iter().filter_map(|hold| hold.renew()).collect()
+    }
+
+    /// The shortest watchdog lease of the holds, if any.
+    pub(crate) fn shortest_watchdog_lease(&self) -> Option<Duration> {
+        let map = self.map.lock();
+        map.values().filter_map(|hold| hold.watchdog_lease()).min()
     }
 
     /// Takes every registered hold out (shutdown).

@@ -15,6 +15,7 @@ use std::time::Instant;
 use crate::keys::LockKeys;
 use crate::node::QueueTerms;
 use crate::shared::Client;
+use crate::task::spawn_from_drop;
 
 /// A queue entry that may exist on the server for (`keys`, `field`); withdrawn on drop unless
 /// [`taken`](QueuePlace::taken).
@@ -74,10 +75,6 @@ impl Drop for QueuePlace {
         if !self.armed {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            // No runtime: the entry dies at its deadline, a grant at its claim lease.
-            return;
-        };
         let inner = &self.client.inner;
         let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
         let (client, keys, field) = (self.client.clone(), self.keys.clone(), self.field.clone());
@@ -96,6 +93,7 @@ impl Drop for QueuePlace {
             }
             drop(releasing);
         };
-        drop(inner.background.spawn_on(withdraw, &handle));
+        // No runtime: the entry dies at its deadline, a grant at its claim lease.
+        spawn_from_drop(&inner.background, withdraw);
     }
 }

@@ -16,7 +16,7 @@ use crate::local_queue::{Handover, Offer};
 use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
+use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::turns::Releasing;
 
 /// Gives back one guard's hold: local bookkeeping first (synchronously, so the watchdog stops
@@ -46,11 +46,8 @@ pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
         // Lost or shut down: nothing of ours left on the server to give back.
         return;
     };
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
+    let background = &client.inner.background;
     let (client, hold) = (client.clone(), hold.clone());
-    let background = client.inner.background.clone();
     let release = async move {
         if let Err(e) = release_remotely(&client, &hold, local).await
             && !e.is_lease_lost()
@@ -59,7 +56,7 @@ pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
             tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the lease will free the key");
         }
     };
-    drop(background.spawn_on(release, &handle));
+    spawn_from_drop(background, release);
 }
 
 /// The synchronous half of [`release_hold`]: one guard fewer in the registry, and the release
@@ -274,9 +271,6 @@ pub(crate) fn give_back_in_background(
     lease_ms: u64,
     why: &'static str,
 ) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     // A release of the owner in flight (`turns.rs`): its next acquisition waits for it, and
     // takes no grant from a message meanwhile.
     let releasing = client.inner.turns.start_release(&keys.hash, field);
@@ -286,5 +280,5 @@ pub(crate) fn give_back_in_background(
         let _ = give_back(&owner, &keys, &field, lease_ms, 1).await;
         drop(releasing);
     };
-    drop(client.inner.background.spawn_on(give_back, &handle));
+    spawn_from_drop(&client.inner.background, give_back);
 }

@@ -171,6 +171,43 @@ impl LockOptions {
     }
 }
 
+/// The ways to ask that a kind derives from its `try_lock_with` (`$try_with`, which does the
+/// work and carries the kind's documentation): `lock` (as long as it takes, with the doc
+/// comments given), `lock_with` (on `options`' terms, [`Error::Busy`] for `None`) and
+/// `try_lock` (one attempt), under the kind's names; `$name` names the object in the error.
+macro_rules! ways_to_ask {
+    ($guard:ty, $name:ident, [$lock:ident, $with:ident, $try:ident, $try_with:ident] $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub async fn $lock(&self) -> $crate::error::Result<$guard> {
+            self.$with($crate::scope::LockOptions::new()).await
+        }
+
+        #[doc = concat!("The same as [`", stringify!($try_with), "`](Self::", stringify!($try_with), "), but a bounded wait that runs out is an error.")]
+        ///
+        /// # Errors
+        #[doc = concat!("As [`", stringify!($try_with), "`](Self::", stringify!($try_with), "), plus [`Error::Busy`](crate::Error::Busy) when a bounded wait ran out.")]
+        ///
+        /// # Cancel safety
+        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
+        pub async fn $with(&self, options: $crate::scope::LockOptions) -> $crate::error::Result<$guard> {
+            let got = self.$try_with(options).await?;
+            options.held(|| self.$name().to_string(), got)
+        }
+
+        #[doc = concat!("One attempt: the same as `", stringify!($try_with), "` with a zero wait.")]
+        ///
+        /// # Errors
+        #[doc = concat!("As [`", stringify!($try_with), "`](Self::", stringify!($try_with), ").")]
+        ///
+        /// # Cancel safety
+        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
+        pub async fn $try(&self) -> $crate::error::Result<Option<$guard>> {
+            self.$try_with($crate::scope::LockOptions::once()).await
+        }
+    };
+}
+pub(crate) use ways_to_ask;
+
 /// What the body of [`Lock::run`] knows about the lock it runs under. Cheap to clone; it does
 /// not keep the lock by itself (the lock is released when the body ends).
 #[derive(Clone)]

@@ -17,6 +17,20 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Spawns `work` under `tracker` (so `Client::shutdown` waits for it) on the current runtime:
+/// how a `Drop`, which cannot await, hands its server half over. Outside a runtime `work` is
+/// dropped unrun and false returned; the lease then frees whatever it would have released.
+pub(crate) fn spawn_from_drop<F>(tracker: &TaskTracker, work: F) -> bool
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    drop(tracker.spawn_on(work, &handle));
+    true
+}
+
 /// A future that, if dropped before it finished, is finished in the background instead, and its
 /// output handed to `on_abandoned`.
 ///
@@ -125,18 +139,8 @@ where
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {
+    /// Finishes an abandoned future in the background.
     fn drop(&mut self) {
-        self.finish_in_background();
-    }
-}
-
-impl<F, C> FinishOnDrop<F, C>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-    C: OnAbandoned<F::Output>,
-{
-    fn finish_in_background(&mut self) {
         let (Some(fut), Some(on_abandoned)) = (self.fut.take(), self.on_abandoned.take()) else {
             return;
         };

@@ -1,6 +1,12 @@
-//! The terms of an acquisition: how long to wait for a lock, and how its lease is kept.
+//! The terms of an acquisition: how long to wait for a lock, how its lease is kept, and until
+//! when a hold is known valid.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 use crate::config::check_duration;
 use crate::error::{Error, Result};
@@ -67,6 +73,93 @@ impl Wait {
                 Some(left) if !left.is_zero() => Some(Some(left)),
                 _ => None,
             },
+        }
+    }
+}
+
+/// Until when a hold is known valid, and whether it is known lost: the state behind every
+/// guard's `valid_until`, `is_lost` and `lost()` (a lock's hold, a family hold, a RedLock).
+/// Lost is sticky: a renewal that lands late does not bring a hold back.
+pub(crate) struct Validity {
+    until: Mutex<Instant>,
+    lost: AtomicBool,
+    notify: Notify,
+}
+
+impl Validity {
+    pub(crate) fn new(until: Instant) -> Validity {
+        Validity {
+            until: Mutex::new(until),
+            lost: AtomicBool::new(false),
+            notify: Notify::new(),
+        }
+    }
+
+    pub(crate) fn until(&self) -> Instant {
+        *self.until.lock()
+    }
+
+    /// Sets the validity to `until`, earlier or later.
+    pub(crate) fn set(&self, until: Instant) {
+        *self.until.lock() = until;
+    }
+
+    /// Moves the validity to `until` if that is later (a confirmed renewal).
+    pub(crate) fn extend(&self, until: Instant) {
+        let mut valid = self.until.lock();
+        *valid = (*valid).max(until);
+    }
+
+    /// Moves the validity to `until` if that is earlier.
+    pub(crate) fn cap(&self, until: Instant) {
+        let mut valid = self.until.lock();
+        *valid = (*valid).min(until);
+    }
+
+    /// Whether it was marked lost.
+    pub(crate) fn is_marked(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Whether the validity has run out.
+    pub(crate) fn ran_out(&self) -> bool {
+        Instant::now() >= self.until()
+    }
+
+    /// Marks it lost; the first time only, runs `first` (logs, metrics), then wakes every
+    /// [`until_lost`](Self::until_lost). True the first time.
+    pub(crate) fn mark(&self, first: impl FnOnce()) -> bool {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        first();
+        self.notify.notify_waiters();
+        true
+    }
+
+    /// Resolves once `is_lost` says so, asked again at each mark, each time a future of `also`
+    /// resolves, and each time the validity runs out (a renewal may have moved it meanwhile).
+    pub(crate) async fn until_lost<W>(
+        &self,
+        is_lost: impl Fn() -> bool,
+        mut also: impl FnMut() -> W,
+    ) where
+        W: Future<Output = ()>,
+    {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a concurrent mark cannot be missed.
+            notified.as_mut().enable();
+            if is_lost() {
+                return;
+            }
+            let deadline = tokio::time::Instant::from_std(self.until());
+            tokio::select! {
+                _ = notified => {}
+                _ = also() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
         }
     }
 }

@@ -37,10 +37,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Family guards ([`Guard`](crate::Guard): semaphores' permits, read-write locks) and
-//! RedLock guards renew on tasks of their own: [`pause_renewals`] does not pause those, and
-//! [`expire_lease`] takes a [`LockGuard`] (a [`Lock`]'s or a `FairLock`'s, or one member of a
-//! `MultiLock`'s).
+//! Family guards ([`Guard`](crate::Guard): semaphores' permits, read-write locks) renew in
+//! the same watchdog, so [`pause_renewals`] pauses them too; RedLock guards renew on a task of
+//! their own, which it does not pause. [`expire_lease`] takes a [`LockGuard`] (a [`Lock`]'s or
+//! a `FairLock`'s, or one member of a `MultiLock`'s).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

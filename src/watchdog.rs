@@ -1,4 +1,5 @@
-//! The watchdog: one task per client renewing every watchdog-kept lock, in batches.
+//! The watchdog: one task per client renewing every watchdog-kept hold of every kind (locks in
+//! batches, the lock family's holds by their kinds' coalesced script calls).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -24,10 +25,11 @@ pub(crate) const BATCH: usize = 1000;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RenewStats {
-    /// Holds the tick tried to renew.
+    /// Holds the tick tried to renew, of every kind.
     pub locks: usize,
-    /// Script calls sent, each of one shard (cluster slot) and at most 1,000 locks; they are
-    /// sent concurrently, so the calls to one server travel pipelined.
+    /// Script calls sent for locks, each of one shard (cluster slot) and at most 1,000 locks;
+    /// they are sent concurrently, so the calls to one server travel pipelined. (The lock
+    /// family's holds renew through their kinds' coalesced script calls, not counted here.)
     pub round_trips: usize,
     /// Holds found gone or past their validity; their guards are now lost.
     pub lost: usize,
@@ -51,10 +53,15 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
     let mut last_tick = tokio::time::Instant::now();
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let lease = inner
-            .holds
-            .shortest_watchdog_lease()
-            .unwrap_or(inner.config.watchdog_lease);
+        let lease = [
+            &inner.holds.shortest_watchdog_lease(),
+            &inner.open_holds.shortest_watchdog_lease(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .copied()
+        .unwrap_or(inner.config.watchdog_lease);
         inner.watchdog_lease_ms.store(
             lease.as_millis().min(u64::MAX as u128) as u64,
             Ordering::Release,
@@ -143,18 +150,24 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
         .reduce(WaitFor::max);
     let (holds, wants): (Vec<Arc<Hold>>, Vec<Option<WaitFor>>) = paired.into_iter().unzip();
     let (with_wait, without) = holds.split_at(acked);
-    let ((mut outcomes, trips, failed), (rest, more_trips, more_failed)) =
-        futures_util::future::join(
+    // The lock family's holds renew alongside, each by its own script call (coalesced per
+    // script by the node, `node/family_calls.rs`).
+    let family = inner.open_holds.renewals();
+    let family_holds = family.len();
+    let ((mut outcomes, trips, failed), (rest, more_trips, more_failed), family) =
+        futures_util::future::join3(
             renew_holds(inner, with_wait, wait),
             renew_holds(inner, without, None),
+            join_all(family),
         )
         .await;
     outcomes.extend(rest);
+    let family_lost = family.into_iter().filter(|lost| *lost).count();
     let mut stats = RenewStats {
-        locks: holds.len(),
+        locks: holds.len() + family_holds,
         round_trips: trips + more_trips,
         failed_batches: failed + more_failed,
-        lost: expired,
+        lost: expired + family_lost,
         ..Default::default()
     };
     let now = Instant::now();

@@ -94,6 +94,36 @@ async fn paused_renewals_let_the_lease_run_out_on_the_server() {
     kept.unlock().await.unwrap();
 }
 
+/// The lock family's holds renew in the same watchdog, so a pause lets theirs run out too.
+#[tokio::test]
+async fn paused_renewals_let_family_holds_run_out_too() {
+    let server = support::Server::start();
+    let client = support::client_with_lease(&server, Duration::from_millis(300)).await;
+    let permits = client.permit_semaphore("paused-family").unwrap();
+    permits.try_set_permits(2).await.unwrap();
+    let paused = testing::pause_renewals(&client);
+    let permit = permits.acquire().await.unwrap();
+    let reading = client
+        .read_write_lock("paused-family")
+        .unwrap()
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(2), permit.lost())
+        .await
+        .expect("the permit is lost within its 300 ms lease");
+    tokio::time::timeout(Duration::from_secs(2), reading.lost())
+        .await
+        .expect("the read hold is lost within its 300 ms lease");
+    drop(paused);
+    // Renewals resume: a new permit outlives its lease several times over.
+    let kept = permits.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!kept.is_lost());
+    kept.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn pauses_nest_and_renewals_resume_after_the_last() {
     let server = support::Server::start();

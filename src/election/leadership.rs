@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::shared::Client;
-use crate::task::AbortOnDrop;
+use crate::task::{AbortOnDrop, spawn_from_drop};
 
 /// Longest value a leader may publish: it is copied into every change of the election's log.
 pub(crate) const MAX_VALUE_LEN: usize = 64 * 1024;
@@ -294,13 +294,9 @@ impl Drop for Leadership {
         let Some(guard) = self.guard.take() else {
             return;
         };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            // The guard's own fallback: the lease frees the lock.
-            drop(guard);
-            return;
-        };
         let term = self.leading.term.clone();
         let background = term.client.inner.background.clone();
+        // Outside a runtime the guard's own fallback: the lease frees the lock.
         let resign = async move {
             if let Err(e) = term.end("resigned").await
                 && !e.is_shutdown()
@@ -309,7 +305,7 @@ impl Drop for Leadership {
             }
             drop(guard.unlock().await);
         };
-        drop(background.spawn_on(resign, &handle));
+        spawn_from_drop(&background, resign);
     }
 }
 
@@ -350,25 +346,11 @@ async fn monitor(term: Arc<Term>) {
     }
 }
 
-/// A leadership is a hold like the others: `Box<dyn Guard>` keeps it, its fencing token is
-/// the term, and `unlock` resigns.
-impl crate::family::Guard for Leadership {
-    fn name(&self) -> &str {
-        Leadership::name(self)
-    }
-    fn is_lost(&self) -> bool {
-        Leadership::is_lost(self)
-    }
-    fn lost(&self) -> crate::family::GuardFuture<()> {
-        Box::pin(Leadership::lost(self))
-    }
-    fn valid_until(&self) -> Instant {
-        Leadership::valid_until(self)
-    }
-    fn fencing_token(&self) -> Option<u64> {
-        Some(self.term())
-    }
-    fn unlock(self: Box<Self>) -> crate::family::GuardFuture<Result<()>> {
-        Box::pin(Leadership::resign(*self))
-    }
-}
+// A leadership is a hold like the others: `Box<dyn Guard>` keeps it, its fencing token is
+// the term, and `unlock` resigns.
+crate::family::guard_by_methods!(
+    Leadership,
+    Leadership::name,
+    Leadership::resign,
+    |leadership: &Leadership| Some(leadership.term())
+);

@@ -73,44 +73,25 @@ impl FairLock {
         self.lock.key()
     }
 
-    /// Takes the lock, waiting in the queue as long as it takes; the guard renews its lease
-    /// while it lives. The same as `lock_with(LockOptions::new())`.
-    ///
-    /// # Errors
-    /// As [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropped while waiting it leaves the queue (in the background); dropped
-    /// while its request is on the wire, a grant that arrives is given back.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.lock.lock().await
-    }
-
-    /// Takes the lock on `options`' terms (see [`try_lock_with`](Self::try_lock_with)).
-    ///
-    /// # Errors
-    /// As [`Lock::lock_with`].
-    ///
-    /// # Cancel safety
-    /// As [`lock`](Self::lock).
-    pub async fn lock_with(&self, options: LockOptions) -> Result<LockGuard> {
-        self.lock.lock_with(options).await
-    }
-
-    /// Takes the lock if it is free and nobody live waits for it; `None` otherwise (a single
-    /// attempt takes no place in the queue).
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    ///
-    /// # Cancel safety
-    /// As [`lock`](Self::lock).
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.lock.try_lock().await
-    }
+    crate::scope::ways_to_ask!(
+        LockGuard,
+        name,
+        [lock, lock_with, try_lock, try_lock_with]
+        /// Takes the lock, waiting in the queue as long as it takes; the guard renews its lease
+        /// while it lives. The same as `lock_with(LockOptions::new())`.
+        ///
+        /// # Errors
+        /// As [`Lock::lock`].
+        ///
+        /// # Cancel safety
+        /// Cancel-safe: dropped while waiting it leaves the queue (in the background); dropped
+        /// while its request is on the wire, a grant that arrives is given back.
+    );
 
     /// Takes the lock on `options`' terms: wait at most `wait` (in the queue), hold at most
-    /// `lease` (no renewal); `None` when the wait ran out, and the waiter left the queue.
+    /// `lease` (no renewal); `None` when the wait ran out, and the waiter left the queue. A
+    /// single attempt (a zero wait) takes the lock only if it is free and nobody live waits
+    /// for it, and takes no place in the queue.
     ///
     /// # Errors
     /// As [`Lock::try_lock_with`].
@@ -119,13 +100,5 @@ impl FairLock {
     /// As [`lock`](Self::lock).
     pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<LockGuard>> {
         self.lock.try_lock_with(options).await
-    }
-}
-
-impl std::fmt::Debug for FairLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FairLock")
-            .field("name", &self.lock.name())
-            .finish_non_exhaustive()
     }
 }

@@ -61,88 +61,47 @@ pub trait Guard: Send + Sync {
     fn unlock(self: Box<Self>) -> GuardFuture<Result<()>>;
 }
 
-impl Guard for LockGuard {
-    fn name(&self) -> &str {
-        LockGuard::name(self)
-    }
-    fn is_lost(&self) -> bool {
-        LockGuard::is_lost(self)
-    }
-    fn lost(&self) -> GuardFuture<()> {
-        Box::pin(LockGuard::lost(self))
-    }
-    fn valid_until(&self) -> Instant {
-        LockGuard::valid_until(self)
-    }
-    fn fencing_token(&self) -> Option<u64> {
-        LockGuard::fencing_token(self)
-    }
-    fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
-        Box::pin(LockGuard::unlock(*self))
-    }
-}
-
-impl Guard for RedLockGuard {
-    fn name(&self) -> &str {
-        RedLockGuard::name(self)
-    }
-    fn is_lost(&self) -> bool {
-        RedLockGuard::is_lost(self)
-    }
-    fn lost(&self) -> GuardFuture<()> {
-        Box::pin(RedLockGuard::lost(self))
-    }
-    fn valid_until(&self) -> Instant {
-        RedLockGuard::valid_until(self)
-    }
-    fn fencing_token(&self) -> Option<u64> {
-        RedLockGuard::fencing_token(self)
-    }
-    fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
-        Box::pin(RedLockGuard::unlock(*self))
-    }
-}
-
-impl Guard for MultiLockGuard {
-    fn name(&self) -> &str {
-        MultiLockGuard::name(self)
-    }
-    fn is_lost(&self) -> bool {
-        MultiLockGuard::is_lost(self)
-    }
-    fn lost(&self) -> GuardFuture<()> {
-        Box::pin(MultiLockGuard::lost(self))
-    }
-    fn valid_until(&self) -> Instant {
-        MultiLockGuard::valid_until(self)
-    }
-    fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
-        Box::pin(MultiLockGuard::unlock(*self))
-    }
-}
-
-macro_rules! family_guard {
-    ($guard:ty, $unlock:ident, $name:expr) => {
-        impl Guard for $guard {
+/// `impl Guard` by the type's own methods of the same names: `name`, the release
+/// (`unlock`, or a permit's `release`), and the fencing token for kinds that have one.
+macro_rules! guard_by_methods {
+    ($guard:ty, $name:expr, $unlock:expr $(, $token:expr)?) => {
+        impl $crate::family::Guard for $guard {
             fn name(&self) -> &str {
                 $name(self)
             }
             fn is_lost(&self) -> bool {
                 <$guard>::is_lost(self)
             }
-            fn lost(&self) -> GuardFuture<()> {
+            fn lost(&self) -> $crate::family::GuardFuture<()> {
                 Box::pin(<$guard>::lost(self))
             }
-            fn valid_until(&self) -> Instant {
+            fn valid_until(&self) -> std::time::Instant {
                 <$guard>::valid_until(self)
             }
-            fn unlock(self: Box<Self>) -> GuardFuture<Result<()>> {
-                Box::pin(<$guard>::$unlock(*self))
+            $(fn fencing_token(&self) -> Option<u64> {
+                $token(self)
+            })?
+            fn unlock(self: Box<Self>) -> $crate::family::GuardFuture<$crate::error::Result<()>> {
+                Box::pin($unlock(*self))
             }
         }
     };
 }
+pub(crate) use guard_by_methods;
 
-family_guard!(ReadGuard, unlock, ReadGuard::name);
-family_guard!(WriteGuard, unlock, WriteGuard::name);
-family_guard!(Permit, release, Permit::semaphore_name);
+guard_by_methods!(
+    LockGuard,
+    LockGuard::name,
+    LockGuard::unlock,
+    LockGuard::fencing_token
+);
+guard_by_methods!(
+    RedLockGuard,
+    RedLockGuard::name,
+    RedLockGuard::unlock,
+    RedLockGuard::fencing_token
+);
+guard_by_methods!(MultiLockGuard, MultiLockGuard::name, MultiLockGuard::unlock);
+guard_by_methods!(ReadGuard, ReadGuard::name, ReadGuard::unlock);
+guard_by_methods!(WriteGuard, WriteGuard::name, WriteGuard::unlock);
+guard_by_methods!(Permit, Permit::semaphore_name, Permit::release);

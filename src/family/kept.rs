@@ -1,33 +1,29 @@
-//! A family hold's lease: its validity, its lost signal, and (without an explicit lease) the
-//! task that renews it every third of the lease while its guard lives.
+//! A family hold's lease: its validity and its lost signal, and its place among the client's
+//! open holds, where (without an explicit lease) the watchdog renews it while its guard lives.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use tokio::sync::Notify;
-
 use crate::error::Result;
-use crate::open_holds::{GiveBack, OpenHold, OpenHolds};
+use crate::open_holds::{GiveBack, OpenHold, OpenHolds, Renewing};
 use crate::shared::Client;
-use crate::task::AbortOnDrop;
-use crate::terms::Lease;
+use crate::terms::{Lease, Validity};
 
 struct State {
     name: Arc<str>,
-    valid_until: Mutex<Instant>,
-    lost: AtomicBool,
-    lost_notify: Notify,
+    validity: Validity,
+    /// Its guard is gone: a renewal in flight then tells nobody anything.
+    closed: AtomicBool,
 }
 
 impl State {
     fn is_lost(&self) -> bool {
-        if self.lost.load(Ordering::Acquire) {
+        if self.validity.is_marked() {
             return true;
         }
-        if Instant::now() >= *self.valid_until.lock() {
+        if self.validity.ran_out() {
             self.lose("its validity ran out before a renewal confirmed it");
             return true;
         }
@@ -35,33 +31,83 @@ impl State {
     }
 
     fn lose(&self, why: &str) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(lock = %self.name, "hold lost: {why}");
-            self.lost_notify.notify_waiters();
-        }
+        let name = &self.name;
+        self.validity
+            .mark(|| tracing::warn!(lock = %name, "hold lost: {why}"));
     }
 }
 
-/// The lease side of one hold; dropping it stops the renewal and takes the hold off the list
-/// that shutdown gives back.
+/// The lease side of one hold; dropping it takes the hold off the client's list of open
+/// holds, which the watchdog renews and shutdown gives back.
 pub(crate) struct Kept {
     state: Arc<State>,
-    _renewal: Option<AbortOnDrop>,
     open: (Arc<OpenHolds>, u64),
 }
 
-/// What shutdown does with a hold still open: ends it (its guard reports it lost) and
-/// releases it.
-struct AtShutdown<R> {
+/// A hold as the watchdog and shutdown see it.
+struct Open<F, R> {
     state: Arc<State>,
+    lease: Lease,
+    /// How long a confirmed renewal keeps it valid: the lease less the drift allowance.
+    valid_for: Duration,
+    renew: F,
     release: R,
 }
 
-impl<R, Fut> OpenHold for AtShutdown<R>
+impl<F, Fut, R, RFut> OpenHold for Open<F, R>
 where
-    R: Fn() -> Fut + Send + Sync,
-    Fut: Future<Output = Result<()>> + Send + 'static,
+    F: Fn() -> Fut + Send + Sync,
+    Fut: Future<Output = Result<bool>> + Send + 'static,
+    R: Fn() -> RFut + Send + Sync,
+    RFut: Future<Output = Result<()>> + Send + 'static,
 {
+    fn watchdog_lease(&self) -> Option<Duration> {
+        match self.lease {
+            Lease::Watchdog(lease) => Some(lease),
+            Lease::Fixed(_) => None,
+        }
+    }
+
+    fn renew(&self) -> Option<Renewing> {
+        if self.state.validity.is_marked() || self.watchdog_lease().is_none() {
+            return None;
+        }
+        let (state, valid_for, renew) = (self.state.clone(), self.valid_for, (self.renew)());
+        Some(Box::pin(async move {
+            // Released since the watchdog's snapshot (before, or while the renewal was on the
+            // wire): nobody is left to tell.
+            let closed = || state.closed.load(Ordering::Acquire);
+            if closed() {
+                return false;
+            }
+            // Too late to renew: the validity ran out before a renewal confirmed it.
+            if state.is_lost() {
+                return true;
+            }
+            let sent = Instant::now();
+            let renewed = renew.await;
+            if closed() {
+                return false;
+            }
+            match renewed {
+                Ok(true) if state.is_lost() => true,
+                Ok(true) => {
+                    state.validity.set(sent + valid_for);
+                    false
+                }
+                Ok(false) => {
+                    state.lose("a renewal found it gone");
+                    true
+                }
+                Err(e) => {
+                    tracing::debug!(lock = %state.name, error = %e, "renewal failed");
+                    state.is_lost()
+                }
+            }
+        }))
+    }
+
+    /// Ends it (its guard reports it lost) and releases it.
     fn give_back(&self) -> GiveBack {
         self.state.lose("the client shut down");
         Box::pin((self.release)())
@@ -70,8 +116,8 @@ where
 
 impl Kept {
     /// A hold of `client` granted by a request sent at `started`. A watchdog lease is renewed
-    /// by `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is gone); `release` gives the hold
-    /// back if the client shuts down while the guard lives.
+    /// by the client's watchdog with `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is
+    /// gone); `release` gives the hold back if the client shuts down while the guard lives.
     pub(super) fn new<F, Fut, R, RFut>(
         client: &Client,
         name: Arc<str>,
@@ -81,34 +127,30 @@ impl Kept {
         release: R,
     ) -> Kept
     where
-        F: Fn() -> Fut + Send + 'static,
+        F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<bool>> + Send + 'static,
         R: Fn() -> RFut + Send + Sync + 'static,
         RFut: Future<Output = Result<()>> + Send + 'static,
     {
-        let drift = client.inner.config.drift(lease.duration());
+        let valid_for = lease
+            .duration()
+            .saturating_sub(client.inner.config.drift(lease.duration()));
         let state = Arc::new(State {
             name,
-            valid_until: Mutex::new(started + lease.duration().saturating_sub(drift)),
-            lost: AtomicBool::new(false),
-            lost_notify: Notify::new(),
+            validity: Validity::new(started + valid_for),
+            closed: AtomicBool::new(false),
         });
-        let renewal = match lease {
-            Lease::Watchdog(lease) => {
-                let state = state.clone();
-                let task = renew_loop(state, lease.saturating_sub(drift), lease / 3, renew);
-                Some(AbortOnDrop(tokio::spawn(task)))
-            }
-            Lease::Fixed(_) => None,
-        };
         let registry = client.inner.open_holds.clone();
-        let id = registry.open(Arc::new(AtShutdown {
+        let id = registry.open(Arc::new(Open {
             state: state.clone(),
+            lease,
+            valid_for,
+            renew,
             release,
         }));
+        client.inner.watchdog_adopt(lease);
         Kept {
             state,
-            _renewal: renewal,
             open: (registry, id),
         }
     }
@@ -120,63 +162,22 @@ impl Kept {
     }
 
     pub(super) fn valid_until(&self) -> Instant {
-        *self.state.valid_until.lock()
+        self.state.validity.until()
     }
 
     /// Resolves once the hold is known lost: marked so, or its validity ran out.
     pub(super) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let state = self.state.clone();
         async move {
-            loop {
-                let notified = state.lost_notify.notified();
-                tokio::pin!(notified);
-                // Register before checking so a concurrent `lose` cannot be missed.
-                notified.as_mut().enable();
-                if state.is_lost() {
-                    return;
-                }
-                // A renewal may move the validity meanwhile; `is_lost` decides after the sleep.
-                let deadline = tokio::time::Instant::from_std(*state.valid_until.lock());
-                tokio::select! {
-                    _ = notified => {}
-                    _ = tokio::time::sleep_until(deadline) => {}
-                }
-            }
+            let lost = || state.is_lost();
+            state.validity.until_lost(lost, std::future::pending).await
         }
     }
 }
 
 impl Drop for Kept {
     fn drop(&mut self) {
+        self.state.closed.store(true, Ordering::Release);
         self.open.0.close(self.open.1);
-    }
-}
-
-/// Renews every `period` until aborted, the hold is found gone, or the validity runs out
-/// without a confirmed renewal.
-async fn renew_loop<F, Fut>(state: Arc<State>, valid_for: Duration, period: Duration, renew: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let period = period.max(Duration::from_millis(1));
-    loop {
-        tokio::time::sleep(period).await;
-        if state.lost.load(Ordering::Acquire) {
-            return;
-        }
-        let sent = Instant::now();
-        match renew().await {
-            // Too late to count: the validity may have run out before the renewal landed.
-            Ok(true) if state.is_lost() => return,
-            Ok(true) => *state.valid_until.lock() = sent + valid_for,
-            Ok(false) => return state.lose("a renewal found it gone"),
-            Err(e) => {
-                tracing::debug!(lock = %state.name, error = %e, "renewal failed");
-                if state.is_lost() {
-                    return;
-                }
-            }
-        }
     }
 }

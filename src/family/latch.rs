@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
@@ -56,12 +58,7 @@ impl CountDownLatch {
     async fn call(&self, op: &str, n: u32) -> Result<i64> {
         self.client.inner.check_open()?;
         let n = itoa::Buffer::new().format(n).to_owned();
-        let keys = [&*self.keys.key, &*self.keys.channel];
-        self.client
-            .inner
-            .node
-            .family_call(&SCRIPT, &keys, &[op, &n])
-            .await
+        self.keys.send(&self.client, &SCRIPT, &[op, &n]).await
     }
 
     /// Sets the count to `count` if the latch is at zero: `true` when this call set it.
@@ -90,14 +87,7 @@ impl CountDownLatch {
     /// Redis failures, or a key that does not hold a count.
     pub async fn count(&self) -> Result<u64> {
         self.client.inner.check_open()?;
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&*self.keys.key);
-        let raw: Option<String> = self.client.inner.node.query(&cmd).await?;
-        let Some(raw) = raw else { return Ok(0) };
-        raw.parse().map_err(|_| Error::Protocol {
-            script: "latch",
-            reply: raw,
-        })
+        self.keys.count(&self.client, SCRIPT.name).await
     }
 
     /// Waits until the count is zero.
@@ -151,13 +141,5 @@ impl CountDownLatch {
         )
         .await?;
         Ok(open.is_some())
-    }
-}
-
-impl std::fmt::Debug for CountDownLatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CountDownLatch")
-            .field("name", &self.keys.name)
-            .finish_non_exhaustive()
     }
 }

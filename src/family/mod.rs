@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::node::FamilyScript;
 use crate::pubsub::{RelayClass, Subscription, Turn};
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
+use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
 
 mod arrivals;
@@ -33,6 +34,7 @@ mod rwlock_share;
 mod semaphore;
 
 pub use fair::{FairGuard, FairLock};
+pub(crate) use guard::guard_by_methods;
 pub use guard::{Guard, GuardFuture};
 pub use latch::CountDownLatch;
 pub use permits::{Permit, PermitSemaphore};
@@ -63,19 +65,155 @@ impl FamilyKeys {
             channel,
         })
     }
+
+    /// Runs `script` on the key and the channel with `args`, even while the client shuts down
+    /// (its own releases).
+    pub(crate) async fn send(
+        &self,
+        client: &Client,
+        script: &'static FamilyScript,
+        args: &[&str],
+    ) -> Result<i64> {
+        let keys = [&*self.key, &*self.channel];
+        client.inner.node.family_call(script, &keys, args).await
+    }
+
+    /// The count the key holds, 0 when it is absent (`script` names its kind in errors).
+    pub(crate) async fn count(&self, client: &Client, script: &'static str) -> Result<u64> {
+        let raw: Option<String> = client
+            .inner
+            .node
+            .query(redis::cmd("GET").arg(&*self.key))
+            .await?;
+        let Some(raw) = raw else { return Ok(0) };
+        raw.parse()
+            .map_err(|_| Error::Protocol { script, reply: raw })
+    }
+
+    /// Deletes the key: `true` when it existed.
+    pub(crate) async fn delete(&self, client: &Client) -> Result<bool> {
+        let deleted: u64 = client
+            .inner
+            .node
+            .query(redis::cmd("DEL").arg(&*self.key))
+            .await?;
+        Ok(deleted == 1)
+    }
 }
 
-/// Runs a guard's release to its end even when the caller stops waiting (tracked, so
-/// `Client::shutdown` waits for it), as [`LockGuard::unlock`](crate::LockGuard::unlock) does: a
-/// cancelled `unlock` leaves no hold behind.
-pub(crate) async fn finish_release<T, F>(client: &Client, release: F) -> Result<T>
+/// `Debug` for handles by their name alone.
+macro_rules! debug_by_name {
+    ($($kind:ident),*) => {$(
+        impl std::fmt::Debug for $kind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($kind))
+                    .field("name", &self.name())
+                    .finish_non_exhaustive()
+            }
+        }
+    )*};
+}
+
+debug_by_name!(
+    CountDownLatch,
+    FairLock,
+    PermitSemaphore,
+    ReadWriteLock,
+    Semaphore
+);
+
+/// What a family script answered to an acquisition, typed here for every kind (the replies
+/// of `lua/permits.lua` and `lua/rwlock.lua`: a hold count `n >= 1` granted, `0` an upgrade
+/// refused, `-1` refused, `n <= -2` refused until `-n - 2` ms from now at the latest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    Granted,
+    /// Not now: worth asking again after this long at most (`None`: no deadline known).
+    Refused(Option<Duration>),
+    /// A write asked by an owner that reads and does not write: an upgrade would deadlock.
+    WouldDeadlock,
+}
+
+impl Taken {
+    pub(crate) fn decode(n: i64) -> Taken {
+        match n {
+            1.. => Taken::Granted,
+            0 => Taken::WouldDeadlock,
+            -1 => Taken::Refused(None),
+            n => Taken::Refused(Some(Duration::from_millis((-2 - n) as u64 + 1))),
+        }
+    }
+}
+
+/// Sends one acquisition `request` for the object `name`; if the caller stops waiting for its
+/// answer, a grant it brings is given back by `give_back` in the background (tracked, so
+/// `Client::shutdown` waits for it).
+pub(crate) async fn ask<F, G, GF, R>(
+    client: &Client,
+    name: &Arc<str>,
+    request: F,
+    give_back: G,
+) -> Result<Taken>
 where
-    T: Send + 'static,
-    F: Future<Output = Result<T>> + Send + 'static,
+    F: Future<Output = Result<Taken>> + Send + 'static,
+    G: FnOnce() -> GF + Send + 'static,
+    GF: Future<Output = Result<R>> + Send,
 {
-    FinishOnDrop::new(release, |_: Result<T>| async {})
+    let name = name.clone();
+    let abandoned = move |taken: Result<Taken>| async move {
+        if let Ok(Taken::Granted) = taken {
+            tracing::debug!(lock = %name, "acquire abandoned after the grant; giving it back");
+            if let Err(e) = give_back().await {
+                tracing::warn!(lock = %name, error = %e, "could not give back an abandoned grant");
+            }
+        }
+    };
+    FinishOnDrop::new(request, abandoned)
         .tracked(&client.inner.background)
         .await
+}
+
+/// A family guard's release, as [`LockGuard::unlock`](crate::LockGuard::unlock)'s: `release`
+/// (`None`: nothing to send) runs to its end even when the caller stops waiting (tracked, so
+/// `Client::shutdown` waits for it) and answers whether the hold was still there; a hold gone
+/// then, or known `lost` before, is [`Error::LeaseLost`].
+pub(crate) async fn finish_unlock<F>(
+    client: &Client,
+    name: &str,
+    lost: bool,
+    release: Option<F>,
+) -> Result<()>
+where
+    F: Future<Output = Result<bool>> + Send + 'static,
+{
+    let background = &client.inner.background;
+    let held = match release {
+        Some(release) => {
+            FinishOnDrop::new(release, |_| async {})
+                .tracked(background)
+                .await?
+        }
+        None => true,
+    };
+    if lost || !held {
+        let name = name.to_string();
+        return Err(Error::LeaseLost { name });
+    }
+    Ok(())
+}
+
+/// A dropped family guard's `release`, spawned on the current runtime (see
+/// [`spawn_from_drop`]); outside one, the lease frees the hold.
+pub(crate) fn release_dropped<F>(client: &Client, name: Arc<str>, release: F)
+where
+    F: Future<Output = Result<bool>> + Send + 'static,
+{
+    let release = async move {
+        if let Err(e) = release.await {
+            tracing::warn!(lock = %name, error = %e, "release of a dropped guard failed; it expires with its lease");
+        }
+    };
+    spawn_from_drop(&client.inner.background, release);
 }
 
 /// Rejects a zero count of permits (or of a latch) with a typed error.

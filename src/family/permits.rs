@@ -4,13 +4,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::family::kept::Kept;
-use crate::family::{Attempt, FamilyKeys, Wake, finish_release, wait_for};
+use crate::family::{
+    Attempt, FamilyKeys, Taken, Wake, ask, finish_unlock, release_dropped, wait_for,
+};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
 use crate::terms::Lease;
 
 static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../lua/permits.lua"));
@@ -23,8 +26,8 @@ static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../l
 /// Made by [`Client::permit_semaphore`]; cheap to clone. Set the number of permits with
 /// [`try_set_permits`](PermitSemaphore::try_set_permits); take one with
 /// [`acquire`](PermitSemaphore::acquire), which gives a [`Permit`]. Without an explicit lease the
-/// permit's lease is the client's watchdog lease, renewed every third of it while the `Permit`
-/// lives; [`Permit::lost`] resolves if a renewal finds it gone.
+/// permit's lease is the client's watchdog lease, renewed by the client's watchdog every third
+/// of it while the `Permit` lives; [`Permit::lost`] resolves if a renewal finds it gone.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
@@ -78,11 +81,8 @@ impl PermitSemaphore {
     /// [`call`](Self::call) even while the client shuts down (its releases).
     async fn send(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
-        let keys = [&*self.keys.key, &*self.keys.channel];
-        self.client
-            .inner
-            .node
-            .family_call(&SCRIPT, &keys, &[op, arg, &lease])
+        self.keys
+            .send(&self.client, &SCRIPT, &[op, arg, &lease])
             .await
     }
 
@@ -111,10 +111,7 @@ impl PermitSemaphore {
     /// # Errors
     /// Redis failures.
     pub async fn delete(&self) -> Result<bool> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&*self.keys.key);
-        let deleted: u64 = self.client.inner.node.query(&cmd).await?;
-        Ok(deleted == 1)
+        self.keys.delete(&self.client).await
     }
 
     /// Permits free now: the total minus the permits given out whose lease has not ended.
@@ -125,42 +122,20 @@ impl PermitSemaphore {
         Ok(self.call("available", "", 0).await?.max(0) as u64)
     }
 
-    /// Takes a permit, waiting as long as it takes; its lease is renewed while it lives. The
-    /// same as `acquire_with(LockOptions::new())`.
-    ///
-    /// # Errors
-    /// Redis failures, a key of another kind, [`Error::Shutdown`].
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropped while waiting it leaves nothing; dropped while its request is on the
-    /// wire, a permit granted meanwhile is released in the background.
-    pub async fn acquire(&self) -> Result<Permit> {
-        self.acquire_with(LockOptions::new()).await
-    }
-
-    /// Takes a permit on `options`' terms (see [`try_acquire_with`](Self::try_acquire_with)).
-    ///
-    /// # Errors
-    /// As [`try_acquire_with`](Self::try_acquire_with), plus [`Error::Busy`] when a bounded
-    /// wait ran out.
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_with(&self, options: LockOptions) -> Result<Permit> {
-        let got = self.try_acquire_with(options).await?;
-        options.held(|| self.keys.name.to_string(), got)
-    }
-
-    /// Takes a permit if one is free now.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
-        self.try_acquire_with(LockOptions::once()).await
-    }
+    crate::scope::ways_to_ask!(
+        Permit,
+        name,
+        [acquire, acquire_with, try_acquire, try_acquire_with]
+        /// Takes a permit, waiting as long as it takes; its lease is renewed while it lives. The
+        /// same as `acquire_with(LockOptions::new())`.
+        ///
+        /// # Errors
+        /// Redis failures, a key of another kind, [`Error::Shutdown`].
+        ///
+        /// # Cancel safety
+        /// Cancel-safe: dropped while waiting it leaves nothing; dropped while its request is on the
+        /// wire, a permit granted meanwhile is released in the background.
+    );
 
     /// Takes a permit on `options`' terms: wait at most `wait`, and hold it at most `lease`
     /// (no renewal); `None` when the wait ran out.
@@ -184,11 +159,9 @@ impl PermitSemaphore {
                 let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
                 let started = Instant::now();
                 Ok(match self.attempt(&id, lease).await? {
-                    1 => Attempt::Done((id, started)),
-                    -1 => Attempt::Again(None),
-                    n => Attempt::Again(Some(std::time::Duration::from_millis(
-                        (-2 - n).max(0) as u64 + 1,
-                    ))),
+                    Taken::Granted => Attempt::Done((id, started)),
+                    Taken::Refused(nap) => Attempt::Again(nap),
+                    Taken::WouldDeadlock => Attempt::Again(None),
                 })
             },
         )
@@ -209,7 +182,7 @@ impl PermitSemaphore {
             let (semaphore, id) = (self.clone(), id.clone());
             move || {
                 let (semaphore, id) = (semaphore.clone(), id.clone());
-                async move { semaphore.send("release", &id, 0).await.map(drop) }
+                async move { semaphore.give_back(&id, false).await.map(drop) }
             }
         };
         let name = self.keys.name.clone();
@@ -223,20 +196,24 @@ impl PermitSemaphore {
     }
 
     /// One acquisition request; a permit granted after the caller stopped waiting is released.
-    async fn attempt(&self, id: &Arc<str>, lease: Lease) -> Result<i64> {
+    async fn attempt(&self, id: &Arc<str>, lease: Lease) -> Result<Taken> {
         let (this, request_id) = (self.clone(), id.clone());
-        let request = async move { this.call("acquire", &request_id, lease.ms()).await };
+        let request = async move {
+            let reply = this.call("acquire", &request_id, lease.ms()).await?;
+            Ok(Taken::decode(reply))
+        };
         let (this, id) = (self.clone(), id.clone());
-        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
-            if let Ok(1) = outcome {
-                tracing::debug!(semaphore = %this.keys.name, "acquire abandoned after the grant; releasing the permit");
-                if let Err(e) = this.call("release", &id, 0).await {
-                    tracing::warn!(semaphore = %this.keys.name, error = %e, "could not release an abandoned permit; it expires with its lease");
-                }
-            }
-        })
-        .tracked(&self.client.inner.background);
-        call.await
+        let give_back = move || async move { this.give_back(&id, true).await };
+        ask(&self.client, &self.keys.name, request, give_back).await
+    }
+
+    /// Gives permit `id` back: `false` when it was not given out (its lease ended). `checked`:
+    /// refused once the client shuts down (shutdown's own release is not).
+    async fn give_back(&self, id: &str, checked: bool) -> Result<bool> {
+        if checked {
+            self.client.inner.check_open()?;
+        }
+        Ok(self.send("release", id, 0).await? == 1)
     }
 }
 
@@ -264,15 +241,14 @@ impl Permit {
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         let lost = self.kept.is_lost();
+        let semaphore = &self.semaphore;
+        let release = Some(self.give_back());
+        finish_unlock(&semaphore.client, &semaphore.keys.name, lost, release).await
+    }
+
+    fn give_back(&self) -> impl Future<Output = Result<bool>> + Send + 'static {
         let (semaphore, id) = (self.semaphore.clone(), self.id.clone());
-        let release = async move { semaphore.call("release", &id, 0).await };
-        let released = finish_release(&self.semaphore.client, release).await?;
-        if released != 1 || lost {
-            return Err(Error::LeaseLost {
-                name: self.semaphore.keys.name.to_string(),
-            });
-        }
-        Ok(())
+        async move { semaphore.give_back(&id, true).await }
     }
 
     /// Resolves when the permit is known lost (see [`is_lost`](Permit::is_lost)).
@@ -294,32 +270,11 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if self.released {
-            return;
+        if !self.released {
+            let semaphore = &self.semaphore;
+            let name = semaphore.keys.name.clone();
+            release_dropped(&semaphore.client, name, self.give_back());
         }
-        let (semaphore, id) = (self.semaphore.clone(), self.id.clone());
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let release = async move {
-                if let Err(e) = semaphore.call("release", &id, 0).await {
-                    tracing::warn!(semaphore = %semaphore.keys.name, error = %e, "release of a dropped permit failed; it expires with its lease");
-                }
-            };
-            drop(
-                self.semaphore
-                    .client
-                    .inner
-                    .background
-                    .spawn_on(release, &handle),
-            );
-        }
-    }
-}
-
-impl std::fmt::Debug for PermitSemaphore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PermitSemaphore")
-            .field("name", &self.keys.name)
-            .finish_non_exhaustive()
     }
 }
 

@@ -45,8 +45,8 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 ///   [`Error::WouldDeadlock`] at once (two readers upgrading would wait for each other forever).
 /// - **Leases per hold**: every reader's hold has its own deadline on the server's clock, so a
 ///   reader whose lease ran out (a crashed process) stops counting at once, whatever the other
-///   readers do. Without an explicit lease a guard renews its own hold every third of the
-///   client's watchdog lease while it lives, and [`lost`](ReadGuard::lost) resolves if a
+///   readers do. Without an explicit lease the client's watchdog renews each guard's hold
+///   every third of the client's watchdog lease while it lives, and [`lost`](ReadGuard::lost) resolves if a
 ///   renewal finds it gone. The deadlines are fields of the lock's hash, checked by the script
 ///   (`TIME`), the same on every server version: per-field expiry (`HPEXPIRE`, Redis 7.4 and
 ///   Valkey 9) is not used, as it would add a second script path (and, on Valkey 9.0, a
@@ -246,10 +246,11 @@ impl ReadWriteLock {
     }
 
     /// Gives back one `hold` of `field` (`checked`: refused once the client shuts down; a
-    /// guard's own release is not). As soon as the release is queued, it wakes the local
-    /// waiters it is likely to let in (`rwlock_local.rs`).
-    pub(crate) async fn release(&self, hold: Hold, field: &str, checked: bool) -> Result<i64> {
-        self.release_then(hold, field, checked, false).await
+    /// guard's own release is not): `false` when the owner held nothing of that kind. As soon
+    /// as the release is queued, it wakes the local waiters it is likely to let in
+    /// (`rwlock_local.rs`).
+    pub(crate) async fn release(&self, hold: Hold, field: &str, checked: bool) -> Result<bool> {
+        Ok(self.release_then(hold, field, checked, false).await? >= 0)
     }
 
     /// [`release`](Self::release); with `rider`, the calling task's next call rides behind it
@@ -317,56 +318,26 @@ impl ReadWriteLock {
     }
 }
 
-impl std::fmt::Debug for ReadWriteLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadWriteLock")
-            .field("name", &self.keys.name)
-            .finish_non_exhaustive()
-    }
-}
-
 macro_rules! side_methods {
     ($side:ident, $guard:ident, $what:literal) => {
         impl $side {
-            #[doc = concat!("Takes the ", $what, " lock, waiting as long as it takes; the guard renews its lease while it lives.")]
-            ///
-            /// # Errors
-            /// Redis failures, a key of another kind, [`Error::Shutdown`]; for the write lock,
-            /// [`Error::WouldDeadlock`] when this owner holds the read lock but not the write lock.
-            ///
-            /// # Cancel safety
-            /// Cancel-safe: dropped while waiting it leaves nothing (a waiting writer's intent is
-            /// withdrawn); dropped while its request is on the wire, a grant that arrives is given
-            /// back in the background.
-            pub async fn lock(&self) -> Result<$guard> {
-                self.lock_with(LockOptions::new()).await
-            }
+            crate::scope::ways_to_ask!(
+                $guard,
+                name,
+                [lock, lock_with, try_lock, try_lock_with]
+                #[doc = concat!("Takes the ", $what, " lock, waiting as long as it takes; the guard renews its lease while it lives.")]
+                ///
+                /// # Errors
+                /// Redis failures, a key of another kind, [`Error::Shutdown`]; for the write lock,
+                /// [`Error::WouldDeadlock`] when this owner holds the read lock but not the write lock.
+                ///
+                /// # Cancel safety
+                /// Cancel-safe: dropped while waiting it leaves nothing (a waiting writer's intent is
+                /// withdrawn); dropped while its request is on the wire, a grant that arrives is given
+                /// back in the background.
+            );
 
-            #[doc = concat!("Takes the ", $what, " lock on `options`' terms (see [`try_lock_with`](Self::try_lock_with)).")]
-            ///
-            /// # Errors
-            /// As [`try_lock_with`](Self::try_lock_with), plus [`Error::Busy`] when a bounded
-            /// wait ran out.
-            ///
-            /// # Cancel safety
-            /// As [`lock`](Self::lock).
-            pub async fn lock_with(&self, options: LockOptions) -> Result<$guard> {
-                let got = self.try_lock_with(options).await?;
-                options.held(|| self.name().to_owned(), got)
-            }
-
-            #[doc = concat!("Takes the ", $what, " lock if it is free for this owner now; `None` when not.")]
-            ///
-            /// # Errors
-            /// As [`lock`](Self::lock).
-            ///
-            /// # Cancel safety
-            /// As [`lock`](Self::lock).
-            pub async fn try_lock(&self) -> Result<Option<$guard>> {
-                self.try_lock_with(LockOptions::once()).await
-            }
-
-            #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out.")]
+            #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out (a zero wait: when it is not free for this owner now).")]
             ///
             /// # Errors
             /// As [`lock`](Self::lock), [`Error::InvalidDuration`] for a zero or absurd lease or

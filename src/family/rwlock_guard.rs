@@ -1,15 +1,17 @@
-//! The guards of a [`ReadWriteLock`](crate::ReadWriteLock): one hold each, renewed by its own
-//! task while it lives when taken without an explicit lease.
+//! The guards of a [`ReadWriteLock`](crate::ReadWriteLock): one hold each, renewed by the
+//! client's watchdog while it lives when taken without an explicit lease.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::family::finish_release;
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::family::kept::Kept;
 use crate::family::rwlock::{Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_share::{OwnHeld, Share};
+use crate::family::{finish_unlock, release_dropped};
 use crate::terms::Lease;
 
 /// The lease side of `hold` of `field`, granted by a request sent at `started`: renewed while
@@ -109,25 +111,21 @@ impl RwHold {
         }
     }
 
+    /// The release of this hold on the server: none for a share's member that is not the
+    /// last one out (see [`leave`](Self::leave)).
+    fn give_back(&self) -> Option<impl Future<Output = Result<bool>> + Send + 'static> {
+        let (hold, field) = self.leave()?;
+        let lock = self.lock.clone();
+        Some(async move { lock.release(hold, &field, true).await })
+    }
+
     async fn unlock(mut self) -> Result<()> {
         self.released = true;
-        // A member that is not the last one out sends nothing: a share no longer confirmed
-        // valid counts as lost.
+        // Known lost before: a share no longer confirmed valid counts as lost for each member,
+        // the last one out or not.
         let lost = self.kept().is_lost();
-        let reply = match self.leave() {
-            Some((hold, field)) => {
-                let lock = self.lock.clone();
-                let release = async move { lock.release(hold, &field, true).await };
-                finish_release(&self.lock.client, release).await?
-            }
-            None => 1,
-        };
-        if reply < 0 || lost {
-            return Err(Error::LeaseLost {
-                name: self.lock.keys.name.to_string(),
-            });
-        }
-        Ok(())
+        let release = self.give_back();
+        finish_unlock(&self.lock.client, &self.lock.keys.name, lost, release).await
     }
 }
 
@@ -136,17 +134,8 @@ impl Drop for RwHold {
         if self.released {
             return;
         }
-        let Some((hold, field)) = self.leave() else {
-            return;
-        };
-        let lock = self.lock.clone();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let release = async move {
-                if let Err(e) = lock.release(hold, &field, true).await {
-                    tracing::warn!(lock = %lock.keys.name, error = %e, "release of a dropped read-write lock guard failed; it expires with its lease");
-                }
-            };
-            drop(self.lock.client.inner.background.spawn_on(release, &handle));
+        if let Some(release) = self.give_back() {
+            release_dropped(&self.lock.client, self.lock.keys.name.clone(), release);
         }
     }
 }

@@ -1,14 +1,14 @@
 //! [`Semaphore`]: a counting semaphore shared by every client of the deployment.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::family::{Attempt, FamilyKeys, Taken, Wake, ask, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
 
 static SCRIPT: FamilyScript =
     FamilyScript::new("semaphore", include_str!("../../lua/semaphore.lua"));
@@ -68,12 +68,7 @@ impl Semaphore {
     async fn call(&self, op: &str, n: u32) -> Result<i64> {
         self.client.inner.check_open()?;
         let n = itoa::Buffer::new().format(n).to_owned();
-        let keys = [&*self.keys.key, &*self.keys.channel];
-        self.client
-            .inner
-            .node
-            .family_call(&SCRIPT, &keys, &[op, &n])
-            .await
+        self.keys.send(&self.client, &SCRIPT, &[op, &n]).await
     }
 
     /// Sets the available permits to `permits` whatever they were, and wakes waiters.
@@ -98,14 +93,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails, or the key does not hold a count of permits.
     pub async fn available(&self) -> Result<u64> {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&*self.keys.key);
-        let raw: Option<String> = self.client.inner.node.query(&cmd).await?;
-        let Some(raw) = raw else { return Ok(0) };
-        raw.parse().map_err(|_| Error::Protocol {
-            script: "semaphore",
-            reply: raw,
-        })
+        self.keys.count(&self.client, SCRIPT.name).await
     }
 
     /// Deletes the semaphore from Redis: `true` when it existed. A semaphore's permits are
@@ -115,10 +103,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails.
     pub async fn delete(&self) -> Result<bool> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&*self.keys.key);
-        let deleted: u64 = self.client.inner.node.query(&cmd).await?;
-        Ok(deleted == 1)
+        self.keys.delete(&self.client).await
     }
 
     /// Gives back `permits` permits and wakes the waiters.
@@ -201,8 +186,8 @@ impl Semaphore {
             Wake::PERMITS,
             || async {
                 Ok(match self.attempt(permits).await? {
-                    true => Attempt::Done(()),
-                    false => Attempt::Again(None),
+                    Taken::Granted => Attempt::Done(()),
+                    _ => Attempt::Again(None),
                 })
             },
         )
@@ -212,28 +197,16 @@ impl Semaphore {
 
     /// One acquisition request; if the caller stops waiting for its answer, permits it took are
     /// given back in the background.
-    async fn attempt(&self, permits: u32) -> Result<bool> {
+    async fn attempt(&self, permits: u32) -> Result<Taken> {
         let this = self.clone();
-        let request = async move { Ok::<_, Error>(this.call("acquire", permits).await? == 1) };
+        let request = async move {
+            Ok(match this.call("acquire", permits).await? {
+                1 => Taken::Granted,
+                _ => Taken::Refused(None),
+            })
+        };
         let this = self.clone();
-        let sent = Instant::now();
-        let call = FinishOnDrop::new(request, move |outcome: Result<bool>| async move {
-            if let Ok(true) = outcome {
-                tracing::debug!(semaphore = %this.keys.name, waited = ?sent.elapsed(), "acquire abandoned after the grant; releasing its permits");
-                if let Err(e) = this.release(permits).await {
-                    tracing::warn!(semaphore = %this.keys.name, error = %e, "could not release the permits of an abandoned acquire");
-                }
-            }
-        })
-        .tracked(&self.client.inner.background);
-        call.await
-    }
-}
-
-impl std::fmt::Debug for Semaphore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Semaphore")
-            .field("name", &self.keys.name)
-            .finish_non_exhaustive()
+        let give_back = move || async move { this.release(permits).await };
+        ask(&self.client, &self.keys.name, request, give_back).await
     }
 }

@@ -291,13 +291,29 @@ pub(crate) async fn release_all(members: Vec<LockGuard>) -> Vec<Result<()>> {
 }
 
 /// Gives back a failed round's grants, logging (not returning) what could not be released: the
-/// caller's error is about the acquisition, and the leases free whatever is left.
-pub(crate) async fn give_back(members: Vec<LockGuard>) {
-    if members.is_empty() {
-        return;
-    }
+/// caller's error is about the acquisition, and the leases free whatever is left. With a
+/// `limit` it waits no longer (a node that stops answering now must not hold up the caller);
+/// releases still running then finish in the background.
+pub(crate) async fn give_back(
+    members: impl IntoIterator<Item = LockGuard>,
+    limit: Option<Duration>,
+) {
+    let members: Vec<LockGuard> = members.into_iter().collect();
     let names: Vec<Arc<str>> = members.iter().map(|h| h.hold().keys.name.clone()).collect();
-    for (name, result) in names.iter().zip(release_all(members).await) {
+    let released = release_all(members);
+    let results = match limit {
+        None => released.await,
+        Some(limit) => match tokio::time::timeout(limit, released).await {
+            Ok(results) => results,
+            Err(_) => {
+                tracing::debug!(
+                    "give-back still running after {limit:?}; finishing in the background"
+                );
+                return;
+            }
+        },
+    };
+    for (name, result) in names.iter().zip(results) {
         if let Err(e) = result {
             tracing::warn!(lock = %name, error = %e, "could not give back a partial grant; it expires with its lease");
         }

@@ -4,16 +4,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Kind, ReadWriteLock, Side, WRITE_INTENT};
 use crate::error::{Error, Result};
 use crate::family::rwlock_guard::RwHold;
 use crate::family::rwlock_local::{LocalTurns, Waiting};
 use crate::family::rwlock_share::{Ahead, Join, Joined};
-use crate::family::{Attempt, wait_for};
+use crate::family::{Attempt, Taken, ask, wait_for};
 use crate::scope::LockOptions;
-use crate::task::FinishOnDrop;
+use crate::task::spawn_from_drop;
 use crate::terms::{Lease, Wait};
 
 /// In whose name, and how, a hold is asked for.
@@ -51,20 +51,12 @@ impl Drop for Intent {
         let (subscriber, channel) = (&self.lock.client.inner.subscriber, &self.lock.keys.channel);
         LocalTurns::wake(subscriber, channel, Kind::Read);
         let (lock, field) = (self.lock.clone(), self.field.clone());
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let withdraw = async move {
-                if let Err(e) = lock.call("withdraw", &field, 0).await {
-                    tracing::debug!(lock = %lock.keys.name, error = %e, "could not withdraw a write intent; it expires");
-                }
-            };
-            drop(
-                self.lock
-                    .client
-                    .inner
-                    .background
-                    .spawn_on(withdraw, &handle),
-            );
-        }
+        let withdraw = async move {
+            if let Err(e) = lock.call("withdraw", &field, 0).await {
+                tracing::debug!(lock = %lock.keys.name, error = %e, "could not withdraw a write intent; it expires");
+            }
+        };
+        spawn_from_drop(&self.lock.client.inner.background, withdraw);
     }
 }
 
@@ -178,18 +170,16 @@ impl ReadWriteLock {
                         Wait::Once => 0,
                         _ => WRITE_INTENT.as_millis() as u64,
                     };
-                    let reply = self.attempt(kind, asking, field, lease, intent_ms).await?;
-                    match reply {
-                        n if n >= 1 => Ok(Attempt::Done(started)),
-                        0 => Err(Error::WouldDeadlock {
+                    match self.attempt(kind, asking, field, lease, intent_ms).await? {
+                        Taken::Granted => Ok(Attempt::Done(started)),
+                        Taken::WouldDeadlock => Err(Error::WouldDeadlock {
                             name: self.keys.name.to_string(),
                         }),
-                        n => {
+                        Taken::Refused(nap) => {
                             if intent_ms > 0 {
                                 intent_ref.waiting.arm();
                             }
-                            let ttl = (-2 - n).max(0) as u64;
-                            Ok(Attempt::Again(Some(Duration::from_millis(ttl + 1))))
+                            Ok(Attempt::Again(nap))
                         }
                     }
                 }
@@ -211,32 +201,21 @@ impl ReadWriteLock {
         field: &Arc<str>,
         lease: Lease,
         intent_ms: u64,
-    ) -> Result<i64> {
+    ) -> Result<Taken> {
         let (op, unop, _) = kind.ops();
         let op = match asking {
             Asking::Reentry => "reenter",
             _ => op,
         };
-        let lock = self.clone();
-        let request_field = field.clone();
-        let lease_ms = lease.ms();
+        let (lock, request_field) = (self.clone(), field.clone());
         let request = async move {
-            lock.call_with_intent(op, &request_field, lease_ms, intent_ms)
-                .await
+            let reply = lock
+                .call_with_intent(op, &request_field, lease.ms(), intent_ms)
+                .await?;
+            Ok(Taken::decode(reply))
         };
-        let lock = self.clone();
-        let field = field.clone();
-        let call = FinishOnDrop::new(request, move |outcome: Result<i64>| async move {
-            if let Ok(n) = outcome
-                && n >= 1
-            {
-                tracing::debug!(lock = %lock.keys.name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = lock.call(unop, &field, 0).await {
-                    tracing::warn!(lock = %lock.keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
-                }
-            }
-        })
-        .tracked(&self.client.inner.background);
-        call.await
+        let (lock, field) = (self.clone(), field.clone());
+        let give_back = move || async move { lock.call(unop, &field, 0).await };
+        ask(&self.client, &self.keys.name, request, give_back).await
     }
 }

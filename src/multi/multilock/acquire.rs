@@ -48,7 +48,7 @@ impl MultiLock {
             if blockers.is_empty() && error.is_none() {
                 return Ok(Some(MultiLockGuard::new(held)));
             }
-            give_back(held).await;
+            give_back(held, None).await;
             if let Some(e) = error {
                 return Err(e);
             }

@@ -4,10 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::future::select_all;
-
 use crate::error::Result;
 use crate::guard::LockGuard;
+use crate::hold::any_lost;
 use crate::multi::member::release_all;
 
 /// Every member of a [`MultiLock`](crate::MultiLock), held together. Release with
@@ -59,17 +58,8 @@ impl MultiLockGuard {
     /// Resolves when any member's lease is lost (see [`LockGuard::lost`](crate::LockGuard::lost)).
     /// It does not borrow the guard.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let each: Vec<_> = self
-            .members
-            .iter()
-            .map(|h| Box::pin(h.hold().lost()))
-            .collect();
-        async move {
-            // Never empty: `MultiLock::new` rejects an empty list.
-            if !each.is_empty() {
-                select_all(each).await;
-            }
-        }
+        // Never empty: `MultiLock::new` rejects an empty list.
+        any_lost(self.members.iter().map(|h| h.hold().clone()).collect())
     }
 
     /// The earliest instant until which every member is known valid.

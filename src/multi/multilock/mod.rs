@@ -98,56 +98,34 @@ impl MultiLock {
         &self.members
     }
 
-    /// Waits until every member is held, then keeps them with their clients' watchdogs while
-    /// the guard lives (each member with its own watchdog lease). The same as
-    /// `lock_with(LockOptions::new())`.
-    ///
-    /// # Errors
-    /// The first member error of the round that failed: [`Error::WouldDeadlock`] (a
-    /// non-reentrant member already held by its owner), [`Error::WrongType`],
-    /// [`Error::Timeout`], [`Error::Redis`], [`Error::Shutdown`]. Whatever that round had taken
-    /// is given back first.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropping the future leaves no member held and nothing renewed; grants that
-    /// arrive after the drop are given back in the background.
-    pub async fn lock(&self) -> Result<MultiLockGuard> {
-        self.lock_with(LockOptions::new()).await
-    }
+    crate::scope::ways_to_ask!(
+        MultiLockGuard,
+        names,
+        [lock, lock_with, try_lock, try_lock_with]
+        /// Waits until every member is held, then keeps them with their clients' watchdogs while
+        /// the guard lives (each member with its own watchdog lease). The same as
+        /// `lock_with(LockOptions::new())`.
+        ///
+        /// # Errors
+        /// The first member error of the round that failed: [`Error::WouldDeadlock`] (a
+        /// non-reentrant member already held by its owner), [`Error::WrongType`],
+        /// [`Error::Timeout`], [`Error::Redis`], [`Error::Shutdown`]. Whatever that round had taken
+        /// is given back first.
+        ///
+        /// # Cancel safety
+        /// Cancel-safe: dropping the future leaves no member held and nothing renewed; grants that
+        /// arrive after the drop are given back in the background.
+    );
 
     /// Takes every member as `options` say (the same [`LockOptions`] as every lock kind takes):
     /// waits at most `wait`, and holds every member for `lease` without renewal (by default
-    /// the watchdogs keep them).
+    /// the watchdogs keep them); `None` when the wait ran out, and nothing stays held then. A
+    /// zero wait makes one round. [`Error::Busy`] from `lock_with` names the members,
+    /// `+`-joined.
     ///
     /// # Errors
-    /// As [`MultiLock::lock`], plus [`Error::Busy`] (naming the members, `+`-joined) when a
-    /// bounded wait ran out, [`Error::InvalidDuration`] for a bad wait or lease, and
+    /// As [`MultiLock::lock`], plus [`Error::InvalidDuration`] for a bad wait or lease, and
     /// [`Error::InvalidArgument`] for permits other than one.
-    ///
-    /// # Cancel safety
-    /// As [`MultiLock::lock`].
-    pub async fn lock_with(&self, options: LockOptions) -> Result<MultiLockGuard> {
-        let got = self.try_lock_with(options).await?;
-        options.held(|| self.names(), got)
-    }
-
-    /// One round: the guard when every member could be taken, else `None` (and nothing held).
-    /// The same as `try_lock_with(LockOptions::new().wait(Duration::ZERO))`.
-    ///
-    /// # Errors
-    /// As [`MultiLock::lock`].
-    ///
-    /// # Cancel safety
-    /// As [`MultiLock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
-        self.try_lock_with(LockOptions::once()).await
-    }
-
-    /// Takes every member as `options` say (see [`MultiLock::lock_with`]): `None` when the wait
-    /// ran out, and nothing stays held then. A zero wait makes one round.
-    ///
-    /// # Errors
-    /// As [`MultiLock::lock_with`], without [`Error::Busy`].
     ///
     /// # Cancel safety
     /// As [`MultiLock::lock`].

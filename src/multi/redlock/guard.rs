@@ -4,9 +4,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::{join_all, select_all};
+use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
+use crate::hold::any_lost;
 use crate::task::AbortOnDrop;
 
 use super::renewal::renew;
@@ -73,33 +74,13 @@ impl RedLockGuard {
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let shared = self.shared.clone();
         async move {
-            loop {
-                let notified = shared.lost_notify.notified();
-                tokio::pin!(notified);
-                // Register before checking so a concurrent `mark_lost` cannot be missed.
-                notified.as_mut().enable();
-                if shared.is_lost() {
-                    return;
-                }
-                let until = tokio::time::Instant::from_std(shared.valid_until());
-                // A node's hold lost (its client shut down, say) may leave too few: look again.
-                let members = shared.member_holds();
-                let live = members.iter().filter(|hold| !hold.is_lost());
-                let member_lost: Vec<_> = live.map(|hold| Box::pin(hold.lost())).collect();
-                let any_member_lost = async move {
-                    if member_lost.is_empty() {
-                        std::future::pending::<()>().await;
-                    } else {
-                        select_all(member_lost).await;
-                    }
-                };
-                tokio::select! {
-                    _ = notified => {}
-                    _ = any_member_lost => {}
-                    // A renewal may have moved the validity meanwhile: look again.
-                    _ = tokio::time::sleep_until(until) => {}
-                }
-            }
+            // A node's hold lost (its client shut down, say) may leave too few: look again.
+            let any_member_lost = || {
+                let members = shared.member_holds().into_iter();
+                any_lost(members.filter(|hold| !hold.is_lost()).collect())
+            };
+            let lost = || shared.is_lost();
+            shared.validity.until_lost(lost, any_member_lost).await
         }
     }
 

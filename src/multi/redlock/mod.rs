@@ -207,59 +207,35 @@ impl RedLock {
         self.nodes.len() / 2 + 1
     }
 
-    /// Waits until a majority of nodes grant the lock, then renews it while the guard lives.
-    /// The same as `lock_with(LockOptions::new())`.
-    ///
-    /// # Errors
-    /// [`Error::Quorum`] when so many nodes fail or time out that no majority is possible, for
-    /// a whole lease in a row (shorter outages are waited out like contention); the error counts
-    /// how the nodes answered in the last round.
-    /// [`Error::WouldDeadlock`] for non-reentrant locks already held by this owner;
-    /// [`Error::InvalidArgument`] or [`Error::InvalidDuration`] for bad settings. Whatever the
-    /// failed round took is given back first.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropping the future leaves no node held and no renewal running; grants
-    /// that arrive after the drop are given back in the background.
-    pub async fn lock(&self) -> Result<RedLockGuard> {
-        self.lock_with(LockOptions::new()).await
-    }
+    crate::scope::ways_to_ask!(
+        RedLockGuard,
+        name,
+        [lock, lock_with, try_lock, try_lock_with]
+        /// Waits until a majority of nodes grant the lock, then renews it while the guard lives.
+        /// The same as `lock_with(LockOptions::new())`.
+        ///
+        /// # Errors
+        /// [`Error::Quorum`] when so many nodes fail or time out that no majority is possible, for
+        /// a whole lease in a row (shorter outages are waited out like contention); the error counts
+        /// how the nodes answered in the last round.
+        /// [`Error::WouldDeadlock`] for non-reentrant locks already held by this owner;
+        /// [`Error::InvalidArgument`] or [`Error::InvalidDuration`] for bad settings. Whatever the
+        /// failed round took is given back first.
+        ///
+        /// # Cancel safety
+        /// Cancel-safe: dropping the future leaves no node held and no renewal running; grants
+        /// that arrive after the drop are given back in the background.
+    );
 
     /// Rounds until a majority grants the lock as `options` say: waits at most `wait`, and
     /// holds it for `lease` without renewal (the guard is lost when its validity runs out); by
-    /// default the guard renews it.
+    /// default the guard renews it. `None` when the wait is spent with the lock held elsewhere
+    /// (or a single round was too slow to leave any validity). A zero wait makes one round.
     ///
     /// # Errors
     /// As [`RedLock::lock`]; [`Error::Quorum`] when the wait ends on a round in which too many
-    /// nodes failed or timed out to form a majority, and [`Error::Busy`] when it ends with the
-    /// lock held elsewhere. [`Error::InvalidArgument`] for permits other than one.
-    ///
-    /// # Cancel safety
-    /// As [`RedLock::lock`].
-    pub async fn lock_with(&self, options: LockOptions) -> Result<RedLockGuard> {
-        let got = self.try_lock_with(options).await?;
-        options.held(|| self.name.to_string(), got)
-    }
-
-    /// One round: the guard when a majority granted the lock in time, `None` when it is held
-    /// elsewhere (or the round was too slow to leave any validity). The same as
-    /// `try_lock_with(LockOptions::new().wait(Duration::ZERO))`.
-    ///
-    /// # Errors
-    /// [`Error::Quorum`] when so many nodes failed or timed out in the round that no majority
-    /// was possible; otherwise as [`RedLock::lock`].
-    ///
-    /// # Cancel safety
-    /// As [`RedLock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<RedLockGuard>> {
-        self.try_lock_with(LockOptions::once()).await
-    }
-
-    /// Rounds as `options` say (see [`RedLock::lock_with`]) until a majority grants the lock,
-    /// or the wait is spent (`None`: held elsewhere). A zero wait makes one round.
-    ///
-    /// # Errors
-    /// As [`RedLock::lock_with`], without [`Error::Busy`].
+    /// nodes failed or timed out to form a majority (a single round included).
+    /// [`Error::InvalidArgument`] for permits other than one.
     ///
     /// # Cancel safety
     /// As [`RedLock::lock`].

@@ -2,7 +2,6 @@
 //! node at once and take the lock again on nodes that lost it; lost when a majority no longer
 //! holds it or the validity runs out.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -74,7 +73,7 @@ impl Shared {
                 return Round::Stop;
             }
             // Judged before this round's answers can move it.
-            let expired = Instant::now() >= state.valid_until;
+            let expired = self.validity.ran_out();
             let mut renewed = 0;
             for (i, step) in steps.into_iter().enumerate() {
                 match step {
@@ -104,14 +103,12 @@ impl Shared {
             }
             if renewed >= self.quorum && !expired {
                 let until = started + self.lease.saturating_sub(self.drift);
-                if until > state.valid_until {
-                    state.valid_until = until;
-                }
+                self.validity.extend(until);
             }
             (renewed, state.slots.iter().flatten().count(), expired)
         };
         drop(leaving);
-        if expired || self.lost.load(Ordering::Acquire) {
+        if expired || self.validity.is_marked() {
             self.mark_lost(&format!(
                 "its validity ran out; the last round renewed on {renewed} of {} nodes (quorum {})",
                 self.nodes.len(),

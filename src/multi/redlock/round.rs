@@ -42,7 +42,11 @@ impl RedLock {
             .await;
             let tally = Tally::count(&self.name, round);
             if let Some(e) = tally.fatal {
-                give_back_within(settings.settle_timeout, tally.slots).await;
+                give_back(
+                    tally.slots.into_iter().flatten(),
+                    Some(settings.settle_timeout),
+                )
+                .await;
                 return Err(e);
             }
             let slots = tally.slots;
@@ -66,7 +70,7 @@ impl RedLock {
                 );
                 return Ok(Some(RedLockGuard::start(shared, settings.renewed)));
             }
-            give_back_within(settings.settle_timeout, slots).await;
+            give_back(slots.into_iter().flatten(), Some(settings.settle_timeout)).await;
             if granted {
                 tracing::debug!(lock = %self.name, elapsed = ?started.elapsed(), "RedLock round took the lock too slowly to leave any validity");
             }
@@ -156,19 +160,5 @@ impl Tally {
             tally.slots.push(slot);
         }
         tally
-    }
-}
-
-/// Gives back a failed round's grants, waiting at most `limit`: a node that stops answering
-/// now must not hold up the caller. Releases still running then finish in the background.
-async fn give_back_within(limit: Duration, slots: Vec<Option<LockGuard>>) {
-    let members: Vec<LockGuard> = slots.into_iter().flatten().collect();
-    if tokio::time::timeout(limit, give_back(members))
-        .await
-        .is_err()
-    {
-        tracing::debug!(
-            "RedLock give-back still running after {limit:?}; finishing in the background"
-        );
     }
 }

@@ -2,15 +2,14 @@
 //! each node, the validity, and whether the lock is lost.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::lock::Lock;
+use crate::terms::Validity;
 
 use super::settings::Settings;
 
@@ -26,14 +25,12 @@ pub(super) struct Shared {
     pub(super) settle_timeout: Duration,
     pub(super) token: Option<u64>,
     pub(super) state: Mutex<State>,
-    pub(super) lost: AtomicBool,
-    pub(super) lost_notify: Notify,
+    pub(super) validity: Validity,
 }
 
 pub(super) struct State {
     /// What we hold on each node, by node index.
     pub(super) slots: Vec<Option<LockGuard>>,
-    pub(super) valid_until: Instant,
     /// Set by unlock and drop: from then on nothing may be added.
     pub(super) closed: bool,
 }
@@ -58,23 +55,21 @@ impl Shared {
             token,
             state: Mutex::new(State {
                 slots,
-                valid_until,
                 closed: false,
             }),
-            lost: AtomicBool::new(false),
-            lost_notify: Notify::new(),
+            validity: Validity::new(valid_until),
         }
     }
 
     pub(super) fn valid_until(&self) -> Instant {
-        self.state.lock().valid_until
+        self.validity.until()
     }
 
     pub(super) fn is_lost(&self) -> bool {
-        if self.lost.load(Ordering::Acquire) {
+        if self.validity.is_marked() {
             return true;
         }
-        if Instant::now() < self.valid_until() {
+        if !self.validity.ran_out() {
             if self.open_holds() >= self.quorum {
                 return false;
             }
@@ -83,10 +78,9 @@ impl Shared {
         }
         // Sticky: the caller may already have acted on the loss, so a renewal that lands after
         // the validity ran out must not bring the guard back.
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::debug!(lock = %self.name, "RedLock validity ran out");
-            self.lost_notify.notify_waiters();
-        }
+        let name = &self.name;
+        self.validity
+            .mark(|| tracing::debug!(lock = %name, "RedLock validity ran out"));
         true
     }
 
@@ -110,10 +104,9 @@ impl Shared {
     }
 
     pub(super) fn mark_lost(&self, why: &str) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(lock = %self.name, "RedLock lost: {why}");
-            self.lost_notify.notify_waiters();
-        }
+        let name = &self.name;
+        self.validity
+            .mark(|| tracing::warn!(lock = %name, "RedLock lost: {why}"));
     }
 
     pub(super) fn held_nodes(&self) -> usize {
