@@ -149,17 +149,13 @@ end
 
 if #ARGV == 6 and #KEYS == 1 then
     -- The waiter form (unfenced, no lock-delay) that acquire_wait.lua did not answer.
-    local terms = ARGV[5] .. ' - 0 ' .. ARGV[6]
+    local terms = terms_of(ARGV[4], ARGV[5], '-', '0', ARGV[6])
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], nil, nil, nil, 0, tonumber(ARGV[4]),
         terms)
 end
 if #ARGV == 8 then
     -- A queue entry's terms as the client sent them (queue.lua): no formatting here.
-    local terms = ARGV[7] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[8]
-    if ARGV[6] == '-2' then
-        -- A watching member's refusal wants the marker's slack alone (refuse).
-        terms = ARGV[7]
-    end
+    local terms = terms_of(ARGV[6], ARGV[7], ARGV[4], ARGV[5], ARGV[8])
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
         tonumber(ARGV[5]), tonumber(ARGV[6]), terms)
 end

@@ -50,6 +50,16 @@ local function watch(hash, ttl, slack)
     enqueue(hash, '~', told + slack, '0 - 0 0')
 end
 
+-- A refusal's terms from the client's arguments (slack, claim, grace, delay, nonce, as sent):
+-- a waiter's queue entry past its deadline, or for a watching member (slack '-2') the
+-- marker's slack alone (refuse).
+local function terms_of(slack, claim, grace, delay, nonce)
+    if slack == '-2' then
+        return claim
+    end
+    return claim .. ' ' .. grace .. ' ' .. delay .. ' ' .. nonce
+end
+
 -- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first, with
 -- what a grant to it writes (terms, as the queue's entry has them), or a MultiLock member's
 -- watch marker (slack -2; terms is then the marker's slack). Never answers 0 (that is "held by
@@ -85,7 +95,8 @@ if #ARGV == 6 and #KEYS == 1 then
     if not count then
         local ttl = redis.call('PTTL', hash)
         if ttl ~= -2 then
-            return refuse(hash, field, ttl, tonumber(ARGV[4]), ARGV[5] .. ' - 0 ' .. ARGV[6])
+            local terms = terms_of(ARGV[4], ARGV[5], '-', '0', ARGV[6])
+            return refuse(hash, field, ttl, tonumber(ARGV[4]), terms)
         end
         waited_ttl = ttl
     end

@@ -1,9 +1,8 @@
 -- force_release.lua: delete a lock whoever holds it (operators, `force_unlock`) and give it to
 -- the first queued waiter (queue.lua and fence.lua, which `src/scripts.rs` puts before this
--- file), or with nobody queued wake the lock's listeners.
+-- file); MultiLock members that watch it are told as their marker goes (queue.lua).
 --
 -- KEYS[1]  lock hash            P:{N}
--- KEYS[2]  unlock channel       P:{N}:unlock
 --
 -- Returns 1 when a lock was held and is now deleted, 0 when it was free.
 -- A lock-delay (the marker P:{N}:delay, see acquire.lua) ends too: the lock is free at once.
@@ -19,9 +18,7 @@ if kind == 'none' and not delayed then
     return 0
 end
 redis.call('DEL', KEYS[1])
-if not grant_head(KEYS[1]) then
-    redis.call('PUBLISH', KEYS[2], '0')
-end
+grant_head(KEYS[1])
 if kind == 'none' then
     return 0
 end

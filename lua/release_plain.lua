@@ -16,9 +16,8 @@
 -- ARGV[2i-1] and ARGV[2i] for i = 1..n.
 --
 -- Server instructions per call (callgrind on Redis 7.0.15, `bench/scripts/server_cost.sh`):
--- 49.7k (67.9k through release.lua), of which its 2 keys and 6 arguments are about 13k and the
--- PUBLISH (MultiLock members listen; a `Lock`'s waiters are queued) about 7k. rslock's
--- compare-and-delete: 25.5k. A release that grants the lock to the queue's head falls through
+-- the lean form 37.5k (the short form, with 2 keys and 6 arguments and the PUBLISH every
+-- release once made, 49.7k; through release.lua 67.9k). rslock's compare-and-delete: 25.0k. A release that grants the lock to the queue's head falls through
 -- with what it read here (below): about 135k, of which making fence.lua's and queue.lua's
 -- functions is about 15k; a contended cycle (that release, and the releaser's next attempt
 -- refused and queued) 234k, 248k before the reads were passed on and entries concatenated.

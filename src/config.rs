@@ -118,8 +118,8 @@ pub enum Replicas {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WaitBy {
-    /// One subscriber connection per client; a release publishes a message that wakes the
-    /// waiters at once. Waiters also look again when the holder's lease would have run out, so
+    /// One subscriber connection per client; a release that gives the lock to a waiter (or
+    /// frees a permit, a latch) publishes a message that wakes it at once. Waiters also look again when the holder's lease would have run out, so
     /// a lost message costs time, never correctness. The default.
     PubSub,
     /// No pub/sub at all, for proxies and managed services without it: a waiter tries again

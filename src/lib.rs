@@ -108,15 +108,17 @@
 //! A lock taken with an explicit lease is never renewed; it expires after the lease.
 //!
 //! ## Waiting
-//! A waiter tries once; only if the lock is held does it subscribe to the lock's unlock
-//! channel, try again (closing the race with an unlock that came first), then sleep until an
-//! unlock message or the holder's remaining lease, whichever comes first. One message wakes
-//! one local waiter. Nothing polls.
+//! A waiter tries once; only if the lock is held does it subscribe to its client's channel of
+//! the lock and try again, which queues it on the server. The release that frees the lock gives
+//! it to the first waiter queued there, in the same script call, and one message tells that
+//! waiter alone, which holds the lock from it (no call of its own). A waiter also looks again
+//! when the holder's lease would have run out, so a lost message costs time, never correctness.
+//! Nothing polls.
 //!
 //! Within one client, waiters for a lock queue FIFO, and a release that frees the lock hands it
 //! straight to the first of them (one script: the holder's field goes, the waiter's comes, with
 //! the waiter's lease and a new fencing token): no unlock message, no acquire round trip after
-//! it, and the lock is never free in between. It does so only while no other client listens for
+//! it, and the lock is never free in between. It does so only while no other client waits for
 //! the lock, and at most 64 times in a row, so other clients' waiters get their turn.
 //!
 //! Behind a proxy without pub/sub, build the client with

@@ -10,7 +10,8 @@
 //! Hand-over: the waiting head leaves an [`Offer`] at the queue. A release of this client that
 //! frees the lock takes it and asks `release.lua` to give the lock straight to the head: no
 //! unlock message, no acquire round trip, and the lock is never free in between. The script
-//! does so only while no other client listens for the lock, and the queue allows at most
+//! does so only while nothing is queued on the server ahead of the head (another client's
+//! waiter, or the watch marker of MultiLock members), and the queue allows at most
 //! [`HANDOVERS_IN_A_ROW`] in a row, so other clients' waiters are not starved by a busy one.
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use crate::node::Successor;
 
 /// Consecutive hand-overs of one lock within this client before a release frees it for
-/// everyone again (a backstop: the script already declines when another client listens).
+/// everyone again (a backstop: the script already declines while another client waits).
 pub(crate) const HANDOVERS_IN_A_ROW: u32 = 64;
 
 #[derive(Default)]

@@ -9,8 +9,8 @@
 //! A `Lock`'s waiter listens on its client's grant channel of the lock (`P:{N}:unlock:<client
 //! id>`), where a release that gave the lock to it from the server's queue says so: the grant is
 //! kept here for that waiter (`Subscription::take_grant`), which holds the lock from it. MultiLock
-//! waiters listen on the lock's channel (`P:{N}:unlock`), whose message carries the releasing
-//! client's id, and heed every message.
+//! waiters listen on the lock's channel (`P:{N}:unlock`), where a call that takes the lock's
+//! queue past their watch marker publishes `0` (`lua/queue.lua`), and heed every message.
 //!
 //! The connection itself comes from `node/link.rs` (one server, or shard channels on a cluster).
 //! When the server ends a subscription nobody asked to end (a cluster slot moved or failed over:
@@ -84,7 +84,8 @@ pub(crate) struct Subscriber {
     /// Set by `stop`: no reader may be started again.
     stopped: AtomicBool,
     weak_self: Weak<Subscriber>,
-    /// This client's id: the payload of its own unlock messages.
+    /// This client's id: the payload of its own messages on a channel (the family's), which
+    /// its waiters that hear of its releases directly ignore.
     own_id: Arc<str>,
     /// Polling: no subscriber connection is ever made; waiters poll with backoff.
     wait_by: WaitBy,

@@ -283,8 +283,8 @@ impl Node {
 
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool> {
         let script = self.force_release_script();
-        let mut cmd = evalsha(script, 2, 0, 2 * keys.hash.len() + 8);
-        cmd.arg(&*keys.hash).arg(keys.channel());
+        let mut cmd = evalsha(script, 1, 0, keys.hash.len());
+        cmd.arg(&*keys.hash);
         let reply: i64 = self
             .eval_retried("force unlock", &keys.hash, script, &cmd)
             .await?;
