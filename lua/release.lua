@@ -194,30 +194,32 @@ if lean and #KEYS == 1 then
     -- (no lease to apply, no latch to write), or nothing held.
     return release(KEYS[1], nil, nil, ARGV[1], nil, nil, ARGV[2], '-')
 end
-if lean then
+-- One call per entry of a batch, in order: an entry that fails answers its error message (a
+-- string) instead, and the others go on.
+local function each_entry(n, call)
     local replies = {}
-    for i = 1, #KEYS do
-        local ok, reply = pcall(release_lean, KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
+    for i = 1, n do
+        local ok, reply = pcall(call, i)
         if not ok then
+            -- redis.call raises a table {err = message}; Lua itself raises a string.
             reply = type(reply) == 'table' and reply.err or tostring(reply)
         end
         replies[i] = reply
     end
     return replies
 end
+
+if lean then
+    return each_entry(#KEYS, function(i)
+        return release_lean(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
+    end)
+end
 if #ARGV <= 9 then
     return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
         ARGV[7], ARGV[8], tonumber(ARGV[9] or '0'))
 end
-local replies = {}
-for i = 1, #KEYS / 2 do
+return each_entry(#KEYS / 2, function(i)
     local k, a = 2 * i - 2, 6 * i - 6
-    local ok, reply = pcall(release, KEYS[k + 1], KEYS[k + 2], nil, ARGV[a + 1], ARGV[a + 2],
-        ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-    if not ok then
-        -- redis.call raises a table {err = message}; Lua itself raises a string.
-        reply = type(reply) == 'table' and reply.err or tostring(reply)
-    end
-    replies[i] = reply
-end
-return replies
+    return release(KEYS[k + 1], KEYS[k + 2], nil, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+        ARGV[a + 4], ARGV[a + 5])
+end)

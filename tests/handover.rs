@@ -26,6 +26,27 @@ async fn until_waiting(server: &Server, name: &str, n: u64) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
+/// One wait of `waiting` for `name`, which `holder` holds until the waiter waits; `waits` runs
+/// then. The waiter gets the lock and gives it back.
+async fn wait_once(
+    server: &Server,
+    [holder, waiting]: &[redlease::Client; 2],
+    name: &str,
+    waits: impl FnOnce(),
+) {
+    let held = holder.lock(name).unwrap().lock().await.unwrap();
+    let waiter = {
+        let lock = waiting.lock(name).unwrap();
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    until_waiting(server, name, 1).await;
+    waits();
+    held.unlock().await.unwrap();
+    for guard in join_within([waiter], Duration::from_secs(2), "the waiter").await {
+        guard.unlock().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_a_waiting_task_of_the_same_client() {
     let server = Server::start();
@@ -235,27 +256,19 @@ async fn a_waiter_that_gives_up_as_the_lock_is_handed_to_it_leaves_nothing_behin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_comes_back_at_once_finds_the_channel_subscribed() {
     let server = Server::start();
-    let [holder, waiting] = clients(&server).await;
+    let both = clients(&server).await;
     let name = unique_name("linger");
     let channel = unlock_channel(&key_of(name.as_str()));
     // Both commands, counted from the first wait on (building a client tries them too).
     let subscribes = || command_calls(&server, "subscribe") + command_calls(&server, "unsubscribe");
     let mut before = None;
     for round in 0..2 {
-        let held = holder.lock(&name).unwrap().lock().await.unwrap();
-        let waiter = {
-            let lock = waiting.lock(&name).unwrap();
-            tokio::spawn(async move { lock.lock().await.unwrap() })
-        };
-        until_waiting(&server, &name, 1).await;
-        if round == 0 {
-            before = Some(subscribes());
-        }
-        held.unlock().await.unwrap();
-        let guard = join_within([waiter], Duration::from_secs(2), "the waiter").await;
-        for guard in guard {
-            guard.unlock().await.unwrap();
-        }
+        wait_once(&server, &both, &name, || {
+            if round == 0 {
+                before = Some(subscribes());
+            }
+        })
+        .await;
     }
     assert_eq!(
         Some(subscribes()),
@@ -266,8 +279,9 @@ async fn a_waiter_that_comes_back_at_once_finds_the_channel_subscribed() {
         until_subscribed(&server, &channel, 0).await,
         "the channel stayed subscribed with nobody waiting"
     );
-    holder.shutdown().await.unwrap();
-    waiting.shutdown().await.unwrap();
+    for client in both {
+        client.shutdown().await.unwrap();
+    }
 }
 
 /// A lock waited for again and again keeps its channel: the linger counts from the last waiter
@@ -279,7 +293,7 @@ async fn a_waiter_that_comes_back_at_once_finds_the_channel_subscribed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_waited_for_again_and_again_keeps_its_channel() {
     let server = Server::start();
-    let [holder, waiting] = clients(&server).await;
+    let both = clients(&server).await;
     let name = unique_name("linger-again");
     let channel = unlock_channel(&key_of(name.as_str()));
     let subscribes = || command_calls(&server, "subscribe") + command_calls(&server, "unsubscribe");
@@ -290,30 +304,12 @@ async fn a_lock_waited_for_again_and_again_keeps_its_channel() {
         .take(12)
         .enumerate()
     {
-        let held = holder.lock(&name).unwrap().lock().await.unwrap();
-        let waiter = {
-            let lock = waiting.lock(&name).unwrap();
-            tokio::spawn(async move { lock.lock().await.unwrap() })
-        };
-        until_waiting(&server, &name, 1).await;
-        if round == 0 {
-            before = Some(subscribes());
-        }
-        held.unlock().await.unwrap();
-        for guard in join_within([waiter], Duration::from_secs(2), "the waiter").await {
-            guard.unlock().await.unwrap();
-        }
-        let chans: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("*")
-            .query(&mut server.conn())
-            .unwrap();
-        eprintln!(
-            "round {round}: {} {:?} {:?}",
-            subscribes(),
-            chans,
-            std::time::Instant::now()
-        );
+        wait_once(&server, &both, &name, || {
+            if round == 0 {
+                before = Some(subscribes());
+            }
+        })
+        .await;
         // Nobody waits now: the channel lingers.
         tokio::time::sleep(Duration::from_millis(pause_ms)).await;
     }
@@ -326,6 +322,7 @@ async fn a_lock_waited_for_again_and_again_keeps_its_channel() {
         until_subscribed(&server, &channel, 0).await,
         "the channel stayed subscribed with nobody waiting"
     );
-    holder.shutdown().await.unwrap();
-    waiting.shutdown().await.unwrap();
+    for client in both {
+        client.shutdown().await.unwrap();
+    }
 }

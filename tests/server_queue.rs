@@ -47,6 +47,21 @@ fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     panic!("worker {} did not finish within {limit:?}", child.id());
 }
 
+/// Waits (off the runtime's threads) for every worker, at most 120 s each; each must succeed.
+async fn all_succeed(mut children: Vec<Child>) {
+    let statuses = tokio::task::spawn_blocking(move || {
+        children
+            .iter_mut()
+            .map(|child| wait_child(child, Duration::from_secs(120)))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for status in statuses {
+        assert!(status.success(), "a worker failed: {status}");
+    }
+}
+
 /// Sends `signal` (`STOP`, `KILL`) to our own unreaped child, by its pid.
 fn signal(child: &Child, signal: &str) {
     let sent = Command::new("kill")
@@ -79,7 +94,7 @@ async fn eight_processes_take_turns_without_a_herd() {
     let (processes, rounds) = (8, 200);
     let calls_before = command_calls(&server, "evalsha");
     let started = Instant::now();
-    let mut children: Vec<Child> = (0..processes)
+    let children: Vec<Child> = (0..processes)
         .map(|_| {
             spawn_worker(&[
                 ("REDLEASE_QW", "count".into()),
@@ -90,17 +105,7 @@ async fn eight_processes_take_turns_without_a_herd() {
             ])
         })
         .collect();
-    let statuses = tokio::task::spawn_blocking(move || {
-        children
-            .iter_mut()
-            .map(|child| wait_child(child, Duration::from_secs(120)))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    for status in statuses {
-        assert!(status.success(), "a worker failed: {status}");
-    }
+    all_succeed(children).await;
     let total = processes * rounds;
     let calls = command_calls(&server, "evalsha") - calls_before;
     let per = calls as f64 / total as f64;
@@ -133,7 +138,7 @@ async fn processes_take_turns_on_a_cluster_through_a_slot_migration_and_a_failov
     let counter = format!("{{{name}}}:count");
     let (processes, rounds) = (4, 150);
     let total = (processes * rounds) as u64;
-    let mut children: Vec<Child> = (0..processes)
+    let children: Vec<Child> = (0..processes)
         .map(|_| {
             spawn_worker(&[
                 ("REDLEASE_QW", "count".into()),
@@ -169,17 +174,7 @@ async fn processes_take_turns_on_a_cluster_through_a_slot_migration_and_a_failov
     })
     .await
     .unwrap();
-    let statuses = tokio::task::spawn_blocking(move || {
-        children
-            .iter_mut()
-            .map(|child| wait_child(child, Duration::from_secs(120)))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    for status in statuses {
-        assert!(status.success(), "a worker failed: {status}");
-    }
+    all_succeed(children).await;
     assert_eq!(count_now(&cluster, &counter), total, "mutual exclusion");
     let owner = cluster.server_of(&key_of(&name));
     assert!(queued(owner, &name).is_empty(), "entries left in the queue");
