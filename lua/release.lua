@@ -21,11 +21,9 @@
 --          have a lock-delay of <ms>: a release that frees it deletes its marker P:{N}:delay
 --          (see acquire.lua), so the next owner need not wait; one that leaves holds (and
 --          lengthens the lease) lengthens the marker to the lease plus the delay.
--- ARGV[6]  the releasing client's id (not used since a release publishes no unlock message,
---          queue.lua; the forms are told apart by their lengths)
--- ARGV[7]  hand-over (optional): owner field of the releasing client's first waiter
--- ARGV[8]  hand-over (optional): that waiter's lease in milliseconds
--- ARGV[9]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua and
+-- ARGV[6]  hand-over (optional): owner field of the releasing client's first waiter
+-- ARGV[7]  hand-over (optional): that waiter's lease in milliseconds
+-- ARGV[8]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua and
 --          queue.lua, which `scripts.rs` puts before this file)
 --
 -- Returns
@@ -33,13 +31,13 @@
 --   0        the last hold was released: the field is gone, and the lock was granted to the
 --            first queued waiter (one message names it) or, with nobody queued, freed
 --   n > 0    n holds remain; the expiry was raised to ARGV[2] if it was shorter
---   -2 - t   the last hold was released and the lock handed to ARGV[7] (count 1, lease
---            ARGV[8], fencing token t, 0 when unfenced); nothing published, the lock never free
+--   -2 - t   the last hold was released and the lock handed to ARGV[6] (count 1, lease
+--            ARGV[7], fencing token t, 0 when unfenced); nothing published, the lock never free
 -- A retry with the same request id returns the first call's answer and changes nothing.
 -- A lock key of another type fails with WRONGTYPE before anything is written.
 --
 -- Batch (one client's concurrent releases coalesced into one call, `src/batch.rs`): KEYS[2i-1],
--- KEYS[2i] and ARGV[6i-5 .. 6i] as above for i = 1..n, without hand-over; the reply is a table of
+-- KEYS[2i] and ARGV[5i-4 .. 5i] as above for i = 1..n, without hand-over; the reply is a table of
 -- n such integers, in order. An entry that fails answers its error message as a string instead,
 -- and the others go on (every error comes before an entry writes anything).
 --
@@ -48,8 +46,8 @@
 -- owner's next hold instead.
 --
 -- Why this shape: every key and argument, and a table reply, costs the server about as much as
--- a command (see acquire.lua), so a guard's release sends 2 keys and 6 arguments and gets an
--- integer.
+-- a command (see acquire.lua), so a guard's last release sends 1 key and 2 arguments (the lean
+-- form), any other 2 keys and 5 arguments, and gets an integer.
 
 local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, successor,
                        successor_lease, grace)
@@ -214,12 +212,12 @@ if lean then
         return release_lean(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
     end)
 end
-if #ARGV <= 9 then
+if #ARGV <= 8 then
     return release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
-        ARGV[7], ARGV[8], tonumber(ARGV[9] or '0'))
+        ARGV[6], ARGV[7], tonumber(ARGV[8] or '0'))
 end
 return each_entry(#KEYS / 2, function(i)
-    local k, a = 2 * i - 2, 6 * i - 6
+    local k, a = 2 * i - 2, 5 * i - 5
     return release(KEYS[k + 1], KEYS[k + 2], nil, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
         ARGV[a + 4], ARGV[a + 5])
 end)

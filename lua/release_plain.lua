@@ -7,7 +7,7 @@
 --
 -- The lean form is that case's own request, which the client sends for a guard's last hold of
 -- a lock without lock-delay (first attempt, no hand-over): KEYS[1] the lock hash, ARGV[1] the
--- owner field, ARGV[2] how many holds to give back; 1 key and 2 arguments instead of 2 and 6
+-- owner field, ARGV[2] how many holds to give back; 1 key and 2 arguments instead of 2 and 5
 -- (each costs the server about 1.6k instructions). It answers as
 -- release.lua does, except when holds would remain (the server counts more than the client
 -- knew: a grant a cancelled waiter of the owner is giving back): then it changes nothing and
@@ -16,7 +16,7 @@
 -- ARGV[2i-1] and ARGV[2i] for i = 1..n.
 --
 -- Server instructions per call (callgrind on Redis 7.0.15, `bench/scripts/server_cost.sh`):
--- the lean form 37.5k (the short form, with 2 keys and 6 arguments and the PUBLISH every
+-- the lean form 37.5k (the short form, then with 2 keys and 6 arguments and the PUBLISH every
 -- release once made, 49.7k; through release.lua 67.9k). rslock's compare-and-delete: 25.0k. A release that grants the lock to the queue's head falls through
 -- with what it read here (below): about 135k, of which making fence.lua's and queue.lua's
 -- functions is about 15k; a contended cycle (that release, and the releaser's next attempt
@@ -47,7 +47,7 @@ local function last_hold(hash, field, holds)
 end
 
 local lean = #ARGV == 2 * #KEYS
-if (lean and #KEYS == 1) or (#ARGV == 6 and ARGV[5] == '-') then
+if (lean and #KEYS == 1) or (#ARGV == 5 and ARGV[5] == '-') then
     local holds = lean and ARGV[2] or ARGV[4]
     local reply, held, head = last_hold(KEYS[1], ARGV[1], holds)
     if reply then

@@ -330,8 +330,7 @@ impl Lock {
         let inner = &self.client.inner;
         let config = &inner.config;
         let claim_ms = config.claim_lease.as_millis() as u64;
-        // The entry outlives the wait it is told by the time the next attempt may take to land.
-        let slack_ms = claim_ms.max(config.timeout.as_millis() as u64);
+        let slack_ms = config.queue_slack().as_millis() as u64;
         // A fixed lease shorter than the claim lease is the grant's whole lease; not for a
         // client that polls, whose next look may come later than that lease's end.
         let claim_ms = match (lease, config.wait_by) {

@@ -160,6 +160,12 @@ impl Default for Config {
 }
 
 impl Config {
+    /// How long a waiter's queue entry (or a MultiLock member's watch marker) outlives the wait
+    /// it is told: the time its next attempt may take to land.
+    pub(crate) fn queue_slack(&self) -> Duration {
+        self.claim_lease.max(self.timeout)
+    }
+
     /// The clock drift allowance for a lease: `lease × drift_factor + 2 ms`.
     pub(crate) fn drift(&self, lease: Duration) -> Duration {
         lease.mul_f64(self.drift_factor.clamp(0.0, 0.5)) + Duration::from_millis(2)

@@ -78,12 +78,7 @@ fn release_call(
     if let Some((_, true)) = successor {
         call.key(FENCE);
     }
-    call.arg(field)
-        .arg(30_000)
-        .arg(10_000)
-        .arg(holds)
-        .arg(mode)
-        .arg(CLIENT);
+    call.arg(field).arg(30_000).arg(10_000).arg(holds).arg(mode);
     if let Some((successor, fenced)) = successor {
         call.arg(successor).arg(20_000);
         if fenced {
@@ -495,12 +490,7 @@ fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
             .key(format!("{hash}:latch:{CLIENT}:{request}"));
     }
     for (field, holds) in [("a:1", 1), ("a:1", 1), ("b:1", 1)] {
-        call.arg(field)
-            .arg(30_000)
-            .arg(10_000)
-            .arg(holds)
-            .arg("-")
-            .arg(CLIENT);
+        call.arg(field).arg(30_000).arg(10_000).arg(holds).arg("-");
     }
     let published = command_calls(&server, "publish");
     let Value::Array(replies) = call.invoke::<Value>(&mut conn).unwrap() else {

@@ -226,7 +226,7 @@ def phases(n, batch):
             n,
             lambda i: [
                 "EVALSHA", release, 2, key(i), "%s:latch:%s:%d" % (key(i), OWNER_CLIENT, i),
-                FIELD, LEASE, LATCH_MS, "1", "-", OWNER_CLIENT,
+                FIELD, LEASE, LATCH_MS, "1", "-",
             ],
             0,
         ),

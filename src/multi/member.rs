@@ -93,11 +93,7 @@ pub(crate) async fn attempt_batch(
     watch: bool,
 ) -> Vec<Outcome> {
     let inner = &client.inner;
-    // The marker outlives the wait it is told as a waiter's entry does (`Lock::queue_terms`).
-    let watch_ms = watch.then(|| {
-        let config = &inner.config;
-        config.claim_lease.max(config.timeout).as_millis() as u64
-    });
+    let watch_ms = watch.then(|| inner.config.queue_slack().as_millis() as u64);
     if inner.check_open().is_err() {
         return batch
             .iter()
