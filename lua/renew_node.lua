@@ -1,6 +1,6 @@
 #!lua flags=allow-cross-slot-keys
 -- renew_node.lua: the watchdog's renewal on a Redis Cluster, one call per node rather than
--- per slot (`src/node/renew_by_node.rs`). A script may declare keys of one slot only, so the
+-- per slot (`src/node/calls/renew_by_node.rs`). A script may declare keys of one slot only, so the
 -- locks come as arguments, and the flag lets the script reach the keys of every slot this
 -- node serves. A key the node does not serve (a stale slot map, a slot on the move) is not an
 -- error of the call: it is answered 0, and the client renews it again the per-slot way,

@@ -1,7 +1,7 @@
 -- rwlock.lua: a read-write lock with a lease per hold (`src/family/rwlock.rs`).
 --
 -- Always called as a batch of one or more entries (one client's concurrent calls coalesced,
--- `src/node/family_calls.rs`); per entry:
+-- `src/node/calls/family_calls.rs`); per entry:
 -- KEYS     lock hash P:{N}:rw (fields below; PEXPIRE = the latest deadline in it), and channel
 --          P:{N}:rw:unlock (published when a release lets others in)
 -- ARGV     2 (its key count), 4 (its argument count), then

@@ -21,7 +21,7 @@ pub(crate) const ACQUIRE_SOURCE: &str = concat!(
     include_str!("../lua/acquire.lua")
 );
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
-/// `release.lua` as sent (the cluster's variant is made from it, `node/shape.rs`).
+/// `release.lua` as sent (the cluster's variant is made from it, `node/deploy/shape.rs`).
 pub(crate) const RELEASE_SOURCE: &str = concat!(
     include_str!("../lua/release_plain.lua"),
     include_str!("../lua/fence.lua"),

@@ -151,7 +151,7 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     let (holds, wants): (Vec<Arc<Hold>>, Vec<Option<WaitFor>>) = paired.into_iter().unzip();
     let (with_wait, without) = holds.split_at(acked);
     // The lock family's holds renew alongside, each by its own script call (coalesced per
-    // script by the node, `node/family_calls.rs`).
+    // script by the node, `node/calls/family_calls.rs`).
     let family = inner.open_holds.renewals();
     let family_holds = family.len();
     let ((mut outcomes, trips, failed), (rest, more_trips, more_failed), family) =
@@ -320,7 +320,7 @@ async fn renew_on_server(
 }
 
 /// As [`renew_on_server`], on a cluster: by node first, per slot for the rest
-/// (`node/renew_by_node.rs`).
+/// (`node/calls/renew_by_node.rs`).
 async fn renew_on_cluster(
     inner: &Arc<Inner>,
     holds: &[Arc<Hold>],

@@ -122,7 +122,7 @@ async fn slot_migration_of_a_held_lock_keeps_the_holder_and_wakes_its_waiter() {
     waiters.shutdown().await.unwrap();
 }
 
-/// The redis-rs defect the subscriber works around (`src/node/link.rs`), on its own: a RESP3
+/// The redis-rs defect the subscriber works around (`src/node/deploy/link.rs`), on its own: a RESP3
 /// cluster connection subscribed to a shard channel, the slot's primary fails over, the old
 /// primary sends SUNSUBSCRIBE, and a message published on the new primary never arrives,
 /// because redis-rs dropped the channel from its tracker and does not subscribe it again.

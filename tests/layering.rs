@@ -107,3 +107,66 @@ fn the_check_sees_a_transport_module_naming_a_lock_kind() {
         ["lock", "Client"]
     );
 }
+
+/// The modules of `node/calls/` (the typed script calls).
+const CALLS: &[&str] = &[
+    "calls",
+    "acked_calls",
+    "batch",
+    "family_calls",
+    "lock_calls",
+    "release_calls",
+    "renew_by_node",
+    "scan",
+];
+
+/// What a `node/deploy/` file names inside `node`: `crate::node::<name>` and `super::<name>`.
+fn node_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    ["crate::node::", "super::"]
+        .iter()
+        .flat_map(|prefix| {
+            code.match_indices(prefix).map(|(at, m)| {
+                code[at + m.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+#[test]
+fn deployments_know_nothing_of_the_calls_made_on_them() {
+    // Inside node/: deploy/ (servers, cluster, Sentinel, TLS, ACL, transport) sits below
+    // calls/ (the typed script calls), which use it.
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/node/deploy");
+    let mut files = Vec::new();
+    rust_files(&deploy, &mut files);
+    assert!(files.len() >= 8, "found only {} deploy files", files.len());
+    let violations: Vec<String> = files
+        .iter()
+        .flat_map(|file| {
+            let text = fs::read_to_string(file).expect("readable source");
+            node_paths(&text)
+                .into_iter()
+                .filter(|name| CALLS.contains(&name.as_str()))
+                .map(move |name| format!("{}: {name}", file.display()))
+        })
+        .collect();
+    assert!(
+        violations.is_empty(),
+        "deploy/ naming the calls made on it:\n{}",
+        violations.join("\n")
+    );
+    // The check itself sees such a path.
+    assert_eq!(
+        node_paths("use crate::node::lock_calls::AcquireCall; super::batch"),
+        ["lock_calls", "batch"]
+    );
+}

@@ -40,7 +40,7 @@ pub async fn tls(r: &mut Runner, c: &Counts, target: &Target) {
             let target = target.clone();
             async move {
                 let client = if name == FLOOR_TLS {
-                    // As redlease does (src/node/tls.rs): rustls needs a process default.
+                    // As redlease does (src/node/deploy/tls.rs): rustls needs a process default.
                     let _ = rustls::crypto::ring::default_provider().install_default();
                     let certs = redis::TlsCertificates {
                         client_tls: None,

@@ -71,7 +71,7 @@ struct Planned {
     reentrant: bool,
     fenced: bool,
     delay_ms: u64,
-    /// See `AcquireTerms::watch_ms` (`node/lock_calls.rs`).
+    /// See `AcquireTerms::watch_ms` (`node/calls/lock_calls.rs`).
     watch_ms: Option<u64>,
     /// The owner held nothing here before: an unanswered request can be undone blindly.
     fresh: bool,

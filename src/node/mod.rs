@@ -1,12 +1,10 @@
-//! One Redis deployment the client talks to, and the typed script calls on it.
-//!
-//! This is the only place that knows the deployment's shape (one server or a Redis Cluster,
-//! `shape.rs`); lock logic calls these methods and never asks which. Every script touches the
-//! keys of one lock, which share its `{name}` hash tag and so one cluster slot; calls that carry
-//! several locks (renewals, coalesced batches) are split by [`Node::shard`] first. The lock
-//! scripts' calls, alone and coalesced, are in `lock_calls.rs`; the subscriber's connection is
-//! in `link.rs`; how each command is sent (timeouts, retries, NOSCRIPT, cluster
-//! transitions) in `transport.rs`.
+//! One Redis deployment the client talks to, and the typed script calls on it: `deploy/` knows
+//! the deployment (one server, a Redis Cluster, Sentinel; TLS, ACL, replicas) and how a command
+//! is sent; `calls/` holds the typed calls. This is the only place that knows the deployment's
+//! shape (`deploy/shape.rs`); lock logic calls these methods and never asks which. Every
+//! script touches the keys of one lock, which share its `{name}` hash tag and so one cluster
+//! slot; calls that carry several locks (renewals, coalesced batches) are split by
+//! [`Node::shard`] first.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,21 +13,11 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::scripts;
 
-mod acked_calls;
-mod acl;
-mod batch;
-mod dial;
-mod family_calls;
-mod link;
-mod lock_calls;
-mod release_calls;
-mod renew_by_node;
-mod replicas;
-mod scan;
-mod sentinel;
-mod shape;
-mod tls;
-mod transport;
+mod calls;
+mod deploy;
+
+use calls::{batch, family_calls, lock_calls, release_calls};
+use deploy::{acl, dial, link, replicas, sentinel, shape, tls, transport};
 
 pub(crate) use acl::denied;
 pub(crate) use dial::Dial;

@@ -4,8 +4,8 @@
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Value};
 
-use super::{Node, bounded, shape::Conn};
 use crate::error::{Error, Result};
+use crate::node::{Node, bounded, shape::Conn};
 
 /// Keys asked for per `SCAN` call.
 const SCAN_COUNT: usize = 1_000;
@@ -49,7 +49,7 @@ impl Node {
         match &self.conn {
             Conn::Server(_) => count("NUMSUB", None).await,
             Conn::Cluster(_) => {
-                let slot = super::shape::slot(channel);
+                let slot = crate::node::shape::slot(channel);
                 let primary =
                     SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
                 let sharded = count("SHARDNUMSUB", Some(primary.clone()))

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, RedisResult};
 
-use super::Node;
-use super::sentinel::{self, SentinelConn, ServerConn};
-use super::shape::{self, Conn};
 use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::node::sentinel::{self, SentinelConn, ServerConn};
+use crate::node::shape::{self, Conn};
 
 impl Node {
     /// Runs an arbitrary command (tests, tools) with the node's timeout.
@@ -50,7 +50,10 @@ impl Node {
     /// On a cluster, the commands of `pipe` grouped by slot (indexes in order), when they span
     /// more than one: redis-rs sends a pipeline to one node, and a node refuses the keys of
     /// slots it does not serve (CROSSSLOT, or MOVED).
-    pub(super) fn pipeline_groups(&self, pipe: &redis::Pipeline) -> Option<Vec<Vec<usize>>> {
+    pub(in crate::node) fn pipeline_groups(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Option<Vec<Vec<usize>>> {
         let Conn::Cluster(_) = self.conn else {
             return None;
         };
@@ -68,7 +71,7 @@ impl Node {
     /// Sends each slot's commands of `pipe` as a pipeline of its own, all at once, and answers
     /// their replies in the order of `pipe`, as one pipeline with `ignore_errors` would: a
     /// failed command's error is its own reply. A group that fails as a whole fails the call.
-    pub(super) async fn query_pipeline_split<T: FromRedisValue>(
+    pub(in crate::node) async fn query_pipeline_split<T: FromRedisValue>(
         &self,
         operation: &'static str,
         key: &str,
@@ -116,7 +119,7 @@ impl Node {
 
     /// Runs an `evalsha` command, loading the script once when the server does not know it
     /// (NOSCRIPT: first use, a server restarted or flushed since, or a replica just promoted).
-    pub(super) async fn eval<T: FromRedisValue>(
+    pub(in crate::node) async fn eval<T: FromRedisValue>(
         &self,
         operation: &'static str,
         key: &str,
@@ -132,7 +135,11 @@ impl Node {
 
     /// Sends a script request through [`through_transitions`](Self::through_transitions),
     /// after a lazy client's rights check (run once, before its first script call).
-    pub(super) async fn checked_request<T, F, Fut>(&self, limit: Duration, request: F) -> Result<T>
+    pub(in crate::node) async fn checked_request<T, F, Fut>(
+        &self,
+        limit: Duration,
+        request: F,
+    ) -> Result<T>
     where
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = Result<T>>,
@@ -151,7 +158,7 @@ impl Node {
     /// means the URL names a replica, which waiting does not change. Behind sentinels, an answer
     /// that means the master moved (see [`sentinel::master_moved`]) has the sentinels asked
     /// again before the request is sent again.
-    pub(super) async fn through_transitions<T, F, Fut>(
+    pub(in crate::node) async fn through_transitions<T, F, Fut>(
         &self,
         limit: Duration,
         mut request: F,
@@ -183,7 +190,7 @@ impl Node {
         }
     }
 
-    pub(super) async fn eval_once<T: FromRedisValue>(
+    pub(in crate::node) async fn eval_once<T: FromRedisValue>(
         &self,
         operation: &'static str,
         key: &str,
@@ -205,7 +212,7 @@ impl Node {
 
     /// [`eval`](Node::eval) with the node's timeout, once more after a dropped connection: for
     /// scripts whose repetition is harmless (renew, force unlock, raise fence).
-    pub(super) async fn eval_retried<T: FromRedisValue>(
+    pub(in crate::node) async fn eval_retried<T: FromRedisValue>(
         &self,
         operation: &'static str,
         key: &str,
@@ -277,7 +284,7 @@ fn in_transition(e: &Error) -> bool {
 /// command per caller: a waiter woken after a restart got `broken pipe` instead of the lock, and
 /// the watchdog learned of a lost key a whole renewal period late. The retry waits for the new
 /// connection within the usual timeout; a second failure is returned as it is.
-pub(super) async fn once_more_if_dropped<T, F, Fut>(mut request: F) -> Result<T>
+pub(in crate::node) async fn once_more_if_dropped<T, F, Fut>(mut request: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
@@ -295,7 +302,7 @@ where
 /// with `bytes` bytes in all (an estimate). A plain `Cmd` packs every argument into one buffer,
 /// where `ScriptInvocation` allocates one per argument on the hot path; sizing it up front
 /// saves the buffer's regrowth, which showed in the profile.
-pub(super) fn evalsha(
+pub(in crate::node) fn evalsha(
     script: &redis::Script,
     nkeys: usize,
     args: usize,
@@ -307,7 +314,7 @@ pub(super) fn evalsha(
 }
 
 /// `EVALSHA <sha>`, sized for `items` more arguments (the key count included) of `bytes` bytes.
-pub(super) fn evalsha_without_keys(
+pub(in crate::node) fn evalsha_without_keys(
     script: &redis::Script,
     items: usize,
     bytes: usize,
@@ -334,7 +341,7 @@ pub(crate) async fn bounded<T>(
 impl Node {
     /// Loads `script` into the deployment (every primary of a cluster), within the timeout: what
     /// a call that met `NOSCRIPT` does before it is sent again.
-    pub(super) async fn load_script(
+    pub(in crate::node) async fn load_script(
         &self,
         operation: &'static str,
         script: &redis::Script,

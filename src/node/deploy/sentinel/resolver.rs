@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, Value};
 
-use super::super::bounded;
-use super::super::shape::server_client;
 use super::SentinelSpec;
 use crate::error::{Error, Result};
+use crate::node::bounded;
+use crate::node::shape::server_client;
 
 /// Finds the master: what the command holder and the subscriber share.
 #[derive(Debug, Clone)]

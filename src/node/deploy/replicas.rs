@@ -11,11 +11,11 @@ use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInf
 use redis::{RedisResult, Value};
 use tokio::time::Instant;
 
-use super::sentinel::ServerConn;
-use super::shape::Conn;
-use super::{Node, bounded};
 use crate::config::Replicas;
 use crate::error::{Error, Result};
+use crate::node::sentinel::ServerConn;
+use crate::node::shape::Conn;
+use crate::node::{Node, bounded};
 
 /// What one write waits for: `replicas` acknowledgements within `timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ impl WaitFor {
         }
     }
 
-    pub(super) fn command(self) -> redis::Cmd {
+    pub(in crate::node) fn command(self) -> redis::Cmd {
         let mut cmd = redis::cmd("WAIT");
         // Never 0: `WAIT n 0` blocks forever (validation keeps the timeout at 1 ms or more).
         let ms = (self.timeout.as_millis() as u64).max(1);
@@ -279,7 +279,7 @@ impl Node {
     /// What a `WAIT` reply says. In `Auto` mode an error is warned about once, and no `WAIT` is
     /// sent from then on; fewer acknowledgements than counted have the replicas counted again
     /// before the next write.
-    pub(super) fn read_acks(&self, wait: WaitFor, reply: RedisResult<Value>) -> Acks {
+    pub(in crate::node) fn read_acks(&self, wait: WaitFor, reply: RedisResult<Value>) -> Acks {
         let reason = match reply {
             Ok(Value::Int(n)) => {
                 let n = u32::try_from(n.max(0)).unwrap_or(u32::MAX);

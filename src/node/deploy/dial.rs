@@ -8,10 +8,10 @@ use std::time::Duration;
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClientBuilder;
 
-#[cfg(feature = "tls-rustls")]
-use super::tls::TlsOptions;
-use super::tls::{ensure_provider, is_tls_url};
 use crate::error::{Error, Result};
+#[cfg(feature = "tls-rustls")]
+use crate::node::tls::TlsOptions;
+use crate::node::tls::{ensure_provider, is_tls_url};
 
 /// Connection settings shared by every connection of one client.
 #[derive(Debug, Clone, Default)]

@@ -14,15 +14,15 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
-use super::replicas::{Acks, WaitFor};
-use super::{Node, bounded};
 use crate::error::{Error, Result};
+use crate::node::replicas::{Acks, WaitFor};
+use crate::node::{Node, bounded};
 
 impl Node {
     /// Runs the script call `cmd` with `WAIT` behind it in one pipeline: the script's reply
     /// and what `WAIT` answered. `NOSCRIPT` loads the script and sends both again; a cluster in
     /// transition sends them again (neither the script nor `WAIT` ran then).
-    pub(super) async fn eval_acked(
+    pub(in crate::node) async fn eval_acked(
         &self,
         operation: &'static str,
         key: &str,

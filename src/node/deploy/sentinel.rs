@@ -24,8 +24,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
-use super::shape::server_client;
 use crate::error::{Error, Result};
+use crate::node::shape::server_client;
 
 mod resolver;
 mod spec;
@@ -143,7 +143,7 @@ impl SentinelConn {
         }
         let timeout = self.0.resolver.timeout;
         let manager = ConnectionManager::new_with_config(client, manager_config(timeout));
-        let conn = super::bounded("connect", "", timeout, manager).await?;
+        let conn = crate::node::bounded("connect", "", timeout, manager).await?;
         let generation = seen + 1;
         *self.0.current.lock() = Some(Current {
             conn,

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::lock_calls::split_batch_reply;
-use super::{Node, RequestId, evalsha};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::node::lock_calls::split_batch_reply;
+use crate::node::{Node, RequestId, evalsha};
 use crate::scripts::Release;
 
 /// When `release.lua` writes the latch that makes a retry of the release harmless.
@@ -50,7 +50,7 @@ pub(crate) struct Successor {
 }
 
 /// One release of a batch (never a hand-over: that one goes alone).
-pub(super) struct ReleaseEntry {
+pub(in crate::node) struct ReleaseEntry {
     /// Whether the entry may go in a lean batch (see `release_plain.lua`).
     lean: bool,
     hash: Arc<str>,

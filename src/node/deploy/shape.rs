@@ -9,10 +9,10 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use super::dial::Dial;
-use super::sentinel::{Resolver, SENTINEL_SCHEME, SentinelConn, SentinelSpec, ServerConn};
-use super::tls;
 use crate::error::{Error, Result};
+use crate::node::dial::Dial;
+use crate::node::sentinel::{Resolver, SENTINEL_SCHEME, SentinelConn, SentinelSpec, ServerConn};
+use crate::node::tls;
 
 /// The schemes whose `+cluster` form names a cluster by its seed nodes:
 /// `redis+cluster://[user:pass@]host:port[,host:port...][/?query]`; each seed gets the scheme
@@ -140,7 +140,7 @@ pub(crate) async fn connect(
                     .map_err(|e| Error::redis("connect", "", e))?
             } else {
                 let connect = ConnectionManager::new_with_config(client, config);
-                super::bounded("connect", "", timeout, connect)
+                crate::node::bounded("connect", "", timeout, connect)
                     .await
                     .map_err(tls::classify)?
             };
@@ -168,7 +168,7 @@ pub(crate) async fn connect(
                 client.get_pending_async_connection_with_config(config)
             } else {
                 let connect = client.get_async_connection();
-                super::bounded("connect", "", timeout, connect)
+                crate::node::bounded("connect", "", timeout, connect)
                     .await
                     .map_err(tls::classify)?
             };
@@ -273,7 +273,7 @@ pub(crate) mod sharded {
 
     /// Lua helpers put before a script: the sharded command, or the plain one where the server
     /// does not know it. A plain PUBLISH in a cluster reaches every node; the subscriber falls
-    /// back to SUBSCRIBE on such servers too (`node/link.rs`).
+    /// back to SUBSCRIBE on such servers too (`node/deploy/link.rs`).
     const PRELUDE: &str = "\
 local function publish(channel, message)
     local sent = redis.pcall('SPUBLISH', channel, message)

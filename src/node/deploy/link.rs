@@ -22,10 +22,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::mpsc;
 
-use super::dial::Dial;
-use super::sentinel::{SentinelConn, ServerConn, into_redis};
-use super::shape::{Conn, Target, cluster_builder};
 use crate::error::{Error, Result};
+use crate::node::dial::Dial;
+use crate::node::sentinel::{SentinelConn, ServerConn, into_redis};
+use crate::node::shape::{Conn, Target, cluster_builder};
 
 /// What the subscriber connection reports.
 #[derive(Debug)]

@@ -18,15 +18,15 @@ use std::collections::HashMap;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, RedisResult, Value};
 
-use super::replicas::{Acks, WaitFor};
-use super::shape::{Conn, slot};
-use super::{Node, Renewal, bounded};
 use crate::error::{Error, Result};
+use crate::node::replicas::{Acks, WaitFor};
+use crate::node::shape::{Conn, slot};
+use crate::node::{Node, Renewal, bounded};
 
 /// Locks per call to one node (one script run holds the node ~1 ms per 1,000).
 const PER_CALL: usize = 1_000;
 
-const RENEW_NODE: &str = include_str!("../../lua/renew_node.lua");
+const RENEW_NODE: &str = include_str!("../../../lua/renew_node.lua");
 
 /// What one renewal round found for each lock, and what it cost.
 pub(crate) struct NodeRenewal {

@@ -16,9 +16,9 @@ use tokio::sync::OnceCell;
 
 use redis::Script;
 
-use super::Node;
-use super::transport::evalsha;
 use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::node::transport::evalsha;
 
 /// The lock name of the probe key and channel: no lock of a user's can have it, it has
 /// characters a lock name may have but nobody would choose.
@@ -112,7 +112,7 @@ impl Node {
                 .await
                 .map(|_| ())
                 // The first connection of a lazy client is made here: a failed handshake shows.
-                .map_err(super::tls::classify)
+                .map_err(crate::node::tls::classify)
         })
     }
 
@@ -190,7 +190,7 @@ impl Node {
             sink.subscribe(channel).await?;
             sink.unsubscribe(channel).await
         };
-        super::bounded("check ACL rights", "", limit, probe)
+        crate::node::bounded("check ACL rights", "", limit, probe)
             .await
             .map_err(|e| denied(e, prefix))
     }

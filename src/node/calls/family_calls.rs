@@ -9,11 +9,11 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use redis::{FromRedisValue, Script, Value};
 
-use super::batch::Batcher;
-use super::lock_calls::entry_error;
-use super::shape::{Conn, sharded};
-use super::{Node, evalsha};
 use crate::error::{Error, Result};
+use crate::node::batch::Batcher;
+use crate::node::lock_calls::entry_error;
+use crate::node::shape::{Conn, sharded};
+use crate::node::{Node, evalsha};
 
 /// A family script, in the variants for one server and for a cluster, each alone and as a
 /// batch, each made on first use.
@@ -106,14 +106,14 @@ return out
 }
 
 /// One family call waiting in a batch.
-pub(super) struct FamilyEntry {
+pub(in crate::node) struct FamilyEntry {
     keys: Vec<String>,
     args: Vec<String>,
 }
 
 /// Each family script's batcher on one node, made on its first coalesced call.
 #[derive(Default)]
-pub(super) struct FamilyBatches(Mutex<HashMap<&'static str, Arc<Batcher<FamilyEntry>>>>);
+pub(in crate::node) struct FamilyBatches(Mutex<HashMap<&'static str, Arc<Batcher<FamilyEntry>>>>);
 
 impl FamilyBatches {
     fn of(&self, script: &'static FamilyScript) -> Arc<Batcher<FamilyEntry>> {
@@ -291,11 +291,11 @@ mod tests {
     #[test]
     fn every_family_publish_is_rewritten_for_a_cluster() {
         for source in [
-            include_str!("../../lua/semaphore.lua"),
-            include_str!("../../lua/latch.lua"),
-            include_str!("../../lua/rwlock.lua"),
-            include_str!("../../lua/permits.lua"),
-            include_str!("../../lua/election.lua"),
+            include_str!("../../../lua/semaphore.lua"),
+            include_str!("../../../lua/latch.lua"),
+            include_str!("../../../lua/rwlock.lua"),
+            include_str!("../../../lua/permits.lua"),
+            include_str!("../../../lua/election.lua"),
         ] {
             assert!(
                 source.contains("redis.call('PUBLISH', "),

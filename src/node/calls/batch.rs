@@ -32,8 +32,8 @@ use parking_lot::Mutex;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::Shard;
 use crate::error::{Error, Result};
+use crate::node::Shard;
 
 /// The most entries one script call carries: a call holds the server (single-threaded) for its
 /// whole run, ~5 µs per entry, so a crowd of callers goes out as several calls (pipelined on
@@ -46,7 +46,7 @@ pub(crate) struct Traffic(AtomicUsize);
 
 impl Traffic {
     /// Counts one request in until the returned guard drops; true when no other was in flight.
-    pub(super) fn enter(&self) -> (InFlight<'_>, bool) {
+    pub(in crate::node) fn enter(&self) -> (InFlight<'_>, bool) {
         let before = self.0.fetch_add(1, Ordering::AcqRel);
         (InFlight(&self.0), before == 0)
     }
@@ -95,7 +95,7 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
     ///
     /// # Errors
     /// [`Error::Timeout`] after `limit`; otherwise whatever `send` answered for this entry.
-    pub(super) async fn call<S, F>(
+    pub(in crate::node) async fn call<S, F>(
         self: &Arc<Self>,
         entry: E,
         shard: Shard,
@@ -115,7 +115,7 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
     /// a task it wakes joins the same batch, behind this entry. A batch that starts with such
     /// an entry waits for that call up to [`RIDER_WAIT`] (the woken task may run on another
     /// worker thread).
-    pub(super) async fn call_then<S, F>(
+    pub(in crate::node) async fn call_then<S, F>(
         self: &Arc<Self>,
         entry: E,
         shard: Shard,

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
-use super::batch::{Batcher, Traffic};
-use super::family_calls::FamilyBatches;
-use super::release_calls::ReleaseEntry;
-use super::replicas::{Acks, ReplicaState, WaitFor};
-use super::{Node, evalsha, evalsha_without_keys};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::node::batch::{Batcher, Traffic};
+use crate::node::family_calls::FamilyBatches;
+use crate::node::release_calls::ReleaseEntry;
+use crate::node::replicas::{Acks, ReplicaState, WaitFor};
+use crate::node::{Node, evalsha, evalsha_without_keys};
 use crate::scripts::{self, Acquire};
 
 /// The terms of one acquisition, as `acquire.lua` takes them.
@@ -62,12 +62,12 @@ type Acked = (Value, Option<Acks>);
 /// Acquire and release calls made while others are in flight, coalesced (`batch.rs`); and what
 /// the node learnt about its replicas (`replicas.rs`).
 #[derive(Default)]
-pub(super) struct Batches {
-    pub(super) traffic: Traffic,
+pub(in crate::node) struct Batches {
+    pub(in crate::node) traffic: Traffic,
     acquires: Arc<Batcher<AcquireEntry, Acked>>,
-    pub(super) releases: Arc<Batcher<ReleaseEntry>>,
-    pub(super) family: FamilyBatches,
-    pub(super) replicas: ReplicaState,
+    pub(in crate::node) releases: Arc<Batcher<ReleaseEntry>>,
+    pub(in crate::node) family: FamilyBatches,
+    pub(in crate::node) replicas: ReplicaState,
 }
 
 /// One acquisition of a batch (unfenced locks only: a fenced one answers a table).
@@ -134,7 +134,7 @@ impl Node {
 
     /// What sends a batch with `send` on this node; made for a batch's first entry only (a
     /// node's clone allocates).
-    pub(super) fn sender<E, F>(
+    pub(in crate::node) fn sender<E, F>(
         &self,
         send: impl Fn(Node, Vec<E>, Duration) -> F + Send + Sync + 'static,
     ) -> impl Fn(Vec<E>, Duration) -> F + Send + Sync + 'static {
@@ -260,7 +260,7 @@ fn reentry_arg(reentrant: bool, held: bool) -> &'static str {
 /// One reply per entry of a batch sent as one script call (see `lua/acquire.lua`): a batch of
 /// one is answered like a single call; a longer one with a table, where a string is the error
 /// of that entry alone. A failure of the call is every entry's failure.
-pub(super) fn split_batch_reply<'a>(
+pub(in crate::node) fn split_batch_reply<'a>(
     script: &'static str,
     reply: Result<Value>,
     hashes: impl ExactSizeIterator<Item = &'a str>,
@@ -293,7 +293,7 @@ pub(super) fn split_batch_reply<'a>(
 
 /// The error of one entry of a batch, from the message the script answered for it (`WRONGTYPE
 /// Operation against a key ...`), typed as if the entry had been sent alone.
-pub(super) fn entry_error(script: &'static str, key: &str, message: &str) -> Error {
+pub(in crate::node) fn entry_error(script: &'static str, key: &str, message: &str) -> Error {
     let (code, detail) = message.split_once(' ').unwrap_or((message, ""));
     let error = redis::make_extension_error(code.into(), Some(detail.into()));
     Error::redis(script, key, error)

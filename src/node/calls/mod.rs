@@ -1,0 +1,13 @@
+//! The typed script calls on a deployment: acquisitions (`lock_calls.rs`), releases and
+//! withdrawals (`release_calls.rs`), the family's scripts (`family_calls.rs`), acquisitions
+//! that wait for replicas (`acked_calls.rs`), renewals by node (`renew_by_node.rs`), and scans
+//! (`scan.rs`); calls of many callers coalesce into batches (`batch.rs`). They reach the server
+//! through `deploy/` and never ask which kind of deployment it is.
+
+pub(in crate::node) mod acked_calls;
+pub(in crate::node) mod batch;
+pub(in crate::node) mod family_calls;
+pub(in crate::node) mod lock_calls;
+pub(in crate::node) mod release_calls;
+pub(in crate::node) mod renew_by_node;
+pub(in crate::node) mod scan;

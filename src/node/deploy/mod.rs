@@ -1,0 +1,14 @@
+//! How the client reaches a deployment: one server, a Redis Cluster or a Sentinel group
+//! (`shape.rs`, `sentinel.rs`), over TLS (`tls.rs`) as an ACL user (`acl.rs`), dialled by
+//! `dial.rs`; how each command is sent, with its timeouts, retries, NOSCRIPT and cluster
+//! transitions (`transport.rs`); the subscriber's connection (`link.rs`); and the replicas'
+//! acknowledgements (`replicas.rs`). Nothing here knows what a lock is.
+
+pub(in crate::node) mod acl;
+pub(in crate::node) mod dial;
+pub(in crate::node) mod link;
+pub(in crate::node) mod replicas;
+pub(in crate::node) mod sentinel;
+pub(in crate::node) mod shape;
+pub(in crate::node) mod tls;
+pub(in crate::node) mod transport;
