@@ -222,6 +222,11 @@ impl Config {
             "--w7-secs".into(),
             self.w7_secs.to_string(),
         ];
+        if !self.w7_procs.is_empty() {
+            // A cell's process runs only a K its suite makes a cell of.
+            let procs: Vec<String> = self.w7_procs.iter().map(|k| k.to_string()).collect();
+            args.extend(["--w7-procs".into(), procs.join(",")]);
+        }
         if let Some(workers) = self.workers {
             args.extend(["--workers".into(), workers.to_string()]);
         }
@@ -282,5 +287,15 @@ mod tests {
         assert_eq!(tls.ca_file, PathBuf::from("/tmp/bench-tls/ca.crt"));
         assert_eq!(child.urls, urls);
         assert!(child.wants("T1") && !child.wants("R1"));
+    }
+
+    /// A W7-style cell's process knows the parent's process counts (else it finds no cell for
+    /// a K other than the defaults, and reports nothing).
+    #[test]
+    fn child_args_carry_the_process_counts() {
+        let parent = Config::parse(["--w7-procs".to_string(), "4,16".into()]);
+        assert_eq!(parent.w7_procs, [4, 16]);
+        let child = Config::parse(parent.child_args(&["redis://127.0.0.1:7000/".to_string()]));
+        assert_eq!(child.w7_procs, [4, 16]);
     }
 }
