@@ -19,7 +19,8 @@ struct Args {
     /// Smoke run with ~1/20 of the counts.
     #[arg(long)]
     quick: bool,
-    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, E1, E2, R1, T1, S1; default all).
+    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, P2, P3, E1, E2, R1, T1, S1; default
+    /// all). P2 and P3 are F2 and F3 across processes, as W7.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs).
@@ -41,13 +42,13 @@ struct Args {
     /// the first CPU, clients on the others; none: not pinned.
     #[arg(long, value_enum, default_value_t = Placement::Same)]
     placement: Placement,
-    /// W7 and C7: seconds each run of a cell contends (all processes at once).
+    /// W7, C7, P2 and P3: seconds each run of a cell contends (all processes at once).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=60))]
     w7_secs: u64,
-    /// W7 and C7: the numbers of processes (one task each) to run, one cell per number.
+    /// W7, C7, P2 and P3: the numbers of processes (one task each) to run, one cell per number.
     #[arg(long, value_delimiter = ',', default_values_t = [4usize, 8])]
     w7_procs: Vec<usize>,
-    /// Internal (a W7 process of a cell): this process's index.
+    /// Internal (a W7, C7, P2 or P3 process of a cell): this process's index.
     #[arg(long, hide = true)]
     w7_worker: Option<usize>,
     /// Internal (child process): the one cell to run, WORKLOAD IMPLEMENTATION.
@@ -144,7 +145,7 @@ pub struct Config {
     pub replica_url: Option<String>,
     /// The server with a TLS port (started by the parent when T1 runs).
     pub tls: Option<crate::tls_suite::Target>,
-    /// W7/C7: seconds of contention per run, and the process counts.
+    /// W7/C7/P2/P3: seconds of contention per run, and the process counts.
     pub w7_secs: u64,
     pub w7_procs: Vec<usize>,
     /// Set in a W7 process (started by a W7 cell's child, see workloads/processes.rs).
@@ -221,6 +222,11 @@ impl Config {
             "--w7-secs".into(),
             self.w7_secs.to_string(),
         ];
+        if !self.w7_procs.is_empty() {
+            // A cell's process runs only a K its suite makes a cell of.
+            let procs: Vec<String> = self.w7_procs.iter().map(|k| k.to_string()).collect();
+            args.extend(["--w7-procs".into(), procs.join(",")]);
+        }
         if let Some(workers) = self.workers {
             args.extend(["--workers".into(), workers.to_string()]);
         }
@@ -281,5 +287,15 @@ mod tests {
         assert_eq!(tls.ca_file, PathBuf::from("/tmp/bench-tls/ca.crt"));
         assert_eq!(child.urls, urls);
         assert!(child.wants("T1") && !child.wants("R1"));
+    }
+
+    /// A W7-style cell's process knows the parent's process counts (else it finds no cell for
+    /// a K other than the defaults, and reports nothing).
+    #[test]
+    fn child_args_carry_the_process_counts() {
+        let parent = Config::parse(["--w7-procs".to_string(), "4,16".into()]);
+        assert_eq!(parent.w7_procs, [4, 16]);
+        let child = Config::parse(parent.child_args(&["redis://127.0.0.1:7000/".to_string()]));
+        assert_eq!(child.w7_procs, [4, 16]);
     }
 }

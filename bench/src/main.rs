@@ -38,6 +38,7 @@ use anyhow::Result;
 use config::Config;
 use runner::{Mode, Runner};
 use server::RedisServer;
+use workloads::processes::Workload;
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -234,16 +235,19 @@ async fn run(
         suite::w6(&mut runner, c).await;
         runner.run_queued().await;
     }
-    if cfg.wants("W7") {
-        workloads::processes::suite(&mut runner, false, &cfg.w7_procs, cfg.w7_secs).await;
-        runner.run_queued().await;
+    for w in [Workload::W7, Workload::P2, Workload::P3] {
+        if cfg.wants(w.selector()) {
+            workloads::processes::suite(&mut runner, w, &cfg.w7_procs, cfg.w7_secs).await;
+            runner.run_queued().await;
+        }
     }
     if let (true, Some(url)) = (wants_cluster, cfg.cluster_url.clone()) {
         cluster_suite::cluster(&mut runner, c, &url, |w| cfg.wants(w)).await;
         runner.run_queued().await;
     }
     if let (true, Some(_)) = (cfg.wants("C7"), &cfg.cluster_url) {
-        workloads::processes::suite(&mut runner, true, &cfg.w7_procs, cfg.w7_secs).await;
+        let c7 = Workload::C7;
+        workloads::processes::suite(&mut runner, c7, &cfg.w7_procs, cfg.w7_secs).await;
         runner.run_queued().await;
     }
     if let (true, Some(url)) = (cfg.wants(replica_suite::SELECTOR), cfg.replica_url.clone()) {
@@ -304,7 +308,7 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
          Placement: {placement}.\n\
          Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
          W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs; \
-         W7/C7 {w7} s of contention per run; S1 W1 {s1} pairs, W3 as W3.\n\n{table}\n{w7_table}{s1_table}{notes}",
+         W7/C7/P2/P3 {w7} s of contention per run; S1 W1 {s1} pairs, W3 as W3.\n\n{table}\n{w7_table}{s1_table}{notes}",
         runs = cfg.runs,
         // SAFETY: sysconf has no preconditions.
         cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) },
@@ -414,6 +418,13 @@ and their end, per acquisition. Fairness: Jain's index over the processes' acqui
 (1 = equal). The floor: one list key holding one token, taken with BLPOP (a connection per \
 waiting task) and given back with LPUSH: the server hands it to the longest-blocked client. \
 \"counter − acquisitions\" is the worst run's (0 = no lost update).
+- P2, P3: F2 and F3 across processes, on W7's machinery (K processes, one task and one client \
+each, one server): P2 on one `ReadWriteLock`, every tenth acquisition of each process a write \
+(GET, SET of the counter + 1; \"counter − writes\" must be 0) and the other nine reads (GET); \
+P3 on a `Semaphore` of 8 permits, acquire 1 / release 1, with INCR of a key on entry and DECR \
+on exit (the most INCR returned must be ≤ 8; with K ≤ 8 processes at most K are inside, so \
+only K > 8 tests the bound). Their floors are W7's: for P2 the one token, every acquisition \
+exclusive; for P3 8 tokens in the list. No peer has these locks; no targets.
 - S1: W1 and W3 (as above) for redlease `Lock` and rslock on Redis and on Valkey, each server \
 pinned to a CPU of its own and the measuring processes to the others, whatever `--placement` says. \
 Each run: MONITOR over a few calibration pairs (which commands the clients send, which the \

@@ -134,6 +134,9 @@ metrics! {
     SCRIPTS_PER_ACQ = "script calls per acquisition (server)";
     JAIN = "fairness over processes (Jain)";
     COUNTER_OFF = "counter − acquisitions (0 = exact)";
+    WRITES = "write acquisitions";
+    COUNTER_OFF_WRITES = "counter − writes (0 = exact)";
+    MOST_INSIDE = "most holders inside at once (INCR)";
     SERVER_US = "server µs per pair (commandstats, top-level)";
     SERVER_CPU_US = "server CPU µs per pair (main thread, incl. I/O)";
     CALLS_PER_PAIR = "calls per pair (top-level)";

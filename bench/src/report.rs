@@ -89,40 +89,45 @@ pub fn table(ctx: &Context) -> String {
     out
 }
 
-/// W7/C7 at a glance: one row per (workload, implementation), the same medians as the table.
+/// W7/C7/P2/P3 at a glance: one row per (workload, implementation), the same medians as the
+/// table.
 pub fn w7_table(ctx: &Context) -> String {
-    use crate::model::{ACQ_PER_SEC, COUNTER_OFF, JAIN, SCRIPTS_PER_ACQ, WAIT, WAIT_MAX, family};
-    use crate::workloads::processes::{FLOOR, RSLOCK_IMPL};
+    use crate::model::{
+        ACQ_PER_SEC, COUNTER_OFF, COUNTER_OFF_WRITES, JAIN, MOST_INSIDE, SCRIPTS_PER_ACQ, WAIT,
+        WAIT_MAX, family,
+    };
+    use crate::workloads::processes::{PERMITS, RSLOCK_IMPL, Workload};
     let rows: Vec<&Entry> = ctx
         .entries
         .iter()
-        .filter(|e| matches!(family(&e.workload), "W7" | "C7"))
+        .filter(|e| Workload::of(&e.workload).is_some())
         .collect();
     if rows.is_empty() {
         return String::new();
     }
     let mut out = String::from(
-        "W7/C7 at a glance (medians; the ratios are redlease's acquisitions/s over the floor's \
-         and rslock's, same run and K):\n\n",
+        "W7/C7/P2/P3 at a glance (medians; the ratios are redlease's acquisitions/s over the \
+         floor's and rslock's, same run and K; the check is the worst run's):\n\n",
     );
     out += &row(&[
         "Workload",
         "Implementation",
         "acquisitions/s",
         "script calls / acq.",
+        "p50 wait",
         "p99 wait",
         "longest wait",
         "Jain",
-        "counter exact",
+        "check",
         "÷ floor",
         "÷ rslock",
     ]);
-    out += "|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n";
+    out += "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n";
     let value = |e: &Entry, metric: &str| e.measure(metric).map(|m| m.value);
-    let acq = |w: &str, implementation: &str| {
+    let acq = |w: &str, of: &dyn Fn(&str) -> bool| {
         ctx.entries
             .iter()
-            .find(|e| e.workload == w && e.implementation == implementation)
+            .find(|e| e.workload == w && of(&e.implementation))
             .and_then(|e| value(e, ACQ_PER_SEC))
     };
     for e in rows {
@@ -134,37 +139,46 @@ pub fn w7_table(ctx: &Context) -> String {
                 .map(|v| fmt_value(unit, v))
                 .unwrap_or_default()
         };
-        let p99 = e
-            .measure(WAIT)
-            .and_then(|m| m.p99)
-            .map(|v| fmt_value(Unit::Micros, v))
-            .unwrap_or_default();
-        let exact = match value(e, COUNTER_OFF) {
-            Some(v) => match v == 0.0 {
-                true => "yes".to_string(),
-                false => format!("no ({v:+.0})"),
-            },
-            None => String::new(),
+        let wait = e.measure(WAIT);
+        let p50 = wait.map(|m| fmt_value(Unit::Micros, m.value));
+        let p99 = wait.and_then(|m| m.p99).map(|v| fmt_value(Unit::Micros, v));
+        // W7/C7: counter = acquisitions; P2: counter = writes; P3: most inside ≤ the permits.
+        let exact = |v: f64, what: &str| match v == 0.0 {
+            true => format!("counter = {what}"),
+            false => format!("❌ counter − {what} = {v:+.0}"),
+        };
+        let check = if let Some(v) = value(e, COUNTER_OFF) {
+            exact(v, "acq.")
+        } else if let Some(v) = value(e, COUNTER_OFF_WRITES) {
+            exact(v, "writes")
+        } else if let Some(v) = value(e, MOST_INSIDE) {
+            match v <= f64::from(PERMITS) {
+                true => format!("most inside {v:.0} ≤ {PERMITS}"),
+                false => format!("❌ most inside {v:.0} > {PERMITS}"),
+            }
+        } else {
+            String::new()
         };
         let (mut to_floor, mut to_rslock) = (String::new(), String::new());
         if family(&e.implementation) == "redlease" {
-            let lock = acq(&e.workload, &e.implementation);
+            let lock = acq(&e.workload, &|i| i == e.implementation);
             let of = |base: Option<f64>| match (lock, base) {
                 (Some(l), Some(b)) if b > 0.0 => format!("{:.2}×", l / b),
                 _ => String::new(),
             };
-            to_floor = of(acq(&e.workload, FLOOR));
-            to_rslock = of(acq(&e.workload, RSLOCK_IMPL));
+            to_floor = of(acq(&e.workload, &|i| family(i) == "floor"));
+            to_rslock = of(acq(&e.workload, &|i| i == RSLOCK_IMPL));
         }
         out += &row(&[
             &e.workload,
             &e.implementation,
             &show(ACQ_PER_SEC, Unit::PerSec),
             &show(SCRIPTS_PER_ACQ, Unit::Ratio),
-            &p99,
+            &p50.unwrap_or_default(),
+            &p99.unwrap_or_default(),
             &show(WAIT_MAX, Unit::Micros),
             &show(JAIN, Unit::Ratio),
-            &exact,
+            &check,
             &to_floor,
             &to_rslock,
         ]);

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::model::{
-    COUNTER, COUNTER_OFF, DETAIL_LINE, Entry, MEASURE_LINE, Measure, Outcome, TimedOut, family,
+    COUNTER, COUNTER_OFF, COUNTER_OFF_WRITES, DETAIL_LINE, Entry, MEASURE_LINE, MOST_INSIDE,
+    Measure, Outcome, TimedOut, family,
 };
 use crate::server::RedisServer;
 use crate::stats::median;
@@ -217,8 +218,9 @@ where
     }
 }
 
-/// Median of each metric over the runs (the minimum for the W2 counter, so
-/// that a lost update in any run shows), in the order of the first run.
+/// Median of each metric over the runs (the minimum for the W2 counter, the worst run for the
+/// other checks, so that a lost update or an overlap in any run shows), in the order of the
+/// first run.
 fn combine(runs: &[Vec<Measure>]) -> Outcome {
     let Some(first) = runs.first() else {
         return Outcome::Failed("no run".into());
@@ -234,12 +236,14 @@ fn combine(runs: &[Vec<Measure>]) -> Outcome {
             let p99s: Vec<f64> = same().filter_map(|x| x.p99).collect();
             let value = if m.metric == COUNTER {
                 values.iter().copied().fold(f64::INFINITY, f64::min)
-            } else if m.metric == COUNTER_OFF {
+            } else if m.metric == COUNTER_OFF || m.metric == COUNTER_OFF_WRITES {
                 // The worst run: a lost update in any run shows.
                 values
                     .iter()
                     .copied()
                     .fold(0.0_f64, |a, b| if b.abs() > a.abs() { b } else { a })
+            } else if m.metric == MOST_INSIDE {
+                values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
             } else {
                 median(&values)
             };

@@ -4,8 +4,9 @@
 use crate::cluster_suite::{C1, C3, C4, C6, CLUSTER, ONE_SERVER};
 use crate::family_suite::{F1, F2};
 use crate::model::{
-    ACQ_PER_SEC, COUNTER, COUNTER_OFF, Entry, JAIN, MEM, Measure, PAIR, PAIRS_PER_SEC,
-    READS_PER_SEC, RTT, RTT_WAKE, SCRIPTS_PER_ACQ, TICK, TICK_RT, Unit, WAIT_MAX, WAKE, family,
+    ACQ_PER_SEC, COUNTER, COUNTER_OFF, COUNTER_OFF_WRITES, Entry, JAIN, MEM, MOST_INSIDE, Measure,
+    PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE, SCRIPTS_PER_ACQ, TICK, TICK_RT, Unit,
+    WAIT_MAX, WAKE, family,
 };
 use crate::replica_suite::{OFF, R1, WAIT};
 use crate::tls_suite::{FLOOR_PLAIN, FLOOR_TLS, PLAIN, T1, TLS};
@@ -30,8 +31,10 @@ fn variant_of(implementation: &str, family_name: &str) -> String {
 impl Context<'_> {
     /// W7/C7: `Lock` and `FairLock` (`Lock` in strict mode) against the floor and rslock of the
     /// same K and run (the targets of issue 20), C7 against the same row on one server; rslock against `Lock`.
+    /// P2/P3: against their floor, without targets; their checks (no lost write, no more inside
+    /// than the permits) as W7's counter.
     fn judge_w7(&self, e: &Entry, m: &Measure) -> (String, String) {
-        use crate::workloads::processes::{FLOOR, LOCK_IMPL, RSLOCK_IMPL, one_server_label};
+        use crate::workloads::processes::{LOCK_IMPL, PERMITS, RSLOCK_IMPL, one_server_label};
         let w = e.workload.as_str();
         let fam = family(&e.implementation);
         let ratio = |base: Option<f64>, name: &str| match base {
@@ -39,8 +42,12 @@ impl Context<'_> {
             _ => None,
         };
         let verdict = |ok: bool, text: &str| format!("{} {text}", if ok { "✅" } else { "❌" });
-        if m.metric == COUNTER_OFF {
+        if m.metric == COUNTER_OFF || m.metric == COUNTER_OFF_WRITES {
             return (String::new(), verdict(m.value == 0.0, "= 0"));
+        }
+        if m.metric == MOST_INSIDE {
+            let ok = m.value <= f64::from(PERMITS);
+            return (String::new(), verdict(ok, &format!("≤ {PERMITS}")));
         }
         if fam == "floor" {
             return (String::new(), String::new());
@@ -52,7 +59,14 @@ impl Context<'_> {
             };
             return (r.unwrap_or_default(), String::new());
         }
-        let floor = self.find(w, FLOOR, m.metric);
+        let floor = self.floor(w, m.metric);
+        if !matches!(family(w), "W7" | "C7") {
+            let r = match m.metric {
+                ACQ_PER_SEC | WAIT_MAX => ratio(floor, "floor"),
+                _ => None,
+            };
+            return (r.unwrap_or_default(), String::new());
+        }
         let rslock = self.find(w, RSLOCK_IMPL, m.metric);
         let one = one_server_label(w).and_then(|o| self.find(&o, &e.implementation, m.metric));
         let cluster = family(w) == "C7";
@@ -157,7 +171,7 @@ impl Context<'_> {
             None => format!("? (no {name})"),
         };
 
-        if matches!(family(w), "W7" | "C7") {
+        if crate::workloads::processes::Workload::of(w).is_some() {
             return self.judge_w7(e, m);
         }
         if family(w) == crate::server_time_suite::SELECTOR {

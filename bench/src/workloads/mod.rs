@@ -13,7 +13,7 @@ pub mod many_keys;
 pub mod one_caller;
 /// W2: many tasks contend for one lock.
 pub mod one_hot_lock;
-/// W7 (and C7): K processes, one task each, contend on one lock.
+/// W7 (and C7): K processes, one task each, contend on one lock; P2, P3: F2 and F3 the same way.
 pub mod processes;
 /// W6: how soon a waiter runs after the holder's release.
 pub mod wake_up;

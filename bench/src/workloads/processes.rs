@@ -13,6 +13,14 @@
 //! one's acquisitions and waits from its stdout, and reads the counts again. The K processes
 //! inherit the CPU placement of the run and die with the coordinator (`PR_SET_PDEATHSIG`);
 //! the coordinator kills them on any error (`kill_on_drop`).
+//!
+//! P2 and P3 are the lock family's F2 and F3 on the same machinery (one server): P2, a
+//! `ReadWriteLock` on which every tenth acquisition of each process is a write (GET, SET of
+//! the counter + 1 under the write lock) and the other nine reads (GET under the read lock),
+//! against the floor's one token taken for every acquisition; P3, a `Semaphore` of 8 permits
+//! (acquire 1, release 1; under the permit, INCR of a key `inside`, then DECR of it), against
+//! a list of 8 tokens. Their checks: the counter equals the writes (P2), and INCR never saw
+//! more than 8 inside (P3).
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -22,7 +30,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::config::Config;
 use crate::model::{
-    ACQ_PER_SEC, ACQUISITIONS, COUNTER_OFF, JAIN, Measure, SCRIPTS_PER_ACQ, Unit, WAIT, WAIT_MAX,
+    ACQ_PER_SEC, ACQUISITIONS, COUNTER_OFF, COUNTER_OFF_WRITES, JAIN, MOST_INSIDE, Measure,
+    SCRIPTS_PER_ACQ, Unit, WAIT, WAIT_MAX, WRITES, family,
 };
 use crate::runner::Runner;
 use crate::server::{Counters, RedisServer};
@@ -33,6 +42,11 @@ use crate::stats::{micros, p50_p99, per_sec};
 const LOCK: &str = "bench:w7";
 const COUNTER_KEY: &str = "{bench:w7}:counter";
 const TOKEN_KEY: &str = "{bench:w7}:token";
+/// P3: how many hold a permit (INCR on entry, DECR on exit).
+const INSIDE_KEY: &str = "{bench:w7}:inside";
+
+/// P3's permits (and its floor's tokens).
+pub const PERMITS: u32 = 8;
 
 /// Lock+unlock pairs each process makes before the measured part (connections, scripts).
 const WARM_UP: usize = 20;
@@ -49,17 +63,83 @@ const WAITS: &str = "W7WAITS";
 const FAILED: &str = "W7ERROR";
 
 pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
+pub const FLOOR_TOKENS: &str = "floor (BLPOP/LPUSH 8 tokens)";
 pub const LOCK_IMPL: &str = "redlease Lock";
 pub const FAIR_IMPL: &str = "redlease FairLock";
 pub const RSLOCK_IMPL: &str = "rslock";
+pub const RW_IMPL: &str = "redlease ReadWriteLock";
+pub const SEMAPHORE_IMPL: &str = "redlease Semaphore(8)";
 
-/// Workload labels: `W7 4 processes`, `C7 cluster 4 processes`; the first word selects.
-pub fn label(cluster: bool, k: usize) -> String {
-    if cluster {
-        format!("C7 cluster {k} processes")
-    } else {
-        format!("W7 {k} processes")
+/// The workloads run on this machinery.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Workload {
+    /// One lock, one server.
+    W7,
+    /// W7 on the cluster.
+    C7,
+    /// A `ReadWriteLock`, nine reads to one write.
+    P2,
+    /// A `Semaphore` of 8 permits.
+    P3,
+}
+
+impl Workload {
+    const ALL: [Workload; 4] = [Workload::W7, Workload::C7, Workload::P2, Workload::P3];
+
+    /// The first word of its labels: what `--only` names.
+    pub fn selector(self) -> &'static str {
+        match self {
+            Workload::W7 => "W7",
+            Workload::C7 => "C7",
+            Workload::P2 => "P2",
+            Workload::P3 => "P3",
+        }
     }
+
+    /// Its label for K processes: `W7 4 processes`, `C7 cluster 4 processes`, `P2 8 processes`.
+    pub fn label(self, k: usize) -> String {
+        match self {
+            Workload::C7 => format!("C7 cluster {k} processes"),
+            w => format!("{} {k} processes", w.selector()),
+        }
+    }
+
+    /// The workload of a label (by its first word).
+    pub fn of(label: &str) -> Option<Workload> {
+        let first = family(label);
+        Workload::ALL.into_iter().find(|w| w.selector() == first)
+    }
+
+    /// Its implementations, floor first (the runner interleaves their runs).
+    fn kinds(self) -> &'static [Kind] {
+        match self {
+            Workload::W7 | Workload::C7 => &[Kind::Floor, Kind::Lock, Kind::Fair, Kind::Rslock],
+            Workload::P2 => &[Kind::Floor, Kind::ReadWrite],
+            Workload::P3 => &[Kind::Tokens, Kind::Semaphore],
+        }
+    }
+
+    /// What process `index` does with its acquisition number `i` (counted from 0, warm-up
+    /// included): in P2 every tenth is a write, staggered over the processes.
+    fn op(self, index: usize, i: usize) -> Op {
+        match self {
+            Workload::W7 | Workload::C7 => Op::Write,
+            Workload::P2 if (index + i).is_multiple_of(10) => Op::Write,
+            Workload::P2 => Op::Read,
+            Workload::P3 => Op::Enter,
+        }
+    }
+}
+
+/// What a process does under the lock.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Op {
+    /// GET the counter, SET it + 1 (P2: under the write lock).
+    Write,
+    /// GET the counter (P2: under the read lock).
+    Read,
+    /// INCR `inside`, DECR it (P3).
+    Enter,
 }
 
 /// The one-server label of a C7 label (`C7 cluster 4 processes` -> `W7 4 processes`).
@@ -73,10 +153,22 @@ pub enum Kind {
     Lock,
     Fair,
     Rslock,
+    ReadWrite,
+    Semaphore,
+    /// The floor with 8 tokens in the list (P3's).
+    Tokens,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Floor, Kind::Lock, Kind::Fair, Kind::Rslock];
+    const ALL: [Kind; 7] = [
+        Kind::Floor,
+        Kind::Lock,
+        Kind::Fair,
+        Kind::Rslock,
+        Kind::ReadWrite,
+        Kind::Semaphore,
+        Kind::Tokens,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -84,6 +176,18 @@ impl Kind {
             Kind::Lock => LOCK_IMPL,
             Kind::Fair => FAIR_IMPL,
             Kind::Rslock => RSLOCK_IMPL,
+            Kind::ReadWrite => RW_IMPL,
+            Kind::Semaphore => SEMAPHORE_IMPL,
+            Kind::Tokens => FLOOR_TOKENS,
+        }
+    }
+
+    /// Tokens the coordinator puts in the floor's list.
+    fn tokens(self) -> u32 {
+        match self {
+            Kind::Floor => 1,
+            Kind::Tokens => PERMITS,
+            _ => 0,
         }
     }
 
@@ -160,6 +264,10 @@ enum Locker {
     Lock(redlease::Client, redlease::Lock),
     #[cfg(feature = "redlease")]
     Fair(redlease::Client, redlease::FairLock),
+    #[cfg(feature = "redlease")]
+    ReadWrite(redlease::Client, redlease::ReadWriteLock),
+    #[cfg(feature = "redlease")]
+    Semaphore(redlease::Client, redlease::Semaphore),
     Rslock(crate::peers::rslock::Rslock),
     /// The token's connection (BLPOP blocks it; this task's own).
     Floor(Conn),
@@ -168,6 +276,12 @@ enum Locker {
 enum Held {
     #[cfg(feature = "redlease")]
     Lock(redlease::LockGuard),
+    #[cfg(feature = "redlease")]
+    Read(redlease::ReadGuard),
+    #[cfg(feature = "redlease")]
+    Write(redlease::WriteGuard),
+    #[cfg(feature = "redlease")]
+    Permit,
     Rslock(rslock::LockGuard),
     Token,
 }
@@ -188,8 +302,24 @@ impl Locker {
                 let lock = client.fair_lock(LOCK)?;
                 Locker::Fair(client, lock)
             }
+            #[cfg(feature = "redlease")]
+            (Kind::ReadWrite, t) => {
+                let client = redlease::Client::connect(t.url()).await?;
+                let lock = client.read_write_lock(LOCK)?;
+                Locker::ReadWrite(client, lock)
+            }
+            #[cfg(feature = "redlease")]
+            (Kind::Semaphore, t) => {
+                let client = redlease::Client::connect(t.url()).await?;
+                let permits = client.semaphore(LOCK)?;
+                // The first process sets them (the runner flushes the servers before each run).
+                permits.try_set_permits(PERMITS).await?;
+                Locker::Semaphore(client, permits)
+            }
             #[cfg(not(feature = "redlease"))]
-            (Kind::Lock | Kind::Fair, _) => bail!("bench built without the `redlease` feature"),
+            (Kind::Lock | Kind::Fair | Kind::ReadWrite | Kind::Semaphore, _) => {
+                bail!("bench built without the `redlease` feature")
+            }
             (Kind::Rslock, Target::One(url)) => {
                 Locker::Rslock(Rslock::new(std::slice::from_ref(url)))
             }
@@ -198,11 +328,15 @@ impl Locker {
             }
             // The server answers a BLPOP once it has the token: no response timeout below the
             // wait bound.
-            (Kind::Floor, t) => Locker::Floor(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?),
+            (Kind::Floor | Kind::Tokens, t) => {
+                Locker::Floor(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
+            }
         })
     }
 
-    async fn lock(&mut self) -> Result<Held> {
+    /// Takes the lock (`op`: which side of a `ReadWriteLock`; the others have one).
+    #[cfg_attr(not(feature = "redlease"), expect(unused_variables))]
+    async fn lock(&mut self, op: Op) -> Result<Held> {
         use crate::locker::AsyncLocker as _;
         let take = async {
             Ok(match self {
@@ -211,6 +345,16 @@ impl Locker {
                 #[cfg(feature = "redlease")]
                 // A `LockGuard`: a `FairLock` is a `Lock` in strict mode.
                 Locker::Fair(_, lock) => Held::Lock(lock.lock().await?),
+                #[cfg(feature = "redlease")]
+                Locker::ReadWrite(_, lock) => match op {
+                    Op::Read => Held::Read(lock.read().lock().await?),
+                    Op::Write | Op::Enter => Held::Write(lock.write().lock().await?),
+                },
+                #[cfg(feature = "redlease")]
+                Locker::Semaphore(_, permits) => {
+                    permits.acquire().await?;
+                    Held::Permit
+                }
                 Locker::Rslock(l) => Held::Rslock(l.lock(LOCK).await?),
                 Locker::Floor(conn) => {
                     let secs = WAIT_BOUND.as_secs();
@@ -233,6 +377,12 @@ impl Locker {
         match (self, held) {
             #[cfg(feature = "redlease")]
             (_, Held::Lock(g)) => g.unlock().await?,
+            #[cfg(feature = "redlease")]
+            (_, Held::Read(g)) => g.unlock().await?,
+            #[cfg(feature = "redlease")]
+            (_, Held::Write(g)) => g.unlock().await?,
+            #[cfg(feature = "redlease")]
+            (Locker::Semaphore(_, permits), Held::Permit) => permits.release(1).await?,
             (Locker::Rslock(l), Held::Rslock(g)) => l.unlock(g).await?,
             (Locker::Floor(conn), Held::Token) => {
                 conn.query::<i64>(redis::cmd("LPUSH").arg(TOKEN_KEY).arg("token"))
@@ -246,7 +396,10 @@ impl Locker {
     async fn close(self) {
         match self {
             #[cfg(feature = "redlease")]
-            Locker::Lock(client, _) | Locker::Fair(client, _) => {
+            Locker::Lock(client, _)
+            | Locker::Fair(client, _)
+            | Locker::ReadWrite(client, _)
+            | Locker::Semaphore(client, _) => {
                 let _ = client.shutdown().await;
             }
             Locker::Rslock(_) | Locker::Floor(_) => {}
@@ -254,26 +407,30 @@ impl Locker {
     }
 }
 
-/// The target of a cell from its workload label.
-fn target_of(cfg: &Config, workload: &str) -> Result<Target> {
-    match crate::model::family(workload) {
-        "W7" => Ok(Target::One(
-            cfg.urls.first().context("no server URL")?.clone(),
-        )),
-        "C7" => Ok(Target::Cluster(
-            cfg.cluster_url.clone().context("no cluster URL")?,
-        )),
-        other => bail!("not a W7 workload: {other}"),
-    }
+/// The target of a cell from its workload.
+fn target_of(cfg: &Config, workload: Workload) -> Result<Target> {
+    Ok(match workload {
+        Workload::C7 => Target::Cluster(cfg.cluster_url.clone().context("no cluster URL")?),
+        _ => Target::One(cfg.urls.first().context("no server URL")?.clone()),
+    })
 }
 
-/// The cells: for every K, the floor, `Lock`, `FairLock` and rslock (in that order; the runner
-/// interleaves their runs).
-pub async fn suite(r: &mut Runner, cluster: bool, procs: &[usize], secs: u64) {
+/// The workload and the implementation of a W7-style cell.
+fn cell_of(cfg: &Config) -> Result<(Workload, Kind)> {
+    let (workload, implementation) = cfg.cell.clone().context("a W7 process needs --cell")?;
+    let w = Workload::of(&workload).with_context(|| format!("not a W7 workload: {workload}"))?;
+    let kind = Kind::of(&implementation)
+        .with_context(|| format!("no W7 implementation {implementation:?}"))?;
+    Ok((w, kind))
+}
+
+/// The cells of `workload`: for every K, its floor and implementations (in that order; the
+/// runner interleaves their runs).
+pub async fn suite(r: &mut Runner, workload: Workload, procs: &[usize], secs: u64) {
     for &k in procs {
-        let w = label(cluster, k);
-        for kind in Kind::ALL {
-            if cfg!(not(feature = "redlease")) && matches!(kind, Kind::Lock | Kind::Fair) {
+        let w = workload.label(k);
+        for &kind in workload.kinds() {
+            if cfg!(not(feature = "redlease")) && family(kind.name()) == "redlease" {
                 r.not_applicable(
                     &w,
                     kind.name(),
@@ -290,10 +447,9 @@ pub async fn suite(r: &mut Runner, cluster: bool, procs: &[usize], secs: u64) {
 /// A W7 process's own part (`--w7-worker I`): prints its results on stdout and exits.
 pub async fn worker(cfg: &Config, index: usize) -> ! {
     let outcome = async {
-        let (workload, implementation) = cfg.cell.clone().context("a W7 process needs --cell")?;
-        let kind = Kind::of(&implementation)
-            .with_context(|| format!("no W7 implementation {implementation:?}"))?;
-        work(kind, &target_of(cfg, &workload)?, cfg.w7_secs).await
+        let (workload, kind) = cell_of(cfg)?;
+        let target = target_of(cfg, workload)?;
+        work(workload, kind, index, &target, cfg.w7_secs).await
     }
     .await;
     if let Err(e) = outcome {
@@ -305,11 +461,51 @@ pub async fn worker(cfg: &Config, index: usize) -> ! {
     std::process::exit(0);
 }
 
-async fn work(kind: Kind, target: &Target, secs: u64) -> Result<()> {
-    let mut counter = Conn::open(target, Duration::from_secs(5)).await?;
+/// What a process saw under the lock.
+#[derive(Default)]
+struct Tally {
+    writes: usize,
+    /// P3: the most INCR of `inside` returned.
+    most_inside: i64,
+}
+
+impl Op {
+    /// Its commands, under the lock.
+    async fn run(self, conn: &mut Conn, tally: &mut Tally) -> Result<()> {
+        match self {
+            Op::Write => {
+                let v: Option<i64> = conn.query(redis::cmd("GET").arg(COUNTER_KEY)).await?;
+                let next = v.unwrap_or(0) + 1;
+                conn.query::<()>(redis::cmd("SET").arg(COUNTER_KEY).arg(next))
+                    .await?;
+                tally.writes += 1;
+            }
+            Op::Read => {
+                conn.query::<Option<i64>>(redis::cmd("GET").arg(COUNTER_KEY))
+                    .await?;
+            }
+            Op::Enter => {
+                let inside: i64 = conn.query(redis::cmd("INCR").arg(INSIDE_KEY)).await?;
+                tally.most_inside = tally.most_inside.max(inside);
+                conn.query::<i64>(redis::cmd("DECR").arg(INSIDE_KEY))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn work(
+    workload: Workload,
+    kind: Kind,
+    index: usize,
+    target: &Target,
+    secs: u64,
+) -> Result<()> {
+    let mut conn = Conn::open(target, Duration::from_secs(5)).await?;
     let mut locker = Locker::open(kind, target).await?;
-    for _ in 0..WARM_UP {
-        let held = locker.lock().await?;
+    for i in 0..WARM_UP {
+        let held = locker.lock(workload.op(index, i)).await?;
         locker.unlock(held).await?;
     }
     println!("{READY}");
@@ -325,22 +521,28 @@ async fn work(kind: Kind, target: &Target, secs: u64) -> Result<()> {
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);
     let mut waits: Vec<Duration> = Vec::new();
+    let mut tally = Tally::default();
     // Bounded by time (and every wait by WAIT_BOUND).
     while Instant::now() < end {
+        let op = workload.op(index, WARM_UP + waits.len());
         let t0 = Instant::now();
-        let held = locker.lock().await?;
+        let held = locker.lock(op).await?;
         waits.push(t0.elapsed());
-        let v: Option<i64> = counter.query(redis::cmd("GET").arg(COUNTER_KEY)).await?;
-        let next = v.unwrap_or(0) + 1;
-        counter
-            .query::<()>(redis::cmd("SET").arg(COUNTER_KEY).arg(next))
-            .await?;
+        op.run(&mut conn, &mut tally).await?;
         locker.unlock(held).await?;
     }
     let elapsed = start.elapsed();
     locker.close().await;
     let us: Vec<String> = waits.iter().map(|w| w.as_micros().to_string()).collect();
-    println!("{DONE} {} {}", waits.len(), elapsed.as_micros());
+    let Tally {
+        writes,
+        most_inside,
+    } = tally;
+    println!(
+        "{DONE} {} {} {writes} {most_inside}",
+        waits.len(),
+        elapsed.as_micros()
+    );
     println!("{WAITS} {}", us.join(","));
     Ok(())
 }
@@ -349,6 +551,8 @@ async fn work(kind: Kind, target: &Target, secs: u64) -> Result<()> {
 struct Report {
     acquisitions: usize,
     elapsed: Duration,
+    writes: usize,
+    most_inside: i64,
     waits: Vec<Duration>,
 }
 
@@ -363,6 +567,8 @@ fn parse_report(lines: &[String]) -> Result<Report> {
     let mut f = done.split_whitespace();
     let acquisitions: usize = f.next().context("no count")?.parse()?;
     let elapsed = Duration::from_micros(f.next().context("no time")?.parse()?);
+    let writes = f.next().context("no writes")?.parse()?;
+    let most_inside = f.next().context("no count inside")?.parse()?;
     let waits = lines
         .iter()
         .find_map(|l| l.strip_prefix(WAITS))
@@ -376,6 +582,8 @@ fn parse_report(lines: &[String]) -> Result<Report> {
     Ok(Report {
         acquisitions,
         elapsed,
+        writes,
+        most_inside,
         waits,
     })
 }
@@ -414,16 +622,21 @@ struct Proc {
 /// The coordinator's run (in the cell's child process): K processes, one result.
 async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measure>> {
     let cfg = Config::parse(std::env::args().skip(1));
-    let (workload, implementation) = cfg.cell.clone().context("W7 runs in a cell")?;
-    let kind = Kind::of(&implementation).context("no such W7 implementation")?;
-    let target = target_of(&cfg, &workload)?;
+    let (workload, kind) = cell_of(&cfg)?;
+    let target = target_of(&cfg, workload)?;
     let mut admin = Conn::open(&target, Duration::from_secs(5)).await?;
     admin
-        .query::<()>(redis::cmd("DEL").arg(COUNTER_KEY).arg(TOKEN_KEY))
+        .query::<()>(
+            redis::cmd("DEL")
+                .arg(COUNTER_KEY)
+                .arg(TOKEN_KEY)
+                .arg(INSIDE_KEY),
+        )
         .await?;
-    if kind == Kind::Floor {
+    if kind.tokens() > 0 {
+        let tokens = vec!["token"; kind.tokens() as usize];
         admin
-            .query::<()>(redis::cmd("RPUSH").arg(TOKEN_KEY).arg("token"))
+            .query::<()>(redis::cmd("RPUSH").arg(TOKEN_KEY).arg(tokens))
             .await?;
     }
     let exe = std::env::current_exe()?;
@@ -503,24 +716,41 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
 
     let counts: Vec<usize> = reports.iter().map(|r| r.acquisitions).collect();
     let total: usize = counts.iter().sum();
+    let writes: usize = reports.iter().map(|r| r.writes).sum();
+    let most_inside = reports.iter().map(|r| r.most_inside).max().unwrap_or(0);
+    let counter = counter.unwrap_or(0);
     let elapsed = reports.iter().map(|r| r.elapsed).max().unwrap_or_default();
     let mut waits: Vec<Duration> = reports.into_iter().flat_map(|r| r.waits).collect();
     let max = waits.iter().max().copied().unwrap_or_default();
     let (p50, p99) = p50_p99(&mut waits);
     let scripts = after.scripts.saturating_sub(before.scripts) as f64;
-    Ok(vec![
+    let mut measures = vec![
         Measure::new(ACQ_PER_SEC, Unit::PerSec, per_sec(total, elapsed)),
         Measure::new(ACQUISITIONS, Unit::Count, total as f64),
         Measure::new(SCRIPTS_PER_ACQ, Unit::Ratio, scripts / total.max(1) as f64),
         Measure::dist(WAIT, p50, p99),
         Measure::new(WAIT_MAX, Unit::Micros, micros(max)),
         Measure::new(JAIN, Unit::Ratio, jain(&counts)),
-        Measure::new(
+    ];
+    // Its check: no lost update (W7, C7: every acquisition increments; P2: every write), or no
+    // more inside than the permits (P3).
+    measures.extend(match workload {
+        Workload::W7 | Workload::C7 => vec![Measure::new(
             COUNTER_OFF,
             Unit::Count,
-            (counter.unwrap_or(0) - total as i64) as f64,
-        ),
-    ])
+            (counter - total as i64) as f64,
+        )],
+        Workload::P2 => vec![
+            Measure::new(WRITES, Unit::Count, writes as f64),
+            Measure::new(
+                COUNTER_OFF_WRITES,
+                Unit::Count,
+                (counter - writes as i64) as f64,
+            ),
+        ],
+        Workload::P3 => vec![Measure::new(MOST_INSIDE, Unit::Count, most_inside as f64)],
+    });
+    Ok(measures)
 }
 
 #[cfg(test)]
@@ -536,14 +766,53 @@ mod tests {
 
     #[test]
     fn labels() {
-        assert_eq!(crate::model::family(&label(false, 4)), "W7");
-        assert_eq!(crate::model::family(&label(true, 8)), "C7");
+        assert_eq!(Workload::W7.label(4), "W7 4 processes");
+        assert_eq!(Workload::C7.label(8), "C7 cluster 8 processes");
+        assert_eq!(Workload::P2.label(4), "P2 4 processes");
+        assert_eq!(Workload::P3.label(8), "P3 8 processes");
+        for w in Workload::ALL {
+            assert_eq!(family(&w.label(4)), w.selector());
+            assert_eq!(Workload::of(&w.label(4)), Some(w));
+        }
+        assert_eq!(Workload::of("F2 read-write (90% reads)"), None);
         assert_eq!(
-            one_server_label(&label(true, 8)).as_deref(),
-            Some(label(false, 8).as_str())
+            one_server_label(&Workload::C7.label(8)).as_deref(),
+            Some(Workload::W7.label(8).as_str())
         );
         for kind in Kind::ALL {
             assert_eq!(Kind::of(kind.name()), Some(kind));
         }
+        assert_eq!(family(FLOOR_TOKENS), "floor");
+    }
+
+    /// P2: every tenth acquisition of each process a write, the writes staggered over the
+    /// processes; the others have one kind of acquisition.
+    #[test]
+    fn ops() {
+        for index in 0..8 {
+            let ops: Vec<Op> = (0..100).map(|i| Workload::P2.op(index, i)).collect();
+            for tenth in ops.chunks(10) {
+                assert_eq!(tenth.iter().filter(|&&o| o == Op::Write).count(), 1);
+                assert_eq!(tenth.iter().filter(|&&o| o == Op::Read).count(), 9);
+            }
+        }
+        assert_ne!(Workload::P2.op(0, 0), Workload::P2.op(1, 0));
+        assert!((0..20).all(|i| Workload::W7.op(3, i) == Op::Write));
+        assert!((0..20).all(|i| Workload::P3.op(3, i) == Op::Enter));
+    }
+
+    #[test]
+    fn reports() {
+        let lines = [
+            "noise".to_string(),
+            "W7DONE 3 1000000 1 8".into(),
+            "W7WAITS 5,6,7".into(),
+        ];
+        let r = parse_report(&lines).expect("parses");
+        assert_eq!((r.acquisitions, r.writes, r.most_inside), (3, 1, 8));
+        assert_eq!(r.elapsed, Duration::from_secs(1));
+        assert_eq!(r.waits.len(), 3);
+        assert!(parse_report(&["W7DONE 3 1000000".to_string(), "W7WAITS 5,6,7".into()]).is_err());
+        assert!(parse_report(&["W7ERROR process 1: gone".to_string()]).is_err());
     }
 }
