@@ -54,6 +54,10 @@ struct Args {
     /// Internal (child process): the one cell to run, WORKLOAD IMPLEMENTATION.
     #[arg(long, num_args = 2, value_names = ["WORKLOAD", "IMPLEMENTATION"], hide = true)]
     cell: Option<Vec<String>>,
+    /// For bench/scripts/client_cost.sh: makes PAIRS lock+unlock pairs of one task with IMPL
+    /// (redlease or rslock) against the first of --urls, and exits (run under callgrind).
+    #[arg(long, num_args = 2, value_names = ["IMPL", "PAIRS"], hide = true)]
+    client_cost: Option<Vec<String>>,
     /// Internal (child process): the servers' URLs.
     #[arg(long, value_delimiter = ',', hide = true)]
     urls: Vec<String>,
@@ -138,6 +142,8 @@ pub struct Config {
     pub counts: Counts,
     /// Child process (internal): the one cell to run, and the servers' URLs.
     pub cell: Option<(String, String)>,
+    /// `--client-cost IMPL PAIRS` (see bench/scripts/client_cost.sh).
+    pub client_cost: Option<(String, usize)>,
     pub urls: Vec<String>,
     /// The bench cluster (started by the parent when a cluster workload runs).
     pub cluster_url: Option<String>,
@@ -180,6 +186,12 @@ impl Config {
                 Ok([workload, implementation]) => Some((workload, implementation)),
                 Err(_) => None,
             }),
+            client_cost: args
+                .client_cost
+                .and_then(|c| match <[String; 2]>::try_from(c) {
+                    Ok([implementation, pairs]) => Some((implementation, pairs.parse().ok()?)),
+                    Err(_) => None,
+                }),
             urls: args.urls,
             w7_secs: if args.quick { 1 } else { args.w7_secs },
             w7_procs: args

@@ -33,7 +33,7 @@ mod workloads;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use config::Config;
 use runner::{Mode, Runner};
@@ -110,6 +110,10 @@ async fn run(
     if let Some(index) = cfg.w7_worker {
         // One of a W7 cell's processes (workloads/processes.rs).
         workloads::processes::worker(&cfg, index).await;
+    }
+    if let Some((implementation, pairs)) = cfg.client_cost.clone() {
+        let url = cfg.urls.first().context("--client-cost needs --urls")?;
+        return workloads::one_caller::pairs_only(&implementation, url, pairs).await;
     }
     let started = Instant::now();
     let wants_cluster = cluster_suite::SELECTORS.iter().any(|w| cfg.wants(w));

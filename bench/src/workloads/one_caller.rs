@@ -62,3 +62,23 @@ pub fn measures(mut lat: Vec<Duration>, elapsed: Duration) -> Vec<Measure> {
         Measure::new(PAIRS_PER_SEC, Unit::PerSec, per_sec(n, elapsed)),
     ]
 }
+
+/// `pairs` lock+unlock pairs of one task with `implementation` (`redlease` or `rslock`) on
+/// [`KEY`], nothing measured: the client's own instructions per pair are what callgrind
+/// counts around it (bench/scripts/client_cost.sh runs it twice and takes the difference).
+pub async fn pairs_only(implementation: &str, url: &str, pairs: usize) -> Result<()> {
+    async fn go<L: AsyncLocker>(l: L, pairs: usize) -> Result<()> {
+        for _ in 0..pairs {
+            let g = l.lock(KEY).await?;
+            l.unlock(g).await?;
+        }
+        l.close().await;
+        Ok(())
+    }
+    match implementation {
+        #[cfg(feature = "redlease")]
+        "redlease" => go(crate::redlease_impl::Redlease::new(url).await?, pairs).await,
+        "rslock" => go(crate::peers::rslock::Rslock::new(&[url.to_string()]), pairs).await,
+        other => anyhow::bail!("--client-cost: no implementation {other:?} (redlease, rslock)"),
+    }
+}
