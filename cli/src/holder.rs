@@ -1,52 +1,16 @@
-//! Taking the lock for `run`: one node, or Redlock over several, behind one small interface.
+//! Taking the lock for `run`: one node, or Redlock over several, held as a `Guard`.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
-use redlease::{Lock, LockGuard, LockOptions, Owner, RedLock, RedLockGuard};
+use redlease::{Guard, Lock, LockOptions, Owner, RedLock};
 
 use crate::args::RunArgs;
 use crate::exit::Failure;
 use crate::nodes::{self, quorum};
 
-/// The lock, held.
-pub enum Held {
-    One(LockGuard),
-    /// Redlock: held on a majority of several independent masters.
-    Many(RedLockGuard),
-}
-
-impl Held {
-    pub fn token(&self) -> Option<u64> {
-        match self {
-            Held::One(guard) => guard.fencing_token(),
-            Held::Many(guard) => guard.fencing_token(),
-        }
-    }
-
-    /// Resolves when the lease is lost; owns what it needs, so it can live beside `self`.
-    pub fn lost(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        match self {
-            Held::One(guard) => Box::pin(guard.lost()),
-            Held::Many(guard) => Box::pin(guard.lost()),
-        }
-    }
-
-    pub fn is_lost(&self) -> bool {
-        match self {
-            Held::One(guard) => guard.is_lost(),
-            Held::Many(guard) => guard.is_lost(),
-        }
-    }
-
-    pub async fn unlock(self) -> redlease::Result<()> {
-        match self {
-            Held::One(guard) => guard.unlock().await,
-            Held::Many(guard) => guard.unlock().await,
-        }
-    }
-}
+/// The lock, held: a `LockGuard` on one node, or a `RedLockGuard` on a majority of several
+/// independent masters, through the library's one `Guard` interface.
+pub type Held = Box<dyn Guard>;
 
 /// Waits for the lock as `--wait` says. `Ok(None)`: not acquired in time.
 pub async fn acquire(args: &RunArgs) -> Result<Option<Held>, Failure> {
@@ -61,7 +25,7 @@ pub async fn acquire(args: &RunArgs) -> Result<Option<Held>, Failure> {
     let acquired = lock.try_lock_with(options(args)).await;
     let shown = nodes::redact(&urls[0]);
     acquired
-        .map(|guard| guard.map(Held::One))
+        .map(|guard| guard.map(|g| Box::new(g) as Held))
         .map_err(|e| Failure::from_error(format_args!("lock \"{}\" on {shown}", args.name), &e))
 }
 
@@ -109,7 +73,7 @@ async fn acquire_redlock(args: &RunArgs) -> Result<Option<Held>, Failure> {
         .node_timeout(node_timeout(args));
     let acquired = redlock.try_lock_with(options(args)).await;
     acquired
-        .map(|guard| guard.map(Held::Many))
+        .map(|guard| guard.map(|g| Box::new(g) as Held))
         .map_err(|e| Failure::from_error(format_args!("lock \"{}\"", args.name), &e))
 }
 

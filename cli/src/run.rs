@@ -29,7 +29,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     if args.verbose {
         let token = held
-            .token()
+            .fencing_token()
             .map(|t| format!(", token {t}"))
             .unwrap_or_default();
         eprintln!(
@@ -42,7 +42,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let launch = Launch {
         command: &args.command,
         lock: &args.name,
-        token: held.token(),
+        token: held.fencing_token(),
         env: &[],
         foreground,
     };
