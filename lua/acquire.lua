@@ -47,7 +47,7 @@
 -- delay (here and in every renewal). A release deletes it; a lease that ran out leaves it for
 -- the delay, and while it lives the free lock is refused.
 --
--- Batch (one client's concurrent acquisitions coalesced into one call, `src/batch.rs`):
+-- Batch (one client's concurrent acquisitions coalesced into one call, `src/node/calls/batch.rs`):
 -- KEYS[i] and ARGV[3i-2 .. 3i] as above for i = 1..n, plain locks only (no fence, no delay);
 -- the reply is a table of n such integers, in order. An entry that fails answers its error
 -- message as a string instead, and the others go on (every error comes before an entry writes

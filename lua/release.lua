@@ -36,7 +36,7 @@
 -- A retry with the same request id returns the first call's answer and changes nothing.
 -- A lock key of another type fails with WRONGTYPE before anything is written.
 --
--- Batch (one client's concurrent releases coalesced into one call, `src/batch.rs`): KEYS[2i-1],
+-- Batch (one client's concurrent releases coalesced into one call, `src/node/calls/batch.rs`): KEYS[2i-1],
 -- KEYS[2i] and ARGV[5i-4 .. 5i] as above for i = 1..n, without hand-over; the reply is a table of
 -- n such integers, in order. An entry that fails answers its error message as a string instead,
 -- and the others go on (every error comes before an entry writes anything).

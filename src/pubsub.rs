@@ -12,7 +12,8 @@
 //! waiters listen on the lock's channel (`P:{N}:unlock`), where a call that takes the lock's
 //! queue past their watch marker publishes `0` (`lua/queue.lua`), and heed every message.
 //!
-//! The connection itself comes from `node/deploy/link.rs` (one server, or shard channels on a cluster).
+//! The connection itself comes from `node/deploy/link.rs` (one server, or shard channels on a
+//! cluster).
 //! When the server ends a subscription nobody asked to end (a cluster slot moved or failed over:
 //! SUNSUBSCRIBE), or a node's connection drops, the channel is subscribed again here and its
 //! listeners are woken, since its messages may have been lost; a waiter's TTL-bounded nap covers

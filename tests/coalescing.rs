@@ -1,4 +1,4 @@
-//! One client's concurrent acquire and release calls leave as one script call (`src/batch.rs`):
+//! One client's concurrent acquire and release calls leave as one script call (`src/node/calls/batch.rs`):
 //! it happens, the locks stay exclusive, an error stays with its own caller, and neither a
 //! cancelled caller, a frozen server nor a restart leaves anything behind.
 

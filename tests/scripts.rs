@@ -443,7 +443,7 @@ fn is_wrong_type_message(reply: &Value) -> bool {
 
 #[test]
 fn a_batch_answers_each_entry_in_order_and_keeps_an_error_to_its_entry() {
-    // One client's concurrent calls coalesced into one (`src/batch.rs`): the entries run in
+    // One client's concurrent calls coalesced into one (`src/node/calls/batch.rs`): the entries run in
     // order, as the same calls one after another would, and a key of another type fails only
     // its own entry.
     let server = Server::start();

@@ -118,6 +118,8 @@ pub(crate) struct Node {
     /// ([`Config::fence_grace`](crate::Config::fence_grace)), in milliseconds.
     fence_grace_ms: u64,
     batches: Arc<Batches>,
+    /// What the node learnt about its replicas (`deploy/replicas.rs`), shared by its clones.
+    replicas: Arc<replicas::ReplicaState>,
     /// A lazy client's rights check, run before its first script call or pipeline.
     rights: Option<Arc<acl::Pending>>,
 }
@@ -141,6 +143,7 @@ impl Node {
             timeout,
             fence_grace_ms: crate::config::DEFAULT_FENCE_GRACE.as_millis() as u64,
             batches: Arc::default(),
+            replicas: Arc::default(),
             rights: None,
         })
     }

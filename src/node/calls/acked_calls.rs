@@ -1,6 +1,6 @@
 //! The script calls that wait for replicas: `WAIT n timeout` pipelined right behind a lock
 //! script (acquisitions) or a renewal, on the same connection, and what its answer means for
-//! the lock (`replicas.rs` decides how many to wait for).
+//! the lock (`deploy/replicas.rs` decides how many to wait for).
 //!
 //! On one server the pipeline leaves on the one multiplexed connection. On a cluster a lone
 //! `WAIT` would go to every primary (redis-rs routes it to all and answers the minimum); in a

@@ -1,7 +1,8 @@
 //! The calls of `acquire.lua` (the release's are in `release_calls.rs`): alone when the
-//! connection is idle, coalesced with other callers' while requests are in flight (`batch.rs`). An acquisition
-//! that asks for replica acknowledgement has `WAIT` pipelined behind its call, alone or
-//! coalesced (one `WAIT` per batch call, for the most any of its entries wants; `replicas.rs`).
+//! connection is idle, coalesced with other callers' while requests are in flight (`batch.rs`).
+//! An acquisition that asks for replica acknowledgement has `WAIT` pipelined behind its call,
+//! alone or coalesced (one `WAIT` per batch call, for the most any of its entries wants;
+//! `deploy/replicas.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use crate::keys::LockKeys;
 use crate::node::batch::{Batcher, Traffic};
 use crate::node::family_calls::FamilyBatches;
 use crate::node::release_calls::ReleaseEntry;
-use crate::node::replicas::{Acks, ReplicaState, WaitFor};
+use crate::node::replicas::{Acks, WaitFor};
 use crate::node::{Node, evalsha, evalsha_without_keys};
 use crate::scripts::{self, Acquire};
 
@@ -59,15 +60,13 @@ impl AcquireTerms {
 /// An acquisition's reply, and what `WAIT` answered after it when one was asked for.
 type Acked = (Value, Option<Acks>);
 
-/// Acquire and release calls made while others are in flight, coalesced (`batch.rs`); and what
-/// the node learnt about its replicas (`replicas.rs`).
+/// Acquire and release calls made while others are in flight, coalesced (`batch.rs`).
 #[derive(Default)]
 pub(in crate::node) struct Batches {
     pub(in crate::node) traffic: Traffic,
     acquires: Arc<Batcher<AcquireEntry, Acked>>,
     pub(in crate::node) releases: Arc<Batcher<ReleaseEntry>>,
     pub(in crate::node) family: FamilyBatches,
-    pub(in crate::node) replicas: ReplicaState,
 }
 
 /// One acquisition of a batch (unfenced locks only: a fenced one answers a table).

@@ -2,7 +2,8 @@
 //! withdrawals (`release_calls.rs`), the family's scripts (`family_calls.rs`), acquisitions
 //! that wait for replicas (`acked_calls.rs`), renewals by node (`renew_by_node.rs`), and scans
 //! (`scan.rs`); calls of many callers coalesce into batches (`batch.rs`). They reach the server
-//! through `deploy/` and never ask which kind of deployment it is.
+//! through `deploy/`; the ones that group keys by node or slot (renewals, scans, the family's
+//! batches) ask whether it is a cluster.
 
 pub(in crate::node) mod acked_calls;
 pub(in crate::node) mod batch;

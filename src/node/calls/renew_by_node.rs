@@ -11,7 +11,7 @@
 //! redirections and says for certain.
 //!
 //! When the held locks ask for replica acknowledgement, `WAIT` follows each call in one
-//! pipeline to the same node (`replicas.rs`), and each lock gets its call's answer.
+//! pipeline to the same node (`deploy/replicas.rs`), and each lock gets its call's answer.
 
 use std::collections::HashMap;
 

@@ -166,7 +166,7 @@ impl Node {
             outcome => outcome.map_err(|e| denied(e, prefix))?,
         };
         if self.is_cluster() {
-            // The watchdog's renewal per node is a plain EVAL (`renew_by_node.rs`); redis-rs
+            // The watchdog's renewal per node is a plain EVAL (`calls/renew_by_node.rs`); redis-rs
             // checks its cluster connections with PING.
             let mut eval = redis::cmd("EVAL");
             eval.arg("return 0").arg(0);

@@ -2,7 +2,8 @@
 //! (`shape.rs`, `sentinel.rs`), over TLS (`tls.rs`) as an ACL user (`acl.rs`), dialled by
 //! `dial.rs`; how each command is sent, with its timeouts, retries, NOSCRIPT and cluster
 //! transitions (`transport.rs`); the subscriber's connection (`link.rs`); and the replicas'
-//! acknowledgements (`replicas.rs`). Nothing here knows what a lock is.
+//! acknowledgements (`replicas.rs`). It knows the lock scripts only as scripts to send (and to
+//! rewrite for a cluster's shard channels, `shape.rs`), never the calls made with them.
 
 pub(in crate::node) mod acl;
 pub(in crate::node) mod dial;

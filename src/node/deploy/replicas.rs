@@ -1,7 +1,7 @@
 //! Replica acknowledgement: how many replicas a write waits for, and what `WAIT` answered. The
 //! calls themselves (`WAIT n timeout` in one pipeline right after a lock script, on the same
 //! connection, so that it counts the replicas that have that script's write) are in
-//! `acked_calls.rs`. Nothing here runs when no lock asks for acknowledgement
+//! `calls/acked_calls.rs`. Nothing here runs when no lock asks for acknowledgement
 //! ([`Replicas::Off`], the default).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,7 +144,7 @@ impl Count {
 
 impl Node {
     fn replica_state(&self) -> &ReplicaState {
-        &self.batches.replicas
+        &self.replicas
     }
 
     /// Which master the connection goes to: the sentinel connection's generation, which changes
