@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 
 use crate::model::{
     COUNTER, COUNTER_OFF, COUNTER_OFF_WRITES, DETAIL_LINE, Entry, MEASURE_LINE, MOST_INSIDE,
-    Measure, Outcome, TimedOut, family,
+    Measure, OVERLAPS, Outcome, TimedOut, family,
 };
 use crate::server::RedisServer;
 use crate::stats::median;
@@ -236,7 +236,10 @@ fn combine(runs: &[Vec<Measure>]) -> Outcome {
             let p99s: Vec<f64> = same().filter_map(|x| x.p99).collect();
             let value = if m.metric == COUNTER {
                 values.iter().copied().fold(f64::INFINITY, f64::min)
-            } else if m.metric == COUNTER_OFF || m.metric == COUNTER_OFF_WRITES {
+            } else if m.metric == COUNTER_OFF
+                || m.metric == COUNTER_OFF_WRITES
+                || m.metric == OVERLAPS
+            {
                 // The worst run: a lost update in any run shows.
                 values
                     .iter()

@@ -5,8 +5,8 @@ use crate::cluster_suite::{C1, C3, C4, C6, CLUSTER, ONE_SERVER};
 use crate::family_suite::{F1, F2};
 use crate::model::{
     ACQ_PER_SEC, COUNTER, COUNTER_OFF, COUNTER_OFF_WRITES, Entry, JAIN, MEM, MOST_INSIDE, Measure,
-    PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE, SCRIPTS_PER_ACQ, TICK, TICK_RT, Unit,
-    WAIT_MAX, WAKE, family,
+    OVERLAPS, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE, SCRIPTS_PER_ACQ, TICK, TICK_RT,
+    Unit, WAIT_MAX, WAKE, family,
 };
 use crate::replica_suite::{OFF, R1, WAIT};
 use crate::tls_suite::{FLOOR_PLAIN, FLOOR_TLS, PLAIN, T1, TLS};
@@ -42,7 +42,7 @@ impl Context<'_> {
             _ => None,
         };
         let verdict = |ok: bool, text: &str| format!("{} {text}", if ok { "✅" } else { "❌" });
-        if m.metric == COUNTER_OFF || m.metric == COUNTER_OFF_WRITES {
+        if m.metric == COUNTER_OFF || m.metric == COUNTER_OFF_WRITES || m.metric == OVERLAPS {
             return (String::new(), verdict(m.value == 0.0, "= 0"));
         }
         if m.metric == MOST_INSIDE {

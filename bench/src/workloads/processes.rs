@@ -31,7 +31,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::config::Config;
 use crate::model::{
     ACQ_PER_SEC, ACQUISITIONS, COUNTER_OFF, COUNTER_OFF_WRITES, JAIN, MOST_INSIDE, Measure,
-    SCRIPTS_PER_ACQ, Unit, WAIT, WAIT_MAX, WRITES, family,
+    OVERLAPS, SCRIPTS_PER_ACQ, Unit, WAIT, WAIT_MAX, WRITES, family,
 };
 use crate::runner::Runner;
 use crate::server::{Counters, RedisServer};
@@ -467,11 +467,35 @@ struct Tally {
     writes: usize,
     /// P3: the most INCR of `inside` returned.
     most_inside: i64,
+    /// P2: acquisitions that found a write inside with them, or (a write) anybody at all.
+    overlaps: usize,
 }
 
+/// What a P2 write adds to `inside` while it is in: more than any number of readers.
+const A_WRITE_INSIDE: i64 = 1_000_000;
+
 impl Op {
-    /// Its commands, under the lock.
-    async fn run(self, conn: &mut Conn, tally: &mut Tally) -> Result<()> {
+    /// Its commands, under the lock. `marked` (P2): a write counts itself in `inside` as
+    /// [`A_WRITE_INSIDE`] and a read as 1 while they run, so a read that meets a write, or a
+    /// write that meets anybody, is counted in `overlaps`.
+    async fn run(self, conn: &mut Conn, tally: &mut Tally, marked: bool) -> Result<()> {
+        let mark = match self {
+            Op::Write => A_WRITE_INSIDE,
+            Op::Read => 1,
+            Op::Enter => 0,
+        };
+        if marked && mark > 0 {
+            let inside: i64 = conn
+                .query(redis::cmd("INCRBY").arg(INSIDE_KEY).arg(mark))
+                .await?;
+            let alone = match self {
+                Op::Write => inside == A_WRITE_INSIDE,
+                _ => inside < A_WRITE_INSIDE,
+            };
+            if !alone {
+                tally.overlaps += 1;
+            }
+        }
         match self {
             Op::Write => {
                 let v: Option<i64> = conn.query(redis::cmd("GET").arg(COUNTER_KEY)).await?;
@@ -490,6 +514,10 @@ impl Op {
                 conn.query::<i64>(redis::cmd("DECR").arg(INSIDE_KEY))
                     .await?;
             }
+        }
+        if marked && mark > 0 {
+            conn.query::<i64>(redis::cmd("DECRBY").arg(INSIDE_KEY).arg(mark))
+                .await?;
         }
         Ok(())
     }
@@ -528,7 +556,8 @@ async fn work(
         let t0 = Instant::now();
         let held = locker.lock(op).await?;
         waits.push(t0.elapsed());
-        op.run(&mut conn, &mut tally).await?;
+        op.run(&mut conn, &mut tally, workload == Workload::P2)
+            .await?;
         locker.unlock(held).await?;
     }
     let elapsed = start.elapsed();
@@ -537,9 +566,10 @@ async fn work(
     let Tally {
         writes,
         most_inside,
+        overlaps,
     } = tally;
     println!(
-        "{DONE} {} {} {writes} {most_inside}",
+        "{DONE} {} {} {writes} {most_inside} {overlaps}",
         waits.len(),
         elapsed.as_micros()
     );
@@ -553,6 +583,7 @@ struct Report {
     elapsed: Duration,
     writes: usize,
     most_inside: i64,
+    overlaps: usize,
     waits: Vec<Duration>,
 }
 
@@ -569,6 +600,7 @@ fn parse_report(lines: &[String]) -> Result<Report> {
     let elapsed = Duration::from_micros(f.next().context("no time")?.parse()?);
     let writes = f.next().context("no writes")?.parse()?;
     let most_inside = f.next().context("no count inside")?.parse()?;
+    let overlaps = f.next().context("no overlaps")?.parse()?;
     let waits = lines
         .iter()
         .find_map(|l| l.strip_prefix(WAITS))
@@ -584,6 +616,7 @@ fn parse_report(lines: &[String]) -> Result<Report> {
         elapsed,
         writes,
         most_inside,
+        overlaps,
         waits,
     })
 }
@@ -718,6 +751,7 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
     let total: usize = counts.iter().sum();
     let writes: usize = reports.iter().map(|r| r.writes).sum();
     let most_inside = reports.iter().map(|r| r.most_inside).max().unwrap_or(0);
+    let overlaps: usize = reports.iter().map(|r| r.overlaps).sum();
     let counter = counter.unwrap_or(0);
     let elapsed = reports.iter().map(|r| r.elapsed).max().unwrap_or_default();
     let mut waits: Vec<Duration> = reports.into_iter().flat_map(|r| r.waits).collect();
@@ -747,6 +781,7 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
                 Unit::Count,
                 (counter - writes as i64) as f64,
             ),
+            Measure::new(OVERLAPS, Unit::Count, overlaps as f64),
         ],
         Workload::P3 => vec![Measure::new(MOST_INSIDE, Unit::Count, most_inside as f64)],
     });
@@ -805,11 +840,14 @@ mod tests {
     fn reports() {
         let lines = [
             "noise".to_string(),
-            "W7DONE 3 1000000 1 8".into(),
+            "W7DONE 3 1000000 1 8 2".into(),
             "W7WAITS 5,6,7".into(),
         ];
         let r = parse_report(&lines).expect("parses");
-        assert_eq!((r.acquisitions, r.writes, r.most_inside), (3, 1, 8));
+        assert_eq!(
+            (r.acquisitions, r.writes, r.most_inside, r.overlaps),
+            (3, 1, 8, 2)
+        );
         assert_eq!(r.elapsed, Duration::from_secs(1));
         assert_eq!(r.waits.len(), 3);
         assert!(parse_report(&["W7DONE 3 1000000".to_string(), "W7WAITS 5,6,7".into()]).is_err());
