@@ -17,6 +17,7 @@ pub const SELECTORS: [&str; 5] = ["C1", "C3", "C4", "C6", "C7"];
 pub const ONE_SERVER: &str = "redlease one server";
 pub const CLUSTER: &str = "redlease cluster";
 /// rslock's cluster mode, on the same cluster (its ratio is against redlease's).
+#[cfg(feature = "redlease")]
 pub const RSLOCK_CLUSTER: &str = "rslock cluster";
 
 /// `redis+cluster://h1:p1,h2:p2` → `redis://h1:p1/`, `redis://h2:p2/`.
