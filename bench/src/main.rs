@@ -424,11 +424,13 @@ waiting task) and given back with LPUSH: the server hands it to the longest-bloc
 \"counter − acquisitions\" is the worst run's (0 = no lost update).
 - P2, P3: F2 and F3 across processes, on W7's machinery (K processes, one task and one client \
 each, one server): P2 on one `ReadWriteLock`, every tenth acquisition of each process a write \
-(GET, SET of the counter + 1; \"counter − writes\" must be 0) and the other nine reads (GET); every acquisition counts itself in a key `inside` while it runs (a write as 1,000,000, a read as 1), and one that meets a write, or a write that meets anybody, is an overlap (must be 0); \
+(GET, SET of the counter + 1; \"counter − writes\" must be 0) and the other nine reads (GET); \
+every acquisition counts itself in a key `inside` while it runs (a write as 1,000,000, a read \
+as 1), and one that meets a write, or a write that meets anybody, is an overlap (must be 0); \
 P3 on a `Semaphore` of 8 permits, acquire 1 / release 1, with INCR of a key on entry and DECR \
 on exit (the most INCR returned must be ≤ 8; with K ≤ 8 processes at most K are inside, so \
-only K > 8 tests the bound). Their floors are W7's: for P2 the one token, every acquisition \
-exclusive; for P3 8 tokens in the list. No peer has these locks; no targets.
+only K > 8 tests the bound). Their floors are W7's tokens, doing the same work under them: for \
+P2 the one token, every acquisition exclusive; for P3 8 tokens in the list. No peer has these locks; no targets.
 - S1: W1 and W3 (as above) for redlease `Lock` and rslock on Redis and on Valkey, each server \
 pinned to a CPU of its own and the measuring processes to the others, whatever `--placement` says. \
 Each run: MONITOR over a few calibration pairs (which commands the clients send, which the \

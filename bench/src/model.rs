@@ -137,7 +137,7 @@ metrics! {
     WRITES = "write acquisitions";
     COUNTER_OFF_WRITES = "counter − writes (0 = exact)";
     MOST_INSIDE = "most holders inside at once (INCR)";
-    OVERLAPS = "acquisitions meeting a write inside (0 = none)";
+    OVERLAPS = "acquisitions that overlapped a write, or a write anybody (0 = none)";
     SERVER_US = "server µs per pair (commandstats, top-level)";
     SERVER_CPU_US = "server CPU µs per pair (main thread, incl. I/O)";
     CALLS_PER_PAIR = "calls per pair (top-level)";

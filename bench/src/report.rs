@@ -151,10 +151,10 @@ pub fn w7_table(ctx: &Context) -> String {
         let check = if let Some(v) = value(e, COUNTER_OFF) {
             exact(v, "acq.")
         } else if let Some(v) = value(e, COUNTER_OFF_WRITES) {
-            let overlaps = value(e, OVERLAPS).unwrap_or(0.0);
-            match overlaps == 0.0 {
-                true => format!("{}, no overlap", exact(v, "writes")),
-                false => format!("{}, ❌ {overlaps:.0} met a write", exact(v, "writes")),
+            match value(e, OVERLAPS) {
+                Some(0.0) => format!("{}, no overlap", exact(v, "writes")),
+                Some(n) => format!("{}, ❌ {n:.0} overlapped", exact(v, "writes")),
+                None => exact(v, "writes"),
             }
         } else if let Some(v) = value(e, MOST_INSIDE) {
             match v <= f64::from(PERMITS) {

@@ -19,8 +19,10 @@
 //! the counter + 1 under the write lock) and the other nine reads (GET under the read lock),
 //! against the floor's one token taken for every acquisition; P3, a `Semaphore` of 8 permits
 //! (acquire 1, release 1; under the permit, INCR of a key `inside`, then DECR of it), against
-//! a list of 8 tokens. Their checks: the counter equals the writes (P2), and INCR never saw
-//! more than 8 inside (P3).
+//! a list of 8 tokens. Their checks: the counter equals the writes, and no acquisition
+//! overlapped a write (P2: each counts itself in `inside` while it runs, a write as
+//! 1,000,000, a read as 1); INCR never saw more than 8 inside (P3). The floors do the same
+//! work under their tokens.
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -42,7 +44,8 @@ use crate::stats::{micros, p50_p99, per_sec};
 const LOCK: &str = "bench:w7";
 const COUNTER_KEY: &str = "{bench:w7}:counter";
 const TOKEN_KEY: &str = "{bench:w7}:token";
-/// P3: how many hold a permit (INCR on entry, DECR on exit).
+/// P3: how many hold a permit (INCR on entry, DECR on exit); P2: who is in (a write counts
+/// [`A_WRITE_INSIDE`], a read 1).
 const INSIDE_KEY: &str = "{bench:w7}:inside";
 
 /// P3's permits (and its floor's tokens).
