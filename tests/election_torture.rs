@@ -18,11 +18,7 @@ const CLIENTS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elections_keep_the_term_oracle_under_random_server_faults() {
-    let mut server = Server::builder()
-        .appendonly(true)
-        .arg("--appendfsync")
-        .arg("always")
-        .start();
+    let mut server = Server::builder().appendonly(true).start();
     let names = unique_names("torture-elect", NAMES);
     let mut clients = Vec::new();
     let mut candidates = Vec::new();

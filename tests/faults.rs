@@ -170,11 +170,7 @@ async fn restart_without_persistence_makes_lost_resolve_within_one_renewal_perio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_survives_a_restart_with_appendonly() {
-    let mut server = Server::builder()
-        .appendonly(true)
-        .arg("--appendfsync")
-        .arg("always")
-        .start();
+    let mut server = Server::builder().appendonly(true).start();
     let lease = Duration::from_secs(3);
     let client = client_with(&server, |b| b.watchdog_lease(lease).timeout(TIMEOUT)).await;
     let lock = client.lock(&unique_name("aof")).unwrap();

@@ -144,11 +144,7 @@ async fn tokens_keep_counting_after_expiry_and_force_unlock() {
 
 #[tokio::test]
 async fn tokens_survive_a_server_restart_with_aof() {
-    let mut server = Server::builder()
-        .appendonly(true)
-        .arg("--appendfsync")
-        .arg("always")
-        .start();
+    let mut server = Server::builder().appendonly(true).start();
     let name = unique_name("fence-restart");
     let before = {
         let client = client(&server).await;

@@ -18,11 +18,7 @@ const CLIENTS: usize = 3;
 
 /// A server whose writes survive kill -9 (appendfsync always).
 fn durable_server() -> Server {
-    Server::builder()
-        .appendonly(true)
-        .arg("--appendfsync")
-        .arg("always")
-        .start()
+    Server::builder().appendonly(true).start()
 }
 
 async fn client_of(server: &Server) -> Client {

@@ -32,7 +32,10 @@ pub struct Builder {
 }
 
 impl Builder {
-    /// `--appendonly yes` so data survives [`Server::kill`] + [`Server::restart`]. Default: no.
+    /// `--appendonly yes --appendfsync always` so data survives [`Server::kill`] +
+    /// [`Server::restart`]. Default: no. (With `everysec`, Redis may hold back its AOF writes
+    /// for up to 2 s while a background fsync is slow, and answer the client meanwhile: a
+    /// SIGKILL then loses writes the client saw acknowledged. It did, in a CI run under load.)
     pub fn appendonly(mut self, on: bool) -> Self {
         self.appendonly = on;
         self
@@ -44,7 +47,7 @@ impl Builder {
         self
     }
 
-    /// One extra command-line argument, e.g. `.arg("--appendfsync").arg("always")`.
+    /// One extra command-line argument, e.g. `.arg("--maxclients").arg("100")`.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.extra.push(arg.into());
         self
@@ -64,6 +67,12 @@ impl Builder {
             "",
             "--appendonly",
             if self.appendonly { "yes" } else { "no" },
+            "--appendfsync",
+            if self.appendonly {
+                "always"
+            } else {
+                "everysec"
+            },
             // DEBUG SLEEP / SEGFAULT for fault tests; off by default in Debian's build.
             "--enable-debug-command",
             "local",
