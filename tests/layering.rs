@@ -120,87 +120,101 @@ const CALLS: &[&str] = &[
     "scan",
 ];
 
-/// Code without its `//` comments and with its string literals emptied (`"..."` stays `""`),
-/// so that neither a word in a string nor a URL's `//` is read as code.
-fn without_comments(text: &str) -> String {
-    let mut code = String::with_capacity(text.len());
-    for line in text.lines() {
-        let (mut in_string, mut escaped) = (false, false);
-        let mut chars = line.chars().peekable();
-        while let Some(c) = chars.next() {
-            if in_string {
-                match (escaped, c) {
-                    (false, '\\') => escaped = true,
-                    (false, '"') => {
-                        in_string = false;
-                        code.push('"');
-                    }
-                    _ => escaped = false,
-                }
-                continue;
-            }
-            match c {
-                '"' => in_string = true,
-                '/' if chars.peek() == Some(&'/') => break,
-                _ => {}
-            }
-            code.push(c);
-        }
-        code.push('\n');
-    }
-    code
+/// `Node`'s fields that hold calls/ state, which deploy/ must not reach either.
+const CALLS_FIELDS: &[&str] = &["batches"];
+
+/// What a file names, read as Rust: every segment of every path of two segments or more (in
+/// code and types) and of every `use` tree (groups and renames included), how many `use`s
+/// glob, and every field it accesses.
+#[derive(Default)]
+struct Named {
+    segments: Vec<String>,
+    globs: usize,
+    fields: Vec<String>,
 }
 
-/// The names a file uses as paths: every identifier next to `::` (either side), and every
-/// identifier of a `use` statement (groups and several lines included).
-fn path_names(text: &str) -> Vec<String> {
-    let code = without_comments(text);
-    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
-    let mut names = Vec::new();
-    let mut in_use = false;
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find(is_ident) {
-        let before = rest[..at].trim_end();
-        let len = rest[at..]
-            .find(|c: char| !is_ident(c))
-            .unwrap_or(rest.len() - at);
-        let name = &rest[at..at + len];
-        let after = rest[at + len..].trim_start();
-        if before.contains(';') {
-            in_use = false;
+impl<'a> syn::visit::Visit<'a> for Named {
+    fn visit_path(&mut self, path: &'a syn::Path) {
+        // A one-segment path is a local name (a variable, an imported item): what it imports
+        // is seen in its `use`.
+        if path.segments.len() > 1 {
+            let names = path.segments.iter().map(|s| s.ident.unraw().to_string());
+            self.segments.extend(names);
         }
-        if in_use || before.ends_with("::") || after.starts_with("::") {
-            names.push(name.to_string());
-        }
-        // A `use` statement starts at the beginning of a statement or item.
-        if name == "use" && (before.is_empty() || before.ends_with([';', '{', '}', ')'])) {
-            in_use = true;
-        }
-        rest = &rest[at + len..];
+        syn::visit::visit_path(self, path);
     }
-    names
+    fn visit_use_tree(&mut self, tree: &'a syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => self.segments.push(p.ident.unraw().to_string()),
+            syn::UseTree::Name(n) => self.segments.push(n.ident.unraw().to_string()),
+            syn::UseTree::Rename(r) => self.segments.push(r.ident.unraw().to_string()),
+            syn::UseTree::Glob(_) => self.globs += 1,
+            syn::UseTree::Group(_) => {}
+        }
+        syn::visit::visit_use_tree(self, tree);
+    }
+    fn visit_member(&mut self, member: &'a syn::Member) {
+        if let syn::Member::Named(field) = member {
+            self.fields.push(field.unraw().to_string());
+        }
+        syn::visit::visit_member(self, member);
+    }
+}
+
+use syn::ext::IdentExt as _;
+
+fn named(source: &str) -> Named {
+    let file = syn::parse_file(source).expect("the source parses");
+    let mut named = Named::default();
+    syn::visit::Visit::visit_file(&mut named, &file);
+    named
 }
 
 /// The names `node/mod.rs` takes from `calls/` modules (`use lock_calls::{A, B};`), which a
-/// file under `node/` can reach as `crate::node::A`.
+/// file under `node/` could reach as `crate::node::A`.
 fn reexported_from_calls(node_mod: &str) -> Vec<String> {
-    without_comments(node_mod)
-        .split(';')
-        .filter_map(|statement| {
-            let path = statement.trim().split("use ").nth(1)?;
-            let module = path.split("::").next()?.trim();
-            (CALLS.contains(&module) && path.contains("::")).then(|| {
-                path.split("::")
-                    .nth(1)
-                    .unwrap_or("")
-                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .filter(|name| name.starts_with(|c: char| c.is_uppercase()))
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
-        })
-        .flatten()
-        .collect()
+    fn leaves(tree: &syn::UseTree, under_calls: bool, out: &mut Vec<String>) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                let calls = under_calls || CALLS.contains(&p.ident.to_string().as_str());
+                leaves(&p.tree, calls, out)
+            }
+            syn::UseTree::Name(n) if under_calls => out.push(n.ident.to_string()),
+            syn::UseTree::Rename(r) if under_calls => out.push(r.rename.to_string()),
+            syn::UseTree::Group(g) => g.items.iter().for_each(|t| leaves(t, under_calls, out)),
+            _ => {}
+        }
+    }
+    let file = syn::parse_file(node_mod).expect("node/mod.rs parses");
+    let mut out = Vec::new();
+    for item in &file.items {
+        if let syn::Item::Use(u) = item {
+            leaves(&u.tree, false, &mut out);
+        }
+    }
+    // The modules themselves (`use calls::{batch, ...}`) are CALLS already.
+    out.retain(|name| !CALLS.contains(&name.as_str()));
+    out
+}
+
+/// What `source` (a file under deploy/) names of calls/: modules, re-exported names, fields,
+/// and globs (which could hide any of them).
+fn calls_named(source: &str, reexported: &[String]) -> Vec<String> {
+    let found = named(source);
+    let mut out: Vec<String> = found
+        .segments
+        .into_iter()
+        .filter(|s| CALLS.contains(&s.as_str()) || reexported.contains(s))
+        .collect();
+    out.extend(
+        found
+            .fields
+            .into_iter()
+            .filter(|f| CALLS_FIELDS.contains(&f.as_str()))
+            .map(|f| format!(".{f}")),
+    );
+    out.extend((0..found.globs).map(|_| "a glob import".to_string()));
+    out
 }
 
 #[test]
@@ -209,33 +223,23 @@ fn deployments_know_nothing_of_the_calls_made_on_them() {
     // calls/ (the typed script calls), which use it.
     let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/node");
     let node_mod = fs::read_to_string(node.join("mod.rs")).expect("node/mod.rs");
-    let mut forbidden: Vec<String> = CALLS.iter().map(|m| m.to_string()).collect();
     let reexported = reexported_from_calls(&node_mod);
     assert!(
         reexported.iter().any(|name| name == "Batches"),
         "node/mod.rs's names from calls/ not found: {reexported:?}"
     );
-    forbidden.extend(reexported);
     let mut files = Vec::new();
     rust_files(&node.join("deploy"), &mut files);
     assert!(files.len() >= 8, "found only {} deploy files", files.len());
-    let violations: Vec<String> = files
-        .iter()
-        .flat_map(|file| {
-            let text = fs::read_to_string(file).expect("readable source");
-            let mut named: Vec<String> = path_names(&text)
-                .into_iter()
-                .filter(|name| forbidden.contains(name))
-                .collect();
-            // `Node`'s own field of calls/ state, reached without a path.
-            if without_comments(&text).contains(".batches") {
-                named.push(".batches".into());
-            }
-            named
-                .into_iter()
-                .map(move |name| format!("{}: {name}", file.display()))
-        })
-        .collect();
+    let mut violations = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).expect("readable source");
+        // `use super::*;` in a test module names only its own file's items.
+        let text = text.replace("use super::*;", "");
+        for name in calls_named(&text, &reexported) {
+            violations.push(format!("{}: {name}", file.display()));
+        }
+    }
     assert!(
         violations.is_empty(),
         "deploy/ naming the calls made on it:\n{}",
@@ -245,12 +249,8 @@ fn deployments_know_nothing_of_the_calls_made_on_them() {
 
 #[test]
 fn the_deploy_check_sees_every_form_of_path() {
-    let found = |code: &str| {
-        path_names(code)
-            .into_iter()
-            .filter(|n| CALLS.contains(&n.as_str()) || n == "Batches")
-            .collect::<Vec<_>>()
-    };
+    let reexported = vec!["Batches".to_string()];
+    let found = |code: &str| calls_named(code, &reexported);
     assert_eq!(
         found("use crate::node::lock_calls::AcquireCall;"),
         ["lock_calls"]
@@ -260,28 +260,34 @@ fn the_deploy_check_sees_every_form_of_path() {
         ["lock_calls"]
     );
     assert_eq!(
-        found("use crate::node::{\n    Node,\n    batch::Traffic,\n};"),
+        found("pub(crate) use crate::node::{\n    Node,\n    batch::Traffic,\n};"),
         ["batch"]
     );
-    assert_eq!(found("use crate::{node::scan::X};"), ["scan"]);
+    assert_eq!(found("use crate::{node::scan as s};"), ["scan"]);
     assert_eq!(
-        found("let b = super::super::calls::batch::MAX;"),
+        found("fn f() { let b = super::super::calls::batch::MAX; }"),
         ["calls", "batch"]
     );
     assert_eq!(found("fn f(b: &crate::node::Batches) {}"), ["Batches"]);
-    assert_eq!(found("pub(crate) use crate::node::batch;"), ["batch"]);
-    // Comments, strings and plain variables are not paths; a `use` ends at its `;`.
-    assert!(found("// uses crate::node::batch\nlet batch = 1; f(batch);").is_empty());
-    assert!(found("use a::b; let batch = 1; f(batch, scan);").is_empty());
-    assert!(found("let s = \"we use batch here\"; g(batch);").is_empty());
     assert_eq!(
-        found("let u = \"redis://a\"; super::lock_calls::x();"),
-        ["lock_calls"]
+        found("fn f(n: &Node) { let _ = &n.batches; }"),
+        [".batches"]
+    );
+    assert_eq!(found("fn f() { crate::node::r#scan::x(); }"), ["scan"]);
+    assert_eq!(found("use crate::node::*;"), ["a glob import"]);
+    // Comments, strings and plain variables are not paths.
+    assert!(
+        found(
+            "// uses crate::node::batch\n/* crate::node::scan */\n\
+             fn f(batch: u8, scan: u8) { let s = \"use batch; redis://x\"; g(batch, scan); }"
+        )
+        .is_empty()
     );
     assert_eq!(
         reexported_from_calls(
-            "use lock_calls::Batches;\npub(crate) use release_calls::{Latch, ReleaseArgs};\nuse shape::Conn;"
+            "use lock_calls::Batches;\npub(crate) use release_calls::{Latch, ReleaseArgs as Args};\n\
+             use calls::{batch, lock_calls};\nuse shape::Conn;"
         ),
-        ["Batches", "Latch", "ReleaseArgs"]
+        ["Batches", "Latch", "Args"]
     );
 }
