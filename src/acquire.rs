@@ -1,24 +1,25 @@
-//! The acquisition engine: the wait loop around one attempt (`attempt.rs`), the server's queue
-//! and the grants taken from its messages.
+//! The acquisition engine: the wait loop around one attempt (`attempt.rs`). The server's queue
+//! and the grants taken from its messages are in `acquire/grant.rs`; waiting among this
+//! client's own contenders in `acquire/local.rs`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::config::{Replicas, WaitBy};
+use crate::config::Replicas;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Grant;
-use crate::local_queue::{Handover, Ticket};
 use crate::lock::Lock;
-use crate::node::{QueueTerms, Successor};
-use crate::pubsub::Subscription;
 use crate::queue_place::QueuePlace;
-use crate::release::{give_back, give_back_in_background};
 use crate::scripts::Acquire;
 use crate::telemetry;
 use crate::terms::{Lease, Wait};
+
+mod grant;
+mod local;
+
+use local::{Napped, skip_attempt};
 
 /// How long to sleep between attempts when the holder's key has no expiry and no unlock
 /// message arrives (someone PERSISTed it, or a message was lost).
@@ -28,25 +29,6 @@ const RECHECK_WITHOUT_TTL: Duration = Duration::from_secs(1);
 /// past the expiry (the unlock message never comes when a lease simply runs out).
 pub(crate) fn nap_for(ttl: Option<Duration>) -> Duration {
     ttl.map_or(RECHECK_WITHOUT_TTL, |t| t + Duration::from_millis(1))
-}
-
-/// Whether a head of this client's queue should skip asking Redis and go straight to offering
-/// to take the lock over: when the lock was last handed to another waiter of this client, which
-/// therefore holds it. Its release hands it on to us, or frees it and wakes us directly (`local_queue.rs`),
-/// so the attempt could only fail. Never for a single attempt.
-fn skip_attempt(ticket: Option<&Ticket<'_>>, wait: Wait) -> bool {
-    !matches!(wait, Wait::Once) && ticket.is_some_and(|t| t.queue.handing_over())
-}
-
-/// How a nap between attempts ended.
-enum Napped {
-    /// A release of this client handed us the lock.
-    HandedOver(LockGuard),
-    /// We gave back one hold (a hand-over that failed unanswered, or came too late to use),
-    /// which may have been a grant from the queue: its message no longer counts.
-    GaveBack,
-    /// Woken (a message, a release, the nap's end): time for the next attempt.
-    Woke,
 }
 
 impl Lock {
@@ -325,70 +307,6 @@ impl Lock {
         outcome
     }
 
-    /// How this client's waiters queue on the server (`queue_place.rs`), for an attempt.
-    fn queue_terms(&self, lease: Lease) -> QueueTerms {
-        let inner = &self.client.inner;
-        let config = &inner.config;
-        let claim_ms = config.claim_lease.as_millis() as u64;
-        let slack_ms = config.queue_slack().as_millis() as u64;
-        // A fixed lease shorter than the claim lease is the grant's whole lease; not for a
-        // client that polls, whose next look may come later than that lease's end.
-        let claim_ms = match (lease, config.wait_by) {
-            (Lease::Fixed(_), WaitBy::PubSub) => claim_ms.min(lease.ms()),
-            _ => claim_ms,
-        };
-        let nonce = inner.next_nonce();
-        QueueTerms {
-            slack_ms,
-            claim_ms,
-            nonce,
-        }
-    }
-
-    /// The lock granted to us by a release, from its message (`lua/queue.lua`): the guard, its
-    /// validity counted from `sent`, when the attempt that queued us went out (the grant came
-    /// after the server queued us), for the grant's claim lease; the watchdog lengthens that to
-    /// the lease soon after. `None` when the message cannot be trusted alone: the claim lease
-    /// is half spent, the lock wants replica acknowledgement (a grant has no `WAIT` behind it),
-    /// a fixed lease is longer than the claim lease, or the grant came without the token a
-    /// fenced lock needs. The next attempt then claims the grant (count 1, the lease, a token).
-    fn hold_from_grant(
-        &self,
-        field: &Arc<str>,
-        lease: Lease,
-        terms: QueueTerms,
-        sent: Instant,
-        token: Option<u64>,
-    ) -> Result<Option<LockGuard>> {
-        let inner = &self.client.inner;
-        let claim = Duration::from_millis(terms.claim_ms);
-        let whole = match lease {
-            Lease::Fixed(_) => lease.ms() <= terms.claim_ms,
-            Lease::Watchdog(_) => true,
-        };
-        let replicas = self.replicas.unwrap_or(inner.config.replicas);
-        if !whole
-            || replicas != Replicas::Off
-            || (self.fenced && token.is_none())
-            || sent.elapsed() >= claim / 2
-        {
-            return Ok(None);
-        }
-        let guard = self.register(
-            field.clone(),
-            lease,
-            Grant::Counted(1),
-            token.unwrap_or(0),
-            sent,
-        )?;
-        let hold = guard.hold();
-        hold.cap_validity(sent + claim.saturating_sub(inner.config.drift(claim)));
-        if let Lease::Watchdog(_) = lease {
-            crate::watchdog::renew_early(inner, hold, sent + claim / 3);
-        }
-        Ok(Some(self.watched(guard)))
-    }
-
     /// The replica acknowledgement this lock asks for (its own, else the client's), checked.
     fn replicas_wanted(&self) -> Result<Replicas> {
         let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
@@ -401,125 +319,5 @@ impl Lock {
         let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
         guard.hold().set_replicas(replicas);
         guard
-    }
-
-    /// One wait between attempts, at most `nap` long: until an unlock message, a release by
-    /// this client, or (as this client's head) a release of this client that hands us the
-    /// lock, which is then ours without another attempt (only with `offer`: the head's ticket
-    /// when it may take the lock over).
-    async fn nap(
-        &self,
-        ticket: Option<&Ticket<'_>>,
-        offer: Option<&Ticket<'_>>,
-        sub: &Subscription,
-        field: &Arc<str>,
-        lease: Lease,
-        nap: Duration,
-    ) -> Result<Napped> {
-        let lease_ms = lease.ms();
-        let local_release = async {
-            match ticket {
-                Some(ticket) => ticket.queue.released.notified().await,
-                None => std::future::pending().await,
-            }
-        };
-        // As this client's head, offer to take the lock over from a local holder's release.
-        let mut offered = offer.map(|t| {
-            let successor = Successor {
-                field: field.clone(),
-                lease_ms,
-                fenced: self.fenced,
-            };
-            t.offer(successor, self.give_back_later(field, lease_ms))
-        });
-        let handed = async {
-            match offered.as_mut() {
-                Some(offered) => offered.answered().await,
-                None => std::future::pending().await,
-            }
-        };
-        let answer = tokio::select! {
-            biased;
-            answer = handed => Some(answer),
-            _ = sub.notified() => None,
-            _ = local_release => None,
-            _ = tokio::time::sleep(nap) => None,
-        };
-        let answer = match (answer, offered) {
-            (Some(answer), _) => Some(answer),
-            // Taken meanwhile: the release's answer is on its way, and may be the lock.
-            (None, Some(offered)) => offered.withdraw().await,
-            (None, None) => None,
-        };
-        match answer {
-            Some(Handover::Granted { token, sent }) => {
-                match self.confirmed(field, lease, sent).await? {
-                    Some(since) => self
-                        .register(field.clone(), lease, Grant::HandedOver, token, since)
-                        .map(|guard| Napped::HandedOver(self.watched(guard))),
-                    None => Ok(Napped::GaveBack),
-                }
-            }
-            Some(Handover::Unknown) => {
-                // The release failed unanswered: it may have handed us the lock. We held
-                // nothing before, so giving back one hold is exact either way.
-                let _ = give_back(&self.client, &self.keys, field, lease_ms, 1).await;
-                Ok(Napped::GaveBack)
-            }
-            Some(Handover::Declined) | None => Ok(Napped::Woke),
-        }
-    }
-
-    /// What gives back a grant handed to this waiter after it stopped waiting, before it read
-    /// the answer (see `local_queue::Offered`).
-    fn give_back_later(&self, field: &Arc<str>, lease_ms: u64) -> crate::local_queue::GiveBack {
-        let (client, keys, field) = (self.client.clone(), self.keys.clone(), field.clone());
-        Box::new(move || {
-            let why = "handed the lock after it stopped waiting";
-            give_back_in_background(&client, &keys, &field, lease_ms, why);
-        })
-    }
-
-    /// Listens for this lock's unlock messages, this client's own too (MultiLock members, which
-    /// do not queue: see `pubsub.rs`).
-    pub(crate) async fn subscribe_to_unlocks(&self) -> Result<Subscription> {
-        let channel = self.keys.channel_name();
-        self.client.inner.subscriber.subscribe(&channel, true).await
-    }
-
-    /// Listens for the grants of this lock to this client's queued waiters (`lua/queue.lua`),
-    /// on the client's own channel of the lock: other clients' grants and releases never wake
-    /// it.
-    async fn subscribe_to_grants(&self, field: &Arc<str>) -> Result<Subscription> {
-        let inner = &self.client.inner;
-        let channel = self.keys.grant_channel(&inner.id_text);
-        let subscription = inner.subscriber.subscribe(&channel, false).await?;
-        Ok(subscription.grants_to(field.clone()))
-    }
-
-    /// Waits until `ticket` is at the head of this client's local queue for the lock. False
-    /// when the caller's wait ran out first. A single attempt (`Wait::Once`) never queues.
-    async fn wait_turn(
-        &self,
-        ticket: &mut Ticket<'_>,
-        wait: Wait,
-        subscription: &mut Option<Subscription>,
-        field: &Arc<str>,
-    ) -> Result<bool> {
-        let deadline = match wait {
-            Wait::Once => return Ok(true),
-            _ if ticket.is_head() => return Ok(true),
-            Wait::Forever => Instant::now() + crate::config::MAX_DURATION,
-            Wait::Until(deadline) => deadline,
-        };
-        if subscription.is_none() {
-            // Stay subscribed while queued, so the channel is not dropped and re-made at every
-            // hand-off between local waiters.
-            *subscription = Some(self.subscribe_to_grants(field).await?);
-        }
-        tokio::select! {
-            _ = ticket.wait_head() => Ok(true),
-            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => Ok(false),
-        }
     }
 }

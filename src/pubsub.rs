@@ -13,7 +13,7 @@
 //! queue past their watch marker publishes `0` (`lua/queue.lua`), and heed every message.
 //!
 //! The connection itself comes from `node/deploy/link.rs` (one server, or shard channels on a
-//! cluster).
+//! cluster); its reader, and what follows a lost subscription, are in `pubsub/reader.rs`.
 //! When the server ends a subscription nobody asked to end (a cluster slot moved or failed over:
 //! SUNSUBSCRIBE), or a node's connection drops, the channel is subscribed again here and its
 //! listeners are woken, since its messages may have been lost; a waiter's TTL-bounded nap covers
@@ -29,43 +29,18 @@ use tokio::sync::watch;
 
 use crate::config::WaitBy;
 use crate::error::{Error, Result};
-use crate::node::{Event, Link, Sink, bounded};
+use crate::node::{Link, Sink, bounded};
 use crate::task::AbortOnDrop;
 
 mod channel;
+mod reader;
 mod relay;
+
+use reader::run_reader;
 
 pub(crate) use channel::Subscription;
 use channel::{Channel, Poll};
 pub(crate) use relay::{RelayClass, Turn};
-
-/// A grant message of `lua/queue.lua`: `g <claim ms> <token or -> <nonce> <owner field>`.
-struct Grant<'a> {
-    token: Option<u64>,
-    nonce: u64,
-    field: &'a [u8],
-}
-
-impl<'a> Grant<'a> {
-    fn parse(payload: &'a [u8]) -> Option<Grant<'a>> {
-        let mut parts = payload.strip_prefix(b"g ")?.splitn(4, |&b| b == b' ');
-        let mut number = || -> Option<Option<u64>> {
-            match parts.next()? {
-                b"-" => Some(None),
-                digits => Some(Some(std::str::from_utf8(digits).ok()?.parse().ok()?)),
-            }
-        };
-        // The claim lease: the waiter knows its own.
-        number()??;
-        let token = number()?;
-        let nonce = number()??;
-        Some(Grant {
-            token,
-            nonce,
-            field: parts.next()?,
-        })
-    }
-}
 
 /// A channel's message count at some moment, from [`Subscriber::mark`].
 pub(crate) struct Mark {
@@ -284,213 +259,5 @@ impl Subscriber {
         if let Some(channel) = self.channels.lock().get(channel) {
             channel.wake_class(class);
         }
-    }
-
-    fn deliver(&self, channel: &str, payload: &[u8]) {
-        let Some(channel) = self.channels.lock().get(channel).cloned() else {
-            return;
-        };
-        match Grant::parse(payload) {
-            // A grant to one of ours: its waiter holds the lock from here on (`acquire.rs`).
-            Some(grant)
-                if grant.field.starts_with(self.own_id.as_bytes())
-                    && grant.field.get(self.own_id.len()) == Some(&b':') =>
-            {
-                channel.granted_here(grant.field, grant.nonce, grant.token)
-            }
-            // A grant to another client's waiter: never sent on this client's channels.
-            Some(_) => {}
-            None => channel.wake(payload == self.own_id.as_bytes()),
-        }
-    }
-
-    /// The server ended the subscription to `name`: when that was not our own leave (the
-    /// channel still has waiters), subscribe again in the background, retrying while the
-    /// cluster settles, then wake the waiters (a message may have been lost meanwhile). Waking
-    /// them at once would only send their attempts into a failover still under way.
-    fn unsubscribed(&self, name: &str) {
-        let channel = {
-            let map = self.channels.lock();
-            let Some((name, channel)) = map.get_key_value(name) else {
-                return;
-            };
-            if *channel.refs.lock() == 0 {
-                // Lingering with nobody waiting: no longer subscribed, so a waiter that comes
-                // back subscribes again, and a mark taken before is stale (the waiter closes
-                // the race with an attempt). Kept in the map for the linger's UNSUBSCRIBE: the
-                // server may still hold the subscription (a reconnect elsewhere in a cluster).
-                *channel.subscribed.lock() = false;
-                channel.wake_everyone();
-                return;
-            }
-            (name.clone(), channel.clone())
-        };
-        tracing::debug!(channel = %channel.0, "subscription ended by the server; subscribing again");
-        *channel.1.subscribed.lock() = false;
-        let Some(subscriber) = self.weak_self.upgrade() else {
-            return;
-        };
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move { subscriber.subscribe_again(&channel.0, &channel.1).await });
-        }
-    }
-
-    /// Subscribes `name` again after the server dropped it, with backoff, until it is confirmed,
-    /// the channel has no waiters left, or the subscriber stops; then wakes its listeners, who
-    /// look at the lock again (whatever happened, they fall back to their TTL-bounded naps).
-    async fn subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
-        self.try_subscribe_again(name, channel).await;
-        channel.wake_everyone();
-    }
-
-    async fn try_subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
-        let mut backoff = Duration::from_millis(20);
-        for _ in 0..20 {
-            if self.stopped.load(Ordering::Acquire) {
-                return;
-            }
-            let Some(mut sink) = self.sink.borrow().clone() else {
-                // No live connection: the reader subscribes every channel when it reconnects.
-                return;
-            };
-            let subscribed = {
-                let _serial = self.commands.lock().await;
-                let current = self.channels.lock().get(name).cloned();
-                match current {
-                    Some(c) if Arc::ptr_eq(&c, channel) && *c.refs.lock() > 0 => {}
-                    _ => return,
-                }
-                if *channel.subscribed.lock() {
-                    true
-                } else {
-                    // Find the slot's current primary first (a probe answered MOVED makes
-                    // redis-rs refresh its slot map): a SSUBSCRIBE sent on the stale map right
-                    // after a failover lands on the demoted node, whose refusal redis-rs does
-                    // not report, and the subscription is silently gone.
-                    let probed = bounded("subscribe", name, self.timeout, sink.served(name)).await;
-                    let attempt = match probed {
-                        Ok(()) => {
-                            bounded("subscribe", name, self.timeout, sink.subscribe(name)).await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    match attempt {
-                        Ok(()) => {
-                            *channel.subscribed.lock() = true;
-                            true
-                        }
-                        Err(e) => {
-                            tracing::debug!(channel = %name, error = %e, "subscribing again failed");
-                            false
-                        }
-                    }
-                }
-            };
-            if subscribed {
-                // Wake the waiters only once the slot has a live primary again: woken before,
-                // their attempts would fail in the outage.
-                match bounded("subscribe", name, self.timeout, sink.served(name)).await {
-                    Ok(()) => {
-                        tracing::debug!(channel = %name, "subscribed again");
-                        return;
-                    }
-                    Err(e) => tracing::debug!(channel = %name, error = %e, "no primary yet"),
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
-    }
-
-    /// A node's connection dropped (a cluster node; redis-rs reconnects it): every channel may
-    /// have lost messages and subscriptions.
-    fn disconnected(&self) {
-        let channels: Vec<(Arc<str>, Arc<Channel>)> = self
-            .channels
-            .lock()
-            .iter()
-            .map(|(name, channel)| (name.clone(), channel.clone()))
-            .collect();
-        for (name, _) in channels {
-            self.unsubscribed(&name);
-        }
-    }
-
-    /// Subscribes every channel that has waiters on a fresh connection.
-    async fn resubscribe(&self, sink: &mut Sink) -> Result<()> {
-        let _serial = self.commands.lock().await;
-        let wanted: Vec<(Arc<str>, Arc<Channel>)> = self
-            .channels
-            .lock()
-            .iter()
-            .map(|(name, channel)| (name.clone(), channel.clone()))
-            .collect();
-        for (name, channel) in wanted {
-            bounded("subscribe", &name, self.timeout, sink.subscribe(&name)).await?;
-            *channel.subscribed.lock() = true;
-        }
-        self.sink.send_replace(Some(sink.clone()));
-        Ok(())
-    }
-}
-
-/// Owns the subscriber connection: reads messages, and reconnects with backoff when it drops.
-async fn run_reader(weak: Weak<Subscriber>) {
-    let mut backoff = Duration::from_millis(50);
-    let mut reconnect = false;
-    loop {
-        let Some(subscriber) = weak.upgrade() else {
-            return;
-        };
-        let connect = bounded(
-            "subscriber connect",
-            "",
-            subscriber.timeout,
-            subscriber.link.connect(),
-        )
-        .await;
-        let (mut sink, mut stream) = match connect {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::debug!(error = %e, "subscriber connection failed; retrying");
-                drop(subscriber);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        if let Err(e) = subscriber.resubscribe(&mut sink).await {
-            tracing::debug!(error = %e, "resubscribe failed; reconnecting");
-            // Back off: a refused SUBSCRIBE (ACL, say) would otherwise reconnect in a tight loop.
-            drop(subscriber);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            continue;
-        }
-        backoff = Duration::from_millis(50);
-        if reconnect {
-            // Unlock messages may have been lost while disconnected.
-            subscriber.wake_all();
-        }
-        drop(subscriber);
-        while let Some(event) = stream.next().await {
-            let Some(subscriber) = weak.upgrade() else {
-                return;
-            };
-            match event {
-                Event::Message { channel, payload } => subscriber.deliver(&channel, &payload),
-                Event::Unsubscribed { channel } => subscriber.unsubscribed(&channel),
-                Event::Disconnected => subscriber.disconnected(),
-            }
-        }
-        let Some(subscriber) = weak.upgrade() else {
-            return;
-        };
-        tracing::debug!("subscriber connection lost; reconnecting");
-        subscriber.sink.send_replace(None);
-        for channel in subscriber.channels.lock().values() {
-            *channel.subscribed.lock() = false;
-        }
-        reconnect = true;
     }
 }

@@ -1,0 +1,97 @@
+//! The server's queue as this client's waiters use it: the terms an attempt queues with, a
+//! grant taken from its message, and the channels a waiter listens on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Lock;
+use crate::config::{Replicas, WaitBy};
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::hold::Grant;
+use crate::node::QueueTerms;
+use crate::pubsub::Subscription;
+use crate::terms::Lease;
+
+impl Lock {
+    /// How this client's waiters queue on the server (`queue_place.rs`), for an attempt.
+    pub(super) fn queue_terms(&self, lease: Lease) -> QueueTerms {
+        let inner = &self.client.inner;
+        let config = &inner.config;
+        let claim_ms = config.claim_lease.as_millis() as u64;
+        let slack_ms = config.queue_slack().as_millis() as u64;
+        // A fixed lease shorter than the claim lease is the grant's whole lease; not for a
+        // client that polls, whose next look may come later than that lease's end.
+        let claim_ms = match (lease, config.wait_by) {
+            (Lease::Fixed(_), WaitBy::PubSub) => claim_ms.min(lease.ms()),
+            _ => claim_ms,
+        };
+        let nonce = inner.next_nonce();
+        QueueTerms {
+            slack_ms,
+            claim_ms,
+            nonce,
+        }
+    }
+
+    /// The lock granted to us by a release, from its message (`lua/queue.lua`): the guard, its
+    /// validity counted from `sent`, when the attempt that queued us went out (the grant came
+    /// after the server queued us), for the grant's claim lease; the watchdog lengthens that to
+    /// the lease soon after. `None` when the message cannot be trusted alone: the claim lease
+    /// is half spent, the lock wants replica acknowledgement (a grant has no `WAIT` behind it),
+    /// a fixed lease is longer than the claim lease, or the grant came without the token a
+    /// fenced lock needs. The next attempt then claims the grant (count 1, the lease, a token).
+    pub(super) fn hold_from_grant(
+        &self,
+        field: &Arc<str>,
+        lease: Lease,
+        terms: QueueTerms,
+        sent: Instant,
+        token: Option<u64>,
+    ) -> Result<Option<LockGuard>> {
+        let inner = &self.client.inner;
+        let claim = Duration::from_millis(terms.claim_ms);
+        let whole = match lease {
+            Lease::Fixed(_) => lease.ms() <= terms.claim_ms,
+            Lease::Watchdog(_) => true,
+        };
+        let replicas = self.replicas.unwrap_or(inner.config.replicas);
+        if !whole
+            || replicas != Replicas::Off
+            || (self.fenced && token.is_none())
+            || sent.elapsed() >= claim / 2
+        {
+            return Ok(None);
+        }
+        let guard = self.register(
+            field.clone(),
+            lease,
+            Grant::Counted(1),
+            token.unwrap_or(0),
+            sent,
+        )?;
+        let hold = guard.hold();
+        hold.cap_validity(sent + claim.saturating_sub(inner.config.drift(claim)));
+        if let Lease::Watchdog(_) = lease {
+            crate::watchdog::renew_early(inner, hold, sent + claim / 3);
+        }
+        Ok(Some(self.watched(guard)))
+    }
+
+    /// Listens for this lock's unlock messages, this client's own too (MultiLock members, which
+    /// do not queue: see `pubsub.rs`).
+    pub(crate) async fn subscribe_to_unlocks(&self) -> Result<Subscription> {
+        let channel = self.keys.channel_name();
+        self.client.inner.subscriber.subscribe(&channel, true).await
+    }
+
+    /// Listens for the grants of this lock to this client's queued waiters (`lua/queue.lua`),
+    /// on the client's own channel of the lock: other clients' grants and releases never wake
+    /// it.
+    pub(super) async fn subscribe_to_grants(&self, field: &Arc<str>) -> Result<Subscription> {
+        let inner = &self.client.inner;
+        let channel = self.keys.grant_channel(&inner.id_text);
+        let subscription = inner.subscriber.subscribe(&channel, false).await?;
+        Ok(subscription.grants_to(field.clone()))
+    }
+}
