@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::node::{Acks, AcquireTerms, Latch, QueueTerms, ReleaseArgs, WaitFor};
+use crate::queue_place::withdraw_entry;
 use crate::release::give_back;
 use crate::scripts::{Acquire, Release};
 use crate::shared::Client;
@@ -104,7 +105,7 @@ impl Lock {
                             // granted that entry since (the undo just passed such a grant on):
                             // the entry goes too, and no message naming that request counts.
                             unqueued.store(true, Ordering::Release);
-                            let _ = node.withdraw(&keys, &field).await;
+                            withdraw_entry(&client, &keys, &field).await;
                         }
                         // Not queued again: the caller may have stopped waiting meanwhile, and
                         // its place was withdrawn.
@@ -129,20 +130,30 @@ impl Lock {
                 (client.inner.turns.clone(), keys.hash.clone(), field.clone());
             move || turns.start_release(&hash, &field)
         };
+        let queued = queue.is_some().then(|| unqueued.clone());
         let call = FinishOnDrop::new(request, move |outcome| async move {
-            if let Ok(Acquire::Acquired { .. }) = outcome {
-                // This grant is ours alone, so releasing one hold undoes exactly it, even if the
-                // owner acquired again meanwhile; unless it could expire before the release
-                // lands, which would then take a later hold instead. It lives at least until
-                // `sent + lease`; half of that leaves the release room to arrive.
-                if sent.elapsed() >= lease / 2 {
-                    tracing::debug!(lock = %keys.name, "abandoned grant answered too late to give back; it expires with its lease");
-                    return;
+            let Ok(Acquire::Acquired { .. }) = outcome else {
+                // A refusal that queued us (or an error after which it may have): the caller's
+                // place was withdrawn when it stopped waiting, possibly before this request
+                // reached the server (sent again after NOSCRIPT or a cluster redirect), and the
+                // entry it wrote then waits for nobody: a release would grant it, and the lock
+                // idle for a claim lease. Withdraw again, now that the request is done.
+                if queued.is_some_and(|unqueued| !unqueued.load(Ordering::Acquire)) {
+                    withdraw_entry(&client, &keys, &field).await;
                 }
-                tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = give_back(&client, &keys, &field, lease_ms, 1).await {
-                    tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
-                }
+                return;
+            };
+            // This grant is ours alone, so releasing one hold undoes exactly it, even if the
+            // owner acquired again meanwhile; unless it could expire before the release lands,
+            // which would then take a later hold instead. It lives at least until `sent +
+            // lease`; half of that leaves the release room to arrive.
+            if sent.elapsed() >= lease / 2 {
+                tracing::debug!(lock = %keys.name, "abandoned grant answered too late to give back; it expires with its lease");
+                return;
+            }
+            tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
+            if let Err(e) = give_back(&client, &keys, &field, lease_ms, 1).await {
+                tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
             }
         })
         .tracked(&tracker)

@@ -53,20 +53,26 @@ impl QueuePlace {
     pub(crate) async fn withdraw(mut self) {
         let inner = &self.client.inner;
         let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
-        let withdrawn = inner.node.withdraw(&self.keys, &self.field).await;
-        match withdrawn {
-            Ok(gave_back) => {
-                self.armed = false;
-                if gave_back {
-                    inner.local_queues.released(&self.keys.hash);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(lock = %self.keys.name, error = %e, "could not withdraw a queue entry; it ends at its deadline");
-                self.armed = false;
-            }
-        }
+        withdraw_entry(&self.client, &self.keys, &self.field).await;
+        self.armed = false;
         drop(releasing);
+    }
+}
+
+/// Takes `field`'s entry out of the lock's server queue (`lua/withdraw.lua`); a grant to it
+/// that was not taken yet goes to the next waiter, and this client's own waiters are told.
+/// A failure is logged: the entry then ends at its deadline, a grant at its claim lease.
+pub(crate) async fn withdraw_entry(client: &Client, keys: &LockKeys, field: &str) {
+    match client.inner.node.withdraw(keys, field).await {
+        Ok(true) => {
+            tracing::debug!(lock = %keys.name, "gave back a grant its waiter stopped waiting for");
+            // This client's own waiters hear of it only here (the message is ours).
+            client.inner.local_queues.released(&keys.hash);
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::debug!(lock = %keys.name, error = %e, "could not withdraw a queue entry; it ends at its deadline");
+        }
     }
 }
 
@@ -79,18 +85,7 @@ impl Drop for QueuePlace {
         let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
         let (client, keys, field) = (self.client.clone(), self.keys.clone(), self.field.clone());
         let withdraw = async move {
-            let node = &client.inner.node;
-            match node.withdraw(&keys, &field).await {
-                Ok(true) => {
-                    tracing::debug!(lock = %keys.name, "gave back a grant its waiter stopped waiting for");
-                    // This client's own waiters hear of it only here (the message is ours).
-                    client.inner.local_queues.released(&keys.hash);
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::debug!(lock = %keys.name, error = %e, "could not withdraw a queue entry; it ends at its deadline");
-                }
-            }
+            withdraw_entry(&client, &keys, &field).await;
             drop(releasing);
         };
         // No runtime: the entry dies at its deadline, a grant at its claim lease.

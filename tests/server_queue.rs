@@ -478,6 +478,67 @@ async fn a_wait_that_runs_out_leaves_the_queue_before_it_returns() {
     );
 }
 
+/// `withdraw.lua` as the client sends it.
+const WITHDRAW: &str = concat!(
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/withdraw.lua")
+);
+
+/// A waiter cancelled while its queued attempt is on its way, which the server then answers
+/// only after the waiter's withdrawal (the attempt met NOSCRIPT and was sent again once its
+/// script was loaded), leaves no entry behind: the release frees the lock for whoever asks
+/// next, instead of granting it to nobody for a claim lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_attempt_answered_after_its_withdrawal_leaves_no_entry() {
+    let server = Server::start();
+    let name = unique_name("late-attempt");
+    let [holder, waiter, other] = clients(&server).await;
+    let held = holder.fair_lock(&name).unwrap().lock().await.unwrap();
+    // The server knows the withdrawal's script, not the acquisition's.
+    let mut conn = server.conn();
+    redis::cmd("SCRIPT").arg("FLUSH").exec(&mut conn).unwrap();
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(WITHDRAW)
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(&mut conn)
+        .unwrap();
+    // Writes wait: the waiter's first attempt (a FairLock's queues) and then its withdrawal
+    // reach the server and wait there.
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .exec(&mut conn)
+        .unwrap();
+    let lock = waiter.fair_lock(&name).unwrap();
+    let waiting = tokio::spawn(async move { lock.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    waiting.abort();
+    assert!(waiting.await.is_err(), "the wait was cancelled");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis::cmd("CLIENT").arg("UNPAUSE").exec(&mut conn).unwrap();
+    // The attempt met NOSCRIPT, the withdrawal ran, and the attempt ran again after it.
+    let settled = support::eventually_async(Duration::from_secs(5), || async {
+        command_calls(&server, "script|load") == 1 && queued(&server, &name).is_empty()
+    })
+    .await;
+    assert!(
+        settled,
+        "script loads: {}, queued: {:?}",
+        command_calls(&server, "script|load"),
+        queued(&server, &name)
+    );
+    held.unlock().await.unwrap();
+    let free = other.fair_lock(&name).unwrap().try_lock().await.unwrap();
+    assert!(free.is_some(), "the release granted the lock to nobody");
+    free.unwrap().unlock().await.unwrap();
+}
+
 /// A release whose reply is lost (the server paused past the client's timeout while the release
 /// was on its way; the release is tried again) gives the lock to the queued waiter of another
 /// process exactly once: afterwards one holder, the waiter, whom a third client cannot join.
