@@ -20,8 +20,8 @@ use crate::telemetry;
 
 impl Lock {
     /// Sends one acquire. If this future is dropped while the request is in flight, the request
-    /// is finished in the background and a grant is given back, so cancellation never leaves a
-    /// hold behind.
+    /// is finished in the background, and a grant is given back or a queue entry withdrawn, so
+    /// cancellation never leaves a hold or an entry behind.
     ///
     /// A request that gets no answer within the client timeout is abandoned the same way: it
     /// keeps waiting for its reply in the background (as long as a grant could live), and only
@@ -122,7 +122,7 @@ impl Lock {
         };
         let tracker = client.inner.background.clone();
         // Should the caller stop waiting, the request (its undo and withdrawal after a dropped
-        // connection included) and a give-back finish in the background: they count as an
+        // connection included) and a give-back or a withdrawal finish in the background: they count as an
         // operation of this owner in flight until then (`turns.rs`), so the owner's next
         // acquisition waits for them and takes no grant from a message meanwhile.
         let in_flight = {
@@ -130,15 +130,17 @@ impl Lock {
                 (client.inner.turns.clone(), keys.hash.clone(), field.clone());
             move || turns.start_release(&hash, &field)
         };
-        let queued = queue.is_some().then(|| unqueued.clone());
+        let queued = queue.is_some();
         let call = FinishOnDrop::new(request, move |outcome| async move {
             let Ok(Acquire::Acquired { .. }) = outcome else {
                 // A refusal that queued us (or an error after which it may have): the caller's
                 // place was withdrawn when it stopped waiting, possibly before this request
                 // reached the server (sent again after NOSCRIPT or a cluster redirect), and the
                 // entry it wrote then waits for nobody: a release would grant it, and the lock
-                // idle for a claim lease. Withdraw again, now that the request is done.
-                if queued.is_some_and(|unqueued| !unqueued.load(Ordering::Acquire)) {
+                // idle for a claim lease. Withdraw again, now that the request is done; unless
+                // another wait of this owner is in progress (tasks sharing an `Owner`): the
+                // entry is that wait's now, and so may be a grant it is taking from a message.
+                if queued && !client.inner.turns.acquiring(&keys.hash, &field) {
                     withdraw_entry(&client, &keys, &field).await;
                 }
                 return;

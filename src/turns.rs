@@ -126,6 +126,14 @@ impl Turns {
         }
     }
 
+    /// Whether an acquisition of this owner on this lock is in progress (waits included).
+    pub(crate) fn acquiring(&self, hash: &Arc<str>, field: &Arc<str>) -> bool {
+        let key = (hash.clone(), field.clone());
+        self.map
+            .get(&key)
+            .is_some_and(|owned| owned.acquiring.load(Ordering::Acquire) > 0)
+    }
+
     /// Counts one more operation in `counter` of the entry of (`hash`, `field`), made if needed.
     /// Under the entry's lock, so the last one leaving cannot remove the entry between our
     /// finding it and counting ourselves in. Returns the count before.

@@ -522,15 +522,19 @@ async fn a_cancelled_attempt_answered_after_its_withdrawal_leaves_no_entry() {
     assert!(waiting.await.is_err(), "the wait was cancelled");
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis::cmd("CLIENT").arg("UNPAUSE").exec(&mut conn).unwrap();
-    // The attempt met NOSCRIPT, the withdrawal ran, and the attempt ran again after it.
+    // The attempt met NOSCRIPT, the withdrawal ran, the attempt ran again after it (queueing
+    // the waiter anew), and then the abandoned attempt's own withdrawal: 4 EVALSHA.
     let settled = support::eventually_async(Duration::from_secs(5), || async {
-        command_calls(&server, "script|load") == 1 && queued(&server, &name).is_empty()
+        command_calls(&server, "script|load") == 1
+            && command_calls(&server, "evalsha") >= 4
+            && queued(&server, &name).is_empty()
     })
     .await;
     assert!(
         settled,
-        "script loads: {}, queued: {:?}",
+        "script loads: {}, EVALSHA: {}, queued: {:?}",
         command_calls(&server, "script|load"),
+        command_calls(&server, "evalsha"),
         queued(&server, &name)
     );
     held.unlock().await.unwrap();
