@@ -13,7 +13,7 @@ use crate::hold::Grant;
 use crate::lock::Lock;
 use crate::queue_place::QueuePlace;
 use crate::scripts::Acquire;
-use crate::telemetry;
+use crate::telemetry::{self, LostReason};
 use crate::terms::{Lease, Wait};
 
 mod grant;
@@ -102,7 +102,7 @@ impl Lock {
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
         // for us would deadlock). Others join it only when this client already has contenders
         // for the lock, or after a failed attempt: the uncontended path touches no queue.
-        let reentry = inner.holds.get(&self.keys.hash, &field).is_some();
+        let mut reentry = inner.holds.get(&self.keys.hash, &field).is_some();
         // A strict lock's waiters all wait in the server's queue, in arrival order whatever
         // their client (`FairLock`): none takes turns locally.
         let mut ticket = match reentry || self.strict {
@@ -205,6 +205,23 @@ impl Lock {
                             });
                         }
                         Acquire::HeldElsewhere { ttl } => {
+                            if reentry {
+                                // Another owner holds the lock: our hold is gone on the server
+                                // (forced, or lost in a restart or failover). Its guard is told
+                                // now rather than at the next renewal, and this acquisition
+                                // waits as a fresh one: queued, not napping until the other
+                                // holder's lease ends.
+                                if let Some(hold) = inner.holds.get(&self.keys.hash, &field) {
+                                    let why = "another owner held the lock at a re-entry";
+                                    crate::watchdog::lose(
+                                        inner,
+                                        &hold,
+                                        LostReason::ServerLost,
+                                        why,
+                                    );
+                                }
+                                reentry = false;
+                            }
                             if let (Some(place), Some(terms)) = (place.as_mut(), queue) {
                                 if !answered_queued {
                                     // Answered by the unqueued retry after a dropped

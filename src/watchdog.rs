@@ -339,7 +339,8 @@ fn renewal(hold: &Hold) -> Renewal<'_> {
     hold.renewal(hold.lease_ms)
 }
 
-fn lose(inner: &Inner, hold: &Arc<Hold>, reason: LostReason, why: &str) -> usize {
+/// Detaches `hold` and tells its guard it is lost: 1, or 0 when it was released meanwhile.
+pub(crate) fn lose(inner: &Inner, hold: &Arc<Hold>, reason: LostReason, why: &str) -> usize {
     // A hold released while this round was in flight comes back "not renewed" too; it is not
     // lost (no guard is left to tell), so it must not be counted or logged as a lost lease.
     if !inner.holds.detach(hold) {

@@ -543,6 +543,49 @@ async fn a_cancelled_attempt_answered_after_its_withdrawal_leaves_no_entry() {
     free.unwrap().unlock().await.unwrap();
 }
 
+/// A nested acquisition whose outer hold is gone on the server (another process forced it and
+/// took the lock) before the watchdog's next renewal: the outer guard is told at once, and the
+/// nested call waits in the queue like any waiter, so the other holder's release hands it the
+/// lock (it used to nap until that holder's lease ran out, 30 s, without queueing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_after_a_takeover_waits_in_the_queue_and_the_outer_guard_is_lost() {
+    let server = Server::start();
+    let name = unique_name("reentry-taken");
+    let [ours, theirs] = clients(&server).await;
+    let lock = ours.lock(&name).unwrap();
+    let outer = lock.lock().await.unwrap();
+    let other_lock = theirs.lock(&name).unwrap();
+    assert!(other_lock.force_unlock().await.unwrap());
+    let other = other_lock.lock().await.unwrap();
+    assert!(!outer.is_lost(), "nothing has told our client yet");
+    let started = Instant::now();
+    // One task, so one owner: the second acquisition is a re-entry of the outer one.
+    let (nested, ()) = tokio::join!(
+        lock.try_lock_with(LockOptions::new().wait(Duration::from_secs(10))),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            other.unlock().await.unwrap();
+        }
+    );
+    let nested = nested
+        .unwrap()
+        .expect("the release handed the lock to the nested call");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(outer.is_lost(), "the outer guard was told");
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "a fresh hold, not a re-entry"
+    );
+    nested.unlock().await.unwrap();
+    assert!(!exists(&server, &key_of(&name)), "free again");
+    drop(outer);
+}
+
 /// A release whose reply is lost (the server paused past the client's timeout while the release
 /// was on its way; the release is tried again) gives the lock to the queued waiter of another
 /// process exactly once: afterwards one holder, the waiter, whom a third client cannot join.

@@ -317,7 +317,8 @@ impl Node {
             .filter(|field| field != "~")
             .collect();
         Ok(Snapshot {
-            owners,
+            // Count 0: one hold granted from the queue (`lua/queue.lua`).
+            owners: owners.into_iter().map(|(f, n)| (f, n.max(1))).collect(),
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
             fence,
             queued,
@@ -340,6 +341,8 @@ impl Node {
                 })
             })
             .await?;
-        Ok(count.unwrap_or(0))
+        // A hold granted from the queue is written with count 0, which is one hold
+        // (`lua/queue.lua`).
+        Ok(count.map_or(0, |n| n.max(1)))
     }
 }
