@@ -102,7 +102,9 @@ impl Lock {
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
         // for us would deadlock). Others join it only when this client already has contenders
         // for the lock, or after a failed attempt: the uncontended path touches no queue.
-        let mut reentry = inner.holds.get(&self.keys.hash, &field).is_some();
+        // Kept: if the server says another owner holds the lock, this is the hold that is gone.
+        let mut outer = inner.holds.get(&self.keys.hash, &field);
+        let mut reentry = outer.is_some();
         // A strict lock's waiters all wait in the server's queue, in arrival order whatever
         // their client (`FairLock`): none takes turns locally.
         let mut ticket = match reentry || self.strict {
@@ -210,8 +212,10 @@ impl Lock {
                                 // (forced, or lost in a restart or failover). Its guard is told
                                 // now rather than at the next renewal, and this acquisition
                                 // waits as a fresh one: queued, not napping until the other
-                                // holder's lease ends.
-                                if let Some(hold) = inner.holds.get(&self.keys.hash, &field) {
+                                // holder's lease ends. Detached even if its validity ran out
+                                // meanwhile (nothing else detaches a fixed lease), so its
+                                // release cannot touch the hold this acquisition takes.
+                                if let Some(hold) = outer.take() {
                                     let why = "another owner held the lock at a re-entry";
                                     crate::watchdog::lose(
                                         inner,
