@@ -586,6 +586,39 @@ async fn a_reentry_after_a_takeover_waits_in_the_queue_and_the_outer_guard_is_lo
     drop(outer);
 }
 
+/// The same, with the outer hold's fixed lease running out while the refused re-entry is on its
+/// way (the server paused): the outer hold is still the one detached, so its unlock sends
+/// nothing that could take away a hold the nested call gets on the same owner field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_refused_after_the_outer_lease_ran_out_detaches_the_outer_hold() {
+    let server = Server::start();
+    let name = unique_name("reentry-expired");
+    let [ours, theirs] = clients(&server).await;
+    let lock = ours.lock(&name).unwrap();
+    let fixed = |ms| LockOptions::new().lease(Duration::from_millis(ms));
+    let outer = lock.lock_with(fixed(1_000)).await.unwrap();
+    let other_lock = theirs.lock(&name).unwrap();
+    assert!(other_lock.force_unlock().await.unwrap());
+    // A fixed lease: no renewal calls to count below.
+    let _other = other_lock.lock_with(fixed(10_000)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!outer.is_lost());
+    server.client_pause(700, false);
+    let nested = lock
+        .try_lock_with(LockOptions::new().wait(Duration::from_millis(1_500)))
+        .await
+        .unwrap();
+    assert!(nested.is_none(), "the other holder keeps it");
+    assert!(outer.is_lost());
+    let before = command_calls(&server, "evalsha");
+    assert!(outer.unlock().await.unwrap_err().is_lease_lost());
+    assert_eq!(
+        command_calls(&server, "evalsha") - before,
+        0,
+        "the lost outer hold's release went to the server"
+    );
+}
+
 /// A release whose reply is lost (the server paused past the client's timeout while the release
 /// was on its way; the release is tried again) gives the lock to the queued waiter of another
 /// process exactly once: afterwards one holder, the waiter, whom a third client cannot join.
