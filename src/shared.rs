@@ -66,6 +66,8 @@ pub(crate) struct Inner {
     pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
     pub watchdog_wake: Arc<Notify>,
+    /// Holds granted from the queue, renewed by the watchdog before their claim lease ends.
+    pub early_renewals: crate::watchdog::EarlyRenewals,
     /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
     pub watchdog_lease_ms: AtomicU64,
     watchdog_task: Mutex<Option<AbortOnDrop>>,
@@ -100,6 +102,7 @@ impl Inner {
             turns: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),
+            early_renewals: Default::default(),
             watchdog_lease_ms: AtomicU64::new(u64::MAX),
             watchdog_task: Mutex::new(None),
             renewals_paused: AtomicUsize::new(0),

@@ -17,6 +17,10 @@ use crate::shared::Inner;
 use crate::task::AbortOnDrop;
 use crate::telemetry::LostReason;
 
+mod early;
+
+pub(crate) use early::{EarlyRenewals, renew_early};
+
 /// Locks per renewal script call: large enough that 100,000 locks take 100 calls, small enough
 /// that one call does not stall the server for long (each lock costs two O(1) commands).
 pub(crate) const BATCH: usize = 1000;
@@ -73,15 +77,11 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
         // The next tick is due one period after the LAST tick, not after the last wake-up: every
         // fresh hold wakes us, and restarting the full period on each wake-up let a steady stream
         // of new locks starve the renewal of the ones already held (they expired).
-        let woken = tokio::select! {
-            _ = wake.notified() => true,
-            _ = tokio::time::sleep_until(last_tick + period) => false,
-        };
-        if woken {
+        let due = last_tick + period;
+        if early::wait_for_tick(&weak, &wake, due).await {
             // A new hold arrived; recompute the period (it may be shorter now).
             continue;
         }
-        let due = last_tick + period;
         last_tick = tokio::time::Instant::now();
         crate::telemetry::observe(
             crate::telemetry::RENEWAL_LAG,
@@ -203,56 +203,6 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     }
     stats.elapsed = started.elapsed();
     stats
-}
-
-/// Renews `hold` once at `at`, ahead of the watchdog's schedule: a grant from the queue
-/// (`lua/queue.lua`) lives only the claim lease on the server until its lease takes over. A
-/// hold released by then costs nothing; a failed call is tried again while the hold is valid.
-pub(crate) fn renew_early(inner: &Arc<Inner>, hold: &Arc<Hold>, at: Instant) {
-    let (weak, hold) = (Arc::downgrade(inner), Arc::downgrade(hold));
-    let renew = async move {
-        tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
-        // Bounded: each round waits, and the hold's validity ends the rounds.
-        for _ in 0..1000 {
-            let (Some(inner), Some(hold)) = (weak.upgrade(), hold.upgrade()) else {
-                return;
-            };
-            let current = inner.holds.get(&hold.keys.hash, &hold.field);
-            if !current.is_some_and(|c| Arc::ptr_eq(&c, &hold)) || hold.is_lost() {
-                return;
-            }
-            if inner.renewals_paused.load(Ordering::Acquire) > 0 {
-                return;
-            }
-            let started = Instant::now();
-            match inner.node.renew(&[renewal(&hold)]).await.as_deref() {
-                Ok([true]) => {
-                    hold.renewed(started);
-                    return;
-                }
-                Ok(_) => {
-                    lose(
-                        &inner,
-                        &hold,
-                        LostReason::ServerLost,
-                        "the key was gone at renewal",
-                    );
-                    return;
-                }
-                Err(_) if Instant::now() >= hold.valid_until() => {
-                    let why = "Redis unreachable past the lease's validity";
-                    lose(&inner, &hold, LostReason::RenewalFailed, why);
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(lock = %hold.keys.name, error = %e, "early renewal failed; trying again");
-                }
-            }
-            drop(inner);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    drop(inner.background.spawn(renew));
 }
 
 /// How a renewal answered `acks` falls short of what its hold wants, if it does.
