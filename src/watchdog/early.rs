@@ -27,6 +27,9 @@ const RETRY: Duration = Duration::from_millis(50);
 #[derive(Default)]
 pub(crate) struct EarlyRenewals {
     due: Mutex<BinaryHeap<Reverse<Due>>>,
+    /// Wakes the watchdog's task when a renewal is due before any it knew of (not the
+    /// watchdog's own wake-up, which rescans every hold for its period).
+    sooner: Arc<Notify>,
 }
 
 struct Due {
@@ -90,24 +93,32 @@ impl EarlyRenewals {
 /// Renews `hold` at `at`, ahead of the watchdog's schedule (see the module's doc). A hold
 /// released by then costs nothing; a failed call is tried again while the hold is valid.
 pub(crate) fn renew_early(inner: &Inner, hold: &Arc<Hold>, at: Instant) {
-    if inner.early_renewals.schedule(hold, at) {
-        inner.watchdog_wake.notify_one();
+    let early = &inner.early_renewals;
+    if early.schedule(hold, at) {
+        early.sooner.notify_one();
     }
 }
 
 /// Sleeps until the watchdog's tick is `due`, renewing the early renewals that fall due
 /// meanwhile. True when woken before by a new hold (the period may be shorter now).
 pub(super) async fn wait_for_tick(weak: &Weak<Inner>, wake: &Notify, due: TokioInstant) -> bool {
-    // Bounded: each round sleeps until an early renewal is due or the tick is, and the renewals
+    // Ends at `due`: each round sleeps until the earliest renewal or the tick (a renewal
+    // scheduled sooner than that wakes it once: only a new earliest one does), and the renewals
     // due are taken off the schedule.
     loop {
-        let early = weak
-            .upgrade()
-            .and_then(|inner| inner.early_renewals.next())
-            .map(TokioInstant::from_std);
+        let Some(inner) = weak.upgrade() else {
+            tokio::time::sleep_until(due).await;
+            return false;
+        };
+        let early = inner.early_renewals.next().map(TokioInstant::from_std);
         let wake_at = early.map_or(due, |e| e.min(due));
+        // Sleep holding only the notifications, not the client (see `run`).
+        let sooner = inner.early_renewals.sooner.clone();
+        drop(inner);
         tokio::select! {
             _ = wake.notified() => return true,
+            // A renewal due sooner than we sleep: look again.
+            _ = sooner.notified() => continue,
             _ = tokio::time::sleep_until(wake_at) => {}
         }
         if let Some(inner) = weak.upgrade() {
