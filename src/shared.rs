@@ -67,7 +67,7 @@ pub(crate) struct Inner {
     pub subscriber: Arc<Subscriber>,
     pub watchdog_wake: Arc<Notify>,
     /// Holds granted from the queue, renewed by the watchdog before their claim lease ends.
-    pub early_renewals: crate::watchdog::EarlyRenewals,
+    pub early_renewals: crate::hold::EarlyRenewals,
     /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
     pub watchdog_lease_ms: AtomicU64,
     watchdog_task: Mutex<Option<AbortOnDrop>>,

@@ -2,16 +2,13 @@
 //! (`lua/queue.lua`) lives only the claim lease on the server until its own lease takes over,
 //! so it is renewed a third of the way into the claim lease, by the watchdog's task.
 //!
-//! A schedule rather than a task per grant: a task (with its timer) per hand-over cost W7 10–14%
-//! of its acquisitions per second (4 and 8 processes, one CPU; `make bench`), although nearly
-//! every such hold is released long before it is due.
+//! A schedule (`hold/early_renewals.rs`) rather than a task per grant: a task (with its timer)
+//! per hand-over cost W7 9–14% of its acquisitions per second (4 and 8 processes, one CPU;
+//! `make bench`), although nearly every such hold is released long before it is due.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant as TokioInstant;
 
@@ -23,79 +20,12 @@ use crate::telemetry::LostReason;
 /// How soon a renewal that failed (and whose hold is still valid) is tried again.
 const RETRY: Duration = Duration::from_millis(50);
 
-/// The holds due for an early renewal, earliest first.
-#[derive(Default)]
-pub(crate) struct EarlyRenewals {
-    due: Mutex<BinaryHeap<Reverse<Due>>>,
-    /// Wakes the watchdog's task when a renewal is due before any it knew of (not the
-    /// watchdog's own wake-up, which rescans every hold for its period).
-    sooner: Arc<Notify>,
-}
-
-struct Due {
-    at: Instant,
-    hold: Weak<Hold>,
-}
-
-impl PartialEq for Due {
-    fn eq(&self, other: &Due) -> bool {
-        self.at == other.at
-    }
-}
-
-impl Eq for Due {}
-
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Due) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Due {
-    fn cmp(&self, other: &Due) -> std::cmp::Ordering {
-        self.at.cmp(&other.at)
-    }
-}
-
-impl EarlyRenewals {
-    /// Schedules `hold`'s renewal at `at`. True when it is now the earliest due: the watchdog's
-    /// task, asleep until a later time, must be woken.
-    fn schedule(&self, hold: &Arc<Hold>, at: Instant) -> bool {
-        let mut due = self.due.lock();
-        let earliest = due.peek().is_none_or(|Reverse(first)| at < first.at);
-        due.push(Reverse(Due {
-            at,
-            hold: Arc::downgrade(hold),
-        }));
-        earliest
-    }
-
-    /// When the earliest renewal is due.
-    pub(crate) fn next(&self) -> Option<Instant> {
-        self.due.lock().peek().map(|Reverse(first)| first.at)
-    }
-
-    /// The holds due by `now`, taken off the schedule (those already gone are dropped).
-    fn take_due(&self, now: Instant) -> Vec<Arc<Hold>> {
-        let mut due = self.due.lock();
-        let mut holds = Vec::new();
-        while due.peek().is_some_and(|Reverse(first)| first.at <= now) {
-            if let Some(Reverse(first)) = due.pop()
-                && let Some(hold) = first.hold.upgrade()
-            {
-                holds.push(hold);
-            }
-        }
-        holds
-    }
-}
-
 /// Renews `hold` at `at`, ahead of the watchdog's schedule (see the module's doc). A hold
 /// released by then costs nothing; a failed call is tried again while the hold is valid.
 pub(crate) fn renew_early(inner: &Inner, hold: &Arc<Hold>, at: Instant) {
     let early = &inner.early_renewals;
     if early.schedule(hold, at) {
-        early.sooner.notify_one();
+        early.sooner().notify_one();
     }
 }
 
@@ -113,7 +43,7 @@ pub(super) async fn wait_for_tick(weak: &Weak<Inner>, wake: &Notify, due: TokioI
         let early = inner.early_renewals.next().map(TokioInstant::from_std);
         let wake_at = early.map_or(due, |e| e.min(due));
         // Sleep holding only the notifications, not the client (see `run`).
-        let sooner = inner.early_renewals.sooner.clone();
+        let sooner = inner.early_renewals.sooner();
         drop(inner);
         tokio::select! {
             _ = wake.notified() => return true,
