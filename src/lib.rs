@@ -275,9 +275,6 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
-// The watchdog task's future (its ticks and early renewals, each over the node's calls) is
-// deeper than the default limit lets the compiler prove it `Send` (E0275).
-#![recursion_limit = "256"]
 // docs.rs (`[package.metadata.docs.rs]`) builds with `--cfg docsrs` on nightly: items behind a
 // cargo feature show which one.
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -66,7 +66,7 @@ pub(crate) struct Inner {
     pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
     pub watchdog_wake: Arc<Notify>,
-    /// Holds granted from the queue, renewed by the watchdog before their claim lease ends.
+    /// Holds granted from the queue, renewed before their claim lease ends (`watchdog/early.rs`).
     pub early_renewals: crate::hold::EarlyRenewals,
     /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
     pub watchdog_lease_ms: AtomicU64,

@@ -54,6 +54,8 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> AbortOnDrop {
 }
 
 async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
+    // The early renewals' task ends with this one (aborted with it) or with the client.
+    let _early = AbortOnDrop(tokio::spawn(early::run(weak.clone())));
     let mut last_tick = tokio::time::Instant::now();
     loop {
         let Some(inner) = weak.upgrade() else { return };
@@ -77,11 +79,15 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
         // The next tick is due one period after the LAST tick, not after the last wake-up: every
         // fresh hold wakes us, and restarting the full period on each wake-up let a steady stream
         // of new locks starve the renewal of the ones already held (they expired).
-        let due = last_tick + period;
-        if early::wait_for_tick(&weak, &wake, due).await {
+        let woken = tokio::select! {
+            _ = wake.notified() => true,
+            _ = tokio::time::sleep_until(last_tick + period) => false,
+        };
+        if woken {
             // A new hold arrived; recompute the period (it may be shorter now).
             continue;
         }
+        let due = last_tick + period;
         last_tick = tokio::time::Instant::now();
         crate::telemetry::observe(
             crate::telemetry::RENEWAL_LAG,

@@ -1,8 +1,8 @@
 //! The schedule of early renewals: holds granted from the server's queue (`lua/queue.lua`)
 //! live only the claim lease on the server until they are renewed, a third of the way into
-//! it. The watchdog's task (`watchdog/early.rs`) sleeps until the earliest is due and renews
-//! them; a schedule rather than a task and a timer per grant, since nearly every such hold is
-//! released long before it is due.
+//! it. A task of the client's (`watchdog/early.rs`) sleeps until the earliest is due and
+//! renews them; a schedule rather than a task and a timer per grant, since nearly every such
+//! hold is released long before it is due.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -18,8 +18,7 @@ use super::Hold;
 #[derive(Default)]
 pub(crate) struct EarlyRenewals {
     due: Mutex<BinaryHeap<Reverse<Due>>>,
-    /// Wakes the watchdog's task when a renewal is due before any it knew of (not the
-    /// watchdog's own wake-up, which rescans every hold for its period).
+    /// Wakes the early renewals' task when a renewal is due before any it knew of.
     sooner: Arc<Notify>,
 }
 
@@ -49,7 +48,7 @@ impl Ord for Due {
 }
 
 impl EarlyRenewals {
-    /// Schedules `hold`'s renewal at `at`. True when it is now the earliest due: the watchdog's
+    /// Schedules `hold`'s renewal at `at`. True when it is now the earliest due: the early renewals'
     /// task, asleep until a later time, must be woken.
     pub(crate) fn schedule(&self, hold: &Arc<Hold>, at: Instant) -> bool {
         let mut due = self.due.lock();

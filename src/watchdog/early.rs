@@ -1,18 +1,20 @@
 //! Renewals due before the watchdog's next tick: a hold granted from the server's queue
 //! (`lua/queue.lua`) lives only the claim lease on the server until its own lease takes over,
-//! so it is renewed a third of the way into the claim lease, by the watchdog's task.
+//! so it is renewed a third of the way into the claim lease.
 //!
-//! A schedule (`hold/early_renewals.rs`) rather than a task per grant: a task (with its timer)
-//! per hand-over cost W7 9–14% of its acquisitions per second (4 and 8 processes, one CPU;
-//! `make bench`), although nearly every such hold is released long before it is due.
+//! One task per client sleeps until the earliest renewal on the schedule
+//! (`hold/early_renewals.rs`) is due, and sends the due ones in a round of their own, beside
+//! the watchdog's ticks: a slow tick or a slow server never holds a grant's renewal back. It
+//! used to be a task and a timer per grant, which cost W7 9–14% of its acquisitions per second
+//! (4 and 8 processes, one CPU; `make bench`), although nearly every such hold is released long
+//! before it is due.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
-use tokio::time::Instant as TokioInstant;
+use futures_util::future::join_all;
 
-use super::{lose, renew_holds};
+use super::{lose, renewal};
 use crate::hold::Hold;
 use crate::shared::Inner;
 use crate::telemetry::LostReason;
@@ -29,74 +31,84 @@ pub(crate) fn renew_early(inner: &Inner, hold: &Arc<Hold>, at: Instant) {
     }
 }
 
-/// Sleeps until the watchdog's tick is `due`, renewing the early renewals that fall due
-/// meanwhile. True when woken before by a new hold (the period may be shorter now).
-pub(super) async fn wait_for_tick(weak: &Weak<Inner>, wake: &Notify, due: TokioInstant) -> bool {
-    // Ends at `due`: each round sleeps until the earliest renewal or the tick (a renewal
-    // scheduled sooner than that wakes it once: only a new earliest one does), and the renewals
-    // due are taken off the schedule.
+/// The early renewals' task: until the client is gone, sleeps until the earliest renewal is
+/// due (or one is scheduled sooner), then sends the due ones in the background.
+pub(super) async fn run(weak: Weak<Inner>) {
     loop {
-        let Some(inner) = weak.upgrade() else {
-            tokio::time::sleep_until(due).await;
-            return false;
-        };
-        let early = inner.early_renewals.next().map(TokioInstant::from_std);
-        let wake_at = early.map_or(due, |e| e.min(due));
-        // Sleep holding only the notifications, not the client (see `run`).
+        let Some(inner) = weak.upgrade() else { return };
+        let next = inner.early_renewals.next();
+        // Sleep holding only the notification, not the client: a dropped client must be able
+        // to end this task.
         let sooner = inner.early_renewals.sooner();
         drop(inner);
+        let due = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = wake.notified() => return true,
-            // A renewal due sooner than we sleep: look again.
+            // Scheduled sooner than we sleep: look again.
             _ = sooner.notified() => continue,
-            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = due => {}
         }
-        if let Some(inner) = weak.upgrade() {
-            renew_due(&inner).await;
-        }
-        if TokioInstant::now() >= due {
-            return false;
-        }
+        let Some(inner) = weak.upgrade() else { return };
+        // Those due a little later too, renewed a little early, so a steady stream of
+        // hand-overs wakes this task a few times per claim lease rather than once per grant.
+        let slack = inner.config.claim_lease / 6;
+        let due = inner.early_renewals.take_due(Instant::now() + slack);
+        let round = join_all(
+            due.iter()
+                .map(|hold| renew_one(Arc::downgrade(&inner), Arc::downgrade(hold))),
+        );
+        // Tracked, so `Client::shutdown` waits for it.
+        drop(inner.background.spawn(async move {
+            round.await;
+        }));
     }
 }
 
-/// Renews the holds due now that are still held (in the calls the watchdog's ticks use).
-async fn renew_due(inner: &Arc<Inner>) {
-    // Those due a little later too, renewed a little early, so a steady stream of hand-overs
-    // wakes the task a few times per claim lease rather than once per grant.
-    let slack = inner.config.claim_lease / 6;
-    let mut holds = inner.early_renewals.take_due(Instant::now() + slack);
-    holds.retain(|hold| {
+/// Renews `hold` if it is still held, trying again while it is valid.
+async fn renew_one(weak: Weak<Inner>, hold: Weak<Hold>) {
+    // Bounded: each round waits, and the hold's validity ends the rounds.
+    for _ in 0..1000 {
+        let (Some(inner), Some(hold)) = (weak.upgrade(), hold.upgrade()) else {
+            return;
+        };
         let current = inner.holds.get(&hold.keys.hash, &hold.field);
-        current.is_some_and(|c| Arc::ptr_eq(&c, hold)) && !hold.is_lost()
-    });
-    // Paused (`testing`): the claim lease runs out, as with a stalled watchdog.
-    if holds.is_empty()
-        || inner
+        if !current.is_some_and(|c| Arc::ptr_eq(&c, &hold)) || hold.is_lost() {
+            return;
+        }
+        // Paused (`testing`): the claim lease runs out, as with a stalled watchdog.
+        if inner
             .renewals_paused
             .load(std::sync::atomic::Ordering::Acquire)
             > 0
-    {
-        return;
-    }
-    let started = Instant::now();
-    // A grant from the queue never asks for replica acknowledgement (`Lock::hold_from_grant`).
-    let (outcomes, _, _) = renew_holds(inner, &holds, None).await;
-    for (hold, outcome) in holds.iter().zip(outcomes) {
-        match outcome {
-            Ok((true, _)) => hold.renewed(started),
-            Ok((false, _)) => {
+        {
+            return;
+        }
+        let started = Instant::now();
+        // One call per hold, to its own shard: a slow node delays only its own holds.
+        match inner.node.renew(&[renewal(&hold)]).await.as_deref() {
+            Ok([true]) => {
+                hold.renewed(started);
+                return;
+            }
+            Ok(_) => {
                 let why = "the key was gone at renewal";
-                lose(inner, hold, LostReason::ServerLost, why);
+                lose(&inner, &hold, LostReason::ServerLost, why);
+                return;
             }
             Err(_) if Instant::now() >= hold.valid_until() => {
                 let why = "Redis unreachable past the lease's validity";
-                lose(inner, hold, LostReason::RenewalFailed, why);
+                lose(&inner, &hold, LostReason::RenewalFailed, why);
+                return;
             }
             Err(e) => {
                 tracing::debug!(lock = %hold.keys.name, error = %e, "early renewal failed; trying again");
-                inner.early_renewals.schedule(hold, Instant::now() + RETRY);
             }
         }
+        drop(inner);
+        tokio::time::sleep(RETRY).await;
     }
 }
