@@ -122,9 +122,9 @@ impl Lock {
         };
         let tracker = client.inner.background.clone();
         // Should the caller stop waiting, the request (its undo and withdrawal after a dropped
-        // connection included) and a give-back or a withdrawal finish in the background: they count as an
-        // operation of this owner in flight until then (`turns.rs`), so the owner's next
-        // acquisition waits for them and takes no grant from a message meanwhile.
+        // connection included) and a give-back or a withdrawal finish in the background: they
+        // count as an operation of this owner in flight until then (`turns.rs`), so the owner's
+        // next acquisition waits for them and takes no grant from a message meanwhile.
         let in_flight = {
             let (turns, hash, field) =
                 (client.inner.turns.clone(), keys.hash.clone(), field.clone());

@@ -16,10 +16,10 @@ use parking_lot::Mutex;
 use crate::config::Replicas;
 use crate::keys::LockKeys;
 use crate::telemetry::{LostReason, Series};
+use crate::terms::{Lease, Validity};
 
 mod early_renewals;
 
-use crate::terms::{Lease, Validity};
 pub(crate) use early_renewals::EarlyRenewals;
 
 pub(crate) struct Hold {

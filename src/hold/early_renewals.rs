@@ -48,8 +48,8 @@ impl Ord for Due {
 }
 
 impl EarlyRenewals {
-    /// Schedules `hold`'s renewal at `at`. True when it is now the earliest due: the early renewals'
-    /// task, asleep until a later time, must be woken.
+    /// Schedules `hold`'s renewal at `at`. True when it is now the earliest due: the early
+    /// renewals' task, asleep until a later time, must be woken.
     pub(crate) fn schedule(&self, hold: &Arc<Hold>, at: Instant) -> bool {
         let mut due = self.due.lock();
         let earliest = due.peek().is_none_or(|Reverse(first)| at < first.at);
