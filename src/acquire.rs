@@ -102,12 +102,12 @@ impl Lock {
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
         // for us would deadlock). Others join it only when this client already has contenders
         // for the lock, or after a failed attempt: the uncontended path touches no queue.
-        // Kept: if the server says another owner holds the lock, this is the hold that is gone.
-        let mut outer = inner.holds.get(&self.keys.hash, &field);
-        let mut reentry = outer.is_some();
+        // The hold this acquisition re-enters, if any: kept, since if the server says another
+        // owner holds the lock, this is the hold that is gone.
+        let mut reentered = inner.holds.get(&self.keys.hash, &field);
         // A strict lock's waiters all wait in the server's queue, in arrival order whatever
         // their client (`FairLock`): none takes turns locally.
-        let mut ticket = match reentry || self.strict {
+        let mut ticket = match reentered.is_some() || self.strict {
             true => None,
             false => inner.local_queues.join_if_contended(&self.keys.hash),
         };
@@ -128,7 +128,7 @@ impl Lock {
         // attempt may queue us at once (registered first, so a grant message is not missed),
         // which saves the attempt after subscribing.
         if subscription.is_none()
-            && !reentry
+            && reentered.is_none()
             && !matches!(wait, Wait::Once)
             && inner
                 .subscriber
@@ -173,7 +173,7 @@ impl Lock {
                     // A waiter (subscribed: past its first attempt) queues on the server; a strict
                     // lock's waiter from its first attempt on (`Lock::strict`).
                     let queue = ((subscription.is_some() || self.strict)
-                        && !reentry
+                        && reentered.is_none()
                         && !matches!(wait, Wait::Once))
                     .then(|| self.queue_terms(lease));
                     if let Some(place) = place.as_mut() {
@@ -184,7 +184,7 @@ impl Lock {
                         place = Some(QueuePlace::new(&self.client, &self.keys, &field));
                     }
                     let (answer, answered_queued) = self
-                        .attempt(&field, lease_ms, reentry, replicas, queue)
+                        .attempt(&field, lease_ms, reentered.is_some(), replicas, queue)
                         .await?;
                     ttl = match answer {
                         Acquire::Acquired { count, token } => {
@@ -207,24 +207,16 @@ impl Lock {
                             });
                         }
                         Acquire::HeldElsewhere { ttl } => {
-                            if reentry {
-                                // Another owner holds the lock: our hold is gone on the server
-                                // (forced, or lost in a restart or failover). Its guard is told
-                                // now rather than at the next renewal, and this acquisition
-                                // waits as a fresh one: queued, not napping until the other
-                                // holder's lease ends. Detached even if its validity ran out
-                                // meanwhile (nothing else detaches a fixed lease), so its
-                                // release cannot touch the hold this acquisition takes.
-                                if let Some(hold) = outer.take() {
-                                    let why = "another owner held the lock at a re-entry";
-                                    crate::watchdog::lose(
-                                        inner,
-                                        &hold,
-                                        LostReason::ServerLost,
-                                        why,
-                                    );
-                                }
-                                reentry = false;
+                            // Another owner holds the lock: the hold we re-entered is gone on
+                            // the server (forced, or lost in a restart or failover). Its guard
+                            // is told now rather than at the next renewal, and this acquisition
+                            // waits as a fresh one: queued, not napping until the other holder's
+                            // lease ends. Detached even if its validity ran out meanwhile
+                            // (nothing else detaches a fixed lease), so its release cannot
+                            // touch the hold this acquisition takes.
+                            if let Some(hold) = reentered.take() {
+                                let why = "another owner held the lock at a re-entry";
+                                crate::watchdog::lose(inner, &hold, LostReason::ServerLost, why);
                             }
                             if let (Some(place), Some(terms)) = (place.as_mut(), queue) {
                                 if !answered_queued {
@@ -251,7 +243,7 @@ impl Lock {
                     return Ok(None);
                 };
                 measured.waits();
-                if ticket.is_none() && !reentry && !self.strict {
+                if ticket.is_none() && reentered.is_none() && !self.strict {
                     // Contended: from now on take turns with this client's other contenders.
                     let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));
                     let queued = !joined.is_head();
