@@ -20,7 +20,7 @@ use crate::terms::{Lease, Validity};
 
 mod early_renewals;
 
-pub(crate) use early_renewals::EarlyRenewals;
+use early_renewals::EarlyRenewals;
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
@@ -248,6 +248,8 @@ pub(crate) enum LocalRelease {
 pub(crate) struct Holds {
     /// foldhash, not SipHash: every acquisition and release hashes its key here a few times.
     map: DashMap<HoldKey, Arc<Hold>, foldhash::fast::RandomState>,
+    /// Holds granted from the queue, renewed before their claim lease ends (`watchdog/early.rs`).
+    early: EarlyRenewals,
 }
 
 impl Holds {

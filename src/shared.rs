@@ -66,8 +66,6 @@ pub(crate) struct Inner {
     pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
     pub watchdog_wake: Arc<Notify>,
-    /// Holds granted from the queue, renewed before their claim lease ends (`watchdog/early.rs`).
-    pub early_renewals: crate::hold::EarlyRenewals,
     /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
     pub watchdog_lease_ms: AtomicU64,
     watchdog_task: Mutex<Option<AbortOnDrop>>,
@@ -102,7 +100,6 @@ impl Inner {
             turns: Arc::default(),
             background: TaskTracker::new(),
             watchdog_wake: Arc::new(Notify::new()),
-            early_renewals: Default::default(),
             watchdog_lease_ms: AtomicU64::new(u64::MAX),
             watchdog_task: Mutex::new(None),
             renewals_paused: AtomicUsize::new(0),

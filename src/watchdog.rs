@@ -19,8 +19,6 @@ use crate::telemetry::LostReason;
 
 mod early;
 
-pub(crate) use early::renew_early;
-
 /// Locks per renewal script call: large enough that 100,000 locks take 100 calls, small enough
 /// that one call does not stall the server for long (each lock costs two O(1) commands).
 pub(crate) const BATCH: usize = 1000;

@@ -73,7 +73,7 @@ impl Lock {
         let hold = guard.hold();
         hold.cap_validity(sent + claim.saturating_sub(inner.config.drift(claim)));
         if let Lease::Watchdog(_) = lease {
-            crate::watchdog::renew_early(inner, hold, sent + claim / 3);
+            inner.holds.renew_early(hold, sent + claim / 3);
         }
         Ok(Some(self.watched(guard)))
     }

@@ -22,24 +22,14 @@ use crate::telemetry::LostReason;
 /// How soon a renewal that failed (and whose hold is still valid) is tried again.
 const RETRY: Duration = Duration::from_millis(50);
 
-/// Renews `hold` at `at`, ahead of the watchdog's schedule (see the module's doc). A hold
-/// released by then costs nothing; a failed call is tried again while the hold is valid.
-pub(crate) fn renew_early(inner: &Inner, hold: &Arc<Hold>, at: Instant) {
-    let early = &inner.early_renewals;
-    if early.schedule(hold, at) {
-        early.sooner().notify_one();
-    }
-}
-
 /// The early renewals' task: until the client is gone, sleeps until the earliest renewal is
 /// due (or one is scheduled sooner), then sends the due ones in the background.
 pub(super) async fn run(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let next = inner.early_renewals.next();
+        let (next, sooner) = inner.holds.next_early();
         // Sleep holding only the notification, not the client: a dropped client must be able
         // to end this task.
-        let sooner = inner.early_renewals.sooner();
         drop(inner);
         let due = async {
             match next {
@@ -56,7 +46,7 @@ pub(super) async fn run(weak: Weak<Inner>) {
         // Those due a little later too, renewed a little early, so a steady stream of
         // hand-overs wakes this task a few times per claim lease rather than once per grant.
         let slack = inner.config.claim_lease / 6;
-        let due = inner.early_renewals.take_due(Instant::now() + slack);
+        let due = inner.holds.take_early(Instant::now() + slack);
         let round = join_all(
             due.iter()
                 .map(|hold| renew_one(Arc::downgrade(&inner), Arc::downgrade(hold))),
