@@ -317,8 +317,7 @@ impl Node {
             .filter(|field| field != "~")
             .collect();
         Ok(Snapshot {
-            // Count 0: one hold granted from the queue (`lua/queue.lua`).
-            owners: owners.into_iter().map(|(f, n)| (f, n.max(1))).collect(),
+            owners: owners.into_iter().map(|(f, n)| (f, holds(n))).collect(),
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
             fence,
             queued,
@@ -341,8 +340,12 @@ impl Node {
                 })
             })
             .await?;
-        // A hold granted from the queue is written with count 0, which is one hold
-        // (`lua/queue.lua`).
-        Ok(count.map_or(0, |n| n.max(1)))
+        Ok(count.map_or(0, holds))
     }
+}
+
+/// The holds an owner field's count on the server stands for: a hold granted from the queue
+/// is written with count 0 until it is claimed, and is one hold (`lua/queue.lua`).
+fn holds<N: Ord + From<u8>>(count: N) -> N {
+    count.max(N::from(1))
 }
