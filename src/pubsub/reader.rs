@@ -154,16 +154,19 @@ impl Subscriber {
         }
     }
 
+    /// The channels listened on now, copied out of the map's lock.
+    fn every_channel(&self) -> Vec<(Arc<str>, Arc<Channel>)> {
+        let channels = self.channels.lock();
+        channels
+            .iter()
+            .map(|(name, channel)| (name.clone(), channel.clone()))
+            .collect()
+    }
+
     /// A node's connection dropped (a cluster node; redis-rs reconnects it): every channel may
     /// have lost messages and subscriptions.
     fn disconnected(&self) {
-        let channels: Vec<(Arc<str>, Arc<Channel>)> = self
-            .channels
-            .lock()
-            .iter()
-            .map(|(name, channel)| (name.clone(), channel.clone()))
-            .collect();
-        for (name, _) in channels {
+        for (name, _) in self.every_channel() {
             self.unsubscribed(&name);
         }
     }
@@ -171,13 +174,7 @@ impl Subscriber {
     /// Subscribes every channel that has waiters on a fresh connection.
     async fn resubscribe(&self, sink: &mut Sink) -> Result<()> {
         let _serial = self.commands.lock().await;
-        let wanted: Vec<(Arc<str>, Arc<Channel>)> = self
-            .channels
-            .lock()
-            .iter()
-            .map(|(name, channel)| (name.clone(), channel.clone()))
-            .collect();
-        for (name, channel) in wanted {
+        for (name, channel) in self.every_channel() {
             bounded("subscribe", &name, self.timeout, sink.subscribe(&name)).await?;
             *channel.subscribed.lock() = true;
         }
