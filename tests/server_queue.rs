@@ -543,6 +543,23 @@ async fn a_cancelled_attempt_answered_after_its_withdrawal_leaves_no_entry() {
     free.unwrap().unlock().await.unwrap();
 }
 
+/// Our lock `name` held on `ours` terms (the outer hold), then forced by another client, which
+/// takes it on `theirs` terms before our watchdog notices: our lock, our outer guard, theirs.
+async fn taken_over(
+    server: &Server,
+    name: &str,
+    ours: LockOptions,
+    theirs: LockOptions,
+) -> (redlease::Lock, redlease::LockGuard, redlease::LockGuard) {
+    let [our_client, their_client] = clients(server).await;
+    let lock = our_client.lock(name).unwrap();
+    let outer = lock.lock_with(ours).await.unwrap();
+    let other_lock = their_client.lock(name).unwrap();
+    assert!(other_lock.force_unlock().await.unwrap());
+    let other = other_lock.lock_with(theirs).await.unwrap();
+    (lock, outer, other)
+}
+
 /// A nested acquisition whose outer hold is gone on the server (another process forced it and
 /// took the lock) before the watchdog's next renewal: the outer guard is told at once, and the
 /// nested call waits in the queue like any waiter, so the other holder's release hands it the
@@ -551,12 +568,8 @@ async fn a_cancelled_attempt_answered_after_its_withdrawal_leaves_no_entry() {
 async fn a_reentry_after_a_takeover_waits_in_the_queue_and_the_outer_guard_is_lost() {
     let server = Server::start();
     let name = unique_name("reentry-taken");
-    let [ours, theirs] = clients(&server).await;
-    let lock = ours.lock(&name).unwrap();
-    let outer = lock.lock().await.unwrap();
-    let other_lock = theirs.lock(&name).unwrap();
-    assert!(other_lock.force_unlock().await.unwrap());
-    let other = other_lock.lock().await.unwrap();
+    let (lock, outer, other) =
+        taken_over(&server, &name, LockOptions::new(), LockOptions::new()).await;
     assert!(!outer.is_lost(), "nothing has told our client yet");
     let started = Instant::now();
     // One task, so one owner: the second acquisition is a re-entry of the outer one.
@@ -593,14 +606,9 @@ async fn a_reentry_after_a_takeover_waits_in_the_queue_and_the_outer_guard_is_lo
 async fn a_reentry_refused_after_the_outer_lease_ran_out_detaches_the_outer_hold() {
     let server = Server::start();
     let name = unique_name("reentry-expired");
-    let [ours, theirs] = clients(&server).await;
-    let lock = ours.lock(&name).unwrap();
     let fixed = |ms| LockOptions::new().lease(Duration::from_millis(ms));
-    let outer = lock.lock_with(fixed(1_000)).await.unwrap();
-    let other_lock = theirs.lock(&name).unwrap();
-    assert!(other_lock.force_unlock().await.unwrap());
-    // A fixed lease: no renewal calls to count below.
-    let _other = other_lock.lock_with(fixed(10_000)).await.unwrap();
+    // The other holder's lease is fixed: no renewal calls to count below.
+    let (lock, outer, _other) = taken_over(&server, &name, fixed(1_000), fixed(10_000)).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!outer.is_lost());
     server.client_pause(700, false);
