@@ -233,29 +233,28 @@ pub(crate) enum Attempt<T> {
 }
 
 /// Who a message wakes among one client's waiters on a channel.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Wake {
     /// Every waiter attempts: a latch opens for all.
     All,
     /// One waiter of the class attempts; a granted one wakes `pass` more (`pubsub/relay.rs`).
     Relay(RelayClass),
+    /// Only a grant naming this waiter wakes it: the channel is its client's own, on which the
+    /// script publishes a grant to one of the client's queued waiters (`lua/semaphore.lua`).
+    Grant(Arc<str>),
 }
 
 impl Wake {
-    /// Semaphores' waiters: granted permits hint that more may be free, so a grant wakes two
-    /// more local waiters.
-    pub(crate) const PERMITS: Wake = Wake::relay(0, 2);
-
     /// Relay waiting, class `class`; a grant wakes `pass` more waiters of the class.
     pub(crate) const fn relay(class: usize, pass: usize) -> Wake {
         Wake::Relay(RelayClass { class, pass })
     }
 
-    /// The relay class (0 for [`Wake::All`]).
-    pub(crate) fn class(self) -> usize {
+    /// The relay class (0 for the others).
+    pub(crate) fn class(&self) -> usize {
         match self {
-            Wake::All => 0,
             Wake::Relay(relay) => relay.class,
+            Wake::All | Wake::Grant(_) => 0,
         }
     }
 }
@@ -263,7 +262,8 @@ impl Wake {
 /// Attempts until one succeeds or `wait` is spent (`Ok(None)`). After the first failed attempt
 /// it subscribes to `channel` and attempts once more at once (a message sent before the
 /// subscription would be missed) unless the client was subscribed since before the attempt,
-/// then sleeps until a message (or, relay waiters, its turn) or the nap, whichever is first.
+/// then sleeps until a message (or, relay waiters, its turn; grant waiters, a grant naming
+/// them) or the nap, whichever is first.
 ///
 /// # Cancel safety
 /// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it,
@@ -283,17 +283,25 @@ where
     let mut subscription: Option<Subscription> = None;
     // Set while this waiter holds a relay turn it has not used up.
     let mut turn: Option<Turn> = None;
+    // A grant kept for this waiter is spent by its next attempt, which claims it.
+    let spend_grant = |subscription: &Option<Subscription>| {
+        if let (Wake::Grant(field), Some(subscribed)) = (&wake, subscription) {
+            subscribed.take_grant(field, None);
+        }
+    };
     loop {
         inner.check_open()?;
         let mark = match subscription {
             None => inner.subscriber.mark(channel),
             Some(_) => None,
         };
+        spend_grant(&subscription);
         let nap = match attempt().await? {
             Attempt::Done(value) => {
                 if let Some(turn) = turn.take() {
                     turn.granted();
                 }
+                spend_grant(&subscription);
                 return Ok(Some(value));
             }
             Attempt::Again(nap) => nap.unwrap_or(NAP).min(NAP),
@@ -308,8 +316,11 @@ where
         let subscribed = match subscription {
             Some(ref subscribed) => subscribed,
             None => {
-                let (subscribed, continuous) =
+                let (mut subscribed, continuous) =
                     inner.subscriber.subscribe_since(channel, mark).await?;
+                if let Wake::Grant(field) = &wake {
+                    subscribed = subscribed.grants_to(field.clone());
+                }
                 let subscribed = subscription.insert(subscribed);
                 if !continuous {
                     continue;
@@ -318,13 +329,13 @@ where
             }
         };
         let nap = remaining.map_or(nap, |left| left.min(nap));
-        match wake {
-            Wake::All => tokio::select! {
+        match &wake {
+            Wake::All | Wake::Grant(_) => tokio::select! {
                 _ = subscribed.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
             },
             Wake::Relay(relay) => tokio::select! {
-                mine = subscribed.turn(relay) => turn = Some(mine),
+                mine = subscribed.turn(*relay) => turn = Some(mine),
                 _ = tokio::time::sleep(nap) => {}
             },
         }

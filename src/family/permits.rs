@@ -154,7 +154,7 @@ impl PermitSemaphore {
             &self.client,
             &self.keys.channel,
             wait,
-            Wake::PERMITS,
+            Wake::relay(0, 2),
             || async {
                 let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
                 let started = Instant::now();

@@ -1,14 +1,18 @@
 //! [`Semaphore`]: a counting semaphore shared by every client of the deployment.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::family::{Attempt, FamilyKeys, Taken, Wake, ask, positive, wait_for};
+use crate::family::{Attempt, FamilyKeys, NAP, Wake, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
+use crate::task::{FinishOnDrop, spawn_from_drop};
+use crate::terms::Wait;
 
 static SCRIPT: FamilyScript =
     FamilyScript::new("semaphore", include_str!("../../lua/semaphore.lua"));
@@ -26,10 +30,14 @@ static SCRIPT: FamilyScript =
 /// release leaks its permits for good. Use a lock with a lease when a crashed worker must not
 /// keep capacity.
 ///
-/// Waiters sleep on the semaphore's channel (one subscriber connection per client) and try again
-/// when permits are released or set, or after at most a second without a message. Every release
-/// wakes every waiter, and there is no queue: a waiter for many permits may wait while others
-/// take them one by one.
+/// Waiters line up in a queue on the server, first come first served, whatever their client:
+/// a call that frees permits (a release, a `set`) grants them to the first waiters that fit,
+/// in the same script call, and tells each grantee's client alone. The other waiters sleep on,
+/// and a newcomer does not pass anybody queued, so a waiter for many permits is not starved by
+/// takers of one. A grantee claims its permits with one more call as soon as it hears of
+/// the grant; a waiter that died (or stopped waiting unheard) holds the queue up for 2 s at
+/// most ([`Config::claim_lease`](crate::Config::claim_lease)) once granted, and its place
+/// ends 3 s after its last attempt (a waiter attempts at least once a second).
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
@@ -44,14 +52,25 @@ static SCRIPT: FamilyScript =
 pub struct Semaphore {
     client: Client,
     keys: Arc<FamilyKeys>,
+    /// The channel on which the script tells this client's waiters of their grants.
+    grants: Arc<str>,
 }
+
+/// How long a waiter's place in the queue lives past its latest attempt: a waiter attempts at
+/// least once per [`NAP`], so only one that died (or hangs) loses its place.
+const PLACE_LIFE: Duration = Duration::from_secs(3 * NAP.as_secs());
+
+/// Numbers the waits of this process: a waiter in the queue is `<client id>:s<n>`.
+static WAITS: AtomicU64 = AtomicU64::new(0);
 
 impl Semaphore {
     pub(crate) fn new(client: Client, name: &str) -> Result<Semaphore> {
         let keys = FamilyKeys::new(&client, name, "semaphore", "released")?;
+        let grants = format!("{}:{}", keys.channel, client.inner.id_text).into();
         Ok(Semaphore {
             client,
             keys: Arc::new(keys),
+            grants,
         })
     }
 
@@ -67,8 +86,7 @@ impl Semaphore {
 
     async fn call(&self, op: &str, n: u32) -> Result<i64> {
         self.client.inner.check_open()?;
-        let n = itoa::Buffer::new().format(n).to_owned();
-        self.keys.send(&self.client, &SCRIPT, &[op, &n]).await
+        self.send(op, n, &[]).await
     }
 
     /// Sets the available permits to `permits` whatever they were, and wakes waiters.
@@ -88,22 +106,29 @@ impl Semaphore {
         Ok(self.call("try_set", permits).await? == 1)
     }
 
-    /// The permits available now (0 for a semaphore never set).
+    /// The permits available now (0 for a semaphore never set); permits granted to a waiter
+    /// that has not claimed them yet are not available.
     ///
     /// # Errors
     /// When Redis fails, or the key does not hold a count of permits.
     pub async fn available(&self) -> Result<u64> {
-        self.keys.count(&self.client, SCRIPT.name).await
+        let available = self.call("available", 0).await?;
+        Ok(u64::try_from(available).unwrap_or(0))
     }
 
-    /// Deletes the semaphore from Redis: `true` when it existed. A semaphore's permits are
-    /// state you set, so they stay until you delete them; its next use sees a semaphore never
-    /// set (no permits).
+    /// Deletes the semaphore from Redis, its queue with it: `true` when it existed. A
+    /// semaphore's permits are state you set, so they stay until you delete them; its next use
+    /// sees a semaphore never set (no permits).
     ///
     /// # Errors
     /// When Redis fails.
     pub async fn delete(&self) -> Result<bool> {
-        self.keys.delete(&self.client).await
+        let key = &*self.keys.key;
+        let queue = [format!("{key}:q"), format!("{key}:qd"), format!("{key}:g")];
+        let deleted: u64 = (self.client.inner.node)
+            .query(redis::cmd("DEL").arg(key).arg(&queue))
+            .await?;
+        Ok(deleted > 0)
     }
 
     /// Gives back `permits` permits and wakes the waiters.
@@ -179,34 +204,123 @@ impl Semaphore {
     /// As [`acquire`](Semaphore::acquire).
     pub async fn try_acquire_with(&self, options: LockOptions) -> Result<bool> {
         let (permits, wait) = options.permits_and_wait()?;
+        let waiter: Arc<str> = format!(
+            "{}:s{}",
+            self.client.inner.id_text,
+            WAITS.fetch_add(1, Ordering::Relaxed)
+        )
+        .into();
+        // A single attempt is never queued.
+        let queued = !matches!(wait, Wait::Once);
+        let place = Place {
+            semaphore: self.clone(),
+            waiter: waiter.clone(),
+            armed: queued,
+        };
         let taken = wait_for(
             &self.client,
-            &self.keys.channel,
+            &self.grants,
             wait,
-            Wake::PERMITS,
+            Wake::Grant(waiter.clone()),
             || async {
-                Ok(match self.attempt(permits).await? {
-                    Taken::Granted => Attempt::Done(()),
-                    _ => Attempt::Again(None),
+                Ok(match self.attempt(permits, &waiter, queued).await? {
+                    true => Attempt::Done(()),
+                    false => Attempt::Again(None),
                 })
             },
         )
         .await?;
+        match taken {
+            // The script took the place out with the permits.
+            Some(()) => place.disarm(),
+            // Withdrawn before the caller hears of it: nothing of the wait is left.
+            None => place.withdraw().await,
+        }
         Ok(taken.is_some())
     }
 
-    /// One acquisition request; if the caller stops waiting for its answer, permits it took are
-    /// given back in the background.
-    async fn attempt(&self, permits: u32) -> Result<Taken> {
-        let this = self.clone();
+    /// One acquisition request for `waiter` (`queued`: refused, it takes or keeps its place in
+    /// the queue). If the caller stops waiting for its answer, permits it took are released and
+    /// a place it took is withdrawn, in the background once the answer is in.
+    async fn attempt(&self, permits: u32, waiter: &Arc<str>, queued: bool) -> Result<bool> {
+        self.client.inner.check_open()?;
+        let (this, who) = (self.clone(), waiter.clone());
         let request = async move {
-            Ok(match this.call("acquire", permits).await? {
-                1 => Taken::Granted,
-                _ => Taken::Refused(None),
-            })
+            let life = match queued {
+                true => PLACE_LIFE.as_millis() as u64,
+                false => 0,
+            };
+            let claim = this.client.inner.config.claim_lease.as_millis();
+            let (life, claim) = (life.to_string(), claim.to_string());
+            let taken = this
+                .send("acquire", permits, &[&who, &life, &claim])
+                .await?;
+            Ok(taken == 1)
         };
-        let this = self.clone();
-        let give_back = move || async move { this.release(permits).await };
-        ask(&self.client, &self.keys.name, request, give_back).await
+        let (this, who) = (self.clone(), waiter.clone());
+        let abandoned = move |taken: Result<bool>| async move {
+            let undone = match taken {
+                Ok(true) => this.send("release", permits, &[]).await,
+                _ => this.send("withdraw", 0, &[&who]).await,
+            };
+            if let Err(e) = undone {
+                tracing::warn!(semaphore = %this.keys.name, error = %e, "could not undo an abandoned acquisition; a place ends 3 s after it was taken, permits stay taken");
+            }
+        };
+        FinishOnDrop::new(request, abandoned)
+            .tracked(&self.client.inner.background)
+            .await
+    }
+
+    /// Runs `op` for `n` permits with `extra` arguments, even while the client shuts down (its
+    /// own undoing).
+    async fn send(&self, op: &str, n: u32, extra: &[&str]) -> Result<i64> {
+        let n = itoa::Buffer::new().format(n).to_owned();
+        let mut args = vec![op, &n];
+        args.extend_from_slice(extra);
+        self.keys.send(&self.client, &SCRIPT, &args).await
+    }
+}
+
+/// A waiter's place in the semaphore's queue; withdrawn unless [`disarm`](Place::disarm)ed,
+/// in the background when dropped: the entry goes, and permits granted to it go to the next.
+struct Place {
+    semaphore: Semaphore,
+    waiter: Arc<str>,
+    armed: bool,
+}
+
+impl Place {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    async fn withdraw(mut self) {
+        if self.armed {
+            self.armed = false;
+            self.semaphore.withdraw(&self.waiter).await;
+        }
+    }
+}
+
+impl Semaphore {
+    async fn withdraw(&self, waiter: &str) {
+        if let Err(e) = self.send("withdraw", 0, &[waiter]).await {
+            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends 3 s after its last attempt");
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (semaphore, waiter) = (self.semaphore.clone(), self.waiter.clone());
+        let background = semaphore.client.inner.background.clone();
+        spawn_from_drop(
+            &background,
+            async move { semaphore.withdraw(&waiter).await },
+        );
     }
 }

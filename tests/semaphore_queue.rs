@@ -1,0 +1,339 @@
+//! The `Semaphore`'s waiter queue on the server (`lua/semaphore.lua`), across processes: a
+//! release grants its permits to the first queued waiters that fit in the same call and tells
+//! only them, so processes take turns without a herd of attempts; a waiter for many permits is
+//! not passed by takers of one; a grant to a waiter that died passes on after the claim lease.
+//!
+//! The multi-process tests re-run this test binary as children that execute only the
+//! `#[ignore]`d `semaphore_worker` test, configured through `REDLEASE_SW*` variables.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redlease::{Client, LockOptions};
+use support::{Server, command_calls, exists, unique_name};
+
+const CLAIM: Duration = Duration::from_millis(800);
+
+fn spawn_worker(envs: &[(&str, String)]) -> Child {
+    let exe = std::env::current_exe().expect("path of the test binary");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", "semaphore_worker", "--ignored", "--nocapture"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("spawning a worker process")
+}
+
+/// Waits (off the runtime's threads) for every worker, at most 120 s each; each must succeed.
+async fn all_succeed(mut children: Vec<Child>) {
+    let statuses = tokio::task::spawn_blocking(move || {
+        children
+            .iter_mut()
+            .map(|child| {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while Instant::now() < deadline {
+                    if let Some(status) = child.try_wait().expect("polling a worker") {
+                        return status;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                panic!("worker {} did not finish in 120 s", child.id());
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for status in statuses {
+        assert!(status.success(), "a worker failed: {status}");
+    }
+}
+
+/// Sends `signal` (`STOP`, `KILL`) to our own unreaped child, by its pid.
+fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+}
+
+fn key_of(name: &str) -> String {
+    format!("redlease:{{{name}}}:semaphore")
+}
+
+/// The waiters queued on semaphore `name`, first first.
+fn queued(server: &Server, name: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(format!("{}:q", key_of(name)))
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+/// Whether any of the queue's keys is left.
+fn queue_left(server: &Server, name: &str) -> bool {
+    let key = key_of(name);
+    ["q", "qd", "g"]
+        .iter()
+        .any(|suffix| exists(server, &format!("{key}:{suffix}")))
+}
+
+async fn claiming_client(server: &Server) -> Client {
+    Client::builder(server.url())
+        .claim_lease(CLAIM)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_share_three_permits_without_a_herd() {
+    let server = Server::start();
+    let name = unique_name("sem-turns");
+    let (processes, rounds, permits) = (8, 100, 3);
+    let setter = claiming_client(&server).await;
+    let semaphore = setter.semaphore(&name).unwrap();
+    assert!(semaphore.try_set_permits(permits).await.unwrap());
+    let calls_before = command_calls(&server, "evalsha");
+    let children: Vec<Child> = (0..processes)
+        .map(|_| {
+            spawn_worker(&[
+                ("REDLEASE_SW", "take".into()),
+                ("REDLEASE_SW_URL", server.url()),
+                ("REDLEASE_SW_NAME", name.clone()),
+                ("REDLEASE_SW_ROUNDS", rounds.to_string()),
+                ("REDLEASE_SW_PERMITS", permits.to_string()),
+            ])
+        })
+        .collect();
+    all_succeed(children).await;
+    let total = processes * rounds;
+    let calls = command_calls(&server, "evalsha") - calls_before;
+    let per = calls as f64 / total as f64;
+    eprintln!("{processes} processes x {rounds}: {per:.2} script calls per acquisition");
+    // The release, the waiter's queueing attempt, its claim: about 3 when every acquisition
+    // waits, fewer when some find a permit free. A release that woke every waiting process to
+    // ask cost about one call per waiting process.
+    assert!(per < 3.2, "{per:.2} script calls per acquisition");
+    assert_eq!(semaphore.available().await.unwrap(), u64::from(permits));
+    assert!(queued(&server, &name).is_empty());
+    assert!(!queue_left(&server, &name), "queue keys left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_many_permits_is_not_passed_by_takers_of_one() {
+    let server = Server::start();
+    let name = unique_name("sem-fifo");
+    let [owner, big, small, newcomer] = support::clients(&server).await;
+    let semaphore = owner.semaphore(&name).unwrap();
+    semaphore.set_permits(0).await.unwrap();
+    let big_wait = {
+        let semaphore = big.semaphore(&name).unwrap();
+        tokio::spawn(async move {
+            semaphore
+                .acquire_with(LockOptions::new().permits(2))
+                .await
+                .unwrap();
+            Instant::now()
+        })
+    };
+    let first = support::eventually_async(Duration::from_secs(5), || async {
+        queued(&server, &name).len() == 1
+    })
+    .await;
+    assert!(first, "the waiter for 2 never queued");
+    let small_wait = {
+        let semaphore = small.semaphore(&name).unwrap();
+        tokio::spawn(async move {
+            semaphore.acquire().await.unwrap();
+            Instant::now()
+        })
+    };
+    let second = support::eventually_async(Duration::from_secs(5), || async {
+        queued(&server, &name).len() == 2
+    })
+    .await;
+    assert!(second, "the waiter for 1 never queued");
+
+    // One permit: the head needs two, and nobody behind it passes it.
+    semaphore.release(1).await.unwrap();
+    let newcomer = newcomer.semaphore(&name).unwrap();
+    assert!(
+        !newcomer.try_acquire().await.unwrap(),
+        "a single attempt passed the queue"
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !small_wait.is_finished(),
+        "the waiter for 1 passed the waiter for 2"
+    );
+    assert!(
+        !big_wait.is_finished(),
+        "the waiter for 2 got in with 1 permit"
+    );
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+
+    // The second permit: the head gets both at once, the next waits on.
+    let released = Instant::now();
+    semaphore.release(1).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), big_wait)
+        .await
+        .expect("the waiter for 2 was not granted")
+        .unwrap();
+    assert!(
+        got - released < Duration::from_millis(300),
+        "granted {:?} after the release",
+        got - released
+    );
+    assert!(!small_wait.is_finished());
+    semaphore.release(1).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), small_wait)
+        .await
+        .expect("the waiter for 1 was not granted")
+        .unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), 0);
+    assert!(!queue_left(&server, &name), "queue keys left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_frozen_then_killed_waiter_passes_on_after_the_claim_lease() {
+    let server = Server::start();
+    let name = unique_name("sem-dead");
+    let owner = claiming_client(&server).await;
+    let semaphore = owner.semaphore(&name).unwrap();
+    semaphore.set_permits(0).await.unwrap();
+    // The doomed waiter queues first.
+    let mut doomed = spawn_worker(&[
+        ("REDLEASE_SW", "wait".into()),
+        ("REDLEASE_SW_URL", server.url()),
+        ("REDLEASE_SW_NAME", name.clone()),
+    ]);
+    let first = support::eventually_async(Duration::from_secs(10), || async {
+        queued(&server, &name).len() == 1
+    })
+    .await;
+    assert!(first, "the worker never queued");
+    let next = {
+        let semaphore = owner.semaphore(&name).unwrap();
+        tokio::spawn(async move {
+            semaphore.acquire().await.unwrap();
+            Instant::now()
+        })
+    };
+    let both = support::eventually_async(Duration::from_secs(10), || async {
+        queued(&server, &name).len() == 2
+    })
+    .await;
+    assert!(both, "the second waiter never queued");
+    // Freeze the first waiter and release one permit: it goes to the frozen one, which cannot
+    // claim it.
+    signal(&doomed, "STOP");
+    let released = Instant::now();
+    semaphore.release(1).await.unwrap();
+    signal(&doomed, "KILL");
+    let _ = doomed.wait();
+    let granted = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the next waiter was never granted")
+        .unwrap();
+    let after = granted - released;
+    eprintln!("granted {after:?} after the release to a dead waiter");
+    assert!(
+        after >= CLAIM - Duration::from_millis(50) && after <= CLAIM + Duration::from_secs(1),
+        "granted {after:?} after the release; claim lease {CLAIM:?}"
+    );
+    assert_eq!(semaphore.available().await.unwrap(), 0);
+    // The dead waiter's place and grant are gone.
+    assert!(!queue_left(&server, &name), "queue keys left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waits_leave_no_place_and_no_permit() {
+    let server = Server::start();
+    let name = unique_name("sem-cancels");
+    let [owner, waiter] = support::clients(&server).await;
+    let semaphore = owner.semaphore(&name).unwrap();
+    semaphore.set_permits(2).await.unwrap();
+    let waiting = waiter.semaphore(&name).unwrap();
+    // Permits come and go while waits are cut at every point: in the first attempt, in the
+    // queue, while a grant is on its way.
+    let churn = {
+        let semaphore = owner.semaphore(&name).unwrap();
+        tokio::spawn(async move {
+            for _ in 0..150 {
+                semaphore.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                semaphore.release(1).await.unwrap();
+            }
+        })
+    };
+    let mut taken = 0;
+    for i in 0..300u64 {
+        let cut = Duration::from_micros(i * 37 % 3_000);
+        let options = LockOptions::new().permits(1 + (i % 2) as u32);
+        if let Ok(Ok(())) = tokio::time::timeout(cut, waiting.acquire_with(options)).await {
+            taken += 1;
+            waiting.release(1 + (i % 2) as u32).await.unwrap();
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(30), churn)
+        .await
+        .expect("the churn starved")
+        .unwrap();
+    let settled = support::eventually_async(Duration::from_secs(5), || async {
+        semaphore.available().await.unwrap() == 2 && !queue_left(&server, &name)
+    })
+    .await;
+    assert!(
+        settled,
+        "{} of 2 permits, queue {:?} ({taken} acquisitions completed)",
+        semaphore.available().await.unwrap(),
+        queued(&server, &name)
+    );
+    // And the semaphore still works for everybody.
+    assert!(semaphore.try_acquire().await.unwrap());
+}
+
+/// A worker process (run by the tests above, never on its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn semaphore_worker() {
+    let Ok(mode) = std::env::var("REDLEASE_SW") else {
+        return;
+    };
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("worker needs {k}"));
+    let client = Client::builder(var("REDLEASE_SW_URL"))
+        .claim_lease(CLAIM)
+        .build()
+        .await
+        .unwrap();
+    let semaphore = client.semaphore(&var("REDLEASE_SW_NAME")).unwrap();
+    let inside = format!("{}:inside", semaphore.key());
+    match mode.as_str() {
+        "take" => {
+            let rounds: usize = var("REDLEASE_SW_ROUNDS").parse().unwrap();
+            let permits: i64 = var("REDLEASE_SW_PERMITS").parse().unwrap();
+            for _ in 0..rounds {
+                semaphore.acquire().await.unwrap();
+                let now: i64 = client.query(redis::cmd("INCR").arg(&inside)).await.unwrap();
+                assert!(now <= permits, "{now} holders with {permits} permits");
+                tokio::task::yield_now().await;
+                let _: i64 = client.query(redis::cmd("DECR").arg(&inside)).await.unwrap();
+                semaphore.release(1).await.unwrap();
+            }
+        }
+        "wait" => {
+            // Killed by the parent while it waits; the bound only ends an orphan.
+            let _ = tokio::time::timeout(Duration::from_secs(60), semaphore.acquire()).await;
+        }
+        other => panic!("unknown worker mode {other}"),
+    }
+    client.shutdown().await.unwrap();
+}
