@@ -1,28 +1,37 @@
--- permits.lua: a semaphore whose permits have an id and a lease (`src/family/permits.rs`).
+-- permits.lua: a semaphore whose permits have an id and a lease (`src/family/permits.rs`), and
+-- its waiter queue with grant-on-release (fifo.lua, which `src/family/permits.rs` puts before
+-- this file).
 --
 -- KEYS[1]  hash      P:{N}:permits           field 'total' -> permits in all; 'p:<id>' -> the
 --                                            deadline of a permit given out (server clock, ms)
--- KEYS[2]  channel   P:{N}:permits:released  waiters listen here for released permits
--- ARGV[1]  operation: 'acquire', 'release', 'renew', 'set', 'try_set', 'available'
--- ARGV[2]  the permit id ('acquire', 'release', 'renew'), or the total ('set', 'try_set')
+-- KEYS[2]  channel   P:{N}:permits:released  grants go to KEYS[2]:<client id> (fifo.lua)
+-- ARGV[1]  operation: 'acquire', 'release', 'renew', 'set', 'try_set', 'available', 'withdraw'
+-- ARGV[2]  the permit id ('acquire', 'release', 'renew', 'withdraw'; for 'acquire' and
+--          'withdraw' also the waiter, '<client id>:<wait id>'), or the total ('set', 'try_set')
 -- ARGV[3]  lease in milliseconds ('acquire', 'renew')
+-- 'acquire' also sends:
+-- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
+--          single attempt, which is never queued
+-- ARGV[5]  how long a grant to the waiter waits for its claim (ms), its claim lease
 --
 -- Every call first drops permits past their deadline: a holder that crashed gives its permit
--- back when its lease ends, without anybody's help.
+-- back when its lease ends, without anybody's help; the permits it frees go to the queue.
+-- A grant is the waiter's permit, written with the claim lease as its lease; the waiter's
+-- next attempt claims it (gives it the waiter's lease). A grantee that died holds it for the
+-- claim lease.
 --
 -- Returns
---   acquire     1 granted; -1 the semaphore was never set; n <= -2: none free, the first
---               permit given out ends in -n - 2 ms at the latest
---   release     1 released (and '1' published), 0 the permit was not given out (expired)
+--   acquire     1 granted (or a grant claimed); -1 refused (the semaphore was never set, or
+--               waiters are queued before this one); n <= -2: none free, the first permit
+--               given out ends in -n - 2 ms at the latest
+--   release     1 released, 0 the permit was not given out (expired)
 --   renew       1 renewed, 0 the permit is gone
---   set         the total; publishes it. try_set: 1 set (and published), 0 it was set before
+--   set         the total. try_set: 1 set, 0 it was set before
 --   available   total minus permits given out
+--   withdraw    1 when a grant the waiter had not claimed was given back, else 0
 -- A key of another type fails with WRONGTYPE before anything is written.
 
-local key, channel, op = KEYS[1], KEYS[2], ARGV[1]
-
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local key, op = KEYS[1], ARGV[1]
 
 local fields = redis.call('HGETALL', key)
 local total = nil
@@ -33,7 +42,7 @@ for i = 1, #fields, 2 do
         total = tonumber(value)
     elseif string.sub(field, 1, 2) == 'p:' then
         local deadline = tonumber(value)
-        if deadline > now then
+        if deadline > now() then
             out = out + 1
             if not first_end or deadline < first_end then
                 first_end = deadline
@@ -44,42 +53,69 @@ for i = 1, #fields, 2 do
         end
     end
 end
-if freed > 0 then
-    redis.call('PUBLISH', channel, tostring(freed))
+
+-- A grant: the waiter's permit, for its claim lease.
+local function give(waiter, _, claim)
+    redis.call('HSET', key, 'p:' .. waiter, now() + claim)
+    out = out + 1
+end
+
+-- Grants what is free now to the queue's first waiters (a call that freed permits).
+local function grant_free()
+    if total and queued() then
+        grant_heads(total - out, nil, give)
+    end
+end
+
+if freed > 0 and op ~= 'acquire' then
+    grant_free()
 end
 
 if op == 'acquire' then
-    if not total then
-        return -1
-    end
-    if total - out >= 1 then
-        redis.call('HSET', key, 'p:' .. ARGV[2], now + tonumber(ARGV[3]))
+    local id, lease, life, claim = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+    local permit = 'p:' .. id
+    if redis.call('HEXISTS', key, permit) == 1 then
+        -- Granted from the queue: claimed, with the waiter's own lease.
+        redis.call('HSET', key, permit, now() + lease)
         return 1
     end
-    if not first_end then
-        return -2 - 1000
+    if total then
+        local took, free = grant_heads(total - out, id, give)
+        if took or (free >= 1 and not queued()) then
+            redis.call('HSET', key, permit, now() + lease)
+            return 1
+        end
     end
-    return -2 - (first_end - now)
+    if life > 0 then
+        enqueue(id, 1, life, claim)
+    end
+    if not total or not first_end then
+        return -1
+    end
+    return -2 - (first_end - now())
 elseif op == 'release' then
     local removed = redis.call('HDEL', key, 'p:' .. ARGV[2])
     if removed == 1 then
-        redis.call('PUBLISH', channel, '1')
+        out = out - 1
+        grant_free()
     end
     return removed
 elseif op == 'renew' then
     if redis.call('HEXISTS', key, 'p:' .. ARGV[2]) == 0 then
         return 0
     end
-    redis.call('HSET', key, 'p:' .. ARGV[2], now + tonumber(ARGV[3]))
+    redis.call('HSET', key, 'p:' .. ARGV[2], now() + tonumber(ARGV[3]))
     return 1
 elseif op == 'set' then
     redis.call('HSET', key, 'total', ARGV[2])
-    redis.call('PUBLISH', channel, ARGV[2])
-    return tonumber(ARGV[2])
+    total = tonumber(ARGV[2])
+    grant_free()
+    return total
 elseif op == 'try_set' then
     local set = redis.call('HSETNX', key, 'total', ARGV[2])
     if set == 1 then
-        redis.call('PUBLISH', channel, ARGV[2])
+        total = tonumber(ARGV[2])
+        grant_free()
     end
     return set
 elseif op == 'available' then
@@ -87,5 +123,14 @@ elseif op == 'available' then
         return 0
     end
     return math.max(total - out, 0)
+elseif op == 'withdraw' then
+    dequeue(ARGV[2])
+    -- Only a grant the waiter never claimed can be here: its wait ended without the permit.
+    if redis.call('HDEL', key, 'p:' .. ARGV[2]) == 0 then
+        return 0
+    end
+    out = out - 1
+    grant_free()
+    return 1
 end
 return redis.error_reply('ERR unknown permits operation')

@@ -1,9 +1,9 @@
 -- semaphore.lua: the permits of a counting semaphore (`src/family/semaphore.rs`), and its
--- waiter queue with grant-on-release.
+-- waiter queue with grant-on-release (fifo.lua, which `src/family/semaphore.rs` puts before
+-- this file).
 --
 -- KEYS[1]  permits   P:{N}:semaphore           string: how many permits are available
--- KEYS[2]  channel   P:{N}:semaphore:released  a grant is published on KEYS[2]:<client id>, the
---                                              grantee's client's own channel
+-- KEYS[2]  channel   P:{N}:semaphore:released  grants go to KEYS[2]:<client id> (fifo.lua)
 -- ARGV[1]  operation: 'acquire', 'release', 'set', 'try_set', 'available' or 'withdraw'
 -- ARGV[2]  permits n: at least 1 for 'acquire' and 'release', at least 0 for 'set' and
 --          'try_set', ignored by the others
@@ -12,36 +12,26 @@
 -- 'acquire' also sends:
 -- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
--- ARGV[5]  how long a grant to the waiter waits for it to claim it (ms), its claim lease
+-- ARGV[5]  how long a grant to the waiter waits for its claim (ms), its claim lease
 --
--- The queue, first come first served (keys under the semaphore's hash tag, so one slot):
--- P:{N}:semaphore:q   list  waiters, in arrival order
--- P:{N}:semaphore:qd  hash  waiter -> '<deadline ms> <n> <claim ms>' (server clock); an entry past
---                           its deadline is dead, dropped by whichever call next meets it
--- P:{N}:semaphore:g   hash  waiter -> '<deadline ms> <n>': permits set aside for a waiter that
---                           was granted them and has not claimed them yet; past the deadline
---                           they are free again (the waiter died, or gave up unheard)
--- A refused waiter (ARGV[4] > 0) queues itself, or keeps its place, in the same call. A call
--- that frees permits ('release', 'set', a withdrawn grant, a claim lease that ran out) sets
--- them aside for the first waiters that fit, in order, and publishes ONE message per grantee
--- on its client's channel, 'g <claim ms> - 0 <waiter>'; nobody else wakes. The grantee claims
--- its permits with its next attempt (the message makes it attempt at once). A waiter for many
--- permits at the head holds back the waiters behind it, and a newcomer does not pass anybody
--- queued: no waiter starves.
+-- P:{N}:semaphore:g  hash  waiter -> '<deadline ms> <n>': permits set aside for a waiter that
+--                          was granted them and has not claimed them yet (they are still in the
+--                          count); past the deadline they are free again (the waiter died, or
+--                          gave up unheard). No expiry: calls empty it.
+-- A grantee's next attempt claims its grant: the permits leave the count then.
 --
 -- Returns
 --   acquire   1 when n permits were taken (or a grant claimed), 0 when not (queued as asked)
 --   release   the permits available after adding n (before any grant it made)
---   set       the permits available now (n); permits granted and not yet claimed stay out,
---             as a holder's do
---   available the permits available: the count less the permits set aside for grantees
+--   set       n; permits granted and not yet claimed stay out, as a holder's do
 --   try_set   1 when the semaphore had no permits key and now has n, 0 when it existed
+--   available the permits available: the count less the permits set aside for grantees
 --   withdraw  1 when a grant the waiter had not claimed went back to the semaphore, else 0
 -- A value that is not a non-negative integer fails with an error before anything is written;
 -- a key of another type fails with WRONGTYPE.
 
 local key, channel, op, n = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local queue, entries, grants = key .. ':q', key .. ':qd', key .. ':g'
+local grants = key .. ':g'
 
 local function available()
     local raw = redis.call('GET', key)
@@ -60,23 +50,6 @@ if type(current) == 'table' then
     return current
 end
 
-local now_ms
--- The server's clock in ms, read once per call and only when a deadline is needed.
-local function now()
-    if not now_ms then
-        local t = redis.call('TIME')
-        now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
-    return now_ms
-end
-
--- Lengthens key's expiry to ms from now (never shortens it).
-local function outlive(k, ms)
-    if redis.call('PTTL', k) < ms then
-        redis.call('PEXPIRE', k, ms)
-    end
-end
-
 -- The permits set aside for grantees still within their claim lease; the others are dropped.
 local function set_aside()
     local granted = redis.call('HGETALL', grants)
@@ -92,53 +65,16 @@ local function set_aside()
     return total
 end
 
--- Takes the queue's head out.
-local function pop(head)
-    redis.call('LPOP', queue)
-    redis.call('HDEL', entries, head)
-end
-
--- Gives `free` permits to the first live waiters that fit, in order, and stops at the first
--- that does not; dead entries met on the way are dropped. A head that is `self` is taken out
--- instead and true returned: the caller takes its permits itself. Also returns the permits
--- still free.
-local function grant_heads(free, self)
-    -- Bounded: each round takes an entry out or returns.
-    for _ = 1, 10000 do
-        local head = redis.call('LINDEX', queue, 0)
-        if not head then
-            return false, free
-        end
-        local entry = redis.call('HGET', entries, head)
-        local deadline, m, claim
-        if entry then
-            deadline, m, claim = string.match(entry, '^(%d+) (%d+) (%d+)$')
-        end
-        if deadline and tonumber(deadline) > now() then
-            m = tonumber(m)
-            if m > free then
-                return false, free
-            end
-            pop(head)
-            if head == self then
-                return true, free
-            end
-            free = free - m
-            redis.call('HSET', grants, head, (now() + tonumber(claim)) .. ' ' .. m)
-            outlive(grants, tonumber(claim))
-            local client = string.match(head, '^[^:]*')
-            redis.call('PUBLISH', channel .. ':' .. client, 'g ' .. claim .. ' - 0 ' .. head)
-        else
-            pop(head)
-        end
-    end
-    return false, free
+-- A grant: the permits stay in the count, set aside for the waiter for its claim lease.
+local function set_aside_for(waiter, m, claim)
+    redis.call('HSET', grants, waiter, (now() + claim) .. ' ' .. m)
+    outlive(grants, claim)
 end
 
 -- Grants what is free now to the queue's first waiters (a call that freed permits).
 local function grant_free(permits)
-    if redis.call('EXISTS', queue) == 1 then
-        grant_heads(permits - set_aside(), nil)
+    if queued() then
+        grant_heads(permits - set_aside(), nil, set_aside_for)
     end
 end
 
@@ -151,18 +87,13 @@ if op == 'acquire' then
         redis.call('DECRBY', key, string.match(mine, ' (%d+)$'))
         return 1
     end
-    local took, free = grant_heads((current or 0) - set_aside(), waiter)
-    if took or (free >= n and redis.call('EXISTS', queue) == 0) then
+    local took, free = grant_heads((current or 0) - set_aside(), waiter, set_aside_for)
+    if took or (free >= n and not queued()) then
         redis.call('DECRBY', key, n)
         return 1
     end
     if life > 0 then
-        -- Queued, or its place kept: the deadline moves, the place does not.
-        if redis.call('HSET', entries, waiter, (now() + life) .. ' ' .. n .. ' ' .. claim) == 1 then
-            redis.call('RPUSH', queue, waiter)
-        end
-        outlive(queue, life)
-        outlive(entries, life)
+        enqueue(waiter, n, life, claim)
     end
     return 0
 elseif op == 'release' then
@@ -189,9 +120,7 @@ elseif op == 'try_set' then
     return 1
 elseif op == 'withdraw' then
     local waiter = ARGV[3]
-    if redis.call('HDEL', entries, waiter) == 1 then
-        redis.call('LREM', queue, 1, waiter)
-    end
+    dequeue(waiter)
     if redis.call('HDEL', grants, waiter) == 0 then
         return 0
     end

@@ -68,10 +68,12 @@
 //! - [`Semaphore`] ([`Client::semaphore`]): permits shared by every client; `acquire()`,
 //!   `try_acquire()`, `acquire_with` / `try_acquire_with(LockOptions)` (`permits`, `wait`),
 //!   `release(n)`, `available()`. Permits have no owner and no lease: a holder that crashes
-//!   keeps its permits.
+//!   keeps its permits. Waiters queue on the server, first come first served across
+//!   processes, and a release grants the first that fit (one message, to that waiter's client).
 //! - [`PermitSemaphore`] ([`Client::permit_semaphore`]): each permit has an id and a lease
 //!   (renewed while its [`Permit`] lives), so a crashed holder's permit comes back; asked for
-//!   like a semaphore's, `acquire_with(LockOptions)` with a `wait` and a `lease`.
+//!   like a semaphore's, `acquire_with(LockOptions)` with a `wait` and a `lease`; its waiters
+//!   queue as a semaphore's do.
 //! - [`CountDownLatch`] ([`Client::count_down_latch`]): `try_set_count(n)`, `count_down()`,
 //!   `count()`, `wait()`, `try_wait_with(LockOptions)` (a wait only).
 //! - [`ReadWriteLock`] ([`Client::read_write_lock`]): `read()` and `write()` sides with `lock`,
@@ -257,7 +259,9 @@
 //! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it; `~`, the watch marker of MultiLock members (never granted) | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
-//! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |
+//! | `P:{N}:semaphore:g` | hash | `<client uuid>:w<n>` → claim deadline and count of permits granted to a queued waiter and not claimed yet | emptied by the calls that claim, withdraw or outlive them |
+//! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock; a grant to a queued waiter, `p:<client uuid>:w<n>`, has its claim lease until claimed) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |
+//! | `P:{N}:semaphore:q`, `:qd`; `P:{N}:permits:q`, `:qd` | list, hash | the semaphore's waiters across processes, first come first; each one's deadline, permits wanted and claim lease | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:countdown` | string | count left of the latch `N` | it reaches zero |
 //! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock) | the last release; else the latest deadline in it |
 //! | `P:{N}:election`, `P:{N}:election:log` | hash, list | election `N` (its leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; the last 64 changes | an hour after the lock's lease (a leader keeps pushing it back) |
@@ -267,8 +271,9 @@
 //! lock to a queued waiter of that client: `g <claim ms> <token> <nonce> <owner field>`),
 //! `P:{N}:unlock` (one message when a call takes the queue past the watch marker: MultiLock
 //! members, which do not queue, listen there; a release with nobody queued and no marker
-//! publishes nothing), `P:{N}:semaphore:released`,
-//! `P:{N}:permits:released`, `P:{N}:countdown:zero`,
+//! publishes nothing), `P:{N}:semaphore:released:<client uuid>` and
+//! `P:{N}:permits:released:<client uuid>` (permits granted to a queued waiter of that client:
+//! `g <claim ms> - 0 <waiter>`), `P:{N}:countdown:zero`,
 //! `P:{N}:rw:unlock`, `P:{N}:election:changed`.
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.

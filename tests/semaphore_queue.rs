@@ -1,7 +1,8 @@
-//! The `Semaphore`'s waiter queue on the server (`lua/semaphore.lua`), across processes: a
-//! release grants its permits to the first queued waiters that fit in the same call and tells
-//! only them, so processes take turns without a herd of attempts; a waiter for many permits is
-//! not passed by takers of one; a grant to a waiter that died passes on after the claim lease.
+//! The semaphores' waiter queue on the server (`lua/fifo.lua`), across processes: a release
+//! grants its permits to the first queued waiters that fit in the same call and tells only
+//! them, so processes take turns without a herd of attempts; a waiter for many permits is not
+//! passed by takers of one; a grant to a waiter that died passes on after the claim lease.
+//! `Semaphore` and `PermitSemaphore` alike.
 //!
 //! The multi-process tests re-run this test binary as children that execute only the
 //! `#[ignore]`d `semaphore_worker` test, configured through `REDLEASE_SW*` variables.
@@ -63,14 +64,95 @@ fn signal(child: &Child, signal: &str) {
     assert!(sent.success());
 }
 
-fn key_of(name: &str) -> String {
-    format!("redlease:{{{name}}}:semaphore")
+/// Which semaphore a test runs on.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Semaphore,
+    Permits,
+}
+
+impl Kind {
+    fn key_of(self, name: &str) -> String {
+        match self {
+            Kind::Semaphore => format!("redlease:{{{name}}}:semaphore"),
+            Kind::Permits => format!("redlease:{{{name}}}:permits"),
+        }
+    }
+
+    fn env(self) -> String {
+        format!("{self:?}")
+    }
+
+    fn from_env(value: &str) -> Kind {
+        match value {
+            "Semaphore" => Kind::Semaphore,
+            "Permits" => Kind::Permits,
+            other => panic!("unknown kind {other}"),
+        }
+    }
+}
+
+/// A semaphore of either kind, as the tests use it: a taken permit is given back by `release`.
+enum Either {
+    Semaphore(redlease::Semaphore),
+    Permits(redlease::PermitSemaphore),
+}
+
+enum Taken {
+    Count(redlease::Semaphore),
+    Permit(redlease::Permit),
+}
+
+impl Either {
+    fn of(kind: Kind, client: &Client, name: &str) -> Either {
+        match kind {
+            Kind::Semaphore => Either::Semaphore(client.semaphore(name).unwrap()),
+            Kind::Permits => Either::Permits(client.permit_semaphore(name).unwrap()),
+        }
+    }
+
+    async fn set(&self, permits: u32) {
+        match self {
+            Either::Semaphore(s) => s.set_permits(permits).await.unwrap(),
+            Either::Permits(s) => s.set_permits(permits).await.unwrap(),
+        }
+    }
+
+    async fn available(&self) -> u64 {
+        match self {
+            Either::Semaphore(s) => s.available().await.unwrap(),
+            Either::Permits(s) => s.available().await.unwrap(),
+        }
+    }
+
+    async fn acquire(&self) -> Taken {
+        match self {
+            Either::Semaphore(s) => {
+                s.acquire().await.unwrap();
+                Taken::Count(s.clone())
+            }
+            Either::Permits(s) => Taken::Permit(s.acquire().await.unwrap()),
+        }
+    }
+}
+
+impl Taken {
+    async fn release(self) {
+        match self {
+            Taken::Count(s) => s.release(1).await.unwrap(),
+            Taken::Permit(p) => p.release().await.unwrap(),
+        }
+    }
 }
 
 /// The waiters queued on semaphore `name`, first first.
 fn queued(server: &Server, name: &str) -> Vec<String> {
+    queued_on(server, Kind::Semaphore, name)
+}
+
+fn queued_on(server: &Server, kind: Kind, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
-        .arg(format!("{}:q", key_of(name)))
+        .arg(format!("{}:q", kind.key_of(name)))
         .arg(0)
         .arg(-1)
         .query(&mut server.conn())
@@ -79,7 +161,11 @@ fn queued(server: &Server, name: &str) -> Vec<String> {
 
 /// Whether any of the queue's keys is left.
 fn queue_left(server: &Server, name: &str) -> bool {
-    let key = key_of(name);
+    queue_left_on(server, Kind::Semaphore, name)
+}
+
+fn queue_left_on(server: &Server, kind: Kind, name: &str) -> bool {
+    let key = kind.key_of(name);
     ["q", "qd", "g"]
         .iter()
         .any(|suffix| exists(server, &format!("{key}:{suffix}")))
@@ -95,17 +181,27 @@ async fn claiming_client(server: &Server) -> Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_processes_share_three_permits_without_a_herd() {
+    processes_share_permits_without_a_herd(Kind::Semaphore).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_share_three_expiring_permits_without_a_herd() {
+    processes_share_permits_without_a_herd(Kind::Permits).await;
+}
+
+async fn processes_share_permits_without_a_herd(kind: Kind) {
     let server = Server::start();
     let name = unique_name("sem-turns");
     let (processes, rounds, permits) = (8, 100, 3);
     let setter = claiming_client(&server).await;
-    let semaphore = setter.semaphore(&name).unwrap();
-    assert!(semaphore.try_set_permits(permits).await.unwrap());
+    let semaphore = Either::of(kind, &setter, &name);
+    semaphore.set(permits).await;
     let calls_before = command_calls(&server, "evalsha");
     let children: Vec<Child> = (0..processes)
         .map(|_| {
             spawn_worker(&[
                 ("REDLEASE_SW", "take".into()),
+                ("REDLEASE_SW_KIND", kind.env()),
                 ("REDLEASE_SW_URL", server.url()),
                 ("REDLEASE_SW_NAME", name.clone()),
                 ("REDLEASE_SW_ROUNDS", rounds.to_string()),
@@ -117,14 +213,17 @@ async fn eight_processes_share_three_permits_without_a_herd() {
     let total = processes * rounds;
     let calls = command_calls(&server, "evalsha") - calls_before;
     let per = calls as f64 / total as f64;
-    eprintln!("{processes} processes x {rounds}: {per:.2} script calls per acquisition");
+    eprintln!("{kind:?}: {processes} processes x {rounds}: {per:.2} script calls per acquisition");
     // The release, the waiter's queueing attempt, its claim: about 3 when every acquisition
     // waits, fewer when some find a permit free. A release that woke every waiting process to
-    // ask cost about one call per waiting process.
+    // ask cost about one call per waiting process (5 here).
     assert!(per < 3.2, "{per:.2} script calls per acquisition");
-    assert_eq!(semaphore.available().await.unwrap(), u64::from(permits));
-    assert!(queued(&server, &name).is_empty());
-    assert!(!queue_left(&server, &name), "queue keys left behind");
+    assert_eq!(semaphore.available().await, u64::from(permits));
+    assert!(queued_on(&server, kind, &name).is_empty());
+    assert!(
+        !queue_left_on(&server, kind, &name),
+        "queue keys left behind"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,39 +303,52 @@ async fn a_waiter_for_many_permits_is_not_passed_by_takers_of_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_to_a_frozen_then_killed_waiter_passes_on_after_the_claim_lease() {
+    a_grant_to_a_dead_waiter_passes_on(Kind::Semaphore).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_granted_to_a_frozen_then_killed_waiter_passes_on_after_the_claim_lease() {
+    a_grant_to_a_dead_waiter_passes_on(Kind::Permits).await;
+}
+
+async fn a_grant_to_a_dead_waiter_passes_on(kind: Kind) {
     let server = Server::start();
     let name = unique_name("sem-dead");
     let owner = claiming_client(&server).await;
-    let semaphore = owner.semaphore(&name).unwrap();
-    semaphore.set_permits(0).await.unwrap();
+    let semaphore = Either::of(kind, &owner, &name);
+    semaphore.set(1).await;
+    let held = semaphore.acquire().await;
     // The doomed waiter queues first.
     let mut doomed = spawn_worker(&[
         ("REDLEASE_SW", "wait".into()),
+        ("REDLEASE_SW_KIND", kind.env()),
         ("REDLEASE_SW_URL", server.url()),
         ("REDLEASE_SW_NAME", name.clone()),
     ]);
     let first = support::eventually_async(Duration::from_secs(10), || async {
-        queued(&server, &name).len() == 1
+        queued_on(&server, kind, &name).len() == 1
     })
     .await;
     assert!(first, "the worker never queued");
     let next = {
-        let semaphore = owner.semaphore(&name).unwrap();
+        let semaphore = Either::of(kind, &owner, &name);
         tokio::spawn(async move {
-            semaphore.acquire().await.unwrap();
-            Instant::now()
+            let taken = semaphore.acquire().await;
+            let at = Instant::now();
+            taken.release().await;
+            at
         })
     };
     let both = support::eventually_async(Duration::from_secs(10), || async {
-        queued(&server, &name).len() == 2
+        queued_on(&server, kind, &name).len() == 2
     })
     .await;
     assert!(both, "the second waiter never queued");
-    // Freeze the first waiter and release one permit: it goes to the frozen one, which cannot
+    // Freeze the first waiter and release: the permit goes to the frozen one, which cannot
     // claim it.
     signal(&doomed, "STOP");
     let released = Instant::now();
-    semaphore.release(1).await.unwrap();
+    held.release().await;
     signal(&doomed, "KILL");
     let _ = doomed.wait();
     let granted = tokio::time::timeout(Duration::from_secs(10), next)
@@ -244,14 +356,17 @@ async fn a_grant_to_a_frozen_then_killed_waiter_passes_on_after_the_claim_lease(
         .expect("the next waiter was never granted")
         .unwrap();
     let after = granted - released;
-    eprintln!("granted {after:?} after the release to a dead waiter");
+    eprintln!("{kind:?}: granted {after:?} after the release to a dead waiter");
     assert!(
         after >= CLAIM - Duration::from_millis(50) && after <= CLAIM + Duration::from_secs(1),
         "granted {after:?} after the release; claim lease {CLAIM:?}"
     );
-    assert_eq!(semaphore.available().await.unwrap(), 0);
+    assert_eq!(semaphore.available().await, 1);
     // The dead waiter's place and grant are gone.
-    assert!(!queue_left(&server, &name), "queue keys left behind");
+    assert!(
+        !queue_left_on(&server, kind, &name),
+        "queue keys left behind"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,19 +429,21 @@ async fn semaphore_worker() {
         .build()
         .await
         .unwrap();
-    let semaphore = client.semaphore(&var("REDLEASE_SW_NAME")).unwrap();
-    let inside = format!("{}:inside", semaphore.key());
+    let kind = Kind::from_env(&var("REDLEASE_SW_KIND"));
+    let name = var("REDLEASE_SW_NAME");
+    let semaphore = Either::of(kind, &client, &name);
+    let inside = format!("{}:inside", kind.key_of(&name));
     match mode.as_str() {
         "take" => {
             let rounds: usize = var("REDLEASE_SW_ROUNDS").parse().unwrap();
             let permits: i64 = var("REDLEASE_SW_PERMITS").parse().unwrap();
             for _ in 0..rounds {
-                semaphore.acquire().await.unwrap();
+                let taken = semaphore.acquire().await;
                 let now: i64 = client.query(redis::cmd("INCR").arg(&inside)).await.unwrap();
                 assert!(now <= permits, "{now} holders with {permits} permits");
                 tokio::task::yield_now().await;
                 let _: i64 = client.query(redis::cmd("DECR").arg(&inside)).await.unwrap();
-                semaphore.release(1).await.unwrap();
+                taken.release().await;
             }
         }
         "wait" => {

@@ -7,7 +7,9 @@
 //!
 //! Shared here: the keys, the input checks, and the waiting loop (attempt; on failure subscribe
 //! to the object's channel on the client's one subscriber connection, attempt again, then sleep
-//! until a message or a bounded nap).
+//! until a message or a bounded nap). The semaphores' waiters queue on the server and hear of
+//! their own grants only (`queued.rs`); the latch and the read-write lock wake on the object's
+//! channel.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ mod guard;
 mod kept;
 mod latch;
 mod permits;
+mod queued;
 mod rwlock;
 mod rwlock_guard;
 mod rwlock_local;
@@ -90,14 +93,18 @@ impl FamilyKeys {
             .map_err(|_| Error::Protocol { script, reply: raw })
     }
 
-    /// Deletes the key: `true` when it existed.
-    pub(crate) async fn delete(&self, client: &Client) -> Result<bool> {
-        let deleted: u64 = client
-            .inner
-            .node
-            .query(redis::cmd("DEL").arg(&*self.key))
-            .await?;
-        Ok(deleted == 1)
+    /// Deletes the key and the keys under it named by `suffixes` (`<key>:<suffix>`, a queue's):
+    /// `true` when any existed.
+    pub(crate) async fn delete(&self, client: &Client, suffixes: &[&str]) -> Result<bool> {
+        let under = suffixes
+            .iter()
+            .map(|suffix| format!("{}:{suffix}", self.key));
+        let delete = redis::cmd("DEL")
+            .arg(&*self.key)
+            .arg(under.collect::<Vec<_>>())
+            .clone();
+        let deleted: u64 = client.inner.node.query(&delete).await?;
+        Ok(deleted > 0)
     }
 }
 

@@ -8,15 +8,20 @@ use std::time::Instant;
 use crate::error::Error;
 use crate::error::Result;
 use crate::family::kept::Kept;
-use crate::family::{
-    Attempt, FamilyKeys, Taken, Wake, ask, finish_unlock, release_dropped, wait_for,
-};
+use crate::family::queued::{self, Place, ask_queued};
+use crate::family::{Attempt, FamilyKeys, Taken, Wake, finish_unlock, release_dropped, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
 use crate::terms::Lease;
 
-static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../lua/permits.lua"));
+static SCRIPT: FamilyScript = FamilyScript::new(
+    "permits",
+    concat!(
+        include_str!("../../lua/fifo.lua"),
+        include_str!("../../lua/permits.lua")
+    ),
+);
 
 /// A semaphore whose permits expire (Redisson's `RPermitExpirableSemaphore`): each permit given
 /// out has an id and a lease on the server's clock, so a holder that crashes gives its permit
@@ -28,6 +33,12 @@ static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../l
 /// [`acquire`](PermitSemaphore::acquire), which gives a [`Permit`]. Without an explicit lease the
 /// permit's lease is the client's watchdog lease, renewed by the client's watchdog every third
 /// of it while the `Permit` lives; [`Permit::lost`] resolves if a renewal finds it gone.
+///
+/// Waiters line up in a queue on the server, first come first served, whatever their client,
+/// as a [`Semaphore`](crate::Semaphore)'s do: a permit freed (released, or its lease ran out)
+/// goes to the first waiter in the same script call, and only that waiter's client is told.
+/// A grantee that died holds its permit for the claim lease at most
+/// ([`Config::claim_lease`](crate::Config::claim_lease), 2 s).
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
@@ -42,6 +53,8 @@ static SCRIPT: FamilyScript = FamilyScript::new("permits", include_str!("../../l
 pub struct PermitSemaphore {
     client: Client,
     keys: Arc<FamilyKeys>,
+    /// The channel on which the script tells this client's waiters of their grants.
+    grants: Arc<str>,
 }
 
 /// One permit of a [`PermitSemaphore`]. Give it back with [`release`](Permit::release);
@@ -57,9 +70,11 @@ pub struct Permit {
 impl PermitSemaphore {
     pub(crate) fn new(client: Client, name: &str) -> Result<PermitSemaphore> {
         let keys = FamilyKeys::new(&client, name, "permits", "released")?;
+        let grants = queued::grant_channel(&client, &keys.channel);
         Ok(PermitSemaphore {
             client,
             keys: Arc::new(keys),
+            grants,
         })
     }
 
@@ -80,10 +95,15 @@ impl PermitSemaphore {
 
     /// [`call`](Self::call) even while the client shuts down (its releases).
     async fn send(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
+        self.send_with(op, arg, lease_ms, &[]).await
+    }
+
+    /// [`send`](Self::send) with `extra` arguments.
+    async fn send_with(&self, op: &str, arg: &str, lease_ms: u64, extra: &[&str]) -> Result<i64> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
-        self.keys
-            .send(&self.client, &SCRIPT, &[op, arg, &lease])
-            .await
+        let mut args = vec![op, arg, &lease];
+        args.extend_from_slice(extra);
+        self.keys.send(&self.client, &SCRIPT, &args).await
     }
 
     /// Sets the number of permits in all (given out ones included) and wakes waiters.
@@ -111,7 +131,7 @@ impl PermitSemaphore {
     /// # Errors
     /// Redis failures.
     pub async fn delete(&self) -> Result<bool> {
-        self.keys.delete(&self.client).await
+        self.keys.delete(&self.client, &["q", "qd"]).await
     }
 
     /// Permits free now: the total minus the permits given out whose lease has not ended.
@@ -150,23 +170,35 @@ impl PermitSemaphore {
     pub async fn try_acquire_with(&self, options: LockOptions) -> Result<Option<Permit>> {
         let watchdog = self.client.inner.config.watchdog_lease;
         let (lease, wait) = options.terms(watchdog)?;
+        // The waiter's name is its permit's id.
+        let id = queued::waiter_name(&self.client);
+        let terms = queued::terms(&self.client, wait);
+        let place = Place::new(&self.client, wait, self.clone().withdraw(id.clone()));
         let granted = wait_for(
             &self.client,
-            &self.keys.channel,
+            &self.grants,
             wait,
-            Wake::relay(0, 2),
+            Wake::Grant(id.clone()),
             || async {
-                let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
                 let started = Instant::now();
-                Ok(match self.attempt(&id, lease).await? {
-                    Taken::Granted => Attempt::Done((id, started)),
+                Ok(match self.attempt(&id, lease, &terms).await? {
+                    Taken::Granted => Attempt::Done(started),
                     Taken::Refused(nap) => Attempt::Again(nap),
                     Taken::WouldDeadlock => Attempt::Again(None),
                 })
             },
         )
         .await?;
-        Ok(granted.map(|(id, started)| self.permit(id, lease, started)))
+        match granted {
+            Some(started) => {
+                place.taken();
+                Ok(Some(self.permit(id, lease, started)))
+            }
+            None => {
+                place.withdraw().await;
+                Ok(None)
+            }
+        }
     }
 
     fn permit(&self, id: Arc<str>, lease: Lease, started: Instant) -> Permit {
@@ -195,16 +227,31 @@ impl PermitSemaphore {
         }
     }
 
-    /// One acquisition request; a permit granted after the caller stopped waiting is released.
-    async fn attempt(&self, id: &Arc<str>, lease: Lease) -> Result<Taken> {
-        let (this, request_id) = (self.clone(), id.clone());
+    /// One acquisition request for permit `id` on queue `terms`; if the caller stops waiting
+    /// for its answer, a permit granted is released and a place taken is withdrawn.
+    async fn attempt(&self, id: &Arc<str>, lease: Lease, terms: &[String; 2]) -> Result<Taken> {
+        self.client.inner.check_open()?;
+        let (this, request_id, terms) = (self.clone(), id.clone(), terms.clone());
         let request = async move {
-            let reply = this.call("acquire", &request_id, lease.ms()).await?;
+            let extra = [terms[0].as_str(), terms[1].as_str()];
+            let reply = this
+                .send_with("acquire", &request_id, lease.ms(), &extra)
+                .await?;
             Ok(Taken::decode(reply))
         };
-        let (this, id) = (self.clone(), id.clone());
-        let give_back = move || async move { this.give_back(&id, true).await };
-        ask(&self.client, &self.keys.name, request, give_back).await
+        let (this, permit) = (self.clone(), id.clone());
+        let give_back = move || async move { this.give_back(&permit, false).await.map(drop) };
+        let withdraw = self.clone().withdraw(id.clone());
+        let withdraw = move || withdraw;
+        ask_queued(&self.client, &self.keys.name, request, give_back, withdraw).await
+    }
+
+    /// Takes waiter `id` out of the queue; a permit granted to it and not claimed goes to the
+    /// next.
+    async fn withdraw(self, id: Arc<str>) {
+        if let Err(e) = self.send("withdraw", &id, 0).await {
+            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends 3 s after its last attempt");
+        }
     }
 
     /// Gives permit `id` back: `false` when it was not given out (its lease ended). `checked`:

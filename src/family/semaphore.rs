@@ -1,21 +1,23 @@
 //! [`Semaphore`]: a counting semaphore shared by every client of the deployment.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::family::{Attempt, FamilyKeys, NAP, Wake, positive, wait_for};
+use crate::family::queued::{self, Place, ask_queued};
+use crate::family::{Attempt, FamilyKeys, Taken, Wake, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
-use crate::task::{FinishOnDrop, spawn_from_drop};
-use crate::terms::Wait;
 
-static SCRIPT: FamilyScript =
-    FamilyScript::new("semaphore", include_str!("../../lua/semaphore.lua"));
+static SCRIPT: FamilyScript = FamilyScript::new(
+    "semaphore",
+    concat!(
+        include_str!("../../lua/fifo.lua"),
+        include_str!("../../lua/semaphore.lua")
+    ),
+);
 
 /// A counting semaphore (Redisson's `RSemaphore`): a number of permits in Redis that any task
 /// of any client takes with [`acquire`](Semaphore::acquire) (or, several at once,
@@ -56,17 +58,10 @@ pub struct Semaphore {
     grants: Arc<str>,
 }
 
-/// How long a waiter's place in the queue lives past its latest attempt: a waiter attempts at
-/// least once per [`NAP`], so only one that died (or hangs) loses its place.
-const PLACE_LIFE: Duration = Duration::from_secs(3 * NAP.as_secs());
-
-/// Numbers the waits of this process: a waiter in the queue is `<client id>:s<n>`.
-static WAITS: AtomicU64 = AtomicU64::new(0);
-
 impl Semaphore {
     pub(crate) fn new(client: Client, name: &str) -> Result<Semaphore> {
         let keys = FamilyKeys::new(&client, name, "semaphore", "released")?;
-        let grants = format!("{}:{}", keys.channel, client.inner.id_text).into();
+        let grants = queued::grant_channel(&client, &keys.channel);
         Ok(Semaphore {
             client,
             keys: Arc::new(keys),
@@ -123,12 +118,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails.
     pub async fn delete(&self) -> Result<bool> {
-        let key = &*self.keys.key;
-        let queue = [format!("{key}:q"), format!("{key}:qd"), format!("{key}:g")];
-        let deleted: u64 = (self.client.inner.node)
-            .query(redis::cmd("DEL").arg(key).arg(&queue))
-            .await?;
-        Ok(deleted > 0)
+        self.keys.delete(&self.client, &["q", "qd", "g"]).await
     }
 
     /// Gives back `permits` permits and wakes the waiters.
@@ -204,72 +194,55 @@ impl Semaphore {
     /// As [`acquire`](Semaphore::acquire).
     pub async fn try_acquire_with(&self, options: LockOptions) -> Result<bool> {
         let (permits, wait) = options.permits_and_wait()?;
-        let waiter: Arc<str> = format!(
-            "{}:s{}",
-            self.client.inner.id_text,
-            WAITS.fetch_add(1, Ordering::Relaxed)
-        )
-        .into();
-        // A single attempt is never queued.
-        let queued = !matches!(wait, Wait::Once);
-        let place = Place {
-            semaphore: self.clone(),
-            waiter: waiter.clone(),
-            armed: queued,
-        };
+        let waiter = queued::waiter_name(&self.client);
+        let terms = queued::terms(&self.client, wait);
+        let place = Place::new(&self.client, wait, self.clone().withdraw(waiter.clone()));
         let taken = wait_for(
             &self.client,
             &self.grants,
             wait,
             Wake::Grant(waiter.clone()),
             || async {
-                Ok(match self.attempt(permits, &waiter, queued).await? {
-                    true => Attempt::Done(()),
-                    false => Attempt::Again(None),
+                Ok(match self.attempt(permits, &waiter, &terms).await? {
+                    Taken::Granted => Attempt::Done(()),
+                    _ => Attempt::Again(None),
                 })
             },
         )
         .await?;
         match taken {
-            // The script took the place out with the permits.
-            Some(()) => place.disarm(),
-            // Withdrawn before the caller hears of it: nothing of the wait is left.
+            Some(()) => place.taken(),
             None => place.withdraw().await,
         }
         Ok(taken.is_some())
     }
 
-    /// One acquisition request for `waiter` (`queued`: refused, it takes or keeps its place in
-    /// the queue). If the caller stops waiting for its answer, permits it took are released and
-    /// a place it took is withdrawn, in the background once the answer is in.
-    async fn attempt(&self, permits: u32, waiter: &Arc<str>, queued: bool) -> Result<bool> {
+    /// One acquisition request for `waiter` on queue `terms`; if the caller stops waiting for
+    /// its answer, permits it took are released and a place it took is withdrawn.
+    async fn attempt(&self, permits: u32, waiter: &Arc<str>, terms: &[String; 2]) -> Result<Taken> {
         self.client.inner.check_open()?;
-        let (this, who) = (self.clone(), waiter.clone());
+        let (this, who, terms) = (self.clone(), waiter.clone(), terms.clone());
         let request = async move {
-            let life = match queued {
-                true => PLACE_LIFE.as_millis() as u64,
-                false => 0,
-            };
-            let claim = this.client.inner.config.claim_lease.as_millis();
-            let (life, claim) = (life.to_string(), claim.to_string());
             let taken = this
-                .send("acquire", permits, &[&who, &life, &claim])
+                .send("acquire", permits, &[&who, &terms[0], &terms[1]])
                 .await?;
-            Ok(taken == 1)
+            Ok(match taken {
+                1 => Taken::Granted,
+                _ => Taken::Refused(None),
+            })
         };
-        let (this, who) = (self.clone(), waiter.clone());
-        let abandoned = move |taken: Result<bool>| async move {
-            let undone = match taken {
-                Ok(true) => this.send("release", permits, &[]).await,
-                _ => this.send("withdraw", 0, &[&who]).await,
-            };
-            if let Err(e) = undone {
-                tracing::warn!(semaphore = %this.keys.name, error = %e, "could not undo an abandoned acquisition; a place ends 3 s after it was taken, permits stay taken");
-            }
-        };
-        FinishOnDrop::new(request, abandoned)
-            .tracked(&self.client.inner.background)
-            .await
+        let this = self.clone();
+        let give_back = move || async move { this.send("release", permits, &[]).await.map(drop) };
+        let withdraw = self.clone().withdraw(waiter.clone());
+        let withdraw = move || withdraw;
+        ask_queued(&self.client, &self.keys.name, request, give_back, withdraw).await
+    }
+
+    /// Takes `waiter` out of the queue; permits granted to it and not claimed go to the next.
+    async fn withdraw(self, waiter: Arc<str>) {
+        if let Err(e) = self.send("withdraw", 0, &[&waiter]).await {
+            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends 3 s after its last attempt");
+        }
     }
 
     /// Runs `op` for `n` permits with `extra` arguments, even while the client shuts down (its
@@ -279,48 +252,5 @@ impl Semaphore {
         let mut args = vec![op, &n];
         args.extend_from_slice(extra);
         self.keys.send(&self.client, &SCRIPT, &args).await
-    }
-}
-
-/// A waiter's place in the semaphore's queue; withdrawn unless [`disarm`](Place::disarm)ed,
-/// in the background when dropped: the entry goes, and permits granted to it go to the next.
-struct Place {
-    semaphore: Semaphore,
-    waiter: Arc<str>,
-    armed: bool,
-}
-
-impl Place {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-
-    async fn withdraw(mut self) {
-        if self.armed {
-            self.armed = false;
-            self.semaphore.withdraw(&self.waiter).await;
-        }
-    }
-}
-
-impl Semaphore {
-    async fn withdraw(&self, waiter: &str) {
-        if let Err(e) = self.send("withdraw", 0, &[waiter]).await {
-            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends 3 s after its last attempt");
-        }
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (semaphore, waiter) = (self.semaphore.clone(), self.waiter.clone());
-        let background = semaphore.client.inner.background.clone();
-        spawn_from_drop(
-            &background,
-            async move { semaphore.withdraw(&waiter).await },
-        );
     }
 }

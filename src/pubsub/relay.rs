@@ -1,12 +1,13 @@
 //! Relay waiting: one message wakes one waiter of a class, and a waiter that got what it waited
 //! for passes the turn on.
 //!
-//! A semaphore's or read-write lock's waiters in one client all listen on one channel. Woken
-//! together by every release, each sends an attempt, and under contention nearly all of them
-//! are refused again: with 64 tasks on one read-write lock that herd was eight refused script
-//! calls for every granted one. Relay waiters instead take turns: the first waiter of a class to
-//! see a message claims it and attempts; if it is granted, the next ones are likely to be too
-//! (more readers, more permits), so it wakes `pass` more; if it is refused, the rest sleep on.
+//! A read-write lock's waiters in one client all listen on one channel. Woken together by every
+//! release, each sends an attempt, and under contention nearly all of them are refused again:
+//! with 64 tasks on one read-write lock that herd was eight refused script calls for every
+//! granted one. Relay waiters instead take turns: the first waiter of a class to see a message
+//! claims it and attempts; if it is granted, the next ones are likely to be too (more readers),
+//! so it wakes `pass` more; if it is refused, the rest sleep on. (The semaphores do not need
+//! this: their waiters queue on the server, which tells each grantee alone, `lua/fifo.lua`.)
 //! A turn is never lost: a waiter dropped while holding one (cancelled, timed out, failed)
 //! passes it on, a shutdown or reconnect still wakes everybody, and every waiter keeps its own
 //! bounded nap.

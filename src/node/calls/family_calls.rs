@@ -291,10 +291,9 @@ mod tests {
     #[test]
     fn every_family_publish_is_rewritten_for_a_cluster() {
         for source in [
-            include_str!("../../../lua/semaphore.lua"),
+            include_str!("../../../lua/fifo.lua"),
             include_str!("../../../lua/latch.lua"),
             include_str!("../../../lua/rwlock.lua"),
-            include_str!("../../../lua/permits.lua"),
             include_str!("../../../lua/election.lua"),
         ] {
             assert!(

@@ -1,0 +1,130 @@
+//! Waiting in a semaphore's queue on the server (`lua/fifo.lua`), from the client's side: the
+//! waiter's name in the queue, its place (withdrawn when the wait ends without permits), and
+//! the attempt whose abandoned outcome is undone.
+//!
+//! A waiter's attempts carry its name, `<client id>:w<n>`, one per wait. Refused, an attempt
+//! queues the waiter (or keeps its place); a call that frees permits grants them to the first
+//! waiters that fit and tells each grantee's client alone, on `<channel>:<client id>`, where
+//! the waiter listens ([`Wake::Grant`](super::Wake::Grant)); its next attempt claims the grant.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
+
+use super::{NAP, Taken};
+use crate::error::Result;
+use crate::shared::Client;
+use crate::task::{FinishOnDrop, spawn_from_drop};
+use crate::terms::Wait;
+
+/// How long a waiter's place in a queue lives past its latest attempt: a waiter attempts at
+/// least once per [`NAP`], so only one that died (or hangs) loses its place.
+pub(crate) const PLACE_LIFE: Duration = Duration::from_secs(3 * NAP.as_secs());
+
+/// Numbers the waits of this process.
+static WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// A new waiter's name in a queue: `<client id>:w<n>`, so a grant's message goes to its client.
+pub(crate) fn waiter_name(client: &Client) -> Arc<str> {
+    let n = WAITS.fetch_add(1, Ordering::Relaxed);
+    format!("{}:w{n}", client.inner.id_text).into()
+}
+
+/// The channel on which the scripts tell this client's waiters of their grants.
+pub(crate) fn grant_channel(client: &Client, channel: &str) -> Arc<str> {
+    format!("{channel}:{}", client.inner.id_text).into()
+}
+
+/// The queue terms of an attempt, as the scripts take them: how long the place lives (0 for
+/// a single attempt, never queued) and the claim lease of a grant, in ms.
+pub(crate) fn terms(client: &Client, wait: Wait) -> [String; 2] {
+    let life = match wait {
+        Wait::Once => Duration::ZERO,
+        Wait::Until(_) | Wait::Forever => PLACE_LIFE,
+    };
+    let claim = client.inner.config.claim_lease;
+    [life, claim].map(|d| d.as_millis().to_string())
+}
+
+type Withdrawal = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A waiter's place in a queue; withdrawn unless [`taken`](Place::taken), in the background
+/// when dropped (the entry goes, and a grant not claimed yet goes to the next waiters).
+pub(crate) struct Place {
+    background: TaskTracker,
+    withdrawal: Option<Withdrawal>,
+}
+
+impl Place {
+    /// The place of a wait that may queue (`None` for a single attempt, which never does).
+    pub(crate) fn new(
+        client: &Client,
+        wait: Wait,
+        withdrawal: impl Future<Output = ()> + Send + 'static,
+    ) -> Place {
+        let queues = !matches!(wait, Wait::Once);
+        Place {
+            background: client.inner.background.clone(),
+            withdrawal: queues.then(|| Box::pin(withdrawal) as Withdrawal),
+        }
+    }
+
+    /// The grant was claimed: the script took the place out.
+    pub(crate) fn taken(mut self) {
+        self.withdrawal = None;
+    }
+
+    /// The wait ran out: withdraws now, so nothing of it is left when the caller hears so.
+    pub(crate) async fn withdraw(mut self) {
+        if let Some(withdrawal) = self.withdrawal.take() {
+            withdrawal.await;
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Some(withdrawal) = self.withdrawal.take() {
+            // No runtime: the place ends with its life, a grant with its claim lease.
+            spawn_from_drop(&self.background, withdrawal);
+        }
+    }
+}
+
+/// Sends one acquisition `request` of a queued waiter. If the caller stops waiting for its
+/// answer, the outcome is undone once it is in (in the background, tracked): a grant by
+/// `give_back`, a place the request took by `withdraw`.
+pub(crate) async fn ask_queued<F, G, GF, W, WF>(
+    client: &Client,
+    name: &Arc<str>,
+    request: F,
+    give_back: G,
+    withdraw: W,
+) -> Result<Taken>
+where
+    F: Future<Output = Result<Taken>> + Send + 'static,
+    G: FnOnce() -> GF + Send + 'static,
+    GF: Future<Output = Result<()>> + Send,
+    W: FnOnce() -> WF + Send + 'static,
+    WF: Future<Output = ()> + Send,
+{
+    let name = name.clone();
+    let abandoned = move |taken: Result<Taken>| async move {
+        match taken {
+            Ok(Taken::Granted) => {
+                tracing::debug!(lock = %name, "acquire abandoned after the grant; giving it back");
+                if let Err(e) = give_back().await {
+                    tracing::warn!(lock = %name, error = %e, "could not give back an abandoned grant");
+                }
+            }
+            _ => withdraw().await,
+        }
+    };
+    FinishOnDrop::new(request, abandoned)
+        .tracked(&client.inner.background)
+        .await
+}
