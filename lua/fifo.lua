@@ -3,11 +3,13 @@
 -- KEYS[1] is the semaphore's key and KEYS[2] its channel.
 --
 -- KEYS[1]:q   list  waiters, in arrival order ('<client id>:<wait id>', one per wait)
--- KEYS[1]:qd  hash  waiter -> '<deadline ms> <n> <claim ms>' (server clock): it wants n
---                   permits; its entry is dead past the deadline (dropped by whichever call
---                   next meets it), and a grant to it waits a claim lease for it
+-- KEYS[1]:qd  hash  waiter -> '<deadline ms> <n> <claim ms> <lease ms>' (server clock): it
+--                   wants n permits (for its lease, a PermitSemaphore's); its entry is dead past
+--                   the deadline (dropped by whichever call next meets it), and a grant to it
+--                   waits a claim lease for it
 -- Both keys share the semaphore's hash tag (so its slot) and expire with the latest deadline
--- in them.
+-- in them: every waiter's entry lives as long (`src/family/queued.rs`), so the latest write
+-- sets it.
 --
 -- A refused waiter queues itself (or keeps its place) in the same call. A call that frees
 -- permits grants them to the first waiters that fit, in order, and stops at the first that
@@ -16,6 +18,12 @@
 -- is published on its client's channel, KEYS[2]:<client id>, as 'g <claim ms> - 0 <waiter>':
 -- no other client hears of it. The grantee claims what it was given with its next attempt,
 -- which the message makes at once.
+--
+-- Handed over: a grant to a waiter of the client that made the call (a release names its
+-- client) is final at once, since that client is alive and hears the reply: the script hands
+-- the permits over (`give` with handed = true), publishes nothing, and the reply names the
+-- waiter, whom its client resolves from it. Its next attempt (the reply was lost) still finds
+-- the grant and takes it; a withdrawal gives it back.
 
 local fifo_queue, fifo_entries, fifo_channel = KEYS[1] .. ':q', KEYS[1] .. ':qd', KEYS[2]
 
@@ -36,9 +44,9 @@ local function outlive(k, ms)
     end
 end
 
--- Whether anybody is queued (live or not).
-local function queued()
-    return redis.call('EXISTS', fifo_queue) == 1
+-- The first waiter queued (live or not), or nil.
+local function queue_head()
+    return redis.call('LINDEX', fifo_queue, 0)
 end
 
 -- Takes `waiter` out of the queue, wherever it is.
@@ -48,51 +56,72 @@ local function dequeue(waiter)
     end
 end
 
--- Queues `waiter` for n permits, or keeps its place and moves its deadline: its entry lives
--- `life` ms, and a grant to it waits `claim` ms for its claim.
-local function enqueue(waiter, n, life, claim)
-    if redis.call('HSET', fifo_entries, waiter, (now() + life) .. ' ' .. n .. ' ' .. claim) == 1 then
+-- Queues `waiter` for n permits held `lease` ms, or keeps its place and moves its deadline:
+-- its entry lives `life` ms, and a grant to it waits `claim` ms for its claim.
+local function enqueue(waiter, n, life, claim, lease)
+    local entry = (now() + life) .. ' ' .. n .. ' ' .. claim .. ' ' .. lease
+    if redis.call('HSET', fifo_entries, waiter, entry) == 1 then
         redis.call('RPUSH', fifo_queue, waiter)
     end
-    outlive(fifo_queue, life)
-    outlive(fifo_entries, life)
+    redis.call('PEXPIRE', fifo_queue, life)
+    redis.call('PEXPIRE', fifo_entries, life)
 end
 
 -- Gives `free` permits to the first live waiters that fit, in order, and stops at the first
--- that does not; dead entries met on the way are dropped. `give(waiter, n, claim)` writes a
--- grant; then its message goes out. A head that is `self` is taken out instead, and true
--- returned: the caller takes its permits itself. Also returns the permits still free.
-local function grant_heads(free, self, give)
+-- that does not; dead entries met on the way are dropped. `give(waiter, n, claim, lease,
+-- deadline, handed)` writes a grant (deadline: the waiter's entry's); a waiter of client `own`
+-- is handed it (handed = true, listed in `handed`), any other told by its message. A head that
+-- is `self` is taken out instead, and true returned: the caller takes its permits itself.
+-- Returns that, the permits still free, and the waiters handed permits. known_head: the
+-- queue's head when the caller has just read it.
+local function grant_heads(free, self, give, own, known_head)
+    local handed = {}
     -- Bounded: each round takes an entry out or returns.
     for _ = 1, 10000 do
-        local head = redis.call('LINDEX', fifo_queue, 0)
+        local head = known_head or queue_head()
+        known_head = nil
         if not head then
-            return false, free
+            return false, free, handed
         end
         local entry = redis.call('HGET', fifo_entries, head)
-        local deadline, n, claim
+        local deadline, n, claim, lease
         if entry then
-            deadline, n, claim = string.match(entry, '^(%d+) (%d+) (%d+)$')
+            deadline, n, claim, lease = string.match(entry, '^(%d+) (%d+) (%d+) (%d+)$')
         end
         if deadline and tonumber(deadline) > now() then
             n = tonumber(n)
             if n > free then
-                return false, free
+                return false, free, handed
             end
             redis.call('LPOP', fifo_queue)
             redis.call('HDEL', fifo_entries, head)
             if head == self then
-                return true, free
+                return true, free, handed
             end
             free = free - n
-            give(head, n, tonumber(claim))
             local client = string.match(head, '^[^:]*')
-            redis.call('PUBLISH', fifo_channel .. ':' .. client, 'g ' .. claim .. ' - 0 ' .. head)
+            local mine = client == own
+            give(head, n, tonumber(claim), tonumber(lease), tonumber(deadline), mine)
+            if mine then
+                handed[#handed + 1] = head
+            else
+                redis.call('PUBLISH', fifo_channel .. ':' .. client, 'g ' .. claim .. ' - 0 ' .. head)
+            end
         else
             -- Dead, or listed without an entry: it is gone now.
             redis.call('LPOP', fifo_queue)
             redis.call('HDEL', fifo_entries, head)
         end
     end
-    return false, free
+    return false, free, handed
+end
+
+-- The reply of a call that may have handed permits over: `value` alone, or with the waiters
+-- handed permits after it.
+local function with_handed(value, handed)
+    if #handed == 0 then
+        return value
+    end
+    table.insert(handed, 1, value)
+    return handed
 end

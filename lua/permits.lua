@@ -9,8 +9,9 @@
 -- ARGV[2]  the permit id ('acquire', 'release', 'renew', 'withdraw'; for 'acquire' and
 --          'withdraw' also the waiter, '<client id>:<wait id>'), or the total ('set', 'try_set')
 -- ARGV[3]  lease in milliseconds ('acquire', 'renew')
+-- ARGV[4]  'release': the releasing client's id, whose own waiters are handed permits (fifo.lua)
 -- 'acquire' also sends:
--- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
+-- ARGV[4]  ('acquire') how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
 -- ARGV[5]  how long a grant to the waiter waits for its claim (ms), its claim lease
 --
@@ -18,13 +19,14 @@
 -- back when its lease ends, without anybody's help; the permits it frees go to the queue.
 -- A grant is the waiter's permit, written with the claim lease as its lease; the waiter's
 -- next attempt claims it (gives it the waiter's lease). A grantee that died holds it for the
--- claim lease.
+-- claim lease. A permit handed to a waiter of the releasing client has the waiter's lease.
 --
 -- Returns
 --   acquire     1 granted (or a grant claimed); -1 refused (the semaphore was never set, or
 --               waiters are queued before this one); n <= -2: none free, the first permit
 --               given out ends in -n - 2 ms at the latest
---   release     1 released, 0 the permit was not given out (expired)
+--   release     1 released, 0 the permit was not given out (expired); followed, in a table,
+--               by the releasing client's waiters it handed permits to, if any
 --   renew       1 renewed, 0 the permit is gone
 --   set         the total. try_set: 1 set, 0 it was set before
 --   available   total minus permits given out
@@ -54,20 +56,28 @@ for i = 1, #fields, 2 do
     end
 end
 
--- A grant: the waiter's permit, for its claim lease.
-local function give(waiter, _, claim)
+-- A grant: the waiter's permit, for its claim lease (handed over: its lease).
+local function give(waiter, _, claim, lease, _, handed)
+    if handed then
+        claim = lease
+    end
     redis.call('HSET', key, 'p:' .. waiter, now() + claim)
     out = out + 1
 end
 
--- Grants what is free now to the queue's first waiters (a call that freed permits).
-local function grant_free()
-    if total and queued() then
-        grant_heads(total - out, nil, give)
+-- Grants what is free now to the queue's first waiters (a call that freed permits); returns
+-- the waiters of client `own` handed permits.
+local function grant_free(own)
+    local head = total and queue_head()
+    if not head then
+        return {}
     end
+    local _, _, handed = grant_heads(total - out, nil, give, own, head)
+    return handed
 end
 
-if freed > 0 and op ~= 'acquire' then
+-- (An acquisition grants in its own way; a release grants with its client's hand-overs.)
+if freed > 0 and op ~= 'acquire' and op ~= 'release' then
     grant_free()
 end
 
@@ -79,15 +89,16 @@ if op == 'acquire' then
         redis.call('HSET', key, permit, now() + lease)
         return 1
     end
-    if total then
-        local took, free = grant_heads(total - out, id, give)
-        if took or (free >= 1 and not queued()) then
+    -- With nothing free, nobody fits: the queue is not looked at.
+    if total and total - out >= 1 then
+        local took, free = grant_heads(total - out, id, give, nil)
+        if took or (free >= 1 and not queue_head()) then
             redis.call('HSET', key, permit, now() + lease)
             return 1
         end
     end
     if life > 0 then
-        enqueue(id, 1, life, claim)
+        enqueue(id, 1, life, claim, lease)
     end
     if not total or not first_end then
         return -1
@@ -95,11 +106,8 @@ if op == 'acquire' then
     return -2 - (first_end - now())
 elseif op == 'release' then
     local removed = redis.call('HDEL', key, 'p:' .. ARGV[2])
-    if removed == 1 then
-        out = out - 1
-        grant_free()
-    end
-    return removed
+    out = out - removed
+    return with_handed(removed, grant_free(ARGV[4]))
 elseif op == 'renew' then
     if redis.call('HEXISTS', key, 'p:' .. ARGV[2]) == 0 then
         return 0

@@ -9,20 +9,27 @@
 --          'try_set', ignored by the others
 -- 'acquire' and 'withdraw' also send:
 -- ARGV[3]  the waiter: '<client id>:<wait id>', one per wait
+-- 'release' also sends:
+-- ARGV[3]  the releasing client's id: its own waiters are handed permits (fifo.lua)
+-- ARGV[4..] waiters of that client that took their handed permits from a reply: their records
+--          go (the client sends them with its next release)
 -- 'acquire' also sends:
 -- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
 -- ARGV[5]  how long a grant to the waiter waits for its claim (ms), its claim lease
 --
--- P:{N}:semaphore:g  hash  waiter -> '<deadline ms> <n>': permits set aside for a waiter that
+-- P:{N}:semaphore:g  hash  waiter -> 's <deadline ms> <n>': permits set aside for a waiter that
 --                          was granted them and has not claimed them yet (they are still in the
 --                          count); past the deadline they are free again (the waiter died, or
---                          gave up unheard). No expiry: calls empty it.
--- A grantee's next attempt claims its grant: the permits leave the count then.
+--                          gave up unheard). 't <deadline ms> <n>': permits handed over to a
+--                          waiter of the releasing client (out of the count already), kept
+--                          for its attempt should the reply be lost. Calls empty it.
+-- A grantee's next attempt claims its grant: set-aside permits leave the count then.
 --
 -- Returns
 --   acquire   1 when n permits were taken (or a grant claimed), 0 when not (queued as asked)
---   release   the permits available after adding n (before any grant it made)
+--   release   the permits available after adding n (before any grant it made); followed, in
+--             a table, by the releasing client's waiters it handed permits to, if any
 --   set       n; permits granted and not yet claimed stay out, as a holder's do
 --   try_set   1 when the semaphore had no permits key and now has n, 0 when it existed
 --   available the permits available: the count less the permits set aside for grantees
@@ -50,59 +57,83 @@ if type(current) == 'table' then
     return current
 end
 
--- The permits set aside for grantees still within their claim lease; the others are dropped.
-local function set_aside()
+-- The permits set aside for grantees still within their claim lease, and the record of
+-- `waiter`'s own grant if it has one; the other grants past their deadline are dropped
+-- (set-aside permits are free again, handed ones stay with their waiter).
+local function set_aside(waiter)
     local granted = redis.call('HGETALL', grants)
-    local total = 0
+    local total, mine = 0, nil
     for i = 1, #granted, 2 do
-        local deadline, m = string.match(granted[i + 1], '^(%d+) (%d+)$')
-        if tonumber(deadline) > now() then
-            total = total + tonumber(m)
-        else
+        local kind, deadline, m = string.match(granted[i + 1], '^(%a) (%d+) (%d+)$')
+        if granted[i] == waiter then
+            mine = granted[i + 1]
+        elseif tonumber(deadline) <= now() then
             redis.call('HDEL', grants, granted[i])
+        elseif kind == 's' then
+            total = total + tonumber(m)
         end
     end
-    return total
+    return total, mine
 end
 
--- A grant: the permits stay in the count, set aside for the waiter for its claim lease.
-local function set_aside_for(waiter, m, claim)
-    redis.call('HSET', grants, waiter, (now() + claim) .. ' ' .. m)
-    outlive(grants, claim)
-end
-
--- Grants what is free now to the queue's first waiters (a call that freed permits).
-local function grant_free(permits)
-    if queued() then
-        grant_heads(permits - set_aside(), nil, set_aside_for)
+-- A grant: set aside for the waiter for its claim lease (the permits stay in the count), or
+-- handed over (out of the count) and kept until the waiter's entry would have died.
+local function grant_to(waiter, m, claim, _, deadline, handed)
+    local record = 's ' .. (now() + claim) .. ' ' .. m
+    if handed then
+        redis.call('DECRBY', key, m)
+        deadline = math.max(deadline, now() + claim)
+        record = 't ' .. deadline .. ' ' .. m
     end
+    redis.call('HSET', grants, waiter, record)
+    outlive(grants, math.max(claim, deadline - now()))
+end
+
+-- Grants what is free now to the queue's first waiters (a call that freed permits); returns
+-- the waiters of client `own` handed permits.
+local function grant_free(permits, own)
+    local head = queue_head()
+    if not head then
+        return {}
+    end
+    local _, _, handed = grant_heads(permits - set_aside(nil), nil, grant_to, own, head)
+    return handed
 end
 
 if op == 'acquire' then
     local waiter, life, claim = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-    -- A grant set aside for this waiter: claimed, even past its claim lease if nobody took it.
-    local mine = redis.call('HGET', grants, waiter)
+    local aside, mine = set_aside(waiter)
+    -- A grant to this waiter: claimed, even past its claim lease if nobody took it.
     if mine then
         redis.call('HDEL', grants, waiter)
-        redis.call('DECRBY', key, string.match(mine, ' (%d+)$'))
+        local kind, _, m = string.match(mine, '^(%a) (%d+) (%d+)$')
+        if kind == 's' then
+            redis.call('DECRBY', key, m)
+        end
         return 1
     end
-    local took, free = grant_heads((current or 0) - set_aside(), waiter, set_aside_for)
-    if took or (free >= n and not queued()) then
+    local free, took = (current or 0) - aside, false
+    -- With nothing free, nobody fits: the queue is not looked at.
+    if free >= 1 then
+        took, free = grant_heads(free, waiter, grant_to, nil)
+    end
+    if took or (free >= n and not queue_head()) then
         redis.call('DECRBY', key, n)
         return 1
     end
     if life > 0 then
-        enqueue(waiter, n, life, claim)
+        enqueue(waiter, n, life, claim, 0)
     end
     return 0
 elseif op == 'release' then
+    if #ARGV > 3 then
+        redis.call('HDEL', grants, unpack(ARGV, 4))
+    end
     local now_available = redis.call('INCRBY', key, n)
-    grant_free(now_available)
-    return now_available
+    return with_handed(now_available, grant_free(now_available, ARGV[3]))
 elseif op == 'set' then
     -- Permits granted and not yet claimed are out already, as a holder's are.
-    local aside = set_aside()
+    local aside = set_aside(nil)
     redis.call('SET', key, n + aside)
     grant_free(n + aside)
     return n
@@ -110,7 +141,7 @@ elseif op == 'available' then
     if not current then
         return 0
     end
-    return math.max(current - set_aside(), 0)
+    return math.max(current - set_aside(nil), 0)
 elseif op == 'try_set' then
     if current then
         return 0
@@ -121,10 +152,16 @@ elseif op == 'try_set' then
 elseif op == 'withdraw' then
     local waiter = ARGV[3]
     dequeue(waiter)
-    if redis.call('HDEL', grants, waiter) == 0 then
+    local granted = redis.call('HGET', grants, waiter)
+    if not granted then
         return 0
     end
-    -- Its permits were never taken from the count: they are free for the next waiters.
+    redis.call('HDEL', grants, waiter)
+    local kind, _, m = string.match(granted, '^(%a) (%d+) (%d+)$')
+    if kind == 't' then
+        current = redis.call('INCRBY', key, m)
+    end
+    -- Free for the next waiters.
     grant_free(current or 0)
     return 1
 end

@@ -42,6 +42,10 @@ pub(crate) use channel::Subscription;
 use channel::{Channel, Poll};
 pub(crate) use relay::{RelayClass, Turn};
 
+/// The nonce of a grant that a release of this client handed over ([`Subscriber::handed`]):
+/// the server's grant messages on the semaphores' channels carry 0.
+pub(crate) const HANDED: u64 = 1;
+
 /// A channel's message count at some moment, from [`Subscriber::mark`].
 pub(crate) struct Mark {
     channel: Arc<Channel>,
@@ -250,6 +254,15 @@ impl Subscriber {
     pub(crate) fn wake_one(&self, channel: &str, class: usize) {
         if let Some(channel) = self.channels.lock().get(channel) {
             channel.wake_one(class);
+        }
+    }
+
+    /// A release of this client handed `field`, a waiter listening on `channel`, what it waits
+    /// for (`lua/fifo.lua`): kept as a grant with [`HANDED`], which wakes that waiter alone. A
+    /// waiter not listening yet finds the grant with the attempt it makes after subscribing.
+    pub(crate) fn handed(&self, channel: &str, field: &str) {
+        if let Some(channel) = self.channels.lock().get(channel) {
+            channel.granted_here(field.as_bytes(), HANDED, None);
         }
     }
 

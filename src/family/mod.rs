@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::FamilyScript;
-use crate::pubsub::{RelayClass, Subscription, Turn};
+use crate::pubsub::{HANDED, RelayClass, Subscription, Turn};
 use crate::shared::Client;
 use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
@@ -77,6 +77,16 @@ impl FamilyKeys {
         script: &'static FamilyScript,
         args: &[&str],
     ) -> Result<i64> {
+        self.send_as(client, script, args).await
+    }
+
+    /// [`send`](Self::send), for a reply of another type.
+    pub(crate) async fn send_as<T: redis::FromRedisValue>(
+        &self,
+        client: &Client,
+        script: &'static FamilyScript,
+        args: &[&str],
+    ) -> Result<T> {
         let keys = [&*self.key, &*self.channel];
         client.inner.node.family_call(script, &keys, args).await
     }
@@ -270,7 +280,8 @@ impl Wake {
 /// it subscribes to `channel` and attempts once more at once (a message sent before the
 /// subscription would be missed) unless the client was subscribed since before the attempt,
 /// then sleeps until a message (or, relay waiters, its turn; grant waiters, a grant naming
-/// them) or the nap, whichever is first.
+/// them) or the nap, whichever is first. `attempt(true)`: a release of this client handed a
+/// grant waiter what it waits for (`queued.rs`), so the attempt answers `Done` without asking.
 ///
 /// # Cancel safety
 /// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it,
@@ -283,18 +294,20 @@ pub(crate) async fn wait_for<T, F, Fut>(
     mut attempt: F,
 ) -> Result<Option<T>>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     let inner = &client.inner;
     let mut subscription: Option<Subscription> = None;
     // Set while this waiter holds a relay turn it has not used up.
     let mut turn: Option<Turn> = None;
-    // A grant kept for this waiter is spent by its next attempt, which claims it.
-    let spend_grant = |subscription: &Option<Subscription>| {
-        if let (Wake::Grant(field), Some(subscribed)) = (&wake, subscription) {
-            subscribed.take_grant(field, None);
+    // The grants kept for this waiter are spent by its next attempt: it claims a grant the
+    // server told of, and takes one a release of this client handed it without asking.
+    let spend_grant = |subscription: &Option<Subscription>| match (&wake, subscription) {
+        (Wake::Grant(field), Some(subscribed)) => {
+            subscribed.take_grant(field, Some(HANDED)).is_some()
         }
+        _ => false,
     };
     loop {
         inner.check_open()?;
@@ -302,8 +315,8 @@ where
             None => inner.subscriber.mark(channel),
             Some(_) => None,
         };
-        spend_grant(&subscription);
-        let nap = match attempt().await? {
+        let handed = spend_grant(&subscription);
+        let nap = match attempt(handed).await? {
             Attempt::Done(value) => {
                 if let Some(turn) = turn.take() {
                     turn.granted();

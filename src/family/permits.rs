@@ -4,6 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::Mutex;
+
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -174,14 +176,22 @@ impl PermitSemaphore {
         let id = queued::waiter_name(&self.client);
         let terms = queued::terms(&self.client, wait);
         let place = Place::new(&self.client, wait, self.clone().withdraw(id.clone()));
+        // When the latest attempt was sent: a permit handed over by a release of this client
+        // was written after that attempt queued us, so its lease runs from no earlier.
+        let sent = Mutex::new(Instant::now());
+        let (sent, id_ref, terms_ref) = (&sent, &id, &terms);
         let granted = wait_for(
             &self.client,
             &self.grants,
             wait,
             Wake::Grant(id.clone()),
-            || async {
+            |handed| async move {
+                if handed {
+                    return Ok(Attempt::Done(*sent.lock()));
+                }
                 let started = Instant::now();
-                Ok(match self.attempt(&id, lease, &terms).await? {
+                *sent.lock() = started;
+                Ok(match self.attempt(id_ref, lease, terms_ref).await? {
                     Taken::Granted => Attempt::Done(started),
                     Taken::Refused(nap) => Attempt::Again(nap),
                     Taken::WouldDeadlock => Attempt::Again(None),
@@ -255,12 +265,16 @@ impl PermitSemaphore {
     }
 
     /// Gives permit `id` back: `false` when it was not given out (its lease ended). `checked`:
-    /// refused once the client shuts down (shutdown's own release is not).
+    /// refused once the client shuts down (shutdown's own release is not). This client's
+    /// waiters the permit is handed to are told from the reply.
     async fn give_back(&self, id: &str, checked: bool) -> Result<bool> {
         if checked {
             self.client.inner.check_open()?;
         }
-        Ok(self.send("release", id, 0).await? == 1)
+        let own = &*self.client.inner.id_text;
+        let args = ["release", id, "0", own];
+        let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
+        Ok(queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)? == 1)
     }
 }
 

@@ -6,6 +6,8 @@
 //! queues the waiter (or keeps its place); a call that frees permits grants them to the first
 //! waiters that fit and tells each grantee's client alone, on `<channel>:<client id>`, where
 //! the waiter listens ([`Wake::Grant`](super::Wake::Grant)); its next attempt claims the grant.
+//! A release names this client's own waiters it handed permits to in its reply
+//! ([`hand_over`]): they are resolved from it, without a message or another attempt.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,10 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use redis::Value;
 use tokio_util::task::TaskTracker;
 
 use super::{NAP, Taken};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::shared::Client;
 use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
@@ -127,4 +130,39 @@ where
     FinishOnDrop::new(request, abandoned)
         .tracked(&client.inner.background)
         .await
+}
+
+/// The reply of a release (`lua/fifo.lua`'s `with_handed`): its integer, alone or followed by
+/// this client's waiters the release handed permits to. Each of those, listening on `grants`,
+/// is told at once ([`Subscriber::handed`](crate::pubsub::Subscriber::handed)).
+///
+/// # Errors
+/// [`Error::Protocol`] for a reply of another shape (`script` names it).
+pub(crate) fn hand_over(
+    client: &Client,
+    grants: &str,
+    script: &'static str,
+    reply: Value,
+) -> Result<i64> {
+    let malformed = |reply: &Value| Error::Protocol {
+        script,
+        reply: format!("{reply:?}"),
+    };
+    match reply {
+        Value::Int(n) => Ok(n),
+        Value::Array(ref items) => {
+            let Some((Value::Int(n), handed)) = items.split_first() else {
+                return Err(malformed(&reply));
+            };
+            for waiter in handed {
+                let Value::BulkString(name) = waiter else {
+                    return Err(malformed(&reply));
+                };
+                let name = std::str::from_utf8(name).map_err(|_| malformed(&reply))?;
+                client.inner.subscriber.handed(grants, name);
+            }
+            Ok(*n)
+        }
+        other => Err(malformed(&other)),
+    }
 }

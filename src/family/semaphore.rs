@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -56,15 +58,28 @@ pub struct Semaphore {
     keys: Arc<FamilyKeys>,
     /// The channel on which the script tells this client's waiters of their grants.
     grants: Arc<str>,
+    /// This client's waiters that took permits a release of this client handed them: the
+    /// script keeps a record of each (for a waiter that missed the reply), which this
+    /// client's next release deletes.
+    handed: Arc<Handed>,
 }
+
+/// See [`Semaphore::handed`]; one per semaphore and client.
+#[derive(Default)]
+struct Handed(Mutex<Vec<Arc<str>>>);
+
+/// The most records one release deletes (more wait for the next, or end at their deadline).
+const FORGET_PER_RELEASE: usize = 64;
 
 impl Semaphore {
     pub(crate) fn new(client: Client, name: &str) -> Result<Semaphore> {
         let keys = FamilyKeys::new(&client, name, "semaphore", "released")?;
         let grants = queued::grant_channel(&client, &keys.channel);
+        let keys = Arc::new(keys);
         Ok(Semaphore {
+            handed: client.inner.local_states.of::<Handed>(&keys.key),
             client,
-            keys: Arc::new(keys),
+            keys,
             grants,
         })
     }
@@ -130,7 +145,23 @@ impl Semaphore {
     /// [`Error::InvalidArgument`] for zero permits; Redis failures; a key of another kind.
     pub async fn release(&self, permits: u32) -> Result<()> {
         positive("permits", permits)?;
-        self.call("release", permits).await.map(drop)
+        self.client.inner.check_open()?;
+        self.give_back(permits).await
+    }
+
+    /// Adds `permits` back, even while the client shuts down; this client's waiters they are
+    /// handed to are told from the reply.
+    async fn give_back(&self, permits: u32) -> Result<()> {
+        let n = itoa::Buffer::new().format(permits).to_owned();
+        let forget: Vec<Arc<str>> = {
+            let mut handed = self.handed.0.lock();
+            let from = handed.len().saturating_sub(FORGET_PER_RELEASE);
+            handed.drain(from..).collect()
+        };
+        let mut args = vec!["release", &n, &self.client.inner.id_text];
+        args.extend(forget.iter().map(|name| &**name));
+        let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
+        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply).map(drop)
     }
 
     /// Takes one permit, waiting as long as it takes. The same as
@@ -197,13 +228,18 @@ impl Semaphore {
         let waiter = queued::waiter_name(&self.client);
         let terms = queued::terms(&self.client, wait);
         let place = Place::new(&self.client, wait, self.clone().withdraw(waiter.clone()));
+        let (waiter_ref, terms) = (&waiter, &terms);
         let taken = wait_for(
             &self.client,
             &self.grants,
             wait,
             Wake::Grant(waiter.clone()),
-            || async {
-                Ok(match self.attempt(permits, &waiter, &terms).await? {
+            |handed| async move {
+                if handed {
+                    self.handed.0.lock().push(waiter_ref.clone());
+                    return Ok(Attempt::Done(()));
+                }
+                Ok(match self.attempt(permits, waiter_ref, terms).await? {
                     Taken::Granted => Attempt::Done(()),
                     _ => Attempt::Again(None),
                 })
@@ -232,7 +268,7 @@ impl Semaphore {
             })
         };
         let this = self.clone();
-        let give_back = move || async move { this.send("release", permits, &[]).await.map(drop) };
+        let give_back = move || async move { this.give_back(permits).await };
         let withdraw = self.clone().withdraw(waiter.clone());
         let withdraw = move || withdraw;
         ask_queued(&self.client, &self.keys.name, request, give_back, withdraw).await

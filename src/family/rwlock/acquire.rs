@@ -142,7 +142,7 @@ impl ReadWriteLock {
             &self.keys.channel,
             wait,
             kind.wake(),
-            move || {
+            move |_| {
                 let skip = asking == Asking::Share && self.local.writers_wait_fresh();
                 // A writer that comes behind a writer of another owner of this client still
                 // asking or waiting (whose intent keeps readers out), or while this client's
