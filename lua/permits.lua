@@ -89,10 +89,15 @@ if op == 'acquire' then
         redis.call('HSET', key, permit, now() + lease)
         return 1
     end
-    -- With nothing free, nobody fits: the queue is not looked at.
-    if total and total - out >= 1 then
-        local took, free = grant_heads(total - out, id, give, nil)
-        if took or (free >= 1 and not queue_head()) then
+    if total then
+        local free, head = total - out, queue_head()
+        local took = not head and free >= 1
+        -- With nothing free, nobody in the queue fits: it is not read further.
+        if head and free >= 1 then
+            took, free = grant_heads(free, id, give, nil, head)
+            took = took or (free >= 1 and not queue_head())
+        end
+        if took then
             redis.call('HSET', key, permit, now() + lease)
             return 1
         end

@@ -112,12 +112,14 @@ if op == 'acquire' then
         end
         return 1
     end
-    local free, took = (current or 0) - aside, false
-    -- With nothing free, nobody fits: the queue is not looked at.
-    if free >= 1 then
-        took, free = grant_heads(free, waiter, grant_to, nil)
+    local free, head = (current or 0) - aside, queue_head()
+    local took = not head and free >= n
+    -- With nothing free, nobody in the queue fits: it is not read further.
+    if head and free >= 1 then
+        took, free = grant_heads(free, waiter, grant_to, nil, head)
+        took = took or (free >= n and not queue_head())
     end
-    if took or (free >= n and not queue_head()) then
+    if took then
         redis.call('DECRBY', key, n)
         return 1
     end
