@@ -1,6 +1,7 @@
 //! A channel's local listeners and a waiter's handle on them; and the polling a waiter does
 //! instead when the client waits without pub/sub.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -33,9 +34,14 @@ pub(super) struct Channel {
     /// A waiter takes only the one naming its latest queued attempt, so a stale one is never
     /// taken; the oldest go when there are more than [`GRANTS_KEPT`].
     granted: Mutex<Vec<GrantHere>>,
-    /// Woken by each grant kept in `granted`: only the waiter it names stops waiting.
-    grant_notify: Notify,
+    /// The waiters that hear of grants, by the field they wait as: a grant wakes those of its
+    /// field alone, however many others wait on the channel. Counted, since waits of one owner
+    /// (tasks sharing an `Owner`) share a field.
+    grant_waiters: Mutex<HashMap<Arc<str>, GrantWaiters>>,
 }
+
+/// What wakes the waiters of one field, and how many there are.
+type GrantWaiters = (Arc<Notify>, usize);
 
 /// A grant to one of this client's waiters, from its message (`lua/queue.lua`).
 struct GrantHere {
@@ -44,9 +50,11 @@ struct GrantHere {
     token: Option<u64>,
 }
 
-/// Grants to this client's waiters kept until taken: one per lock and waiting owner is the
-/// most that can be live (only the head of a client's local queue waits in the server's queue).
-const GRANTS_KEPT: usize = 16;
+/// Grants to this client's waiters kept until taken. A `Lock` has at most one live grant per
+/// waiting owner (only the head of a client's local queue waits in the server's queue); a
+/// semaphore one per waiting task of the client. A grant whose waiter left stays until it is
+/// pushed out: this bounds them.
+const GRANTS_KEPT: usize = 1024;
 
 impl Channel {
     pub(super) fn new() -> Channel {
@@ -61,7 +69,7 @@ impl Channel {
             everyone: AtomicU64::new(0),
             relays: Default::default(),
             granted: Mutex::new(Vec::new()),
-            grant_notify: Notify::new(),
+            grant_waiters: Mutex::new(HashMap::new()),
         }
     }
 
@@ -80,7 +88,12 @@ impl Channel {
                 token,
             });
         }
-        self.grant_notify.notify_waiters();
+        let Ok(field) = std::str::from_utf8(field) else {
+            return;
+        };
+        if let Some((wake, _)) = self.grant_waiters.lock().get(field) {
+            wake.notify_waiters();
+        }
     }
 
     /// Wakes every listener, relay waiters included: the client shuts down, or messages may
@@ -125,8 +138,8 @@ pub(crate) struct Subscription {
     pub(super) seen: AtomicU64,
     /// Whether this client's own unlock messages wake this waiter.
     pub(super) heed_own: bool,
-    /// The owner field whose grants wake this waiter (a `Lock` waiter: `grants_to`).
-    pub(super) field: Option<Arc<str>>,
+    /// The owner field whose grants wake this waiter (`grants_to`), and what they wake.
+    pub(super) field: Option<(Arc<str>, Arc<Notify>)>,
     /// Set when the client waits by polling: no server subscription, `notified` sleeps.
     pub(super) poll: Option<Poll>,
 }
@@ -158,17 +171,40 @@ impl Subscription {
     /// This waiter's grants wake it from [`notified`](Subscription::notified): those naming
     /// `field`.
     pub(crate) fn grants_to(mut self, field: Arc<str>) -> Self {
-        self.field = Some(field);
+        let wake = {
+            let mut waiters = self.channel.grant_waiters.lock();
+            let (wake, count) = waiters
+                .entry(field.clone())
+                .or_insert_with(|| (Arc::new(Notify::new()), 0));
+            *count += 1;
+            wake.clone()
+        };
+        self.forget_field();
+        self.field = Some((field, wake));
         self
+    }
+
+    /// Stops hearing of grants to its field.
+    fn forget_field(&mut self) {
+        let Some((field, _)) = self.field.take() else {
+            return;
+        };
+        let mut waiters = self.channel.grant_waiters.lock();
+        if let Some((_, count)) = waiters.get_mut(&field) {
+            *count -= 1;
+            if *count == 0 {
+                waiters.remove(&field);
+            }
+        }
     }
 
     /// Resolves once a grant naming this waiter's field is kept; never without a field.
     async fn on_grant(&self) {
-        let Some(field) = &self.field else {
+        let Some((field, wake)) = &self.field else {
             return std::future::pending().await;
         };
         loop {
-            let notified = self.channel.grant_notify.notified();
+            let notified = wake.notified();
             tokio::pin!(notified);
             // Register before looking, so a grant in between cannot be missed.
             notified.as_mut().enable();
@@ -225,6 +261,7 @@ const LINGER: Duration = Duration::from_millis(500);
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        self.forget_field();
         let last = {
             let _map = self.subscriber.channels.lock();
             let mut refs = self.channel.refs.lock();
