@@ -12,9 +12,10 @@
 -- sets it.
 --
 -- A refused waiter queues itself (or keeps its place) in the same call. A call that frees
--- permits grants them to the first waiters that fit, in order, and stops at the first that
--- does not: a waiter for many permits at the head holds back the waiters behind it, and no
--- waiter starves. Each grant is written by the script (`give`), and ONE message per grantee
+-- permits (a release, a `set`, a withdrawal, an acquisition or `available` that finds grants
+-- or leases run out) grants them to the first waiters that fit, in order, and stops at the
+-- first that does not: a waiter for many permits at the head holds back the waiters behind
+-- it, and no waiter starves. Each grant is written by the script (`give`), and ONE message per grantee
 -- is published on its client's channel, KEYS[2]:<client id>, as 'g <claim ms> - 0 <waiter>':
 -- no other client hears of it. The grantee claims what it was given with its next attempt,
 -- which the message makes at once.

@@ -22,9 +22,9 @@
 -- claim lease. A permit handed to a waiter of the releasing client has the waiter's lease.
 --
 -- Returns
---   acquire     1 granted (or a grant claimed); -1 refused (the semaphore was never set, or
---               waiters are queued before this one); n <= -2: none free, the first permit
---               given out ends in -n - 2 ms at the latest
+--   acquire     1 granted (or a grant claimed); refused: n <= -2 when permits are given out,
+--               the first of which ends in -n - 2 ms at the latest; else -1 (the semaphore
+--               was never set, or has no permits)
 --   release     1 released, 0 the permit was not given out (expired); followed, in a table,
 --               by the releasing client's waiters it handed permits to, if any
 --   renew       1 renewed, 0 the permit is gone
@@ -87,6 +87,10 @@ if op == 'acquire' then
     if redis.call('HEXISTS', key, permit) == 1 then
         -- Granted from the queue: claimed, with the waiter's own lease.
         redis.call('HSET', key, permit, now() + lease)
+        if freed > 0 then
+            -- Permits whose lease ran out: theirs go to the next waiters.
+            grant_free()
+        end
         return 1
     end
     if total then
@@ -139,11 +143,10 @@ elseif op == 'available' then
 elseif op == 'withdraw' then
     dequeue(ARGV[2])
     -- Only a grant the waiter never claimed can be here: its wait ended without the permit.
-    if redis.call('HDEL', key, 'p:' .. ARGV[2]) == 0 then
-        return 0
-    end
-    out = out - 1
+    local removed = redis.call('HDEL', key, 'p:' .. ARGV[2])
+    out = out - removed
+    -- Free for the next waiters: its grant, or what it held them back from as the head.
     grant_free()
-    return 1
+    return removed
 end
 return redis.error_reply('ERR unknown permits operation')

@@ -23,7 +23,9 @@
 --                          count); past the deadline they are free again (the waiter died, or
 --                          gave up unheard). 't <deadline ms> <n>': permits handed over to a
 --                          waiter of the releasing client (out of the count already), kept
---                          for its attempt should the reply be lost. Calls empty it.
+--                          for its attempt or withdrawal should the reply be lost, until a
+--                          minute after its place would have ended; the client's next release
+--                          deletes it once the waiter took them. Calls empty it.
 -- A grantee's next attempt claims its grant: set-aside permits leave the count then.
 --
 -- Returns
@@ -57,36 +59,44 @@ if type(current) == 'table' then
     return current
 end
 
+-- How long a handed grant's record outlives the place of its waiter: only a waiter that died
+-- (or lost its reply and then could not reach the server for this long) leaves its record
+-- to this deadline, and its permits stay with it, as a crashed holder's do.
+local HANDED_KEPT = 60000
+
 -- The permits set aside for grantees still within their claim lease, and the record of
 -- `waiter`'s own grant if it has one; the other grants past their deadline are dropped
--- (set-aside permits are free again, handed ones stay with their waiter).
+-- (set-aside permits are free again, handed ones stay with their waiter). Also returns
+-- whether set-aside permits were freed so.
 local function set_aside(waiter)
     local granted = redis.call('HGETALL', grants)
-    local total, mine = 0, nil
+    local total, mine, freed = 0, nil, false
     for i = 1, #granted, 2 do
         local kind, deadline, m = string.match(granted[i + 1], '^(%a) (%d+) (%d+)$')
         if granted[i] == waiter then
             mine = granted[i + 1]
         elseif tonumber(deadline) <= now() then
             redis.call('HDEL', grants, granted[i])
+            freed = freed or kind == 's'
         elseif kind == 's' then
             total = total + tonumber(m)
         end
     end
-    return total, mine
+    return total, mine, freed
 end
 
 -- A grant: set aside for the waiter for its claim lease (the permits stay in the count), or
--- handed over (out of the count) and kept until the waiter's entry would have died.
+-- handed over (out of the count) and kept for its waiter (see HANDED_KEPT).
 local function grant_to(waiter, m, claim, _, deadline, handed)
     local record = 's ' .. (now() + claim) .. ' ' .. m
+    local keep = claim
     if handed then
         redis.call('DECRBY', key, m)
-        deadline = math.max(deadline, now() + claim)
-        record = 't ' .. deadline .. ' ' .. m
+        keep = math.max(deadline - now(), claim) + HANDED_KEPT
+        record = 't ' .. (now() + keep) .. ' ' .. m
     end
     redis.call('HSET', grants, waiter, record)
-    outlive(grants, math.max(claim, deadline - now()))
+    outlive(grants, keep)
 end
 
 -- Grants what is free now to the queue's first waiters (a call that freed permits); returns
@@ -102,13 +112,18 @@ end
 
 if op == 'acquire' then
     local waiter, life, claim = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-    local aside, mine = set_aside(waiter)
+    local aside, mine, freed = set_aside(waiter)
     -- A grant to this waiter: claimed, even past its claim lease if nobody took it.
     if mine then
         redis.call('HDEL', grants, waiter)
         local kind, _, m = string.match(mine, '^(%a) (%d+) (%d+)$')
+        local left = current or 0
         if kind == 's' then
-            redis.call('DECRBY', key, m)
+            left = redis.call('DECRBY', key, m)
+        end
+        if freed then
+            -- Others' grants that ran out: theirs go to the next waiters.
+            grant_free(left)
         end
         return 1
     end
@@ -143,7 +158,12 @@ elseif op == 'available' then
     if not current then
         return 0
     end
-    return math.max(current - set_aside(nil), 0)
+    local aside, _, freed = set_aside(nil)
+    if freed then
+        grant_free(current)
+        aside = set_aside(nil)
+    end
+    return math.max(current - aside, 0)
 elseif op == 'try_set' then
     if current then
         return 0
@@ -155,16 +175,15 @@ elseif op == 'withdraw' then
     local waiter = ARGV[3]
     dequeue(waiter)
     local granted = redis.call('HGET', grants, waiter)
-    if not granted then
-        return 0
+    if granted then
+        redis.call('HDEL', grants, waiter)
+        local kind, _, m = string.match(granted, '^(%a) (%d+) (%d+)$')
+        if kind == 't' then
+            current = redis.call('INCRBY', key, m)
+        end
     end
-    redis.call('HDEL', grants, waiter)
-    local kind, _, m = string.match(granted, '^(%a) (%d+) (%d+)$')
-    if kind == 't' then
-        current = redis.call('INCRBY', key, m)
-    end
-    -- Free for the next waiters.
+    -- Free for the next waiters: its grant, or what it held them back from as the head.
     grant_free(current or 0)
-    return 1
+    return granted and 1 or 0
 end
 return redis.error_reply('ERR unknown semaphore operation')

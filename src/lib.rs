@@ -259,7 +259,7 @@
 //! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it; `~`, the watch marker of MultiLock members (never granted) | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
-//! | `P:{N}:semaphore:g` | hash | `<client uuid>:w<n>` → claim deadline and count of permits granted to a queued waiter and not claimed yet | emptied by the calls that claim, withdraw or outlive them |
+//! | `P:{N}:semaphore:g` | hash | `<client uuid>:w<n>` → a grant to a queued waiter: permits set aside until it claims them (`s`, a claim deadline), or handed over by a release of its own client (`t`, kept for a waiter that missed the reply) | the calls that claim or withdraw them, the client's next release (`t`), or their deadline |
 //! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock; a grant to a queued waiter, `p:<client uuid>:w<n>`, has its claim lease until claimed) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |
 //! | `P:{N}:semaphore:q`, `:qd`; `P:{N}:permits:q`, `:qd` | list, hash | the semaphore's waiters across processes, first come first; each one's deadline, permits wanted and claim lease | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:countdown` | string | count left of the latch `N` | it reaches zero |

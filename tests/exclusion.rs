@@ -9,7 +9,7 @@ mod support;
 
 use redlease::LockOptions;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -64,35 +64,8 @@ async fn sixteen_clients_increment_a_counter_exactly_1600_times() {
     }
 }
 
-/// Spawns this test binary as a worker child.
 fn spawn_worker(envs: &[(&str, String)], stdout: Stdio) -> Child {
-    let exe = std::env::current_exe().expect("path of the test binary");
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", "worker_process", "--ignored", "--nocapture"])
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(Stdio::inherit());
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawning a worker process")
-}
-
-/// Waits for a child at most `limit`, killing it (by its own pid) if it overstays.
-fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    for _ in 0..(limit.as_millis() / 20 + 1) {
-        if let Some(status) = child.try_wait().expect("polling a worker") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("worker {} did not finish within {limit:?}", child.id());
+    support::workers::spawn_worker("worker_process", envs, stdout)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,7 +92,7 @@ async fn four_processes_increment_a_counter_exactly_1600_times() {
     let statuses = tokio::task::spawn_blocking(move || {
         children
             .into_iter()
-            .map(|mut child| wait_child(&mut child, Duration::from_secs(90)))
+            .map(|mut child| support::workers::wait_child(&mut child, Duration::from_secs(90)))
             .collect::<Vec<_>>()
     })
     .await

@@ -9,59 +9,17 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use redlease::{Client, LockOptions};
+use support::workers::{self, all_succeed, signal};
 use support::{Server, command_calls, exists, unique_name};
 
 const CLAIM: Duration = Duration::from_millis(800);
 
 fn spawn_worker(envs: &[(&str, String)]) -> Child {
-    let exe = std::env::current_exe().expect("path of the test binary");
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", "semaphore_worker", "--ignored", "--nocapture"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawning a worker process")
-}
-
-/// Waits (off the runtime's threads) for every worker, at most 120 s each; each must succeed.
-async fn all_succeed(mut children: Vec<Child>) {
-    let statuses = tokio::task::spawn_blocking(move || {
-        children
-            .iter_mut()
-            .map(|child| {
-                let deadline = Instant::now() + Duration::from_secs(120);
-                while Instant::now() < deadline {
-                    if let Some(status) = child.try_wait().expect("polling a worker") {
-                        return status;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                let _ = child.kill();
-                panic!("worker {} did not finish in 120 s", child.id());
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    for status in statuses {
-        assert!(status.success(), "a worker failed: {status}");
-    }
-}
-
-/// Sends `signal` (`STOP`, `KILL`) to our own unreaped child, by its pid.
-fn signal(child: &Child, signal: &str) {
-    let sent = Command::new("kill")
-        .args([format!("-{signal}"), child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    workers::spawn_worker("semaphore_worker", envs, Stdio::piped())
 }
 
 /// Which semaphore a test runs on.
@@ -298,6 +256,52 @@ async fn a_waiter_for_many_permits_is_not_passed_by_takers_of_one() {
         .expect("the waiter for 1 was not granted")
         .unwrap();
     assert_eq!(semaphore.available().await.unwrap(), 0);
+    assert!(!queue_left(&server, &name), "queue keys left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_stops_waiting_lets_the_waiters_behind_it_in_at_once() {
+    let server = Server::start();
+    let name = unique_name("sem-head-leaves");
+    let [owner, big, small] = support::clients(&server).await;
+    let semaphore = owner.semaphore(&name).unwrap();
+    semaphore.set_permits(1).await.unwrap();
+    // The head wants 2 of the 1 free, and gives up after 400 ms.
+    let big_wait = {
+        let semaphore = big.semaphore(&name).unwrap();
+        tokio::spawn(async move {
+            let options = LockOptions::new()
+                .permits(2)
+                .wait(Duration::from_millis(400));
+            let taken = semaphore.try_acquire_with(options).await.unwrap();
+            (taken, Instant::now())
+        })
+    };
+    let first = support::eventually_async(Duration::from_secs(5), || async {
+        queued(&server, &name).len() == 1
+    })
+    .await;
+    assert!(first, "the waiter for 2 never queued");
+    let small_wait = {
+        let semaphore = small.semaphore(&name).unwrap();
+        tokio::spawn(async move {
+            semaphore.acquire().await.unwrap();
+            Instant::now()
+        })
+    };
+    let (taken, gave_up) = big_wait.await.unwrap();
+    assert!(!taken, "the waiter for 2 got in with 1 permit");
+    let got = tokio::time::timeout(Duration::from_secs(5), small_wait)
+        .await
+        .expect("the waiter behind was never granted")
+        .unwrap();
+    // Its withdrawal grants the free permit to the next waiter in the same call, rather than
+    // leaving it to that waiter's next look (up to a second later).
+    let after = got.saturating_duration_since(gave_up);
+    assert!(
+        after < Duration::from_millis(300),
+        "granted {after:?} after the head left"
+    );
     assert!(!queue_left(&server, &name), "queue keys left behind");
 }
 

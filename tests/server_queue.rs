@@ -9,10 +9,11 @@
 mod support;
 
 use redlease::LockOptions;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use redlease::Client;
+use support::workers::{self, all_succeed, signal};
 use support::{
     Cluster, Server, clients, command_calls, exists, increment_unprotected, key_of, key_slot,
     read_counter, unique_name,
@@ -21,54 +22,7 @@ use support::{
 const CLAIM: Duration = Duration::from_millis(800);
 
 fn spawn_worker(envs: &[(&str, String)]) -> Child {
-    let exe = std::env::current_exe().expect("path of the test binary");
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", "queue_worker", "--ignored", "--nocapture"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawning a worker process")
-}
-
-/// Waits for a child at most `limit`, killing it (by its own pid) if it overstays.
-fn wait_child(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().expect("polling a worker") {
-            return status;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("worker {} did not finish within {limit:?}", child.id());
-}
-
-/// Waits (off the runtime's threads) for every worker, at most 120 s each; each must succeed.
-async fn all_succeed(mut children: Vec<Child>) {
-    let statuses = tokio::task::spawn_blocking(move || {
-        children
-            .iter_mut()
-            .map(|child| wait_child(child, Duration::from_secs(120)))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    for status in statuses {
-        assert!(status.success(), "a worker failed: {status}");
-    }
-}
-
-/// Sends `signal` (`STOP`, `KILL`) to our own unreaped child, by its pid.
-fn signal(child: &Child, signal: &str) {
-    let sent = Command::new("kill")
-        .args([format!("-{signal}"), child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    workers::spawn_worker("queue_worker", envs, Stdio::piped())
 }
 
 /// The queue's two keys of lock `name`.

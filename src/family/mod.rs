@@ -162,27 +162,34 @@ impl Taken {
     }
 }
 
-/// Sends one acquisition `request` for the object `name`; if the caller stops waiting for its
-/// answer, a grant it brings is given back by `give_back` in the background (tracked, so
-/// `Client::shutdown` waits for it).
-pub(crate) async fn ask<F, G, GF, R>(
+/// Sends one acquisition `request` for the object `name`. If the caller stops waiting for its
+/// answer, the outcome is undone once it is in, in the background (tracked, so
+/// `Client::shutdown` waits for it): a grant by `give_back`, anything else by `withdraw` (a
+/// place in a server queue the request may have taken, `queued.rs`).
+pub(crate) async fn ask<F, G, GF, R, W, WF>(
     client: &Client,
     name: &Arc<str>,
     request: F,
     give_back: G,
+    withdraw: W,
 ) -> Result<Taken>
 where
     F: Future<Output = Result<Taken>> + Send + 'static,
     G: FnOnce() -> GF + Send + 'static,
     GF: Future<Output = Result<R>> + Send,
+    W: FnOnce() -> WF + Send + 'static,
+    WF: Future<Output = ()> + Send,
 {
     let name = name.clone();
     let abandoned = move |taken: Result<Taken>| async move {
-        if let Ok(Taken::Granted) = taken {
-            tracing::debug!(lock = %name, "acquire abandoned after the grant; giving it back");
-            if let Err(e) = give_back().await {
-                tracing::warn!(lock = %name, error = %e, "could not give back an abandoned grant");
+        match taken {
+            Ok(Taken::Granted) => {
+                tracing::debug!(lock = %name, "acquire abandoned after the grant; giving it back");
+                if let Err(e) = give_back().await {
+                    tracing::warn!(lock = %name, error = %e, "could not give back an abandoned grant");
+                }
             }
+            _ => withdraw().await,
         }
     };
     FinishOnDrop::new(request, abandoned)

@@ -10,8 +10,10 @@ use parking_lot::Mutex;
 use crate::error::Error;
 use crate::error::Result;
 use crate::family::kept::Kept;
-use crate::family::queued::{self, Place, ask_queued};
-use crate::family::{Attempt, FamilyKeys, Taken, Wake, finish_unlock, release_dropped, wait_for};
+use crate::family::queued::{self, Place};
+use crate::family::{
+    Attempt, FamilyKeys, Taken, Wake, ask, finish_unlock, release_dropped, wait_for,
+};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
@@ -39,8 +41,9 @@ static SCRIPT: FamilyScript = FamilyScript::new(
 /// Waiters line up in a queue on the server, first come first served, whatever their client,
 /// as a [`Semaphore`](crate::Semaphore)'s do: a permit freed (released, or its lease ran out)
 /// goes to the first waiter in the same script call, and only that waiter's client is told.
-/// A grantee that died holds its permit for the claim lease at most
-/// ([`Config::claim_lease`](crate::Config::claim_lease), 2 s).
+/// A grantee of another client that died holds its permit for the claim lease at most
+/// ([`Config::claim_lease`](crate::Config::claim_lease), 2 s); a permit a release hands to a
+/// waiter of its own client has that waiter's lease, as a permit it took itself.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
@@ -253,14 +256,14 @@ impl PermitSemaphore {
         let give_back = move || async move { this.give_back(&permit, false).await.map(drop) };
         let withdraw = self.clone().withdraw(id.clone());
         let withdraw = move || withdraw;
-        ask_queued(&self.client, &self.keys.name, request, give_back, withdraw).await
+        ask(&self.client, &self.keys.name, request, give_back, withdraw).await
     }
 
     /// Takes waiter `id` out of the queue; a permit granted to it and not claimed goes to the
     /// next.
     async fn withdraw(self, id: Arc<str>) {
         if let Err(e) = self.send("withdraw", &id, 0).await {
-            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends 3 s after its last attempt");
+            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends a few seconds after its last attempt");
         }
     }
 
@@ -271,7 +274,13 @@ impl PermitSemaphore {
         if checked {
             self.client.inner.check_open()?;
         }
-        let own = &*self.client.inner.id_text;
+        // A client shutting down hands nothing to its own waiters: they are quitting.
+        let open = self.client.inner.check_open().is_ok();
+        let own = if open {
+            &*self.client.inner.id_text
+        } else {
+            ""
+        };
         let args = ["release", id, "0", own];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
         Ok(queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)? == 1)

@@ -1,6 +1,6 @@
 //! Waiting in a semaphore's queue on the server (`lua/fifo.lua`), from the client's side: the
 //! waiter's name in the queue, its place (withdrawn when the wait ends without permits), and
-//! the attempt whose abandoned outcome is undone.
+//! a release's reply that hands permits to this client's waiters.
 //!
 //! A waiter's attempts carry its name, `<client id>:w<n>`, one per wait. Refused, an attempt
 //! queues the waiter (or keeps its place); a call that frees permits grants them to the first
@@ -18,15 +18,19 @@ use std::time::Duration;
 use redis::Value;
 use tokio_util::task::TaskTracker;
 
-use super::{NAP, Taken};
+use super::NAP;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::shared::Client;
-use crate::task::{FinishOnDrop, spawn_from_drop};
+use crate::task::spawn_from_drop;
 use crate::terms::Wait;
 
 /// How long a waiter's place in a queue lives past its latest attempt: a waiter attempts at
-/// least once per [`NAP`], so only one that died (or hangs) loses its place.
-pub(crate) const PLACE_LIFE: Duration = Duration::from_secs(3 * NAP.as_secs());
+/// least once per [`NAP`], and an attempt may take the client's timeout (or the claim lease,
+/// if longer) to land, so only a waiter that died (or hangs) loses its place.
+fn place_life(config: &Config) -> Duration {
+    2 * NAP + config.queue_slack()
+}
 
 /// Numbers the waits of this process.
 static WAITS: AtomicU64 = AtomicU64::new(0);
@@ -47,7 +51,7 @@ pub(crate) fn grant_channel(client: &Client, channel: &str) -> Arc<str> {
 pub(crate) fn terms(client: &Client, wait: Wait) -> [String; 2] {
     let life = match wait {
         Wait::Once => Duration::ZERO,
-        Wait::Until(_) | Wait::Forever => PLACE_LIFE,
+        Wait::Until(_) | Wait::Forever => place_life(&client.inner.config),
     };
     let claim = client.inner.config.claim_lease;
     [life, claim].map(|d| d.as_millis().to_string())
@@ -92,44 +96,11 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         if let Some(withdrawal) = self.withdrawal.take() {
-            // No runtime: the place ends with its life, a grant with its claim lease.
+            // No runtime: the place ends with its life, a grant to it with its claim lease; a
+            // grant a release of this client handed it stays with it, as a crashed holder's.
             spawn_from_drop(&self.background, withdrawal);
         }
     }
-}
-
-/// Sends one acquisition `request` of a queued waiter. If the caller stops waiting for its
-/// answer, the outcome is undone once it is in (in the background, tracked): a grant by
-/// `give_back`, a place the request took by `withdraw`.
-pub(crate) async fn ask_queued<F, G, GF, W, WF>(
-    client: &Client,
-    name: &Arc<str>,
-    request: F,
-    give_back: G,
-    withdraw: W,
-) -> Result<Taken>
-where
-    F: Future<Output = Result<Taken>> + Send + 'static,
-    G: FnOnce() -> GF + Send + 'static,
-    GF: Future<Output = Result<()>> + Send,
-    W: FnOnce() -> WF + Send + 'static,
-    WF: Future<Output = ()> + Send,
-{
-    let name = name.clone();
-    let abandoned = move |taken: Result<Taken>| async move {
-        match taken {
-            Ok(Taken::Granted) => {
-                tracing::debug!(lock = %name, "acquire abandoned after the grant; giving it back");
-                if let Err(e) = give_back().await {
-                    tracing::warn!(lock = %name, error = %e, "could not give back an abandoned grant");
-                }
-            }
-            _ => withdraw().await,
-        }
-    };
-    FinishOnDrop::new(request, abandoned)
-        .tracked(&client.inner.background)
-        .await
 }
 
 /// The reply of a release (`lua/fifo.lua`'s `with_handed`): its integer, alone or followed by

@@ -7,8 +7,8 @@ use parking_lot::Mutex;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::family::queued::{self, Place, ask_queued};
-use crate::family::{Attempt, FamilyKeys, Taken, Wake, positive, wait_for};
+use crate::family::queued::{self, Place};
+use crate::family::{Attempt, FamilyKeys, Taken, Wake, ask, positive, wait_for};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
@@ -38,10 +38,18 @@ static SCRIPT: FamilyScript = FamilyScript::new(
 /// a call that frees permits (a release, a `set`) grants them to the first waiters that fit,
 /// in the same script call, and tells each grantee's client alone. The other waiters sleep on,
 /// and a newcomer does not pass anybody queued, so a waiter for many permits is not starved by
-/// takers of one. A grantee claims its permits with one more call as soon as it hears of
-/// the grant; a waiter that died (or stopped waiting unheard) holds the queue up for 2 s at
-/// most ([`Config::claim_lease`](crate::Config::claim_lease)) once granted, and its place
-/// ends 3 s after its last attempt (a waiter attempts at least once a second).
+/// takers of one. In turn, a waiter for more permits than will ever be free holds back every
+/// waiter behind it until it stops waiting (as a fair semaphore's does, such as tokio's): give
+/// large requests a bounded [`wait`](LockOptions::wait).
+///
+/// A grantee of another client claims its permits with one more call as soon as it hears of
+/// the grant; one that died (or stopped waiting unheard) holds the queue up for the claim
+/// lease at most ([`Config::claim_lease`](crate::Config::claim_lease), 2 s), after which its
+/// permits go to the next. A release hands permits to a waiter of its own client at once (its
+/// reply names the waiter: no message, no claim); a waiter whose process dies right then
+/// keeps them, as a holder that crashes does. A waiter's place ends a few seconds after its
+/// last attempt (2 s plus the longer of the client's timeout and the claim lease); a live
+/// waiter attempts at least once a second.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
@@ -158,7 +166,14 @@ impl Semaphore {
             let from = handed.len().saturating_sub(FORGET_PER_RELEASE);
             handed.drain(from..).collect()
         };
-        let mut args = vec!["release", &n, &self.client.inner.id_text];
+        // A client shutting down hands nothing to its own waiters: they are quitting.
+        let open = self.client.inner.check_open().is_ok();
+        let own = if open {
+            &*self.client.inner.id_text
+        } else {
+            ""
+        };
+        let mut args = vec!["release", &n, own];
         args.extend(forget.iter().map(|name| &**name));
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
         queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply).map(drop)
@@ -271,13 +286,13 @@ impl Semaphore {
         let give_back = move || async move { this.give_back(permits).await };
         let withdraw = self.clone().withdraw(waiter.clone());
         let withdraw = move || withdraw;
-        ask_queued(&self.client, &self.keys.name, request, give_back, withdraw).await
+        ask(&self.client, &self.keys.name, request, give_back, withdraw).await
     }
 
     /// Takes `waiter` out of the queue; permits granted to it and not claimed go to the next.
     async fn withdraw(self, waiter: Arc<str>) {
         if let Err(e) = self.send("withdraw", 0, &[&waiter]).await {
-            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends 3 s after its last attempt");
+            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends a few seconds after its last attempt");
         }
     }
 

@@ -42,6 +42,7 @@ mod server;
 mod shard;
 pub mod tls;
 pub mod torture;
+pub mod workers;
 
 pub use binary::{server_flavor, valkey_binary};
 pub use cluster::Cluster;

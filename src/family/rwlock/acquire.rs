@@ -216,6 +216,8 @@ impl ReadWriteLock {
         };
         let (lock, field) = (self.clone(), field.clone());
         let give_back = move || async move { lock.call(unop, &field, 0).await };
-        ask(&self.client, &self.keys.name, request, give_back).await
+        // Refused, it took nothing: only a grant is undone.
+        let withdraw = || async {};
+        ask(&self.client, &self.keys.name, request, give_back, withdraw).await
     }
 }
