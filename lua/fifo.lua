@@ -8,8 +8,7 @@
 --                   the deadline (dropped by whichever call next meets it), and a grant to it
 --                   waits a claim lease for it
 -- Both keys share the semaphore's hash tag (so its slot) and expire with the latest deadline
--- in them: every waiter's entry lives as long (`src/family/queued.rs`), so the latest write
--- sets it.
+-- in them (clients may give their waiters' entries different lives).
 --
 -- A refused waiter queues itself (or keeps its place) in the same call. A call that frees
 -- permits (a release, a `set`, a withdrawal, an acquisition or `available` that finds grants
@@ -64,8 +63,8 @@ local function enqueue(waiter, n, life, claim, lease)
     if redis.call('HSET', fifo_entries, waiter, entry) == 1 then
         redis.call('RPUSH', fifo_queue, waiter)
     end
-    redis.call('PEXPIRE', fifo_queue, life)
-    redis.call('PEXPIRE', fifo_entries, life)
+    outlive(fifo_queue, life)
+    outlive(fifo_entries, life)
 end
 
 -- Gives `free` permits to the first live waiters that fit, in order, and stops at the first

@@ -262,9 +262,8 @@ impl PermitSemaphore {
     /// Takes waiter `id` out of the queue; a permit granted to it and not claimed goes to the
     /// next.
     async fn withdraw(self, id: Arc<str>) {
-        if let Err(e) = self.send("withdraw", &id, 0).await {
-            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends a few seconds after its last attempt");
-        }
+        let withdraw = || self.send("withdraw", &id, 0);
+        queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
 
     /// Gives permit `id` back: `false` when it was not given out (its lease ended). `checked`:

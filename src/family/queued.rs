@@ -22,7 +22,7 @@ use super::NAP;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::shared::Client;
-use crate::task::spawn_from_drop;
+use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
 
 /// How long a waiter's place in a queue lives past its latest attempt: a waiter attempts at
@@ -59,6 +59,34 @@ pub(crate) fn terms(client: &Client, wait: Wait) -> [String; 2] {
 
 type Withdrawal = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// How many times a withdrawal is sent before it is given up on: a grant a release of this
+/// client handed the waiter comes back only through it (the server keeps its record a minute
+/// past the place), so a failed one is sent again, with pauses from 100 ms doubling up to 5 s
+/// (about 20 s in all), while the client is open.
+const WITHDRAW_TRIES: u32 = 10;
+
+/// Sends `withdraw` (one withdrawal call of the semaphore `name`) until it succeeds, at most
+/// [`WITHDRAW_TRIES`] times, and once only after the client shut down.
+pub(crate) async fn withdraw_retrying<F, Fut>(client: &Client, name: &str, mut withdraw: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<i64>>,
+{
+    let mut pause = Duration::from_millis(100);
+    for attempt in 1..=WITHDRAW_TRIES {
+        let Err(e) = withdraw().await else {
+            return;
+        };
+        if attempt == WITHDRAW_TRIES || client.inner.check_open().is_err() {
+            tracing::warn!(semaphore = %name, error = %e, "could not withdraw from the queue; the place ends a few seconds after its last attempt, permits handed to it stay out");
+            return;
+        }
+        tracing::debug!(semaphore = %name, error = %e, "withdrawal failed; sending it again");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// A waiter's place in a queue; withdrawn unless [`taken`](Place::taken), in the background
 /// when dropped (the entry goes, and a grant not claimed yet goes to the next waiters).
 pub(crate) struct Place {
@@ -86,9 +114,13 @@ impl Place {
     }
 
     /// The wait ran out: withdraws now, so nothing of it is left when the caller hears so.
+    /// Dropped unfinished, the withdrawal finishes in the background.
     pub(crate) async fn withdraw(mut self) {
         if let Some(withdrawal) = self.withdrawal.take() {
-            withdrawal.await;
+            let background = self.background.clone();
+            FinishOnDrop::new(withdrawal, |()| async {})
+                .tracked(&background)
+                .await;
         }
     }
 }

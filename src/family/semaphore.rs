@@ -291,9 +291,9 @@ impl Semaphore {
 
     /// Takes `waiter` out of the queue; permits granted to it and not claimed go to the next.
     async fn withdraw(self, waiter: Arc<str>) {
-        if let Err(e) = self.send("withdraw", 0, &[&waiter]).await {
-            tracing::debug!(semaphore = %self.keys.name, error = %e, "could not withdraw from the queue; the place ends a few seconds after its last attempt");
-        }
+        let args = [&*waiter];
+        let withdraw = || self.send("withdraw", 0, &args);
+        queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
 
     /// Runs `op` for `n` permits with `extra` arguments, even while the client shuts down (its
