@@ -108,6 +108,14 @@ fn queued(server: &Server, name: &str) -> Vec<String> {
     queued_on(server, Kind::Semaphore, name)
 }
 
+/// Waits (at most `within`) until `n` waiters are queued on semaphore `name`; whether they were.
+async fn until_queued(server: &Server, kind: Kind, name: &str, n: usize, within: Duration) -> bool {
+    support::eventually_async(within, || async {
+        queued_on(server, kind, name).len() == n
+    })
+    .await
+}
+
 fn queued_on(server: &Server, kind: Kind, name: &str) -> Vec<String> {
     redis::cmd("LRANGE")
         .arg(format!("{}:q", kind.key_of(name)))
@@ -201,10 +209,7 @@ async fn a_waiter_for_many_permits_is_not_passed_by_takers_of_one() {
             Instant::now()
         })
     };
-    let first = support::eventually_async(Duration::from_secs(5), || async {
-        queued(&server, &name).len() == 1
-    })
-    .await;
+    let first = until_queued(&server, Kind::Semaphore, &name, 1, Duration::from_secs(5)).await;
     assert!(first, "the waiter for 2 never queued");
     let small_wait = {
         let semaphore = small.semaphore(&name).unwrap();
@@ -213,10 +218,7 @@ async fn a_waiter_for_many_permits_is_not_passed_by_takers_of_one() {
             Instant::now()
         })
     };
-    let second = support::eventually_async(Duration::from_secs(5), || async {
-        queued(&server, &name).len() == 2
-    })
-    .await;
+    let second = until_queued(&server, Kind::Semaphore, &name, 2, Duration::from_secs(5)).await;
     assert!(second, "the waiter for 1 never queued");
 
     // One permit: the head needs two, and nobody behind it passes it.
@@ -277,10 +279,7 @@ async fn a_head_that_stops_waiting_lets_the_waiters_behind_it_in_at_once() {
             (taken, Instant::now())
         })
     };
-    let first = support::eventually_async(Duration::from_secs(5), || async {
-        queued(&server, &name).len() == 1
-    })
-    .await;
+    let first = until_queued(&server, Kind::Semaphore, &name, 1, Duration::from_secs(5)).await;
     assert!(first, "the waiter for 2 never queued");
     let small_wait = {
         let semaphore = small.semaphore(&name).unwrap();
@@ -329,10 +328,7 @@ async fn a_grant_to_a_dead_waiter_passes_on(kind: Kind) {
         ("REDLEASE_SW_URL", server.url()),
         ("REDLEASE_SW_NAME", name.clone()),
     ]);
-    let first = support::eventually_async(Duration::from_secs(10), || async {
-        queued_on(&server, kind, &name).len() == 1
-    })
-    .await;
+    let first = until_queued(&server, kind, &name, 1, Duration::from_secs(10)).await;
     assert!(first, "the worker never queued");
     let next = {
         let semaphore = Either::of(kind, &owner, &name);
@@ -343,10 +339,7 @@ async fn a_grant_to_a_dead_waiter_passes_on(kind: Kind) {
             at
         })
     };
-    let both = support::eventually_async(Duration::from_secs(10), || async {
-        queued_on(&server, kind, &name).len() == 2
-    })
-    .await;
+    let both = until_queued(&server, kind, &name, 2, Duration::from_secs(10)).await;
     assert!(both, "the second waiter never queued");
     // Freeze the first waiter and release: the permit goes to the frozen one, which cannot
     // claim it.

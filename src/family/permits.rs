@@ -10,10 +10,8 @@ use parking_lot::Mutex;
 use crate::error::Error;
 use crate::error::Result;
 use crate::family::kept::Kept;
-use crate::family::queued::{self, Place};
-use crate::family::{
-    Attempt, FamilyKeys, Taken, Wake, ask, finish_unlock, release_dropped, wait_for,
-};
+use crate::family::queued;
+use crate::family::{Attempt, FamilyKeys, Taken, ask, finish_unlock, release_dropped};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
@@ -178,16 +176,17 @@ impl PermitSemaphore {
         // The waiter's name is its permit's id.
         let id = queued::waiter_name(&self.client);
         let terms = queued::terms(&self.client, wait);
-        let place = Place::new(&self.client, wait, self.clone().withdraw(id.clone()));
+        let withdrawal = self.clone().withdraw(id.clone());
         // When the latest attempt was sent: a permit handed over by a release of this client
         // was written after that attempt queued us, so its lease runs from no earlier.
         let sent = Mutex::new(Instant::now());
         let (sent, id_ref, terms_ref) = (&sent, &id, &terms);
-        let granted = wait_for(
+        let granted = queued::wait_in_queue(
             &self.client,
             &self.grants,
             wait,
-            Wake::Grant(id.clone()),
+            &id,
+            withdrawal,
             |handed| async move {
                 if handed {
                     return Ok(Attempt::Done(*sent.lock()));
@@ -202,16 +201,7 @@ impl PermitSemaphore {
             },
         )
         .await?;
-        match granted {
-            Some(started) => {
-                place.taken();
-                Ok(Some(self.permit(id, lease, started)))
-            }
-            None => {
-                place.withdraw().await;
-                Ok(None)
-            }
-        }
+        Ok(granted.map(|started| self.permit(id, lease, started)))
     }
 
     fn permit(&self, id: Arc<str>, lease: Lease, started: Instant) -> Permit {
@@ -273,14 +263,7 @@ impl PermitSemaphore {
         if checked {
             self.client.inner.check_open()?;
         }
-        // A client shutting down hands nothing to its own waiters: they are quitting.
-        let open = self.client.inner.check_open().is_ok();
-        let own = if open {
-            &*self.client.inner.id_text
-        } else {
-            ""
-        };
-        let args = ["release", id, "0", own];
+        let args = ["release", id, "0", queued::releasing_client(&self.client)];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
         Ok(queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)? == 1)
     }

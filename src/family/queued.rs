@@ -18,7 +18,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio_util::task::TaskTracker;
 
-use super::NAP;
+use super::{Attempt, NAP, Wake, wait_for};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::shared::Client;
@@ -87,16 +87,53 @@ where
     }
 }
 
+/// Waits in the queue as `waiter` (listening on `grants`), attempting with `attempt` as
+/// [`wait_for`] does. A wait that ends without permits runs `withdrawal` before it returns
+/// `None`; one cancelled or failed runs it in the background.
+///
+/// # Cancel safety
+/// As [`wait_for`]'s; the place is withdrawn in the background.
+pub(crate) async fn wait_in_queue<T, F, Fut>(
+    client: &Client,
+    grants: &Arc<str>,
+    wait: Wait,
+    waiter: &Arc<str>,
+    withdrawal: impl Future<Output = ()> + Send + 'static,
+    attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    let place = Place::new(client, wait, withdrawal);
+    let taken = wait_for(client, grants, wait, Wake::Grant(waiter.clone()), attempt).await?;
+    match taken {
+        // The script took the place out with the grant.
+        Some(_) => place.taken(),
+        None => place.withdraw().await,
+    }
+    Ok(taken)
+}
+
+/// The releasing client's id, as a release sends it so that its own waiters are handed what
+/// it frees (`lua/fifo.lua`); none while it shuts down, since its waiters are quitting.
+pub(crate) fn releasing_client(client: &Client) -> &str {
+    match client.inner.check_open() {
+        Ok(()) => &client.inner.id_text,
+        Err(_) => "",
+    }
+}
+
 /// A waiter's place in a queue; withdrawn unless [`taken`](Place::taken), in the background
 /// when dropped (the entry goes, and a grant not claimed yet goes to the next waiters).
-pub(crate) struct Place {
+struct Place {
     background: TaskTracker,
     withdrawal: Option<Withdrawal>,
 }
 
 impl Place {
     /// The place of a wait that may queue (`None` for a single attempt, which never does).
-    pub(crate) fn new(
+    fn new(
         client: &Client,
         wait: Wait,
         withdrawal: impl Future<Output = ()> + Send + 'static,
@@ -109,13 +146,13 @@ impl Place {
     }
 
     /// The grant was claimed: the script took the place out.
-    pub(crate) fn taken(mut self) {
+    fn taken(mut self) {
         self.withdrawal = None;
     }
 
     /// The wait ran out: withdraws now, so nothing of it is left when the caller hears so.
     /// Dropped unfinished, the withdrawal finishes in the background.
-    pub(crate) async fn withdraw(mut self) {
+    async fn withdraw(mut self) {
         if let Some(withdrawal) = self.withdrawal.take() {
             let background = self.background.clone();
             FinishOnDrop::new(withdrawal, |()| async {})

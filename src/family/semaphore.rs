@@ -7,8 +7,8 @@ use parking_lot::Mutex;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::family::queued::{self, Place};
-use crate::family::{Attempt, FamilyKeys, Taken, Wake, ask, positive, wait_for};
+use crate::family::queued;
+use crate::family::{Attempt, FamilyKeys, Taken, ask, positive};
 use crate::node::FamilyScript;
 use crate::scope::LockOptions;
 use crate::shared::Client;
@@ -166,14 +166,7 @@ impl Semaphore {
             let from = handed.len().saturating_sub(FORGET_PER_RELEASE);
             handed.drain(from..).collect()
         };
-        // A client shutting down hands nothing to its own waiters: they are quitting.
-        let open = self.client.inner.check_open().is_ok();
-        let own = if open {
-            &*self.client.inner.id_text
-        } else {
-            ""
-        };
-        let mut args = vec!["release", &n, own];
+        let mut args = vec!["release", &n, queued::releasing_client(&self.client)];
         args.extend(forget.iter().map(|name| &**name));
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
         queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply).map(drop)
@@ -242,13 +235,14 @@ impl Semaphore {
         let (permits, wait) = options.permits_and_wait()?;
         let waiter = queued::waiter_name(&self.client);
         let terms = queued::terms(&self.client, wait);
-        let place = Place::new(&self.client, wait, self.clone().withdraw(waiter.clone()));
+        let withdrawal = self.clone().withdraw(waiter.clone());
         let (waiter_ref, terms) = (&waiter, &terms);
-        let taken = wait_for(
+        let taken = queued::wait_in_queue(
             &self.client,
             &self.grants,
             wait,
-            Wake::Grant(waiter.clone()),
+            &waiter,
+            withdrawal,
             |handed| async move {
                 if handed {
                     self.handed.0.lock().push(waiter_ref.clone());
@@ -261,10 +255,6 @@ impl Semaphore {
             },
         )
         .await?;
-        match taken {
-            Some(()) => place.taken(),
-            None => place.withdraw().await,
-        }
         Ok(taken.is_some())
     }
 
