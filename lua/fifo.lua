@@ -1,6 +1,7 @@
--- fifo.lua: the waiter queue of the semaphores, first come first served whatever the client.
--- Not a script of its own: `src/family/` puts it before semaphore.lua and permits.lua, whose
--- KEYS[1] is the semaphore's key and KEYS[2] its channel.
+-- fifo.lua: the waiter queue of the semaphores and the read-write lock, first come first
+-- served whatever the client. Not a script of its own: `src/family/` puts it before
+-- semaphore.lua, permits.lua and rwlock.lua; it starts on the queue of KEYS[1] (the object's
+-- key) with KEYS[2] (its channel), and `fifo_on` moves it to another object's.
 --
 -- KEYS[1]:q   list  waiters, in arrival order ('<client id>:<wait id>', one per wait)
 -- KEYS[1]:qd  hash  waiter -> '<deadline ms> <n> <claim ms> <lease ms>' (server clock): it
@@ -25,7 +26,14 @@
 -- waiter, whom its client resolves from it. Its next attempt (the reply was lost) still finds
 -- the grant and takes it; a withdrawal gives it back.
 
-local fifo_queue, fifo_entries, fifo_channel = KEYS[1] .. ':q', KEYS[1] .. ':qd', KEYS[2]
+local fifo_queue, fifo_entries, fifo_channel
+
+-- The queue of the object whose key is `key` and whose channel is `channel`: every function
+-- below acts on it from now on (a batch of the read-write lock's calls may touch several).
+local function fifo_on(key, channel)
+    fifo_queue, fifo_entries, fifo_channel = key .. ':q', key .. ':qd', channel
+end
+fifo_on(KEYS[1], KEYS[2])
 
 local fifo_now
 -- The server's clock in ms, read once per call and only when a deadline is needed.

@@ -1,17 +1,20 @@
--- rwlock.lua: a read-write lock with a lease per hold (`src/family/rwlock.rs`).
+-- rwlock.lua: a read-write lock with a lease per hold (`src/family/rwlock.rs`), and its waiter
+-- queue with grant-on-release (fifo.lua, which `src/family/rwlock.rs` puts before this file).
 --
 -- Always called as a batch of one or more entries (one client's concurrent calls coalesced,
 -- `src/node/calls/family_calls.rs`); per entry:
 -- KEYS     lock hash P:{N}:rw (fields below; PEXPIRE = the latest deadline in it), and channel
---          P:{N}:rw:unlock (published when a release lets others in)
--- ARGV     2 (its key count), 4 (its argument count), then
---          operation: 'read', 'reenter' (a read that a writer's intent does not hold back: the
---            owner already reads in another name), 'write', 'unread', 'unwrite', 'renew_read',
---            'renew_write', 'withdraw'
---          owner field <client uuid>:<owner>
+--          P:{N}:rw:unlock (grants go to <channel>:<client id>, fifo.lua)
+-- ARGV     2 (its key count), 5 (its argument count), then
+--          operation: 'read', 'reenter' (a read that passes the queue: the owner already reads
+--            in another name), 'write', 'unread', 'unwrite', 'renew_read', 'renew_write',
+--            'withdraw'
+--          owner field <client uuid>:<owner>, also its name in the queue
 --          lease in milliseconds ('read', 'reenter', 'write', 'renew_*')
---          write intent lease in milliseconds ('write'): how long a waiting writer keeps new
---            readers out without asking again; '0' for a single attempt, which leaves no intent
+--          place life in milliseconds ('read', 'write'): how long a refused owner's place in the
+--            queue lives without another attempt; '0' for a single attempt, never queued
+--          claim lease in milliseconds ('read', 'write'): how long a grant to it waits for its
+--            claim
 -- The entries run in order, exactly as the same calls sent one after another would; the reply
 -- has a pair per entry, {1, reply} or {0, error message} (a key of another type: WRONGTYPE,
 -- before anything of that key is written).
@@ -19,35 +22,47 @@
 -- Fields (deadlines are the server's clock, TIME, in milliseconds):
 --   w  wn  wd                the writer, its hold count, its deadline
 --   r:<owner>  rd:<owner>    a reader's hold count and deadline (one lease per reader)
---   q:<owner>                a waiting writer's intent, until its deadline
 --   rn  rlo  rhi             how many readers; a time at or before every reader's deadline;
 --                            one at or after every reader's deadline (absent when none)
---   qn  qlo  qhi             the same for the intents
+-- A hold count of 0 is a grant from the queue that its owner has not claimed yet: it holds the
+-- lock against the others until its deadline (the claim lease), and the owner's next attempt
+-- claims it (count 1, its own lease); it is never taken for a re-entry.
 --
 -- Why this shape: a batch reads the fields it needs of each lock once (one HMGET, whatever the
 -- number of readers) and writes each lock once at the end, so an entry costs little more than
--- its arguments. Only when a deadline may have passed (now >= rlo or now >= qlo) is the whole
--- hash read, what ended dropped and the bounds made exact again; renewals only move deadlines
--- later, so the lower bounds stay true until then. An expired reader therefore never keeps the
--- lock for the others: the first call after its deadline drops it.
+-- its arguments. Only when a deadline may have passed (now >= rlo) is the whole hash read, what
+-- ended dropped and the bounds made exact again; renewals only move deadlines later, so the
+-- lower bound stays true until then. An expired reader therefore never keeps the lock for the
+-- others: the first call after its deadline drops it.
+--
+-- The queue: a newcomer (not a re-entry, nor the writer reading) that finds the lock taken, or
+-- anybody queued before it, is refused and queued (unless it makes a single attempt). A reader
+-- wants one share of the lock and a writer all of it (WHOLE), so fifo.lua grants the first
+-- readers together and a writer alone, in order. A call that frees the lock (a release, a
+-- withdrawal, any call that finds a hold or grant run out) grants it to the queue's head in the
+-- same call; a release or withdrawal hands it to a waiter of the caller's own client by naming
+-- it in the reply, anybody else hears of it on its client's channel.
 --
 -- Replies
---   read, write   n >= 1: granted, this owner's hold count of that kind
+--   read, write   n >= 1: granted (or a grant claimed), this owner's hold count of that kind
 --                 0: 'write' asked by an owner that reads and does not write (an upgrade would
 --                    deadlock); nothing changed
---                 n <= -2: held by others; worth asking again in -n - 2 ms at the latest (the
---                    writer's deadline, or the next reader deadline that may free the lock). A
---                    'write' that is refused leaves its intent: new readers wait for it
+--                 n <= -2: held by others, or others are queued first (the caller is queued
+--                    as asked); worth asking again in -n - 2 ms at the latest (the writer's
+--                    deadline, the next reader deadline that may free the lock, or a second)
 --   unread, unwrite   -1 the owner held nothing of that kind (expired, or never); else the holds
---                 left; '0' is published when the release lets others in (not when a later
---                 entry of the batch took the write lock: nobody else could come in)
---   renew_*       1 renewed, 0 not held
---   withdraw      1 (the intent is gone; '0' is published when it held readers back)
+--                 left; followed, in a table, by the waiters of the releasing client it granted
+--                 the lock to (fifo.lua's with_handed)
+--   renew_*       1 renewed, 0 not held (a grant not claimed is not renewed)
+--   withdraw      1 when a grant to the owner went back, else 0; followed by the waiters of
+--                 its client granted the lock instead, as a release's
 
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now = now()
 
-local COMMON = { 'w', 'wn', 'wd', 'rn', 'rlo', 'rhi', 'qn', 'qlo', 'qhi' }
+-- What a writer wants of the lock: all of it. A reader wants one share.
+local WHOLE = 1000000000
+
+local COMMON = { 'w', 'wn', 'wd', 'rn', 'rlo', 'rhi' }
 
 -- The entries, and per lock a view: the fields this batch reads and writes.
 local entries, views, order = {}, {}, {}
@@ -56,21 +71,22 @@ while a <= #ARGV do
     local nkeys, nargs = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
     local e = {
         key = KEYS[k], channel = KEYS[k + 1], op = ARGV[a + 2], owner = ARGV[a + 3],
-        lease = tonumber(ARGV[a + 4] or '0'), intent = tonumber(ARGV[a + 5] or '0'),
+        lease = tonumber(ARGV[a + 4] or '0'), life = tonumber(ARGV[a + 5] or '0'),
+        claim = tonumber(ARGV[a + 6] or '0'),
     }
     k, a = k + nkeys, a + 2 + nargs
     entries[#entries + 1] = e
     local v = views[e.key]
     if not v then
         v = { key = e.key, channel = e.channel, want = { unpack(COMMON) }, owners = {},
-              f = {}, dirty = {}, latest = 0, publish = false }
+              f = {}, dirty = {}, latest = 0 }
         views[e.key] = v
         order[#order + 1] = e.key
     end
     if not v.owners[e.owner] then
         v.owners[e.owner] = true
         local w = v.want
-        w[#w + 1], w[#w + 2], w[#w + 3] = 'r:' .. e.owner, 'rd:' .. e.owner, 'q:' .. e.owner
+        w[#w + 1], w[#w + 2] = 'r:' .. e.owner, 'rd:' .. e.owner
     end
 end
 
@@ -83,30 +99,59 @@ local function set(v, field, value)
     v.dirty[field] = true
 end
 
--- Writes the count and bounds of one kind ('r' or 'q'); a kind with none has no fields.
-local function store(v, kind, n, lo, hi)
+-- Writes the readers' count and bounds; with none, there are no such fields.
+local function store_readers(v, n, lo, hi)
     if n > 0 then
-        set(v, kind .. 'n', n)
-        set(v, kind .. 'lo', lo)
-        set(v, kind .. 'hi', hi)
+        set(v, 'rn', n)
+        set(v, 'rlo', lo)
+        set(v, 'rhi', hi)
     else
-        set(v, kind .. 'n', nil)
-        set(v, kind .. 'lo', nil)
-        set(v, kind .. 'hi', nil)
+        set(v, 'rn', nil)
+        set(v, 'rlo', nil)
+        set(v, 'rhi', nil)
     end
 end
 
+-- One more reader, until `deadline`.
+local function add_reader(v, deadline)
+    local rn = num(v, 'rn')
+    if rn == 0 then
+        store_readers(v, 1, deadline, deadline)
+    else
+        store_readers(v, rn + 1, math.min(num(v, 'rlo'), deadline), math.max(num(v, 'rhi'), deadline))
+    end
+end
+
+-- `owner` reads no more (its hold or grant goes).
+local function drop_reader(v, owner)
+    set(v, 'r:' .. owner, nil)
+    set(v, 'rd:' .. owner, nil)
+    local rn = num(v, 'rn') - 1
+    if rn > 0 then
+        set(v, 'rn', rn)
+    else
+        store_readers(v, 0)
+    end
+end
+
+local function drop_writer(v)
+    set(v, 'w', nil)
+    set(v, 'wn', nil)
+    set(v, 'wd', nil)
+end
+
 -- A deadline may have passed: read everything, drop what ended, make the bounds exact.
+-- Returns whether a reader was dropped.
 local function scan(v)
     local fields = redis.call('HGETALL', v.key)
     v.f = {}
     for i = 1, #fields, 2 do
         v.f[fields[i]] = fields[i + 1]
     end
-    local rn, rlo, rhi, qn, qlo, qhi = 0, 0, 0, 0, 0, 0
+    local rn, rlo, rhi, dropped = 0, 0, 0, false
     for field, value in pairs(v.f) do
-        local head, deadline = string.sub(field, 1, 2), tonumber(value)
-        if head == 'rd' and string.sub(field, 3, 3) == ':' then
+        if string.sub(field, 1, 3) == 'rd:' then
+            local deadline = tonumber(value)
             if deadline > now then
                 rn = rn + 1
                 if rlo == 0 or deadline < rlo then rlo = deadline end
@@ -114,19 +159,62 @@ local function scan(v)
             else
                 set(v, 'r:' .. string.sub(field, 4), nil)
                 set(v, field, nil)
-            end
-        elseif head == 'q:' then
-            if deadline > now then
-                qn = qn + 1
-                if qlo == 0 or deadline < qlo then qlo = deadline end
-                if deadline > qhi then qhi = deadline end
-            else
-                set(v, field, nil)
+                dropped = true
             end
         end
     end
-    store(v, 'r', rn, rlo, rhi)
-    store(v, 'q', qn, qlo, qhi)
+    store_readers(v, rn, rlo, rhi)
+    return dropped
+end
+
+-- How much of the lock the queue's head may be granted now: nothing while a writer holds it
+-- (or was granted it), all of it while nobody holds it.
+local function free(v)
+    if v.f.w then
+        return 0
+    end
+    return WHOLE - num(v, 'rn')
+end
+
+-- A hold field's value, from the view when this batch wrote or read it, else from the key.
+local function current(v, field)
+    if v.dirty[field] or v.owners[string.sub(field, 3)] then
+        return v.f[field]
+    end
+    return redis.call('HGET', v.key, field)
+end
+
+-- fifo.lua's `give` for lock v: the grant is a hold of count 0 until the claim lease ends.
+local function giver(v)
+    return function(waiter, n, claim)
+        local deadline = now + claim
+        if n >= WHOLE then
+            set(v, 'w', waiter)
+            set(v, 'wn', 0)
+            set(v, 'wd', deadline)
+        elseif not current(v, 'r:' .. waiter) then
+            set(v, 'r:' .. waiter, 0)
+            set(v, 'rd:' .. waiter, deadline)
+            add_reader(v, deadline)
+        end
+        v.latest = math.max(v.latest, deadline)
+    end
+end
+
+-- Grants what is free of lock v to the queue's first waiters; a waiter of client `own` is
+-- handed its grant (listed in v.handed), and a head that is `self` is taken out instead
+-- (returns true: the caller takes the lock itself).
+local function grant(v, self, own)
+    fifo_on(v.key, v.channel)
+    local head = queue_head()
+    if not head then
+        return false
+    end
+    local took, _, handed = grant_heads(free(v), self, giver(v), own, head)
+    for _, waiter in ipairs(handed) do
+        v.handed[#v.handed + 1] = waiter
+    end
+    return took
 end
 
 for _, key in ipairs(order) do
@@ -138,69 +226,99 @@ for _, key in ipairs(order) do
         for i, field in ipairs(v.want) do
             if got[i] then v.f[field] = got[i] end
         end
+        local freed = false
         if v.f.w and num(v, 'wd') <= now then
-            set(v, 'w', nil)
-            set(v, 'wn', nil)
-            set(v, 'wd', nil)
+            drop_writer(v)
+            freed = true
         end
-        if (num(v, 'rn') > 0 and num(v, 'rlo') <= now) or (num(v, 'qn') > 0 and num(v, 'qlo') <= now) then
-            scan(v)
+        if num(v, 'rn') > 0 and num(v, 'rlo') <= now then
+            freed = scan(v) or freed
+        end
+        if freed then
+            -- A hold or grant ran out: the queue's head may come in (told by its message).
+            v.handed = {}
+            grant(v, nil, '')
         end
     end
 end
 
 -- How long a refused caller may wait before asking again: until the writer's deadline, or
--- until the earliest reader deadline (a reader that ended by then is dropped by that call).
+-- until the earliest reader deadline (a reader that ended by then is dropped by that call);
+-- a second when it waits for others queued before it.
 local function refused(v)
     if v.f.w then
-        return -2 - (num(v, 'wd') - now)
+        return -2 - math.max(num(v, 'wd') - now, 1)
     end
-    return -2 - math.max(num(v, 'rlo') - now, 1)
+    if num(v, 'rn') > 0 then
+        return -2 - math.max(num(v, 'rlo') - now, 1)
+    end
+    return -2 - 1000
 end
 
-local function drop_intent(v, owner)
-    if not v.f['q:' .. owner] then
+-- Whether newcomer e, wanting n of the lock, may take it now: the lock is free for it and
+-- nobody is queued before it (the queue's first waiters are granted what is free first).
+local function admitted(v, e, n)
+    if free(v) < n then
         return false
     end
-    set(v, 'q:' .. owner, nil)
-    store(v, 'q', num(v, 'qn') - 1, num(v, 'qlo'), num(v, 'qhi'))
-    return true
+    fifo_on(v.key, v.channel)
+    if not queue_head() then
+        return true
+    end
+    return grant(v, e.owner, '') or (free(v) >= n and not queue_head())
+end
+
+-- A refused newcomer: queued (or its place kept) unless it makes a single attempt.
+local function refuse(v, e, n)
+    if e.life > 0 then
+        fifo_on(v.key, v.channel)
+        enqueue(e.owner, n, e.life, e.claim, e.lease)
+    end
+    return refused(v)
+end
+
+-- The client of an owner field: its waiters are handed what the owner's release frees.
+local function client_of(owner)
+    return string.match(owner, '^[^:]*')
 end
 
 local ops = {}
 
 function ops.read(v, e)
     local owner, writer = e.owner, v.f.w
+    local field, deadline = 'r:' .. owner, now + e.lease
+    local reads = num(v, field)
+    if v.f[field] and reads == 0 then
+        -- Granted from the queue: claimed, under the reader's own lease from now.
+        set(v, field, 1)
+        set(v, 'rd:' .. owner, deadline)
+        set(v, 'rlo', math.min(num(v, 'rlo'), deadline))
+        set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
+        v.latest = math.max(v.latest, deadline)
+        return 1
+    end
     if writer and writer ~= owner then
-        return refused(v)
+        return refuse(v, e, 1)
     end
-    local reads = num(v, 'r:' .. owner)
-    -- A re-entry, or a writer taking the read lock, never waits; anybody else waits for the
-    -- writers that wait.
-    local mine = v.f['q:' .. owner] and 1 or 0
-    if reads == 0 and writer ~= owner and not e.reentry and num(v, 'qn') - mine > 0 then
-        return -2 - 1000
+    -- A re-entry, or a writer taking the read lock, never queues; anybody else comes after
+    -- the waiters queued before it.
+    if reads == 0 and writer ~= owner and not e.reentry and not admitted(v, e, 1) then
+        return refuse(v, e, 1)
     end
-    local deadline = now + e.lease
     if reads == 0 then
-        local rn = num(v, 'rn')
-        if rn == 0 then
-            store(v, 'r', 1, deadline, deadline)
-        else
-            store(v, 'r', rn + 1, math.min(num(v, 'rlo'), deadline), math.max(num(v, 'rhi'), deadline))
-        end
+        add_reader(v, deadline)
     else
         deadline = math.max(deadline, num(v, 'rd:' .. owner))
         set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
     end
-    set(v, 'r:' .. owner, reads + 1)
+    set(v, field, reads + 1)
     set(v, 'rd:' .. owner, deadline)
     v.latest = math.max(v.latest, deadline)
     return reads + 1
 end
 
 -- A read by an owner that already reads in another name (the client's shared read hold):
--- a re-entry, which a waiting writer's intent does not hold back.
+-- a re-entry, which does not queue.
 function ops.reenter(v, e)
     e.reentry = true
     return ops.read(v, e)
@@ -208,36 +326,24 @@ end
 
 function ops.write(v, e)
     local owner, writer = e.owner, v.f.w
+    local deadline = now + e.lease
     if writer == owner then
-        local deadline = math.max(num(v, 'wd'), now + e.lease)
-        local writes = num(v, 'wn') + 1
-        set(v, 'wn', writes)
+        -- A re-entry, or the claim of a grant from the queue (count 0), whose lease starts now.
+        local writes = num(v, 'wn')
+        if writes > 0 then
+            deadline = math.max(num(v, 'wd'), deadline)
+        end
+        set(v, 'wn', writes + 1)
         set(v, 'wd', deadline)
         v.latest = math.max(v.latest, deadline)
-        return writes
+        return writes + 1
     end
     if num(v, 'r:' .. owner) > 0 then
         return 0
     end
-    if writer or num(v, 'rn') > 0 then
-        if e.intent > 0 then
-            local deadline = now + e.intent
-            local qn = num(v, 'qn')
-            if not v.f['q:' .. owner] then
-                qn = qn + 1
-            end
-            if qn == 1 then
-                store(v, 'q', 1, deadline, deadline)
-            else
-                store(v, 'q', qn, math.min(num(v, 'qlo'), deadline), math.max(num(v, 'qhi'), deadline))
-            end
-            set(v, 'q:' .. owner, deadline)
-            v.latest = math.max(v.latest, deadline)
-        end
-        return refused(v)
+    if not admitted(v, e, WHOLE) then
+        return refuse(v, e, WHOLE)
     end
-    drop_intent(v, owner)
-    local deadline = now + e.lease
     set(v, 'w', owner)
     set(v, 'wn', 1)
     set(v, 'wd', deadline)
@@ -255,22 +361,15 @@ function ops.unread(v, e)
         set(v, reader, reads - 1)
         return reads - 1
     end
-    set(v, reader, nil)
-    set(v, 'rd:' .. e.owner, nil)
-    local rn = num(v, 'rn') - 1
-    if rn > 0 then
-        set(v, 'rn', rn)
-    else
-        store(v, 'r', 0)
-        if not v.f.w then
-            v.publish = true
-        end
+    drop_reader(v, e.owner)
+    if num(v, 'rn') == 0 and not v.f.w then
+        grant(v, nil, client_of(e.owner))
     end
     return 0
 end
 
 function ops.unwrite(v, e)
-    if v.f.w ~= e.owner then
+    if v.f.w ~= e.owner or num(v, 'wn') == 0 then
         return -1
     end
     local writes = num(v, 'wn') - 1
@@ -278,10 +377,8 @@ function ops.unwrite(v, e)
         set(v, 'wn', writes)
         return writes
     end
-    set(v, 'w', nil)
-    set(v, 'wn', nil)
-    set(v, 'wd', nil)
-    v.publish = true
+    drop_writer(v)
+    grant(v, nil, client_of(e.owner))
     return 0
 end
 
@@ -292,9 +389,9 @@ function ops.renew_read(v, e)
     local deadline = now + e.lease
     local rn = num(v, 'rn')
     if rn == 1 then
-        store(v, 'r', 1, deadline, deadline)
+        store_readers(v, 1, deadline, deadline)
     else
-        store(v, 'r', rn, math.min(num(v, 'rlo'), deadline), math.max(num(v, 'rhi'), deadline))
+        store_readers(v, rn, math.min(num(v, 'rlo'), deadline), math.max(num(v, 'rhi'), deadline))
     end
     set(v, 'rd:' .. e.owner, deadline)
     v.latest = math.max(v.latest, deadline)
@@ -302,7 +399,7 @@ function ops.renew_read(v, e)
 end
 
 function ops.renew_write(v, e)
-    if v.f.w ~= e.owner then
+    if v.f.w ~= e.owner or num(v, 'wn') == 0 then
         return 0
     end
     local deadline = now + e.lease
@@ -311,12 +408,21 @@ function ops.renew_write(v, e)
     return 1
 end
 
+-- The owner stops waiting: its place goes, and a grant it has not claimed goes to the next.
 function ops.withdraw(v, e)
-    -- Readers held back by this intent may come in now.
-    if drop_intent(v, e.owner) and not v.f.w then
-        v.publish = true
+    local owner, back = e.owner, 0
+    fifo_on(v.key, v.channel)
+    dequeue(owner)
+    if v.f.w == owner and num(v, 'wn') == 0 then
+        drop_writer(v)
+        back = 1
+    elseif v.f['r:' .. owner] and num(v, 'r:' .. owner) == 0 then
+        drop_reader(v, owner)
+        back = 1
     end
-    return 1
+    -- Free for the next waiters: its grant, or what it held them back from as the head.
+    grant(v, nil, client_of(owner))
+    return back
 end
 
 local out = {}
@@ -327,16 +433,17 @@ for i, e in ipairs(entries) do
     elseif not op then
         out[i] = { 0, 'ERR unknown rwlock operation' }
     else
-        out[i] = { 1, op(v, e) }
+        v.handed = {}
+        out[i] = { 1, with_handed(op(v, e), v.handed) }
     end
 end
 
--- Write each lock once. Nothing is left of a lock without a writer, readers or intents; the
--- key lives as long as the latest deadline in it (the upper bounds), never shorter.
+-- Write each lock once. Nothing is left of a lock without a writer or readers; the key lives
+-- as long as the latest deadline in it (the upper bounds), never shorter.
 for _, key in ipairs(order) do
     local v = views[key]
     if not v.err and next(v.dirty) then
-        if not v.f.w and num(v, 'rn') == 0 and num(v, 'qn') == 0 then
+        if not v.f.w and num(v, 'rn') == 0 then
             redis.call('DEL', key)
         else
             local sets, dels = {}, {}
@@ -355,17 +462,13 @@ for _, key in ipairs(order) do
                 redis.call('HSET', key, unpack(sets))
             end
             if v.latest > 0 then
-                local latest = math.max(v.latest, num(v, 'rhi'), num(v, 'qhi'))
+                local latest = math.max(v.latest, num(v, 'rhi'))
                 if v.f.w then
                     latest = math.max(latest, num(v, 'wd'))
                 end
                 redis.call('PEXPIRE', key, latest - now)
             end
         end
-    end
-    -- A release that a later entry's write grant followed lets nobody else in: no message.
-    if v.publish and not v.f.w then
-        redis.call('PUBLISH', v.channel, '0')
     end
 end
 return out

@@ -34,13 +34,11 @@ use crate::task::AbortOnDrop;
 
 mod channel;
 mod reader;
-mod relay;
 
 use reader::run_reader;
 
 pub(crate) use channel::Subscription;
 use channel::{Channel, Poll};
-pub(crate) use relay::{RelayClass, Turn};
 
 /// The nonce of a grant that a release of this client handed over ([`Subscriber::handed`]):
 /// the server's grant messages on the semaphores' channels carry 0.
@@ -248,29 +246,12 @@ impl Subscriber {
         }
     }
 
-    /// Gives one relay waiter of `class` on `channel` a turn now (or the next to wait), as a
-    /// local release that lets one in would: its attempt then rides behind the release
-    /// (`Node::family_call_then`); the release's own message still comes.
-    pub(crate) fn wake_one(&self, channel: &str, class: usize) {
-        if let Some(channel) = self.channels.lock().get(channel) {
-            channel.wake_one(class);
-        }
-    }
-
     /// A release of this client handed `field`, a waiter listening on `channel`, what it waits
     /// for (`lua/fifo.lua`): kept as a grant with [`HANDED`], which wakes that waiter alone. A
     /// waiter not listening yet finds the grant with the attempt it makes after subscribing.
     pub(crate) fn handed(&self, channel: &str, field: &str) {
         if let Some(channel) = self.channels.lock().get(channel) {
             channel.granted_here(field.as_bytes(), HANDED, None);
-        }
-    }
-
-    /// Gives every relay waiter of `class` waiting on `channel` now a turn (see
-    /// [`wake_one`](Self::wake_one)).
-    pub(crate) fn wake_class(&self, channel: &str, class: usize) {
-        if let Some(channel) = self.channels.lock().get(channel) {
-            channel.wake_class(class);
         }
     }
 }

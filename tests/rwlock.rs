@@ -17,6 +17,14 @@ fn fields(server: &Server, key: &str) -> HashMap<String, String> {
         .unwrap()
 }
 
+/// The owners queued for the lock (`<key>:qd`).
+fn queued(server: &Server, key: &str) -> Vec<String> {
+    redis::cmd("HKEYS")
+        .arg(format!("{key}:qd"))
+        .query(&mut server.conn())
+        .unwrap()
+}
+
 fn once() -> LockOptions {
     LockOptions::new().wait(Duration::ZERO)
 }
@@ -329,14 +337,12 @@ async fn a_cancelled_writer_leaves_nothing() {
     let writer = b.read_write_lock(&name).unwrap();
     let gave_up = tokio::time::timeout(Duration::from_millis(200), writer.write().lock()).await;
     assert!(gave_up.is_err());
-    // Its intent is withdrawn: a new reader need not wait out the intent's 3 s.
+    // Its place is withdrawn: a new reader need not wait out the place's life.
     let withdrawn = support::eventually_async(Duration::from_millis(500), || async {
-        !fields(&server, lock.key())
-            .keys()
-            .any(|f| f.starts_with("q:"))
+        queued(&server, lock.key()).is_empty()
     })
     .await;
-    assert!(withdrawn, "intent left: {:?}", fields(&server, lock.key()));
+    assert!(withdrawn, "place left: {:?}", queued(&server, lock.key()));
     let other = a.read_write_lock(&name).unwrap().with_owner(Owner::new());
     assert!(
         other.read().try_lock().await.unwrap().is_some(),
@@ -369,12 +375,10 @@ async fn a_cancelled_writer_leaves_nothing() {
             .is_none()
     });
     let intent = support::eventually_async(Duration::from_secs(1), || async {
-        fields(&server, lock.key())
-            .keys()
-            .any(|f| f.starts_with("q:"))
+        !queued(&server, lock.key()).is_empty()
     })
     .await;
-    assert!(intent, "the writer left no intent");
+    assert!(intent, "the writer did not queue");
     let late = a.read_write_lock(&name).unwrap().with_owner(Owner::new());
     let asked = Instant::now();
     let late_guard = late.read().lock().await.unwrap();
@@ -403,5 +407,14 @@ async fn a_cancelled_writer_leaves_nothing() {
         freed,
         "a cut-off acquisition kept the write lock: {:?}",
         fields(&server, lock.key())
+    );
+    let left = support::eventually_async(Duration::from_secs(3), || async {
+        queued(&server, lock.key()).is_empty()
+    })
+    .await;
+    assert!(
+        left,
+        "a cut-off wait left its place: {:?}",
+        queued(&server, lock.key())
     );
 }

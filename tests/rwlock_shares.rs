@@ -265,7 +265,7 @@ async fn readers_held_back_by_a_local_writer_come_in_when_it_gives_up() {
     theirs.unlock().await.unwrap();
 }
 
-/// A writer of another client waits (its intent keeps new readers out) while `owner` reads
+/// A writer of another client waits (queued, it keeps new readers out) while `owner` reads
 /// again: a re-entry, in whatever name the first read holds, is never held back.
 async fn reenters_past_a_waiting_writer(first_fixed: bool) {
     support::init_tracing();
@@ -284,12 +284,10 @@ async fn reenters_past_a_waiting_writer(first_fixed: bool) {
         let w = writer.write().lock().await.unwrap();
         w.unlock().await.unwrap();
     });
-    let intent = support::eventually(Duration::from_secs(1), || {
-        fields(&server, lock.key())
-            .keys()
-            .any(|f| f.starts_with("q:"))
+    let queued = support::eventually(Duration::from_secs(1), || {
+        support::exists(&server, &format!("{}:q", lock.key()))
     });
-    assert!(intent, "the writer never waited");
+    assert!(queued, "the writer never waited");
     let options = match first_fixed {
         true => LockOptions::new().wait(Duration::from_secs(2)),
         false => fixed.wait(Duration::from_secs(2)),

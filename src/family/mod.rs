@@ -7,9 +7,9 @@
 //!
 //! Shared here: the keys, the input checks, and the waiting loop (attempt; on failure subscribe
 //! to the object's channel on the client's one subscriber connection, attempt again, then sleep
-//! until a message or a bounded nap). The semaphores' waiters queue on the server and hear of
-//! their own grants only (`queued.rs`); the latch and the read-write lock wake on the object's
-//! channel.
+//! until a message or a bounded nap). The waiters of the semaphores and the read-write lock
+//! queue on the server and hear of their own grants only (`queued.rs`); the latch's wake on the
+//! object's channel.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,12 +18,11 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::FamilyScript;
-use crate::pubsub::{HANDED, RelayClass, Subscription, Turn};
+use crate::pubsub::{HANDED, Subscription};
 use crate::shared::Client;
 use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
 
-mod arrivals;
 mod fair;
 mod guard;
 mod kept;
@@ -32,7 +31,6 @@ mod permits;
 mod queued;
 mod rwlock;
 mod rwlock_guard;
-mod rwlock_local;
 mod rwlock_share;
 mod semaphore;
 
@@ -261,38 +259,19 @@ pub(crate) enum Attempt<T> {
 pub(crate) enum Wake {
     /// Every waiter attempts: a latch opens for all.
     All,
-    /// One waiter of the class attempts; a granted one wakes `pass` more (`pubsub/relay.rs`).
-    Relay(RelayClass),
     /// Only a grant naming this waiter wakes it: the channel is its client's own, on which the
-    /// script publishes a grant to one of the client's queued waiters (`lua/semaphore.lua`).
+    /// script publishes a grant to one of the client's queued waiters (`lua/fifo.lua`).
     Grant(Arc<str>),
-}
-
-impl Wake {
-    /// Relay waiting, class `class`; a grant wakes `pass` more waiters of the class.
-    pub(crate) const fn relay(class: usize, pass: usize) -> Wake {
-        Wake::Relay(RelayClass { class, pass })
-    }
-
-    /// The relay class (0 for the others).
-    pub(crate) fn class(&self) -> usize {
-        match self {
-            Wake::Relay(relay) => relay.class,
-            Wake::All | Wake::Grant(_) => 0,
-        }
-    }
 }
 
 /// Attempts until one succeeds or `wait` is spent (`Ok(None)`). After the first failed attempt
 /// it subscribes to `channel` and attempts once more at once (a message sent before the
 /// subscription would be missed) unless the client was subscribed since before the attempt,
-/// then sleeps until a message (or, relay waiters, its turn; grant waiters, a grant naming
-/// them) or the nap, whichever is first. `attempt(true)`: a release of this client handed a
+/// then sleeps until a message (grant waiters: a grant naming them) or the nap, whichever is first. `attempt(true)`: a release of this client handed a
 /// grant waiter what it waits for (`queued.rs`), so the attempt answers `Done` without asking.
 ///
 /// # Cancel safety
-/// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it,
-/// and a relay turn it held is passed on.
+/// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it.
 pub(crate) async fn wait_for<T, F, Fut>(
     client: &Client,
     channel: &Arc<str>,
@@ -306,8 +285,6 @@ where
 {
     let inner = &client.inner;
     let mut subscription: Option<Subscription> = None;
-    // Set while this waiter holds a relay turn it has not used up.
-    let mut turn: Option<Turn> = None;
     // The grants kept for this waiter are spent by its next attempt: it claims a grant the
     // server told of, and takes one a release of this client handed it without asking.
     let spend_grant = |subscription: &Option<Subscription>| match (&wake, subscription) {
@@ -325,18 +302,11 @@ where
         let handed = spend_grant(&subscription);
         let nap = match attempt(handed).await? {
             Attempt::Done(value) => {
-                if let Some(turn) = turn.take() {
-                    turn.granted();
-                }
                 spend_grant(&subscription);
                 return Ok(Some(value));
             }
             Attempt::Again(nap) => nap.unwrap_or(NAP).min(NAP),
         };
-        // Refused: the others of the class sleep on.
-        if let Some(turn) = turn.take() {
-            turn.refused();
-        }
         let Some(remaining) = wait.remaining() else {
             return Ok(None);
         };
@@ -356,15 +326,9 @@ where
             }
         };
         let nap = remaining.map_or(nap, |left| left.min(nap));
-        match &wake {
-            Wake::All | Wake::Grant(_) => tokio::select! {
-                _ = subscribed.notified() => {}
-                _ = tokio::time::sleep(nap) => {}
-            },
-            Wake::Relay(relay) => tokio::select! {
-                mine = subscribed.turn(*relay) => turn = Some(mine),
-                _ = tokio::time::sleep(nap) => {}
-            },
+        tokio::select! {
+            _ = subscribed.notified() => {}
+            _ = tokio::time::sleep(nap) => {}
         }
     }
 }

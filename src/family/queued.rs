@@ -1,13 +1,14 @@
-//! Waiting in a semaphore's queue on the server (`lua/fifo.lua`), from the client's side: the
-//! waiter's name in the queue, its place (withdrawn when the wait ends without permits), and
-//! a release's reply that hands permits to this client's waiters.
+//! Waiting in a queue on the server (`lua/fifo.lua`: a semaphore's, a read-write lock's), from
+//! the client's side: the waiter's name in the queue, its place (withdrawn when the wait ends
+//! without a grant), and a release's reply that hands grants to this client's waiters.
 //!
-//! A waiter's attempts carry its name, `<client id>:w<n>`, one per wait. Refused, an attempt
-//! queues the waiter (or keeps its place); a call that frees permits grants them to the first
-//! waiters that fit and tells each grantee's client alone, on `<channel>:<client id>`, where
-//! the waiter listens ([`Wake::Grant`](super::Wake::Grant)); its next attempt claims the grant.
-//! A release names this client's own waiters it handed permits to in its reply
-//! ([`hand_over`]): they are resolved from it, without a message or another attempt.
+//! A waiter's attempts carry its name: `<client id>:w<n>`, one per wait, for the semaphores;
+//! the owner's field for the read-write lock. Refused, an attempt queues the waiter (or keeps
+//! its place); a call that frees what waiters want grants it to the first waiters that fit
+//! and tells each grantee's client alone, on `<channel>:<client id>`, where the waiter listens
+//! ([`Wake::Grant`](super::Wake::Grant)); its next attempt claims the grant. A release names
+//! this client's own waiters it granted to in its reply ([`hand_over`]): a semaphore's are
+//! resolved from it without a message or another attempt, a read-write lock's claim at once.
 
 use std::future::Future;
 use std::pin::Pin;

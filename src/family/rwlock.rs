@@ -1,17 +1,17 @@
 //! [`ReadWriteLock`]: many readers or one writer, each hold with its own lease.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::FutureExt;
+use redis::Value;
 
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::family::FamilyKeys;
+use crate::family::queued;
 use crate::family::rwlock_guard::{ReadGuard, WriteGuard};
-use crate::family::rwlock_local::LocalTurns;
-use crate::family::rwlock_share::Share;
-use crate::family::{FamilyKeys, Wake};
+use crate::family::rwlock_share::{ReadShares, Share};
 use crate::node::FamilyScript;
 use crate::owner::Owner;
 use crate::scope::LockOptions;
@@ -22,13 +22,13 @@ mod acquire;
 
 pub(crate) use acquire::Asking;
 
-pub(crate) static SCRIPT: FamilyScript =
-    FamilyScript::batching("rwlock", include_str!("../../lua/rwlock.lua"));
-
-/// How long a waiting writer keeps new readers out without asking again: a writer asks at
-/// least once a second while it waits, so only a writer that crashed while waiting holds
-/// readers up, for this long at most.
-pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
+pub(crate) static SCRIPT: FamilyScript = FamilyScript::batching(
+    "rwlock",
+    concat!(
+        include_str!("../../lua/fifo.lua"),
+        include_str!("../../lua/rwlock.lua")
+    ),
+);
 
 /// A read-write lock (Redisson's `RReadWriteLock`): many readers at once, or one writer.
 ///
@@ -52,27 +52,20 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 ///   Valkey 9) is not used, as it would add a second script path (and, on Valkey 9.0, a
 ///   replication fault) for what the deadlines already give; the client picks nothing at
 ///   connect.
-/// - **Writers are not starved**: a writer that waits keeps *new* readers out (re-entries and
-///   the writer's own downgrade still pass) until it gets the lock or stops waiting; a writer
-///   that crashed while waiting holds readers up for 3 s at most. A steady stream of writers
-///   can in turn keep readers waiting.
-/// - **Waking**: a write release wakes the waiting readers and writers; a read release wakes
-///   them when it was the last reader. Each waiter also looks again when the lease it waits
-///   for runs out (a writer waiting for readers looks again at each reader's deadline, so it
-///   gets the lock just after the last reader's lease), and at least once a second.
-/// - **Turns within one client**: a write release hands over at once to a waiting writer of
-///   the same client, or else to all its waiting readers, and the last of its shared read
-///   holds out hands over to a waiting writer: the woken waiters' attempts go out in the same
-///   script call as the release (no message is published when a writer took the lock in
-///   it). A writer that arrives behind a writer of another owner of the client, still asking
-///   or waiting, queues up behind it instead of asking the server (that writer's intent
-///   already keeps new readers out); a writer that arrives while the client's own shared read
-///   holds have the lock waits for their hand-over instead, so readers of other clients may
-///   still come in until this client's readers are out, and its intent holds them back from
-///   then on. (A waiter that has to subscribe to the lock's channel first asks once right
-///   after, as every waiter does, lest a release slipped in before it listened.) Readers of a
-///   client wait without asking while a writer of that client waits (for 3 s at most after
-///   that writer last asked, as its intent on the server would).
+/// - **First come, first served, whatever the process**: a reader or writer that finds the
+///   lock taken, or others waiting before it, takes its place in a queue on the server. A
+///   release that frees the lock grants it in the same call to the queue's head: the first
+///   readers together, or one writer. So a waiting writer keeps new readers out, and a steady
+///   stream of writers cannot keep a reader waiting either. Re-entries and the writer's own
+///   downgrade never queue. A single attempt (`try_lock`) is never queued and never passes
+///   anybody queued.
+/// - **Waking**: a grant is told to the grantee's process alone, with one message (or, to a
+///   waiter of the releasing process, in the release's reply), and the grantee claims it with
+///   its next call. A grantee whose process died holds the lock for the claim lease at most
+///   ([`Config::claim_lease`](crate::Config::claim_lease)); a waiter that stops waiting leaves
+///   the queue at once (its place also ends a few seconds after its last attempt, should its
+///   process die). A waiter also looks again when the lease it waits for runs out, and at
+///   least once a second.
 /// - **Shared read holds**: one client's concurrent readers without an explicit lease share
 ///   one hold on the server (field `<client id>:readers-<n>`): the first asks, the others join
 ///   it without a round trip, each guard still releases only its own place, and the last one
@@ -102,9 +95,10 @@ pub(crate) const WRITE_INTENT: Duration = Duration::from_secs(3);
 pub struct ReadWriteLock {
     pub(crate) client: Client,
     pub(crate) keys: Arc<FamilyKeys>,
-    /// This client's waiters of the lock, for local hand-over (`rwlock_local.rs`), and its
-    /// shared read holds (`rwlock_share.rs`).
-    pub(crate) local: Arc<LocalTurns>,
+    /// This client's shared read holds of the lock (`rwlock_share.rs`).
+    pub(crate) shares: Arc<ReadShares>,
+    /// The channel on which the script tells this client's waiters of their grants.
+    grants: Arc<str>,
     owner: Option<Owner>,
 }
 
@@ -141,20 +135,6 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    /// How this side's local waiters take turns: a granted reader lets the next readers try
-    /// (they are likely to get in too); a granted writer leaves nothing for the other writers.
-    fn wake(self) -> Wake {
-        match self {
-            Kind::Read => Wake::relay(0, 2),
-            Kind::Write => Wake::relay(1, 0),
-        }
-    }
-
-    /// This side's relay class.
-    pub(crate) fn class(self) -> usize {
-        self.wake().class()
-    }
-
     pub(crate) fn ops(self) -> (&'static str, &'static str, &'static str) {
         match self {
             Kind::Read => ("read", "unread", "renew_read"),
@@ -182,7 +162,8 @@ impl ReadWriteLock {
     pub(crate) fn new(client: Client, name: &str) -> Result<ReadWriteLock> {
         let keys = FamilyKeys::new(&client, name, "rw", "unlock")?;
         Ok(ReadWriteLock {
-            local: client.inner.local_states.of::<LocalTurns>(&keys.key),
+            shares: client.inner.local_states.of::<ReadShares>(&keys.key),
+            grants: queued::grant_channel(&client, &keys.channel),
             client,
             keys: Arc::new(keys),
             owner: None,
@@ -226,69 +207,51 @@ impl ReadWriteLock {
         owner.field(&self.client.inner.id_text)
     }
 
-    /// Runs one operation of `lua/rwlock.lua` for `field`.
+    /// Runs one operation of `lua/rwlock.lua` for `field` that answers an integer (a renewal).
     pub(crate) async fn call(&self, op: &str, field: &str, lease_ms: u64) -> Result<i64> {
-        self.call_with_intent(op, field, lease_ms, 0).await
-    }
-
-    /// [`call`](Self::call) for a writer that will wait: a refusal leaves its intent for
-    /// `intent_ms`.
-    async fn call_with_intent(
-        &self,
-        op: &str,
-        field: &str,
-        lease_ms: u64,
-        intent_ms: u64,
-    ) -> Result<i64> {
         self.client.inner.check_open()?;
-        self.request(op, field, lease_ms, intent_ms, None::<fn()>)
-            .await
+        let lease = itoa::Buffer::new().format(lease_ms).to_owned();
+        self.request(&[op, field, &lease, "0", "0"]).await
     }
 
     /// Gives back one `hold` of `field` (`checked`: refused once the client shuts down; a
-    /// guard's own release is not): `false` when the owner held nothing of that kind. As soon
-    /// as the release is queued, it wakes the local waiters it is likely to let in
-    /// (`rwlock_local.rs`).
+    /// guard's own release is not): `false` when the owner held nothing of that kind. Waiters
+    /// of this client the release granted the lock to are woken from its reply.
     pub(crate) async fn release(&self, hold: Hold, field: &str, checked: bool) -> Result<bool> {
-        Ok(self.release_then(hold, field, checked, false).await? >= 0)
-    }
-
-    /// [`release`](Self::release); with `rider`, the calling task's next call rides behind it
-    /// in the same script call even when it wakes nobody.
-    async fn release_then(
-        &self,
-        hold: Hold,
-        field: &str,
-        checked: bool,
-        rider: bool,
-    ) -> Result<i64> {
         if checked {
             self.client.inner.check_open()?;
         }
-        let whom = self.local.to_wake(hold);
-        let wake = (whom.is_some() || rider).then_some(move || {
-            if let Some(whom) = whom {
-                let (subscriber, channel) = (&self.client.inner.subscriber, &self.keys.channel);
-                LocalTurns::wake(subscriber, channel, whom);
-            }
-        });
-        self.request(hold.kind().ops().1, field, 0, 0, wake).await
+        let reply = self
+            .request(&[hold.kind().ops().1, field, "0", "0", "0"])
+            .await?;
+        Ok(self.hand_over(reply)? >= 0)
     }
 
-    /// Gives back `share`, which nobody is in any more: queued at once (`rider`: the calling
-    /// task's next call rides behind it, as a writer asking right after does), then finished
-    /// in the background whatever becomes of the caller. Outside a runtime the share ends with
-    /// its lease.
-    pub(crate) fn give_back(&self, share: Arc<Share>, rider: bool) {
+    /// Takes `field` out of the queue; a grant to it that it has not claimed goes to the next.
+    pub(crate) async fn withdraw(self, field: Arc<str>) {
+        let withdraw = || async {
+            let reply = self.request(&["withdraw", &field, "0", "0", "0"]).await?;
+            self.hand_over(reply)
+        };
+        queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
+    }
+
+    /// The integer of a reply that may name waiters of this client granted the lock, who are
+    /// woken.
+    fn hand_over(&self, reply: Value) -> Result<i64> {
+        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)
+    }
+
+    /// Gives back `share`, which nobody is in any more: queued at once, then finished in the
+    /// background whatever becomes of the caller. Outside a runtime the share ends with its
+    /// lease.
+    pub(crate) fn give_back(&self, share: Arc<Share>) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         let lock = self.clone();
         let release = async move {
-            if let Err(e) = lock
-                .release_then(Hold::Share, &share.field, false, rider)
-                .await
-            {
+            if let Err(e) = lock.release(Hold::Share, &share.field, false).await {
                 tracing::debug!(lock = %lock.keys.name, error = %e, "release of a shared read hold failed; it expires with its lease");
             }
         };
@@ -298,23 +261,15 @@ impl ReadWriteLock {
         let _ = queued.now_or_never();
     }
 
-    /// One operation of `lua/rwlock.lua` for `field`, whether or not the client shuts down;
-    /// `wake` runs once the request is queued, and the calls of the tasks it wakes ride behind
-    /// it (`Node::family_call_then`).
-    async fn request(
-        &self,
-        op: &str,
-        field: &str,
-        lease_ms: u64,
-        intent_ms: u64,
-        wake: Option<impl FnOnce()>,
-    ) -> Result<i64> {
-        let lease = itoa::Buffer::new().format(lease_ms).to_owned();
-        let intent = itoa::Buffer::new().format(intent_ms).to_owned();
+    /// One operation of `lua/rwlock.lua` with `args` (operation, owner field, lease, place
+    /// life, claim lease), whether or not the client shuts down.
+    async fn request<T: redis::FromRedisValue>(&self, args: &[&str; 5]) -> Result<T> {
         let keys = [&*self.keys.key, &*self.keys.channel];
-        let args = [op, field, &lease, &intent];
-        let node = &self.client.inner.node;
-        node.family_call_then(&SCRIPT, &keys, &args, wake).await
+        self.client
+            .inner
+            .node
+            .family_call(&SCRIPT, &keys, args)
+            .await
     }
 }
 
@@ -332,9 +287,9 @@ macro_rules! side_methods {
                 /// [`Error::WouldDeadlock`] when this owner holds the read lock but not the write lock.
                 ///
                 /// # Cancel safety
-                /// Cancel-safe: dropped while waiting it leaves nothing (a waiting writer's intent is
-                /// withdrawn); dropped while its request is on the wire, a grant that arrives is given
-                /// back in the background.
+                /// Cancel-safe: dropped while waiting it leaves nothing (its place in the queue is
+                /// withdrawn, and a grant it has not claimed goes to the next waiter); dropped while
+                /// its request is on the wire, a grant that arrives is given back in the background.
             );
 
             #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out (a zero wait: when it is not free for this owner now).")]

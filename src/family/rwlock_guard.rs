@@ -68,7 +68,7 @@ impl RwHold {
         started: Instant,
     ) -> RwHold {
         let kept = kept(&lock, Hold::Own(kind), field.clone(), lease, started);
-        let counted = lock.local.shares.own_held(&field);
+        let counted = lock.shares.own_held(&field);
         RwHold {
             lock,
             kind,
@@ -105,7 +105,7 @@ impl RwHold {
         match &self.held {
             Held::Own { .. } => Some((Hold::Own(self.kind), self.field.clone())),
             Held::Shared(share) => {
-                let share = self.lock.local.shares.leave(share, &self.field)?;
+                let share = self.lock.shares.leave(share, &self.field)?;
                 Some((Hold::Share, share.field.clone()))
             }
         }

@@ -3,26 +3,26 @@
 //! of their own (`<client id>:readers-<n>`), instead of a hold and two script calls each.
 //!
 //! - **Forming**: the first reader that finds no share open starts a background task that
-//!   waits for a read hold like any reader (pub/sub, hand-over, intent rules); readers that
-//!   come meanwhile wait for the same grant. When nobody waits any more the task stops (a grant
+//!   waits for a read hold like any reader (in the lock's queue); readers that come meanwhile
+//!   wait for the same grant. When nobody waits any more the task stops (a grant
 //!   on the wire is given back).
 //! - **Joining**: a share admits new readers for [`JOIN_WINDOW`] after its grant, then only
 //!   re-entries of its members; later readers form the next share. So a writer of another
-//!   client, whose intent keeps new holds out on the server, waits at most that window longer
-//!   than for separate holds. A writer of this client closes the share at once.
+//!   client, queued on the server, waits at most that window longer than for separate holds.
+//!   A writer of this client closes the share at once.
 //! - **Leaving**: the last member out of a closed share releases it on the server (its unlock
-//!   waits for that), handing the lock over to a writer of this client that waits for it. A
-//!   writer that finds the open share empty releases it and asks in the same script call. A share that had several readers at once stays open, empty, until its
-//!   window ends, for the next reader; a share that only ever had one reader is released by
-//!   that reader's unlock, as a hold of its own would be.
+//!   waits for that), which grants the lock to the queue's head. A writer that finds the open
+//!   share empty releases it before it asks. A share that had several readers at once stays
+//!   open, empty, until its window ends, for the next reader; a share that only ever had one
+//!   reader is released by that reader's unlock, as a hold of its own would be.
 //! - **Not shared**: fixed-lease readers (their lease is theirs), and an owner that holds the
-//!   lock in its own name (a fixed-lease read, or the write lock): its next read is a
-//!   re-entry or a downgrade, which passes a waiting writer's intent only in its own name. A
-//!   member's own fixed-lease read is asked for as a re-entry for the same reason.
+//!   lock in its own name (a fixed-lease read, or the write lock): its next read is a re-entry
+//!   or a downgrade, which passes the queue only in its own name. A member's own fixed-lease
+//!   read is asked for as a re-entry for the same reason.
 //! - **What members share**: the lease, its renewal, and so `lost()` and `valid_until()`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -46,10 +46,14 @@ pub(crate) const JOIN_WINDOW: Duration = Duration::from_millis(5);
 /// on the server).
 static NEXT_SHARE: AtomicU64 = AtomicU64::new(1);
 
-/// One lock's shared read holds in one client.
+/// One lock's shared read holds in one client (kept in the client's `LocalStates`, so every
+/// handle of the lock sees the same).
 #[derive(Default)]
 pub(crate) struct ReadShares {
     state: Arc<Mutex<State>>,
+    /// This client's writers waiting for the lock: a share granted meanwhile admits only the
+    /// readers that waited for it.
+    writers: Arc<AtomicUsize>,
 }
 
 #[derive(Default)]
@@ -58,8 +62,8 @@ struct State {
     live: Vec<Slot>,
     forming: Option<Forming>,
     /// Owners holding a read or write hold in their own name through this client, once per
-    /// hold: such an owner reads in its own name too (a re-entry, or a downgrade, passes a
-    /// waiting writer's intent only in the owner's own name).
+    /// hold: such an owner reads in its own name too (a re-entry, or a downgrade, passes the
+    /// queue only in the owner's own name).
     holding: Vec<Arc<str>>,
 }
 
@@ -184,31 +188,36 @@ impl ReadShares {
     }
 
     /// A writer `owner` is about to ask: an owner reading through a share would wait for
-    /// itself ([`Error::WouldDeadlock`]); the open share closes. What is ahead of the writer
-    /// in this client: see [`Ahead`].
-    pub(crate) fn writer_arrives(&self, lock: &ReadWriteLock, owner: &str) -> Result<Ahead> {
+    /// itself ([`Error::WouldDeadlock`]); the open share closes, and is returned to release
+    /// when nobody is in it any more.
+    pub(crate) fn writer_arrives(
+        &self,
+        lock: &ReadWriteLock,
+        owner: &str,
+    ) -> Result<Option<Arc<Share>>> {
         let mut state = self.state.lock();
         if state.live.iter().any(|slot| slot.position(owner).is_some()) {
             return Err(Error::WouldDeadlock {
                 name: lock.keys.name.to_string(),
             });
         }
-        if let Some(slot) = state.live.last_mut().filter(|slot| !slot.closed) {
-            slot.closed = true;
-            let share = slot.share.clone();
-            if let Some(share) = take_if_done(&mut state, &share) {
-                return Ok(Ahead::Release(share));
-            }
-        }
-        match state.live.iter().any(Slot::usable) {
-            true => Ok(Ahead::Shares),
-            false => Ok(Ahead::Nothing),
-        }
+        let Some(slot) = state.live.last_mut().filter(|slot| !slot.closed) else {
+            return Ok(None);
+        };
+        slot.closed = true;
+        let share = slot.share.clone();
+        Ok(take_if_done(&mut state, &share))
     }
 
-    /// Whether `owner` holds the lock in its own name through this client (a read or write).
-    pub(crate) fn holds_own(&self, owner: &str) -> bool {
-        self.state.lock().holding.iter().any(|o| **o == *owner)
+    /// A writer of this client waits, counted until the returned guard drops.
+    pub(crate) fn writer_waits(&self) -> WriterWaits {
+        self.writers.fetch_add(1, Ordering::AcqRel);
+        WriterWaits(self.writers.clone())
+    }
+
+    /// Whether a writer of this client waits.
+    pub(crate) fn writers_wait(&self) -> bool {
+        self.writers.load(Ordering::Acquire) > 0
     }
 
     /// Whether `owner` reads through one of this client's shares.
@@ -243,16 +252,13 @@ impl ReadShares {
     }
 }
 
-/// What a writer arriving finds ahead of it among this client's shares.
-pub(crate) enum Ahead {
-    /// No share holds the lock.
-    Nothing,
-    /// Shares with readers in them hold the lock: the last one out hands it over to a waiting
-    /// writer of this client, in the same script call as its release.
-    Shares,
-    /// The open share had nobody in it any more: the writer releases it, and asks right
-    /// behind the release.
-    Release(Arc<Share>),
+/// A writer of this client waiting, counted in [`ReadShares`] while it lives.
+pub(crate) struct WriterWaits(Arc<AtomicUsize>);
+
+impl Drop for WriterWaits {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Removes `share` when nobody is in it and it is done with (see [`Slot::done_when_empty`]);

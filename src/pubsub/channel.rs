@@ -10,7 +10,6 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::Subscriber;
-use super::relay::{RELAY_CLASSES, Relay};
 
 pub(super) struct Channel {
     pub(super) notify: Notify,
@@ -26,10 +25,6 @@ pub(super) struct Channel {
     lingering: AtomicBool,
     /// Whether the server has confirmed our SUBSCRIBE on the live connection.
     pub(super) subscribed: Mutex<bool>,
-    /// The last epoch that woke every listener, relay waiters included (shutdown, reconnect).
-    pub(super) everyone: AtomicU64,
-    /// Relay waiters, per class (`relay.rs`).
-    pub(super) relays: [Relay; RELAY_CLASSES],
     /// Grants to this client's waiters not yet taken, newest last: (owner field, nonce, token).
     /// A waiter takes only the one naming its latest queued attempt, so a stale one is never
     /// taken; the oldest go when there are more than [`GRANTS_KEPT`].
@@ -66,8 +61,6 @@ impl Channel {
             leaves: AtomicU64::new(0),
             lingering: AtomicBool::new(false),
             subscribed: Mutex::new(false),
-            everyone: AtomicU64::new(0),
-            relays: Default::default(),
             granted: Mutex::new(Vec::new()),
             grant_waiters: Mutex::new(HashMap::new()),
         }
@@ -96,12 +89,11 @@ impl Channel {
         }
     }
 
-    /// Wakes every listener, relay waiters included: the client shuts down, or messages may
-    /// have been lost (a reconnect, a subscription the server ended).
+    /// Wakes every listener: the client shuts down, or messages may have been lost (a
+    /// reconnect, a subscription the server ended).
     pub(super) fn wake_everyone(&self) {
-        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.foreign_epoch.fetch_add(1, Ordering::AcqRel);
-        self.everyone.fetch_max(epoch, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
 
@@ -144,12 +136,7 @@ pub(crate) struct Subscription {
     pub(super) poll: Option<Poll>,
 }
 
-impl Subscription {
-    /// Whether the client waits by polling (no messages from the server).
-    pub(super) fn polls(&self) -> bool {
-        self.poll.is_some()
-    }
-}
+impl Subscription {}
 
 impl Subscription {
     /// Resolves on the next unlock message, or at once if one arrived since this subscription

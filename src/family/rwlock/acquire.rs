@@ -1,63 +1,27 @@
 //! How a [`ReadWriteLock`](super::ReadWriteLock) hold is waited for and asked: through this
-//! client's shared read hold when it can (`rwlock_share.rs`), else in the owner's own name, by
-//! the family's waiting loop with a writer's intent left while it waits.
+//! client's shared read hold when it can (`rwlock_share.rs`), else in the owner's own name, in
+//! the lock's queue on the server (`lua/rwlock.lua`, `queued.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use super::{Kind, ReadWriteLock, Side, WRITE_INTENT};
+use super::{Hold, Kind, ReadWriteLock, Side};
 use crate::error::{Error, Result};
+use crate::family::queued;
 use crate::family::rwlock_guard::RwHold;
-use crate::family::rwlock_local::{LocalTurns, Waiting};
-use crate::family::rwlock_share::{Ahead, Join, Joined};
-use crate::family::{Attempt, Taken, ask, wait_for};
+use crate::family::rwlock_share::{Join, Joined};
+use crate::family::{Attempt, Taken, ask};
 use crate::scope::LockOptions;
-use crate::task::spawn_from_drop;
 use crate::terms::{Lease, Wait};
 
-/// In whose name, and how, a hold is asked for.
+/// How a hold is asked for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Asking {
-    /// The owner's own hold.
+    /// As a newcomer: it queues behind the waiters before it.
     Own,
-    /// A shared read hold (`rwlock_share.rs`): its field holds nothing yet.
-    Share,
     /// A read in the owner's own name by an owner already reading through a share: a
-    /// re-entry, which passes a waiting writer's intent as one.
+    /// re-entry, which does not queue.
     Reentry,
-    /// A write in the owner's own name while this client's shared read holds have the lock:
-    /// the writer waits for the last of them to hand it over before it asks.
-    AfterShares,
-}
-
-/// A waiter, counted locally while it waits; a writer's also withdraws its intent when its
-/// wait ends without the lock (also when the wait is cancelled), so readers need not wait out
-/// the intent's lease.
-struct Intent {
-    lock: ReadWriteLock,
-    field: Arc<str>,
-    kind: Kind,
-    waiting: Waiting,
-}
-
-impl Drop for Intent {
-    fn drop(&mut self) {
-        // Armed only while waiting, which leaves a writer's intent on the server (or queues
-        // it up locally, where it kept this client's readers back).
-        if !self.waiting.disarm() || self.kind == Kind::Read {
-            return;
-        }
-        let (subscriber, channel) = (&self.lock.client.inner.subscriber, &self.lock.keys.channel);
-        LocalTurns::wake(subscriber, channel, Kind::Read);
-        let (lock, field) = (self.lock.clone(), self.field.clone());
-        let withdraw = async move {
-            if let Err(e) = lock.call("withdraw", &field, 0).await {
-                tracing::debug!(lock = %lock.keys.name, error = %e, "could not withdraw a write intent; it expires");
-            }
-        };
-        spawn_from_drop(&self.lock.client.inner.background, withdraw);
-    }
 }
 
 impl Side {
@@ -66,7 +30,8 @@ impl Side {
         let watchdog = lock.client.inner.config.watchdog_lease;
         let (lease, wait) = options.terms(watchdog)?;
         let field = lock.field();
-        let shares = &lock.local.shares;
+        let shares = &lock.shares;
+        let mut _writer_waits = None;
         let asking = match self.kind {
             Kind::Read => {
                 if let Lease::Watchdog(_) = lease {
@@ -90,16 +55,13 @@ impl Side {
                 }
             }
             Kind::Write => {
-                // Readers of this client's shared holds go first: an owner among them would
-                // wait for itself; a shared hold nobody uses any more goes now.
-                match shares.writer_arrives(lock, &field)? {
-                    Ahead::Nothing => Asking::Own,
-                    Ahead::Shares => Asking::AfterShares,
-                    Ahead::Release(share) => {
-                        lock.give_back(share, true);
-                        Asking::Own
-                    }
+                // An owner reading through a share would wait for itself; the open share
+                // closes, and goes now if nobody is in it any more.
+                if let Some(share) = shares.writer_arrives(lock, &field)? {
+                    lock.give_back(share);
                 }
+                _writer_waits = Some(shares.writer_waits());
+                Asking::Own
             }
         };
         let started = lock
@@ -110,13 +72,9 @@ impl Side {
 }
 
 impl ReadWriteLock {
-    /// Waits on `wait`'s terms for a hold of `kind` for `field`; when granted, the time its
+    /// Waits on `wait`'s terms for a hold of `kind` for `field`, in the lock's queue (a wait
+    /// that ends without the hold withdraws from it); when granted, the time its claiming
     /// request was sent.
-    ///
-    /// A shared read hold being asked for holds nothing yet, so while a writer of this client
-    /// waits, a wake-up sends no attempt: the writer goes first (its intent would hold the
-    /// readers back anyway, or it waits for this client's shares to hand the lock over), and
-    /// its release or withdrawal wakes the readers again.
     pub(crate) async fn wait_hold(
         &self,
         kind: Kind,
@@ -125,99 +83,69 @@ impl ReadWriteLock {
         wait: Wait,
         asking: Asking,
     ) -> Result<Option<Instant>> {
-        let intent = Intent {
-            lock: self.clone(),
-            field: field.clone(),
-            kind,
-            waiting: self.local.waiting(kind),
-        };
-        let intent_ref = &intent;
-        // A writer that waits as long as it takes, counted while it asks or waits.
-        let writer = (kind == Kind::Write && matches!(wait, Wait::Forever))
-            .then(|| self.local.writer_asks(field));
-        let first = AtomicBool::new(true);
-        let (writer, first) = (&writer, &first);
-        let granted = wait_for(
+        let terms = queued::terms(&self.client, wait);
+        let withdrawal = self.clone().withdraw(field.clone());
+        let terms = &terms;
+        // A grant, told of or handed over in a release's reply, is claimed by the next
+        // attempt: it holds nothing of the owner's until then.
+        queued::wait_in_queue(
             &self.client,
-            &self.keys.channel,
+            &self.grants,
             wait,
-            kind.wake(),
-            move |_| {
-                let skip = asking == Asking::Share && self.local.writers_wait_fresh();
-                // A writer that comes behind a writer of another owner of this client still
-                // asking or waiting (whose intent keeps readers out), or while this client's
-                // shared read holds have the lock, waits for the local hand-over, a message
-                // or a nap before it asks: the release hands over to a waiting writer in its
-                // own script call. Never an owner that holds the lock in its own name: it
-                // re-enters, or is refused an upgrade, at once.
-                let queue_up = first.swap(false, Ordering::Relaxed)
-                    && writer.as_ref().is_some_and(|w| {
-                        (asking == Asking::AfterShares || w.behind_another())
-                            && !self.local.shares.holds_own(field)
-                    });
-                // Only writers that will wait hold readers back (a single try leaves no intent).
-                if kind == Kind::Write && !matches!(wait, Wait::Once) {
-                    self.local.writer_active();
-                }
-                async move {
-                    if skip || queue_up {
-                        // Counted before it waits: a release hands over to it from now on.
-                        intent_ref.waiting.arm();
-                        return Ok(Attempt::Again(None));
-                    }
-                    let started = Instant::now();
-                    let intent_ms = match wait {
-                        Wait::Once => 0,
-                        _ => WRITE_INTENT.as_millis() as u64,
-                    };
-                    match self.attempt(kind, asking, field, lease, intent_ms).await? {
-                        Taken::Granted => Ok(Attempt::Done(started)),
-                        Taken::WouldDeadlock => Err(Error::WouldDeadlock {
-                            name: self.keys.name.to_string(),
-                        }),
-                        Taken::Refused(nap) => {
-                            if intent_ms > 0 {
-                                intent_ref.waiting.arm();
-                            }
-                            Ok(Attempt::Again(nap))
-                        }
-                    }
+            field,
+            withdrawal,
+            |_| async move {
+                let started = Instant::now();
+                match self.attempt(kind, asking, field, lease, terms).await? {
+                    Taken::Granted => Ok(Attempt::Done(started)),
+                    Taken::WouldDeadlock => Err(Error::WouldDeadlock {
+                        name: self.keys.name.to_string(),
+                    }),
+                    Taken::Refused(nap) => Ok(Attempt::Again(nap)),
                 }
             },
         )
-        .await?;
-        if granted.is_some() {
-            // The grant cleared our intent on the server.
-            intent.waiting.disarm();
-        }
-        Ok(granted)
+        .await
     }
 
-    /// One acquisition request; a grant whose caller stopped waiting is given back.
+    /// One acquisition request on queue `terms`; if the caller stops waiting for its answer, a
+    /// grant is given back and a place it took is withdrawn.
     async fn attempt(
         &self,
         kind: Kind,
         asking: Asking,
         field: &Arc<str>,
         lease: Lease,
-        intent_ms: u64,
+        terms: &[String; 2],
     ) -> Result<Taken> {
-        let (op, unop, _) = kind.ops();
+        self.client.inner.check_open()?;
+        let (op, _, _) = kind.ops();
         let op = match asking {
             Asking::Reentry => "reenter",
-            _ => op,
+            Asking::Own => op,
         };
-        let (lock, request_field) = (self.clone(), field.clone());
+        let (lock, request_field, terms) = (self.clone(), field.clone(), terms.clone());
         let request = async move {
-            let reply = lock
-                .call_with_intent(op, &request_field, lease.ms(), intent_ms)
-                .await?;
-            Ok(Taken::decode(reply))
+            let lease = lease.ms().to_string();
+            let args = [
+                op,
+                &*request_field,
+                lease.as_str(),
+                terms[0].as_str(),
+                terms[1].as_str(),
+            ];
+            Ok(Taken::decode(lock.request(&args).await?))
         };
         let (lock, field) = (self.clone(), field.clone());
-        let give_back = move || async move { lock.call(unop, &field, 0).await };
-        // Refused, it took nothing: only a grant is undone.
-        let withdraw = || async {};
-        ask(&self.client, &self.keys.name, request, give_back, withdraw).await
+        let withdraw = self.clone().withdraw(field.clone());
+        let give_back = move || async move { lock.release(Hold::Own(kind), &field, false).await };
+        ask(
+            &self.client,
+            &self.keys.name,
+            request,
+            give_back,
+            move || withdraw,
+        )
+        .await
     }
 }

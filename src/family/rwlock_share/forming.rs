@@ -27,14 +27,14 @@ impl ReadShares {
         });
         if lock.client.inner.check_open().is_err() {
             // Shutdown gave back the holds it knew of; this one came after.
-            lock.give_back(share, false);
+            lock.give_back(share);
             return self.failed(id);
         }
         let mut state = self.state.lock();
         let Some(forming) = state.forming.take_if(|f| f.id == id) else {
             // Everyone stopped waiting as the grant came.
             drop(state);
-            lock.give_back(share, false);
+            lock.give_back(share);
             return;
         };
         for older in &mut state.live {
@@ -46,7 +46,7 @@ impl ReadShares {
             pending: forming.interest,
             most: forming.interest,
             // A writer of this client came meanwhile: only the waiting readers enter.
-            closed: lock.local.writers_wait(),
+            closed: lock.shares.writers_wait(),
         });
         forming
             .outcome
@@ -56,8 +56,8 @@ impl ReadShares {
         let lock = lock.clone();
         let window = async move {
             tokio::time::sleep(JOIN_WINDOW).await;
-            if let Some(share) = lock.local.shares.close(&share) {
-                lock.give_back(share, false);
+            if let Some(share) = lock.shares.close(&share) {
+                lock.give_back(share);
             }
         };
         drop(tracker.spawn(window));
@@ -78,15 +78,15 @@ pub(super) async fn form(lock: ReadWriteLock, id: u64) {
     struct Unfinished(ReadWriteLock, u64);
     impl Drop for Unfinished {
         fn drop(&mut self) {
-            self.0.local.shares.failed(self.1);
+            self.0.shares.failed(self.1);
         }
     }
     let _unfinished = Unfinished(lock.clone(), id);
     let field: Arc<str> = format!("{}:readers-{id}", lock.client.inner.id_text).into();
     let lease = Lease::Watchdog(lock.client.inner.config.watchdog_lease);
-    let shares = &lock.local.shares;
+    let shares = &lock.shares;
     match lock
-        .wait_hold(Kind::Read, &field, lease, Wait::Forever, Asking::Share)
+        .wait_hold(Kind::Read, &field, lease, Wait::Forever, Asking::Own)
         .await
     {
         Ok(Some(started)) => shares.granted(&lock, id, field, started),
@@ -126,7 +126,7 @@ impl Interest {
             return Joined::Alone;
         };
         self.done = true;
-        let mut state = self.lock.local.shares.state.lock();
+        let mut state = self.lock.shares.state.lock();
         match state.slot_mut(&share) {
             Some(slot) if slot.usable() => {
                 slot.pending -= 1;
@@ -147,7 +147,7 @@ impl Interest {
     /// Gives up the place kept for this reader in `share`'s grant (a share left empty and done
     /// with is released).
     fn unclaim(&self, share: &Arc<Share>) {
-        let mut state = self.lock.local.shares.state.lock();
+        let mut state = self.lock.shares.state.lock();
         let Some(slot) = state.slot_mut(share) else {
             return;
         };
@@ -155,7 +155,7 @@ impl Interest {
         let done = take_if_done(&mut state, share);
         drop(state);
         if let Some(share) = done {
-            self.lock.give_back(share, false);
+            self.lock.give_back(share);
         }
     }
 }
@@ -165,7 +165,7 @@ impl Drop for Interest {
         if self.done {
             return;
         }
-        let mut state = self.lock.local.shares.state.lock();
+        let mut state = self.lock.shares.state.lock();
         if let Some(forming) = state.forming.as_mut().filter(|f| f.id == self.id) {
             forming.interest -= 1;
             if forming.interest == 0 {

@@ -26,7 +26,7 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::Value;
@@ -60,11 +60,6 @@ impl Drop for InFlight<'_> {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
-
-/// How long a batch whose first entry woke a waiter (a hand-over) waits for that waiter's
-/// call to join it, yielding meanwhile: about a thread's wake-up. Without it the release and
-/// the grant it lets in are two script calls instead of one.
-const RIDER_WAIT: Duration = Duration::from_micros(100);
 
 struct Queued<E, R> {
     entry: E,
@@ -107,27 +102,6 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
         S: Fn(Vec<E>, Duration) -> F + Send + Sync + 'static,
         F: Future<Output = Vec<Result<R>>> + Send + 'static,
     {
-        self.call_then(entry, shard, limit, operation, sender, None::<fn()>)
-            .await
-    }
-
-    /// [`call`](Self::call), running `wake` once the entry is in the queue: the call made by
-    /// a task it wakes joins the same batch, behind this entry. A batch that starts with such
-    /// an entry waits for that call up to [`RIDER_WAIT`] (the woken task may run on another
-    /// worker thread).
-    pub(in crate::node) async fn call_then<S, F>(
-        self: &Arc<Self>,
-        entry: E,
-        shard: Shard,
-        limit: Duration,
-        operation: &'static str,
-        sender: impl FnOnce() -> S,
-        wake: Option<impl FnOnce()>,
-    ) -> Result<R>
-    where
-        S: Fn(Vec<E>, Duration) -> F + Send + Sync + 'static,
-        F: Future<Output = Vec<Result<R>>> + Send + 'static,
-    {
         let (reply, answer) = oneshot::channel();
         let queued = {
             let mut queue = self.queue.lock();
@@ -139,22 +113,12 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
             });
             queue.len()
         };
-        let rider = wake.is_some();
-        if let Some(wake) = wake {
-            wake();
-        }
         if queued == 1 {
             let (batcher, send) = (self.clone(), sender());
             let flush = async move {
                 // Let every task that is ready to run have its turn first: the ones about to
                 // call join this batch.
                 tokio::task::yield_now().await;
-                if rider {
-                    let until = Instant::now() + RIDER_WAIT;
-                    while batcher.queue.lock().len() <= queued && Instant::now() < until {
-                        tokio::task::yield_now().await;
-                    }
-                }
                 batcher.flush(send).await;
             };
             // Always inside a tokio runtime here: the crate's async API needs one (its

@@ -133,26 +133,10 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
-        self.family_call_then(script, keys, args, None::<fn()>)
-            .await
-    }
-
-    /// [`family_call`](Self::family_call), running `wake` once the call is sure to reach the
-    /// server before any call made after `wake` ran. With a `wake`, the call joins a batch
-    /// even when the connection is idle, and `wake` runs as soon as it is queued: the calls of
-    /// the tasks it wakes ride in the same script call, behind it (a release and the grant it
-    /// lets in cost one round trip, not two).
-    pub(crate) async fn family_call_then<T: FromRedisValue>(
-        &self,
-        script: &'static FamilyScript,
-        keys: &[&str],
-        args: &[&str],
-        wake: Option<impl FnOnce()>,
-    ) -> Result<T> {
         let cluster = matches!(self.conn, Conn::Cluster(_));
         let key = keys.first().copied().unwrap_or("");
         let (_counted, idle) = self.batches.traffic.enter();
-        let alone = idle && wake.is_none();
+        let alone = idle;
         let entry = || FamilyEntry {
             keys: keys.iter().map(|k| k.to_string()).collect(),
             args: args.iter().map(|a| a.to_string()).collect(),
@@ -183,7 +167,7 @@ impl Node {
             };
             let shard = self.shard(key);
             let reply = batcher
-                .call_then(entry, shard, self.timeout, script.name, sender, wake)
+                .call(entry, shard, self.timeout, script.name, sender)
                 .await?;
             return typed(reply);
         }
@@ -196,11 +180,8 @@ impl Node {
         for arg in args {
             cmd.arg(*arg);
         }
-        let reply = self
-            .eval(script.name, key, self.timeout, script_variant, &cmd)
-            .await;
-        // Alone: there was no `wake` (a call with one always joins a batch).
-        reply
+        self.eval(script.name, key, self.timeout, script_variant, &cmd)
+            .await
     }
 
     /// Sends a batch of one script's calls (all of one shard) as one call; one reply per entry.

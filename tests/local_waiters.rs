@@ -1,6 +1,6 @@
-//! Relay waiting within one client (semaphores, permits, read-write locks): a release wakes one
-//! local waiter of a kind, not the whole herd, and a granted waiter passes the turn on so the
-//! others that can get in do so at once, not at their nap.
+//! Many waiters in one client (semaphores, read-write locks): a release wakes only the waiters
+//! it lets in, not the whole herd, and all the waiters it lets in come in at once, not at
+//! their nap.
 
 mod support;
 
@@ -61,24 +61,36 @@ async fn a_release_wakes_one_local_waiter_not_the_herd() {
     );
 }
 
-/// 16 local readers wait for a writer. Its release lets them all in within a few round trips:
-/// each granted reader wakes the next two. Were the turn not passed on, all but the first would
-/// sleep until their nap (a second, or the end of their wait) before trying again.
+/// 16 local readers wait for a writer. Its release lets them all in at once: sharing one
+/// hold (watchdog leases), or each in its own name (fixed leases, all granted by the release).
+/// A reader left to find out by itself would sleep until its nap (a second).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_released_by_a_writer_pass_the_turn_on() {
+async fn readers_released_by_a_writer_all_come_in_at_once() {
+    for fixed in [false, true] {
+        readers_released_by_a_writer(fixed).await;
+    }
+}
+
+async fn readers_released_by_a_writer(fixed: bool) {
     support::init_tracing();
     let server = Server::start();
     let client = client(&server).await;
-    let rw = client.read_write_lock(&unique_name("relay-rw")).unwrap();
+    let rw = client.read_write_lock(&unique_name("readers-rw")).unwrap();
     let writer = rw.write().lock().await.unwrap();
 
     const READERS: usize = 16;
     let mut readers = Vec::new();
     for _ in 0..READERS {
-        let rw = rw.clone();
+        let rw = rw.clone().with_owner(redlease::Owner::new());
         readers.push(tokio::spawn(async move {
             // Held until the test ends: every reader is granted alongside the others.
-            let guard = rw.read().lock().await.unwrap();
+            let guard = match fixed {
+                true => {
+                    let options = redlease::LockOptions::new().lease(Duration::from_secs(30));
+                    rw.read().lock_with(options).await.unwrap()
+                }
+                false => rw.read().lock().await.unwrap(),
+            };
             (Instant::now(), guard)
         }));
     }
