@@ -5,16 +5,22 @@
 -- `src/node/calls/family_calls.rs`); per entry:
 -- KEYS     lock hash P:{N}:rw (fields below; PEXPIRE = the latest deadline in it), and channel
 --          P:{N}:rw:unlock (grants go to <channel>:<client id>, fifo.lua)
--- ARGV     2 (its key count), 5 (its argument count), then
+-- ARGV     2 (its key count), 7 (its argument count), then
 --          operation: 'read', 'reenter' (a read that passes the queue: the owner already reads
 --            in another name), 'write', 'unread', 'unwrite', 'renew_read', 'renew_write',
 --            'withdraw'
---          owner field <client uuid>:<owner>, also its name in the queue
+--          owner field <client uuid>:<owner>
 --          lease in milliseconds ('read', 'reenter', 'write', 'renew_*')
---          place life in milliseconds ('read', 'write'): how long a refused owner's place in the
+--          place life in milliseconds ('read', 'write'): how long a refused waiter's place in the
 --            queue lives without another attempt; '0' for a single attempt, never queued
 --          claim lease in milliseconds ('read', 'write'): how long a grant to it waits for its
 --            claim
+--          waiter ('read', 'write', 'withdraw'): its name in the queue, '<owner field>#<wait id>',
+--            one per wait
+--          hand-over ('unread', 'unwrite', 'withdraw'): the caller's client id, to whose waiters
+--            the call hands the lock ('-' while that client shuts down: to nobody), then,
+--            separated by spaces, waiters of that client that took what a release of it handed
+--            them: their records go
 -- The entries run in order, exactly as the same calls sent one after another would; the reply
 -- has a pair per entry, {1, reply} or {0, error message} (a key of another type: WRONGTYPE,
 -- before anything of that key is written).
@@ -28,6 +34,12 @@
 -- lock against the others until its deadline (the claim lease), and the owner's next attempt
 -- claims it (count 1, its own lease); it is never taken for a re-entry.
 --
+-- P:{N}:rw:qd also keeps, under a waiter's name, 'h r' or 'h w': a release of the waiter's own
+-- client handed it the hold (read or write) outright. Should the waiter miss the reply that
+-- says so, its next attempt finds the record and takes the hold without counting it twice, and
+-- a withdrawal gives the hold back. The client's next release deletes the records of waiters
+-- that took theirs; any other lives as long as the waiter's place would have.
+--
 -- Why this shape: a batch reads the fields it needs of each lock once (one HMGET, whatever the
 -- number of readers) and writes each lock once at the end, so an entry costs little more than
 -- its arguments. Only when a deadline may have passed (now >= rlo) is the whole hash read, what
@@ -40,8 +52,9 @@
 -- wants one share of the lock and a writer all of it (WHOLE), so fifo.lua grants the first
 -- readers together and a writer alone, in order. A call that frees the lock (a release, a
 -- withdrawal, any call that finds a hold or grant run out) grants it to the queue's head in the
--- same call; a release or withdrawal hands it to a waiter of the caller's own client by naming
--- it in the reply, anybody else hears of it on its client's channel.
+-- same call. It hands the lock outright to a waiter of the caller's own client (a release's or
+-- a withdrawal's), named in the reply; anybody else hears of it on its client's channel and
+-- claims it with its next attempt.
 --
 -- Replies
 --   read, write   n >= 1: granted (or a grant claimed), this owner's hold count of that kind
@@ -72,7 +85,8 @@ while a <= #ARGV do
     local e = {
         key = KEYS[k], channel = KEYS[k + 1], op = ARGV[a + 2], owner = ARGV[a + 3],
         lease = tonumber(ARGV[a + 4] or '0'), life = tonumber(ARGV[a + 5] or '0'),
-        claim = tonumber(ARGV[a + 6] or '0'),
+        claim = tonumber(ARGV[a + 6] or '0'), waiter = ARGV[a + 7] or '',
+        handover = ARGV[a + 8] or '',
     }
     k, a = k + nkeys, a + 2 + nargs
     entries[#entries + 1] = e
@@ -176,28 +190,66 @@ local function free(v)
     return WHOLE - num(v, 'rn')
 end
 
--- A hold field's value, from the view when this batch wrote or read it, else from the key.
-local function current(v, field)
-    if v.dirty[field] or v.owners[string.sub(field, 3)] then
-        return v.f[field]
-    end
-    return redis.call('HGET', v.key, field)
+-- The owner field of a waiter's name.
+local function owner_of(waiter)
+    return string.match(waiter, '^(.*)#[^#]*$') or waiter
 end
 
--- fifo.lua's `give` for lock v: the grant is a hold of count 0 until the claim lease ends.
-local function giver(v)
-    return function(waiter, n, claim)
-        local deadline = now + claim
-        if n >= WHOLE then
-            set(v, 'w', waiter)
-            set(v, 'wn', 0)
-            set(v, 'wd', deadline)
-        elseif not current(v, 'r:' .. waiter) then
-            set(v, 'r:' .. waiter, 0)
-            set(v, 'rd:' .. waiter, deadline)
-            add_reader(v, deadline)
+-- One more read hold of `owner` until `deadline` (count 1 from none or from an unclaimed
+-- grant, else one more); the hold count.
+local function read_hold(v, owner, deadline)
+    local field = 'r:' .. owner
+    local reads = num(v, field)
+    if not v.f[field] then
+        add_reader(v, deadline)
+    else
+        if reads > 0 then
+            deadline = math.max(deadline, num(v, 'rd:' .. owner))
         end
-        v.latest = math.max(v.latest, deadline)
+        set(v, 'rlo', math.min(num(v, 'rlo'), deadline))
+        set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
+    end
+    set(v, field, reads + 1)
+    set(v, 'rd:' .. owner, deadline)
+    v.latest = math.max(v.latest, deadline)
+    return reads + 1
+end
+
+-- fifo.lua's `give` for lock v: to a waiter of another client, a hold of count 0 until the
+-- claim lease ends; handed to one of the caller's client, the hold itself, with a record.
+local function giver(v)
+    return function(waiter, n, claim, lease, deadline, handed)
+        local owner = owner_of(waiter)
+        local field = 'r:' .. owner
+        if v.f[field] == nil and not v.dirty[field] then
+            v.f[field] = redis.call('HGET', v.key, field) or nil
+            v.f['rd:' .. owner] = redis.call('HGET', v.key, 'rd:' .. owner) or nil
+        end
+        if handed then
+            if n >= WHOLE then
+                set(v, 'w', owner)
+                set(v, 'wn', 1)
+                set(v, 'wd', now + lease)
+                v.latest = math.max(v.latest, now + lease)
+            else
+                read_hold(v, owner, now + lease)
+            end
+            redis.call('HSET', fifo_entries, waiter, n >= WHOLE and 'h w' or 'h r')
+            outlive(fifo_entries, math.max(deadline - now, 1))
+            return
+        end
+        local until_claimed = now + claim
+        if n >= WHOLE then
+            set(v, 'w', owner)
+            set(v, 'wn', 0)
+            set(v, 'wd', until_claimed)
+        elseif not v.f[field] then
+            -- (An owner that reads already takes it as a re-entry when it asks.)
+            set(v, field, 0)
+            set(v, 'rd:' .. owner, until_claimed)
+            add_reader(v, until_claimed)
+        end
+        v.latest = math.max(v.latest, until_claimed)
     end
 end
 
@@ -265,37 +317,62 @@ local function admitted(v, e, n)
     if not queue_head() then
         return true
     end
-    return grant(v, e.owner, '') or (free(v) >= n and not queue_head())
+    return grant(v, e.waiter, '') or (free(v) >= n and not queue_head())
 end
 
 -- A refused newcomer: queued (or its place kept) unless it makes a single attempt.
 local function refuse(v, e, n)
     if e.life > 0 then
         fifo_on(v.key, v.channel)
-        enqueue(e.owner, n, e.life, e.claim, e.lease)
+        enqueue(e.waiter, n, e.life, e.claim, e.lease)
     end
     return refused(v)
 end
 
--- The client of an owner field: its waiters are handed what the owner's release frees.
-local function client_of(owner)
-    return string.match(owner, '^[^:]*')
+-- The client a release or withdrawal hands the lock to ('' for none), once it deleted the
+-- records its client's waiters took (see above).
+local function releasing(v, e)
+    local own
+    fifo_on(v.key, v.channel)
+    for name in string.gmatch(e.handover, '%S+') do
+        if own == nil then
+            own = name
+        else
+            redis.call('HDEL', fifo_entries, name)
+        end
+    end
+    if own == nil or own == '-' then
+        return ''
+    end
+    return own
+end
+
+-- Whether waiter e's hold of this kind ('h r', 'h w') was handed to it by a release of its
+-- own client whose reply it missed: it takes it now (the record goes).
+local function took_handed(v, e, record)
+    if e.waiter == '' then
+        return false
+    end
+    fifo_on(v.key, v.channel)
+    if redis.call('HGET', fifo_entries, e.waiter) ~= record then
+        return false
+    end
+    redis.call('HDEL', fifo_entries, e.waiter)
+    return true
 end
 
 local ops = {}
 
 function ops.read(v, e)
     local owner, writer = e.owner, v.f.w
-    local field, deadline = 'r:' .. owner, now + e.lease
+    local field = 'r:' .. owner
     local reads = num(v, field)
     if v.f[field] and reads == 0 then
         -- Granted from the queue: claimed, under the reader's own lease from now.
-        set(v, field, 1)
-        set(v, 'rd:' .. owner, deadline)
-        set(v, 'rlo', math.min(num(v, 'rlo'), deadline))
-        set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
-        v.latest = math.max(v.latest, deadline)
-        return 1
+        return read_hold(v, owner, now + e.lease)
+    end
+    if reads > 0 and took_handed(v, e, 'h r') then
+        return reads
     end
     if writer and writer ~= owner then
         return refuse(v, e, 1)
@@ -305,16 +382,7 @@ function ops.read(v, e)
     if reads == 0 and writer ~= owner and not e.reentry and not admitted(v, e, 1) then
         return refuse(v, e, 1)
     end
-    if reads == 0 then
-        add_reader(v, deadline)
-    else
-        deadline = math.max(deadline, num(v, 'rd:' .. owner))
-        set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
-    end
-    set(v, field, reads + 1)
-    set(v, 'rd:' .. owner, deadline)
-    v.latest = math.max(v.latest, deadline)
-    return reads + 1
+    return read_hold(v, owner, now + e.lease)
 end
 
 -- A read by an owner that already reads in another name (the client's shared read hold):
@@ -331,6 +399,9 @@ function ops.write(v, e)
         -- A re-entry, or the claim of a grant from the queue (count 0), whose lease starts now.
         local writes = num(v, 'wn')
         if writes > 0 then
+            if took_handed(v, e, 'h w') then
+                return writes
+            end
             deadline = math.max(num(v, 'wd'), deadline)
         end
         set(v, 'wn', writes + 1)
@@ -352,6 +423,7 @@ function ops.write(v, e)
 end
 
 function ops.unread(v, e)
+    local own = releasing(v, e)
     local reader = 'r:' .. e.owner
     local reads = num(v, reader)
     if reads == 0 then
@@ -363,12 +435,13 @@ function ops.unread(v, e)
     end
     drop_reader(v, e.owner)
     if num(v, 'rn') == 0 and not v.f.w then
-        grant(v, nil, client_of(e.owner))
+        grant(v, nil, own)
     end
     return 0
 end
 
 function ops.unwrite(v, e)
+    local own = releasing(v, e)
     if v.f.w ~= e.owner or num(v, 'wn') == 0 then
         return -1
     end
@@ -378,7 +451,7 @@ function ops.unwrite(v, e)
         return writes
     end
     drop_writer(v)
-    grant(v, nil, client_of(e.owner))
+    grant(v, nil, own)
     return 0
 end
 
@@ -408,11 +481,19 @@ function ops.renew_write(v, e)
     return 1
 end
 
--- The owner stops waiting: its place goes, and a grant it has not claimed goes to the next.
+-- A waiter stops waiting: its place goes, a grant to its owner not claimed yet goes to the
+-- next waiters, and a hold handed to it and not taken is given back.
 function ops.withdraw(v, e)
     local owner, back = e.owner, 0
     fifo_on(v.key, v.channel)
-    dequeue(owner)
+    local record = redis.call('HGET', fifo_entries, e.waiter)
+    if record == 'h r' or record == 'h w' then
+        redis.call('HDEL', fifo_entries, e.waiter)
+        local release = (record == 'h w') and ops.unwrite or ops.unread
+        release(v, e)
+        return 1
+    end
+    dequeue(e.waiter)
     if v.f.w == owner and num(v, 'wn') == 0 then
         drop_writer(v)
         back = 1
@@ -421,7 +502,7 @@ function ops.withdraw(v, e)
         back = 1
     end
     -- Free for the next waiters: its grant, or what it held them back from as the head.
-    grant(v, nil, client_of(owner))
+    grant(v, nil, releasing(v, e))
     return back
 end
 

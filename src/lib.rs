@@ -263,7 +263,8 @@
 //! | `P:{N}:permits` | hash | `total`, and `p:<id>` → deadline of each permit given out (server clock; a grant to a queued waiter, `p:<client uuid>:w<n>`, has its claim lease until claimed) | [`PermitSemaphore::delete`]; a permit's entry at its deadline |
 //! | `P:{N}:semaphore:q`, `:qd`; `P:{N}:permits:q`, `:qd` | list, hash | the semaphore's waiters across processes, first come first; each one's deadline, permits wanted and claim lease | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:countdown` | string | count left of the latch `N` | it reaches zero |
-//! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>`, waiting writers `q:<owner>` (deadlines on the server's clock) | the last release; else the latest deadline in it |
+//! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>` (deadlines on the server's clock; a hold count of 0 is a grant to a queued waiter, held for it until its claim lease ends) | the last release; else the latest deadline in it |
+//! | `P:{N}:rw:q`, `:qd` | list, hash | the read-write lock's waiters across processes (owner fields), first come first; each one's deadline, side wanted and claim lease | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:election`, `P:{N}:election:log` | hash, list | election `N` (its leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; the last 64 changes | an hour after the lock's lease (a leader keeps pushing it back) |
 //! | `P:client:<uuid>` | hash | the client's process (host, pid, program), for `status` and `list` | [`Client::shutdown`]; else the watchdog lease plus 1 s |
 //!
@@ -273,8 +274,9 @@
 //! members, which do not queue, listen there; a release with nobody queued and no marker
 //! publishes nothing), `P:{N}:semaphore:released:<client uuid>` and
 //! `P:{N}:permits:released:<client uuid>` (permits granted to a queued waiter of that client:
-//! `g <claim ms> - 0 <waiter>`), `P:{N}:countdown:zero`,
-//! `P:{N}:rw:unlock`, `P:{N}:election:changed`.
+//! `g <claim ms> - 0 <waiter>`), `P:{N}:rw:unlock:<client uuid>` (the read-write lock granted
+//! to a queued owner of that client: `g <claim ms> - 0 <owner field>`), `P:{N}:countdown:zero`,
+//! `P:{N}:election:changed`.
 //!
 //! The `{N}` hash tag keeps all keys of one lock in one Redis Cluster slot.
 

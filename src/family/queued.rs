@@ -42,6 +42,13 @@ pub(crate) fn waiter_name(client: &Client) -> Arc<str> {
     format!("{}:w{n}", client.inner.id_text).into()
 }
 
+/// A new waiter's name in a read-write lock's queue: `<owner field>#<n>`, one per wait, so a
+/// grant's message goes to its client and the script finds the owner in it.
+pub(crate) fn waiter_of(field: &str) -> Arc<str> {
+    let n = WAITS.fetch_add(1, Ordering::Relaxed);
+    format!("{field}#{n}").into()
+}
+
 /// The channel on which the scripts tell this client's waiters of their grants.
 pub(crate) fn grant_channel(client: &Client, channel: &str) -> Arc<str> {
     format!("{channel}:{}", client.inner.id_text).into()
@@ -114,6 +121,29 @@ where
         None => place.withdraw().await,
     }
     Ok(taken)
+}
+
+/// This client's waiters of one object that took what a release of this client handed them:
+/// the script keeps a record of each (for a waiter that missed the reply), which this client's
+/// next release deletes. One per object and client.
+#[derive(Default)]
+pub(crate) struct Handed(parking_lot::Mutex<Vec<Arc<str>>>);
+
+/// The most records one release deletes (more wait for the next, or end at their deadline).
+const FORGET_PER_RELEASE: usize = 64;
+
+impl Handed {
+    /// `waiter` took what it was handed.
+    pub(crate) fn push(&self, waiter: Arc<str>) {
+        self.0.lock().push(waiter);
+    }
+
+    /// The records the next release deletes.
+    pub(crate) fn take(&self) -> Vec<Arc<str>> {
+        let mut handed = self.0.lock();
+        let from = handed.len().saturating_sub(FORGET_PER_RELEASE);
+        handed.drain(from..).collect()
+    }
 }
 
 /// The releasing client's id, as a release sends it so that its own waiters are handed what

@@ -211,7 +211,7 @@ impl ReadWriteLock {
     pub(crate) async fn call(&self, op: &str, field: &str, lease_ms: u64) -> Result<i64> {
         self.client.inner.check_open()?;
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
-        self.request(&[op, field, &lease, "0", "0"]).await
+        self.request(&[op, field, &lease, "0", "0", "", ""]).await
     }
 
     /// Gives back one `hold` of `field` (`checked`: refused once the client shuts down; a
@@ -221,22 +221,44 @@ impl ReadWriteLock {
         if checked {
             self.client.inner.check_open()?;
         }
+        let op = hold.kind().ops().1;
+        let handover = self.handover();
         let reply = self
-            .request(&[hold.kind().ops().1, field, "0", "0", "0"])
+            .request(&[op, field, "0", "0", "0", "", &handover])
             .await?;
         Ok(self.hand_over(reply)? >= 0)
     }
 
-    /// Takes `field` out of the queue; a grant to it that it has not claimed goes to the next.
-    pub(crate) async fn withdraw(self, field: Arc<str>) {
+    /// Takes `waiter` (of owner `field`) out of the queue; a grant to the owner that it has
+    /// not claimed goes to the next, and a hold a release of this client handed the waiter
+    /// and it did not take is given back.
+    pub(crate) async fn withdraw(self, waiter: Arc<str>, field: Arc<str>) {
         let withdraw = || async {
-            let reply = self.request(&["withdraw", &field, "0", "0", "0"]).await?;
+            let handover = self.handover();
+            let args = ["withdraw", &field, "0", "0", "0", &waiter, &handover];
+            let reply = self.request(&args).await?;
             self.hand_over(reply)
         };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
 
-    /// The integer of a reply that may name waiters of this client granted the lock, who are
+    /// A release's or withdrawal's `hand-over` argument (`lua/rwlock.lua`): this client, whose
+    /// waiters it hands the lock to (none while it shuts down), and the records of handed
+    /// holds its waiters took.
+    fn handover(&self) -> String {
+        let own = match queued::releasing_client(&self.client) {
+            "" => "-",
+            own => own,
+        };
+        let mut handover = own.to_string();
+        for waiter in self.shares.handed.take() {
+            handover.push(' ');
+            handover.push_str(&waiter);
+        }
+        handover
+    }
+
+    /// The integer of a reply that may name waiters of this client handed the lock, who are
     /// woken.
     fn hand_over(&self, reply: Value) -> Result<i64> {
         queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)
@@ -262,8 +284,8 @@ impl ReadWriteLock {
     }
 
     /// One operation of `lua/rwlock.lua` with `args` (operation, owner field, lease, place
-    /// life, claim lease), whether or not the client shuts down.
-    async fn request<T: redis::FromRedisValue>(&self, args: &[&str; 5]) -> Result<T> {
+    /// life, claim lease, waiter, hand-over), whether or not the client shuts down.
+    async fn request<T: redis::FromRedisValue>(&self, args: &[&str; 7]) -> Result<T> {
         let keys = [&*self.keys.key, &*self.keys.channel];
         self.client
             .inner

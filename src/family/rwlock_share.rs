@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::kept::Kept;
+use super::queued;
 use super::rwlock::ReadWriteLock;
 use crate::error::{Error, Result};
 use crate::terms::Wait;
@@ -54,6 +55,8 @@ pub(crate) struct ReadShares {
     /// This client's writers waiting for the lock: a share granted meanwhile admits only the
     /// readers that waited for it.
     writers: Arc<AtomicUsize>,
+    /// This client's waiters that took a hold a release of this client handed them.
+    pub(crate) handed: queued::Handed,
 }
 
 #[derive(Default)]

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -69,15 +67,8 @@ pub struct Semaphore {
     /// This client's waiters that took permits a release of this client handed them: the
     /// script keeps a record of each (for a waiter that missed the reply), which this
     /// client's next release deletes.
-    handed: Arc<Handed>,
+    handed: Arc<queued::Handed>,
 }
-
-/// See [`Semaphore::handed`]; one per semaphore and client.
-#[derive(Default)]
-struct Handed(Mutex<Vec<Arc<str>>>);
-
-/// The most records one release deletes (more wait for the next, or end at their deadline).
-const FORGET_PER_RELEASE: usize = 64;
 
 impl Semaphore {
     pub(crate) fn new(client: Client, name: &str) -> Result<Semaphore> {
@@ -85,7 +76,7 @@ impl Semaphore {
         let grants = queued::grant_channel(&client, &keys.channel);
         let keys = Arc::new(keys);
         Ok(Semaphore {
-            handed: client.inner.local_states.of::<Handed>(&keys.key),
+            handed: client.inner.local_states.of::<queued::Handed>(&keys.key),
             client,
             keys,
             grants,
@@ -161,11 +152,7 @@ impl Semaphore {
     /// handed to are told from the reply.
     async fn give_back(&self, permits: u32) -> Result<()> {
         let n = itoa::Buffer::new().format(permits).to_owned();
-        let forget: Vec<Arc<str>> = {
-            let mut handed = self.handed.0.lock();
-            let from = handed.len().saturating_sub(FORGET_PER_RELEASE);
-            handed.drain(from..).collect()
-        };
+        let forget = self.handed.take();
         let mut args = vec!["release", &n, queued::releasing_client(&self.client)];
         args.extend(forget.iter().map(|name| &**name));
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
@@ -245,7 +232,7 @@ impl Semaphore {
             withdrawal,
             |handed| async move {
                 if handed {
-                    self.handed.0.lock().push(waiter_ref.clone());
+                    self.handed.push(waiter_ref.clone());
                     return Ok(Attempt::Done(()));
                 }
                 Ok(match self.attempt(permits, waiter_ref, terms).await? {

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::Mutex;
+
 use super::{Hold, Kind, ReadWriteLock, Side};
 use crate::error::{Error, Result};
 use crate::family::queued;
@@ -73,8 +75,8 @@ impl Side {
 
 impl ReadWriteLock {
     /// Waits on `wait`'s terms for a hold of `kind` for `field`, in the lock's queue (a wait
-    /// that ends without the hold withdraws from it); when granted, the time its claiming
-    /// request was sent.
+    /// that ends without the hold withdraws from it); when granted, a time at or before the
+    /// hold's lease started.
     pub(crate) async fn wait_hold(
         &self,
         kind: Kind,
@@ -84,24 +86,41 @@ impl ReadWriteLock {
         asking: Asking,
     ) -> Result<Option<Instant>> {
         let terms = queued::terms(&self.client, wait);
-        let withdrawal = self.clone().withdraw(field.clone());
-        let terms = &terms;
-        // A grant, told of or handed over in a release's reply, is claimed by the next
-        // attempt: it holds nothing of the owner's until then.
+        let waiter = queued::waiter_of(field);
+        let withdrawal = self.clone().withdraw(waiter.clone(), field.clone());
+        let (terms, waiter_ref) = (&terms, &waiter);
+        // When the latest attempt was sent: a hold handed over by a release came after it.
+        let sent = Mutex::new(Instant::now());
+        let sent = &sent;
         queued::wait_in_queue(
             &self.client,
             &self.grants,
             wait,
-            field,
+            &waiter,
             withdrawal,
-            |_| async move {
-                let started = Instant::now();
-                match self.attempt(kind, asking, field, lease, terms).await? {
-                    Taken::Granted => Ok(Attempt::Done(started)),
-                    Taken::WouldDeadlock => Err(Error::WouldDeadlock {
-                        name: self.keys.name.to_string(),
-                    }),
-                    Taken::Refused(nap) => Ok(Attempt::Again(nap)),
+            |handed| {
+                async move {
+                    if handed {
+                        // A release of this client handed it over: its record goes with the
+                        // client's next release.
+                        self.shares.handed.push(waiter_ref.clone());
+                        return Ok(Attempt::Done(*sent.lock()));
+                    }
+                    *sent.lock() = Instant::now();
+                    let request = HoldRequest {
+                        kind,
+                        asking,
+                        field,
+                        waiter: waiter_ref,
+                        lease,
+                    };
+                    match self.attempt(request, terms).await? {
+                        Taken::Granted => Ok(Attempt::Done(*sent.lock())),
+                        Taken::WouldDeadlock => Err(Error::WouldDeadlock {
+                            name: self.keys.name.to_string(),
+                        }),
+                        Taken::Refused(nap) => Ok(Attempt::Again(nap)),
+                    }
                 }
             },
         )
@@ -110,34 +129,36 @@ impl ReadWriteLock {
 
     /// One acquisition request on queue `terms`; if the caller stops waiting for its answer, a
     /// grant is given back and a place it took is withdrawn.
-    async fn attempt(
-        &self,
-        kind: Kind,
-        asking: Asking,
-        field: &Arc<str>,
-        lease: Lease,
-        terms: &[String; 2],
-    ) -> Result<Taken> {
+    async fn attempt(&self, request: HoldRequest<'_>, terms: &[String; 2]) -> Result<Taken> {
         self.client.inner.check_open()?;
-        let (op, _, _) = kind.ops();
+        let HoldRequest {
+            kind,
+            asking,
+            field,
+            waiter,
+            lease,
+        } = request;
         let op = match asking {
             Asking::Reentry => "reenter",
-            Asking::Own => op,
+            Asking::Own => kind.ops().0,
         };
-        let (lock, request_field, terms) = (self.clone(), field.clone(), terms.clone());
+        let (lock, request_field, request_waiter) = (self.clone(), field.clone(), waiter.clone());
+        let terms = terms.clone();
         let request = async move {
             let lease = lease.ms().to_string();
             let args = [
                 op,
-                &*request_field,
-                lease.as_str(),
-                terms[0].as_str(),
-                terms[1].as_str(),
+                &request_field,
+                &lease,
+                &terms[0],
+                &terms[1],
+                &request_waiter,
+                "",
             ];
             Ok(Taken::decode(lock.request(&args).await?))
         };
         let (lock, field) = (self.clone(), field.clone());
-        let withdraw = self.clone().withdraw(field.clone());
+        let withdraw = self.clone().withdraw(waiter.clone(), field.clone());
         let give_back = move || async move { lock.release(Hold::Own(kind), &field, false).await };
         ask(
             &self.client,
@@ -148,4 +169,13 @@ impl ReadWriteLock {
         )
         .await
     }
+}
+
+/// One acquisition attempt: of which side, how, for which owner and waiter, on what lease.
+struct HoldRequest<'a> {
+    kind: Kind,
+    asking: Asking,
+    field: &'a Arc<str>,
+    waiter: &'a Arc<str>,
+    lease: Lease,
 }
