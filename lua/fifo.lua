@@ -68,7 +68,11 @@ end
 -- its entry lives `life` ms, and a grant to it waits `claim` ms for its claim.
 local function enqueue(waiter, n, life, claim, lease)
     local entry = (now() + life) .. ' ' .. n .. ' ' .. claim .. ' ' .. lease
-    if redis.call('HSET', fifo_entries, waiter, entry) == 1 then
+    -- Listed unless it has an entry already (a record a kind keeps under a waiter's name, not
+    -- starting with a digit, is not one).
+    local old = redis.call('HGET', fifo_entries, waiter)
+    redis.call('HSET', fifo_entries, waiter, entry)
+    if not old or not string.match(old, '^%d') then
         redis.call('RPUSH', fifo_queue, waiter)
     end
     outlive(fifo_queue, life)

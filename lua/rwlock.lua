@@ -34,11 +34,17 @@
 -- lock against the others until its deadline (the claim lease), and the owner's next attempt
 -- claims it (count 1, its own lease); it is never taken for a re-entry.
 --
--- P:{N}:rw:qd also keeps, under a waiter's name, 'h r' or 'h w': a release of the waiter's own
--- client handed it the hold (read or write) outright. Should the waiter miss the reply that
--- says so, its next attempt finds the record and takes the hold without counting it twice, and
--- a withdrawal gives the hold back. The client's next release deletes the records of waiters
--- that took theirs; any other lives as long as the waiter's place would have.
+-- P:{N}:rw:qd also keeps records under a waiter's name, once it left the queue:
+--   'h r <deadline>', 'h w <deadline>'  a release of the waiter's own client handed it the hold
+--       (read or write) outright, until that deadline. Should the waiter miss the reply that
+--       says so, its next attempt finds the record and takes the hold without counting it
+--       twice, and a withdrawal gives the hold back (both only before the deadline: past it,
+--       the owner's hold is not that one any more). The client's next release deletes the
+--       records of waiters that took theirs; any other lives as long as the waiter's place
+--       would have.
+--   'g r', 'g w'  the owner's grant of count 0 is this waiter's: its withdrawal gives it back
+--       (not another wait's of the same owner).
+-- A waiter's success deletes its records and its place.
 --
 -- Why this shape: a batch reads the fields it needs of each lock once (one HMGET, whatever the
 -- number of readers) and writes each lock once at the end, so an entry costs little more than
@@ -234,7 +240,8 @@ local function giver(v)
             else
                 read_hold(v, owner, now + lease)
             end
-            redis.call('HSET', fifo_entries, waiter, n >= WHOLE and 'h w' or 'h r')
+            local record = (n >= WHOLE and 'h w ' or 'h r ') .. (now + lease)
+            redis.call('HSET', fifo_entries, waiter, record)
             outlive(fifo_entries, math.max(deadline - now, 1))
             return
         end
@@ -243,12 +250,15 @@ local function giver(v)
             set(v, 'w', owner)
             set(v, 'wn', 0)
             set(v, 'wd', until_claimed)
+            redis.call('HSET', fifo_entries, waiter, 'g w')
         elseif not v.f[field] then
             -- (An owner that reads already takes it as a re-entry when it asks.)
             set(v, field, 0)
             set(v, 'rd:' .. owner, until_claimed)
             add_reader(v, until_claimed)
+            redis.call('HSET', fifo_entries, waiter, 'g r')
         end
+        outlive(fifo_entries, claim)
         v.latest = math.max(v.latest, until_claimed)
     end
 end
@@ -347,18 +357,25 @@ local function releasing(v, e)
     return own
 end
 
--- Whether waiter e's hold of this kind ('h r', 'h w') was handed to it by a release of its
--- own client whose reply it missed: it takes it now (the record goes).
-local function took_handed(v, e, record)
+-- A record of a hold of `kind` ('r', 'w') handed to `waiter` (see above): its deadline when it
+-- has not passed, else nil.
+local function handed_record(waiter, kind)
+    local record = redis.call('HGET', fifo_entries, waiter)
+    local k, deadline = string.match(record or '', '^h (%a) (%d+)$')
+    if k == kind and tonumber(deadline) > now then
+        return tonumber(deadline)
+    end
+    return nil
+end
+
+-- Whether waiter e was handed its hold of `kind` by a release of its own client whose reply it
+-- missed: it takes it now (the record goes with its place, below).
+local function took_handed(v, e, kind)
     if e.waiter == '' then
         return false
     end
     fifo_on(v.key, v.channel)
-    if redis.call('HGET', fifo_entries, e.waiter) ~= record then
-        return false
-    end
-    redis.call('HDEL', fifo_entries, e.waiter)
-    return true
+    return handed_record(e.waiter, kind) ~= nil
 end
 
 local ops = {}
@@ -371,7 +388,7 @@ function ops.read(v, e)
         -- Granted from the queue: claimed, under the reader's own lease from now.
         return read_hold(v, owner, now + e.lease)
     end
-    if reads > 0 and took_handed(v, e, 'h r') then
+    if reads > 0 and took_handed(v, e, 'r') then
         return reads
     end
     if writer and writer ~= owner then
@@ -399,7 +416,7 @@ function ops.write(v, e)
         -- A re-entry, or the claim of a grant from the queue (count 0), whose lease starts now.
         local writes = num(v, 'wn')
         if writes > 0 then
-            if took_handed(v, e, 'h w') then
+            if took_handed(v, e, 'w') then
                 return writes
             end
             deadline = math.max(num(v, 'wd'), deadline)
@@ -481,23 +498,29 @@ function ops.renew_write(v, e)
     return 1
 end
 
--- A waiter stops waiting: its place goes, a grant to its owner not claimed yet goes to the
--- next waiters, and a hold handed to it and not taken is given back.
+-- A waiter stops waiting: its place goes, a grant to it not claimed yet goes to the next
+-- waiters, and a hold handed to it and not taken is given back.
 function ops.withdraw(v, e)
     local owner, back = e.owner, 0
     fifo_on(v.key, v.channel)
-    local record = redis.call('HGET', fifo_entries, e.waiter)
-    if record == 'h r' or record == 'h w' then
+    local record = redis.call('HGET', fifo_entries, e.waiter) or ''
+    local kind = string.match(record, '^h (%a)')
+    if kind then
+        local live = handed_record(e.waiter, kind)
         redis.call('HDEL', fifo_entries, e.waiter)
-        local release = (record == 'h w') and ops.unwrite or ops.unread
+        if not live then
+            -- Past its deadline the owner's hold is not that one (gone, or taken since).
+            return 0
+        end
+        local release = (kind == 'w') and ops.unwrite or ops.unread
         release(v, e)
         return 1
     end
     dequeue(e.waiter)
-    if v.f.w == owner and num(v, 'wn') == 0 then
+    if record == 'g w' and v.f.w == owner and num(v, 'wn') == 0 then
         drop_writer(v)
         back = 1
-    elseif v.f['r:' .. owner] and num(v, 'r:' .. owner) == 0 then
+    elseif record == 'g r' and v.f['r:' .. owner] and num(v, 'r:' .. owner) == 0 then
         drop_reader(v, owner)
         back = 1
     end
@@ -515,7 +538,13 @@ for i, e in ipairs(entries) do
         out[i] = { 0, 'ERR unknown rwlock operation' }
     else
         v.handed = {}
-        out[i] = { 1, with_handed(op(v, e), v.handed) }
+        local reply = op(v, e)
+        if reply >= 1 and e.waiter ~= '' and e.op ~= 'withdraw' then
+            -- Whichever way it got the hold, the wait is over: its place and records go.
+            fifo_on(v.key, v.channel)
+            dequeue(e.waiter)
+        end
+        out[i] = { 1, with_handed(reply, v.handed) }
     end
 end
 

@@ -59,9 +59,10 @@ pub(crate) static SCRIPT: FamilyScript = FamilyScript::batching(
 ///   stream of writers cannot keep a reader waiting either. Re-entries and the writer's own
 ///   downgrade never queue. A single attempt (`try_lock`) is never queued and never passes
 ///   anybody queued.
-/// - **Waking**: a grant is told to the grantee's process alone, with one message (or, to a
-///   waiter of the releasing process, in the release's reply), and the grantee claims it with
-///   its next call. A grantee whose process died holds the lock for the claim lease at most
+/// - **Waking**: a grant to a waiter of another process is told to that process alone, with
+///   one message, and the grantee claims it with its next call. A waiter of the releasing
+///   process is handed the lock outright, named in the release's reply (no message, no
+///   claim). A grantee whose process died holds the lock for the claim lease at most
 ///   ([`Config::claim_lease`](crate::Config::claim_lease)); a waiter that stops waiting leaves
 ///   the queue at once (its place also ends a few seconds after its last attempt, should its
 ///   process die). A waiter also looks again when the lease it waits for runs out, and at
