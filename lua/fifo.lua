@@ -68,11 +68,15 @@ end
 -- its entry lives `life` ms, and a grant to it waits `claim` ms for its claim.
 local function enqueue(waiter, n, life, claim, lease)
     local entry = (now() + life) .. ' ' .. n .. ' ' .. claim .. ' ' .. lease
-    -- Listed unless it has an entry already (a record a kind keeps under a waiter's name, not
-    -- starting with a digit, is not one).
+    -- A live entry keeps its place. Anything else (none, a dead entry whose listing may be
+    -- gone or still there, a record a kind keeps under a waiter's name) is listed anew.
     local old = redis.call('HGET', fifo_entries, waiter)
     redis.call('HSET', fifo_entries, waiter, entry)
-    if not old or not string.match(old, '^%d') then
+    local deadline = tonumber(string.match(old or '', '^(%d+) '))
+    if not deadline or deadline <= now() then
+        if deadline then
+            redis.call('LREM', fifo_queue, 1, waiter)
+        end
         redis.call('RPUSH', fifo_queue, waiter)
     end
     outlive(fifo_queue, life)

@@ -30,9 +30,10 @@
 --   r:<owner>  rd:<owner>    a reader's hold count and deadline (one lease per reader)
 --   rn  rlo  rhi             how many readers; a time at or before every reader's deadline;
 --                            one at or after every reader's deadline (absent when none)
--- A hold count of 0 is a grant from the queue that its owner has not claimed yet: it holds the
--- lock against the others until its deadline (the claim lease), and the owner's next attempt
--- claims it (count 1, its own lease); it is never taken for a re-entry.
+-- A negative hold count -k: k grants from the queue to waits of that owner (tasks may share an
+-- owner) not claimed yet. They hold the lock against the others until their deadline (the
+-- claim lease); the owner's next attempt claims them (count 1, its own lease; the other waits
+-- then re-enter), and a grant is never taken for a re-entry.
 --
 -- P:{N}:rw:qd also keeps records under a waiter's name, once it left the queue:
 --   'h r <deadline>', 'h w <deadline>'  a release of the waiter's own client handed it the hold
@@ -42,8 +43,9 @@
 --       the owner's hold is not that one any more). The client's next release deletes the
 --       records of waiters that took theirs; any other lives as long as the waiter's place
 --       would have.
---   'g r', 'g w'  the owner's grant of count 0 is this waiter's: its withdrawal gives it back
---       (not another wait's of the same owner).
+--   'g r <deadline>', 'g w <deadline>'  the waiter was granted the lock until that deadline
+--       (its claim lease), not claimed yet: its withdrawal gives that grant back before the
+--       deadline (not another wait's of the same owner, not a later grant).
 -- A waiter's success deletes its records and its place.
 --
 -- Why this shape: a batch reads the fields it needs of each lock once (one HMGET, whatever the
@@ -201,8 +203,8 @@ local function owner_of(waiter)
     return string.match(waiter, '^(.*)#[^#]*$') or waiter
 end
 
--- One more read hold of `owner` until `deadline` (count 1 from none or from an unclaimed
--- grant, else one more); the hold count.
+-- One more read hold of `owner` until `deadline` (count 1 from none or from unclaimed
+-- grants, else one more); the hold count.
 local function read_hold(v, owner, deadline)
     local field = 'r:' .. owner
     local reads = num(v, field)
@@ -215,14 +217,15 @@ local function read_hold(v, owner, deadline)
         set(v, 'rlo', math.min(num(v, 'rlo'), deadline))
         set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
     end
-    set(v, field, reads + 1)
+    local count = math.max(reads, 0) + 1
+    set(v, field, count)
     set(v, 'rd:' .. owner, deadline)
     v.latest = math.max(v.latest, deadline)
-    return reads + 1
+    return count
 end
 
--- fifo.lua's `give` for lock v: to a waiter of another client, a hold of count 0 until the
--- claim lease ends; handed to one of the caller's client, the hold itself, with a record.
+-- fifo.lua's `give` for lock v: to a waiter of another client, an unclaimed grant until the
+-- claim lease ends; handed to one of the caller's client, the hold itself; a record of each.
 local function giver(v)
     return function(waiter, n, claim, lease, deadline, handed)
         local owner = owner_of(waiter)
@@ -250,14 +253,21 @@ local function giver(v)
             set(v, 'w', owner)
             set(v, 'wn', 0)
             set(v, 'wd', until_claimed)
-            redis.call('HSET', fifo_entries, waiter, 'g w')
+            redis.call('HSET', fifo_entries, waiter, 'g w ' .. until_claimed)
         elseif not v.f[field] then
-            -- (An owner that reads already takes it as a re-entry when it asks.)
-            set(v, field, 0)
+            set(v, field, -1)
             set(v, 'rd:' .. owner, until_claimed)
             add_reader(v, until_claimed)
-            redis.call('HSET', fifo_entries, waiter, 'g r')
+            redis.call('HSET', fifo_entries, waiter, 'g r ' .. until_claimed)
+        elseif num(v, field) < 0 then
+            -- Another wait of the owner was granted too and has not claimed yet.
+            local until_both = math.max(until_claimed, num(v, 'rd:' .. owner))
+            set(v, field, num(v, field) - 1)
+            set(v, 'rd:' .. owner, until_both)
+            set(v, 'rhi', math.max(num(v, 'rhi'), until_both))
+            redis.call('HSET', fifo_entries, waiter, 'g r ' .. until_claimed)
         end
+        -- (An owner that reads already takes it as a re-entry when it asks.)
         outlive(fifo_entries, claim)
         v.latest = math.max(v.latest, until_claimed)
     end
@@ -384,7 +394,7 @@ function ops.read(v, e)
     local owner, writer = e.owner, v.f.w
     local field = 'r:' .. owner
     local reads = num(v, field)
-    if v.f[field] and reads == 0 then
+    if reads < 0 then
         -- Granted from the queue: claimed, under the reader's own lease from now.
         return read_hold(v, owner, now + e.lease)
     end
@@ -443,7 +453,7 @@ function ops.unread(v, e)
     local own = releasing(v, e)
     local reader = 'r:' .. e.owner
     local reads = num(v, reader)
-    if reads == 0 then
+    if reads <= 0 then
         return -1
     end
     if reads > 1 then
@@ -473,7 +483,7 @@ function ops.unwrite(v, e)
 end
 
 function ops.renew_read(v, e)
-    if num(v, 'r:' .. e.owner) == 0 then
+    if num(v, 'r:' .. e.owner) <= 0 then
         return 0
     end
     local deadline = now + e.lease
@@ -517,11 +527,22 @@ function ops.withdraw(v, e)
         return 1
     end
     dequeue(e.waiter)
-    if record == 'g w' and v.f.w == owner and num(v, 'wn') == 0 then
+    local granted, until_claimed = string.match(record, '^g (%a) (%d+)$')
+    local field = 'r:' .. owner
+    if not until_claimed or tonumber(until_claimed) <= now then
+        -- Not granted, or its grant ran out (what holds the lock now is not that grant).
+        granted = nil
+    end
+    if granted == 'w' and v.f.w == owner and num(v, 'wn') == 0 then
         drop_writer(v)
         back = 1
-    elseif record == 'g r' and v.f['r:' .. owner] and num(v, 'r:' .. owner) == 0 then
-        drop_reader(v, owner)
+    elseif granted == 'r' and num(v, field) < 0 then
+        -- Its grant goes; the owner's other waits granted keep theirs.
+        if num(v, field) == -1 then
+            drop_reader(v, owner)
+        else
+            set(v, field, num(v, field) + 1)
+        end
         back = 1
     end
     -- Free for the next waiters: its grant, or what it held them back from as the head.

@@ -142,8 +142,8 @@ fn a_release_grants_the_queue_head_in_order() {
     // stops at the writer.
     assert_eq!(one(&server, &key, "unwrite", "a:1", 0), (0, vec![]));
     assert_eq!(published(&server) - before, 2, "one message per grantee");
-    assert_eq!(hget("r:x:1").as_deref(), Some("0"), "a grant of count 0");
-    assert_eq!(hget("r:x:2").as_deref(), Some("0"));
+    assert_eq!(hget("r:x:1").as_deref(), Some("-1"), "a grant, not claimed");
+    assert_eq!(hget("r:x:2").as_deref(), Some("-1"));
     assert_eq!(queued(&server, &key), ["y:1#1", "z:1#1"]);
     // A newcomer reader does not pass the queued writer, though readers have the lock.
     assert!(one(&server, &key, "read", "t:1", 0).0 <= -2);
@@ -194,7 +194,10 @@ fn a_release_hands_its_own_clients_waiters_the_lock() {
     );
     assert_eq!(published(&server) - before, 0, "handed over in the reply");
     assert_eq!(hget("r:y:2").as_deref(), Some("1"), "the hold itself");
-    assert!(record("y:2#1").unwrap().starts_with("h r "), "a record of the hand-over");
+    assert!(
+        record("y:2#1").unwrap().starts_with("h r "),
+        "a record of the hand-over"
+    );
     // y:2 missed the reply: its next attempt takes the hold, counted once.
     assert_eq!(one(&server, &key, "read", "y:2", 5_000).0, 1);
     assert_eq!(hget("r:y:2").as_deref(), Some("1"));
@@ -229,7 +232,7 @@ fn a_release_hands_its_own_clients_waiters_the_lock() {
     let before = published(&server);
     assert_eq!(with("unwrite", "y:1", "-"), (0, vec![]));
     assert_eq!(published(&server) - before, 1);
-    assert_eq!(hget("r:y:2").as_deref(), Some("0"));
+    assert_eq!(hget("r:y:2").as_deref(), Some("-1"));
     assert_eq!(with("withdraw", "y:2", "-").0, 1);
     assert!(!support::exists(&server, &key), "left behind");
     assert!(!queue_left(&server, &key), "queue left behind");
@@ -311,7 +314,7 @@ fn a_wait_that_succeeds_leaves_the_queue() {
     assert!(call(&server, &key, "write", "w:1", 30_000, 5_000, "w:1#1", "").0 <= -2);
     assert!(call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#2", "").0 <= -2);
     call(&server, &key, "unwrite", "a:1", 0, 0, "", "a");
-    assert_eq!(hget("r:x:1").as_deref(), Some("0"));
+    assert_eq!(hget("r:x:1").as_deref(), Some("-1"));
     assert_eq!(
         call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#2", "").0,
         1
@@ -441,6 +444,118 @@ fn a_stale_handed_record_is_neither_a_place_nor_a_hold() {
     assert_eq!(call(&server, &key, "unread", "y:2", 0, 0, "", "y").0, 0);
     assert!(!support::exists(&server, &key), "left behind");
     assert!(!queue_left(&server, &key), "queue left behind");
+}
+
+/// Two waits of one owner granted the read lock together: one that stops waiting gives back
+/// its grant only, the other still claims its own.
+#[test]
+fn a_withdrawal_leaves_a_read_grant_shared_with_another_wait() {
+    let server = Server::start();
+    let key = unique_name("rw-queue-shared-grant");
+    let hget = |f: &str| -> Option<String> { server.conn().hget(&key, f).unwrap() };
+    assert_eq!(
+        call(&server, &key, "write", "a:1", 30_000, 0, "a:1#1", "").0,
+        1
+    );
+    assert!(call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#1", "").0 <= -2);
+    assert!(call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#2", "").0 <= -2);
+    assert!(call(&server, &key, "write", "z:1", 30_000, 5_000, "z:1#1", "").0 <= -2);
+    call(&server, &key, "unwrite", "a:1", 0, 0, "", "a");
+    assert_eq!(
+        hget("r:x:1").as_deref(),
+        Some("-2"),
+        "two grants, not claimed"
+    );
+    assert_eq!(
+        call(&server, &key, "withdraw", "x:1", 0, 0, "x:1#1", "x").0,
+        1
+    );
+    assert_eq!(hget("r:x:1").as_deref(), Some("-1"));
+    assert_eq!(hget("w"), None, "the writer came in beside a grant");
+    assert_eq!(
+        call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#2", "").0,
+        1
+    );
+    assert_eq!(call(&server, &key, "unread", "x:1", 0, 0, "", "x").0, 0);
+    assert_eq!(hget("w").as_deref(), Some("z:1"));
+    assert_eq!(
+        call(&server, &key, "withdraw", "z:1", 0, 0, "z:1#1", "z").0,
+        1
+    );
+    assert!(!support::exists(&server, &key), "left behind");
+    assert!(!queue_left(&server, &key), "queue left behind");
+}
+
+/// A grant that ran out unclaimed leaves its waiter's record; that waiter's late withdrawal
+/// does not give back a later grant to another wait of the same owner.
+#[test]
+fn a_late_withdrawal_leaves_a_later_grant_alone() {
+    let server = Server::start();
+    let key = unique_name("rw-queue-late-withdraw");
+    let hget = |f: &str| -> Option<String> { server.conn().hget(&key, f).unwrap() };
+    let short = |op: &str, owner: &str, life: u64, waiter: &str, handover: &str| {
+        let entry = (
+            op,
+            owner,
+            30_000,
+            life,
+            waiter.to_string(),
+            handover.to_string(),
+        );
+        run(&server, &key, 200, &[entry]).remove(0).0
+    };
+    assert_eq!(
+        call(&server, &key, "write", "a:1", 30_000, 0, "a:1#1", "").0,
+        1
+    );
+    assert!(short("write", "x:1", 5_000, "x:1#1", "") <= -2);
+    assert!(call(&server, &key, "write", "y:1", 30_000, 5_000, "y:1#1", "").0 <= -2);
+    short("unwrite", "a:1", 0, "", "a");
+    assert_eq!(hget("w").as_deref(), Some("x:1"));
+    std::thread::sleep(Duration::from_millis(300));
+    // x:1#1's grant ran out unclaimed; y:1 goes, and x:1#2 is granted after it.
+    assert_eq!(
+        call(&server, &key, "write", "y:1", 30_000, 5_000, "y:1#1", "").0,
+        1
+    );
+    assert!(call(&server, &key, "write", "x:1", 30_000, 5_000, "x:1#2", "").0 <= -2);
+    call(&server, &key, "unwrite", "y:1", 0, 0, "", "y");
+    assert_eq!(hget("w").as_deref(), Some("x:1"), "x:1#2 granted");
+    assert_eq!(
+        call(&server, &key, "withdraw", "x:1", 0, 0, "x:1#1", "x").0,
+        0
+    );
+    assert_eq!(
+        call(&server, &key, "write", "x:1", 30_000, 5_000, "x:1#2", "").0,
+        1
+    );
+    call(&server, &key, "unwrite", "x:1", 0, 0, "", "x");
+    assert!(!support::exists(&server, &key), "left behind");
+}
+
+/// A waiter whose place died (its process stalled past the place's life) and that asks again
+/// is listed anew, in arrival order, whatever is left of its old entry.
+#[test]
+fn a_waiter_whose_place_died_queues_again_in_order() {
+    let server = Server::start();
+    let key = unique_name("rw-queue-dead-place");
+    let hget = |f: &str| -> Option<String> { server.conn().hget(&key, f).unwrap() };
+    assert_eq!(
+        call(&server, &key, "write", "a:1", 30_000, 0, "a:1#1", "").0,
+        1
+    );
+    assert!(call(&server, &key, "write", "b:1", 30_000, 300, "b:1#1", "").0 <= -2);
+    assert!(call(&server, &key, "read", "c:1", 30_000, 300, "c:1#1", "").0 <= -2);
+    call(&server, &key, "unwrite", "a:1", 0, 0, "", "a");
+    assert_eq!(hget("w").as_deref(), Some("b:1"));
+    assert_eq!(
+        call(&server, &key, "write", "b:1", 30_000, 0, "b:1#1", "").0,
+        1
+    );
+    std::thread::sleep(Duration::from_millis(450));
+    assert!(call(&server, &key, "read", "c:1", 30_000, 5_000, "c:1#1", "").0 <= -2);
+    assert!(call(&server, &key, "write", "d:1", 30_000, 5_000, "d:1#1", "").0 <= -2);
+    assert_eq!(queued(&server, &key), ["c:1#1", "d:1#1"]);
 }
 
 fn spawn_worker(envs: &[(&str, String)]) -> Child {

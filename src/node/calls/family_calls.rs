@@ -274,7 +274,6 @@ mod tests {
         for source in [
             include_str!("../../../lua/fifo.lua"),
             include_str!("../../../lua/latch.lua"),
-            include_str!("../../../lua/rwlock.lua"),
             include_str!("../../../lua/election.lua"),
         ] {
             assert!(
