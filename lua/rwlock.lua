@@ -399,6 +399,11 @@ function ops.read(v, e)
         return read_hold(v, owner, now + e.lease)
     end
     if reads > 0 and took_handed(v, e, 'r') then
+        -- Its lease starts again now, as a claim's does: the client times it from this call.
+        local deadline = math.max(now + e.lease, num(v, 'rd:' .. owner))
+        set(v, 'rd:' .. owner, deadline)
+        set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
+        v.latest = math.max(v.latest, deadline)
         return reads
     end
     if writer and writer ~= owner then
@@ -427,6 +432,10 @@ function ops.write(v, e)
         local writes = num(v, 'wn')
         if writes > 0 then
             if took_handed(v, e, 'w') then
+                -- Its lease starts again now, as a claim's does (see read).
+                deadline = math.max(num(v, 'wd'), deadline)
+                set(v, 'wd', deadline)
+                v.latest = math.max(v.latest, deadline)
                 return writes
             end
             deadline = math.max(num(v, 'wd'), deadline)

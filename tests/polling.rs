@@ -199,3 +199,33 @@ async fn bad_polling_pauses_are_refused_at_build() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
 }
+
+/// A polling client's release hands the read-write lock to its own queued writer: the writer
+/// is woken at once, not at its next pause (the default pauses grow to 500 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_handed_to_a_polling_waiter_wakes_it_at_once() {
+    let server = Server::start();
+    let client = client_with(&server, |b| b.wait_by(WaitBy::POLLING)).await;
+    let rw = client.read_write_lock(&unique_name("poll-handed")).unwrap();
+    let mut took = Vec::new();
+    for _ in 0..2 {
+        let held = rw.write().lock().await.unwrap();
+        let waiting = rw.clone().with_owner(redlease::Owner::new());
+        let waiter = tokio::spawn(async move {
+            let guard = waiting.write().lock().await.unwrap();
+            let at = Instant::now();
+            guard.unlock().await.unwrap();
+            at
+        });
+        // Long enough for the waiter's pauses to reach their 500 ms ceiling.
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        took.push(waiter.await.unwrap().saturating_duration_since(released));
+    }
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(100)),
+        "the handed waiter took {took:?}"
+    );
+    client.shutdown().await.unwrap();
+}

@@ -238,6 +238,52 @@ fn a_release_hands_its_own_clients_waiters_the_lock() {
     assert!(!queue_left(&server, &key), "queue left behind");
 }
 
+/// A waiter that missed the reply handing it the hold takes it later: the hold's lease starts
+/// again then, since the client times it from that attempt.
+#[test]
+fn a_hold_taken_from_its_record_has_its_lease_from_then() {
+    let server = Server::start();
+    let key = unique_name("rw-queue-late-take");
+    let server_ms = || -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+        s * 1000 + us / 1000
+    };
+    let wd = || -> u64 { server.conn().hget(&key, "wd").unwrap() };
+    assert_eq!(
+        call(&server, &key, "write", "y:1", 30_000, 0, "y:1#1", "").0,
+        1
+    );
+    assert!(call(&server, &key, "write", "y:2", 2_000, 5_000, "y:2#1", "").0 <= -2);
+    let (_, handed) = call(&server, &key, "unwrite", "y:1", 0, 0, "", "y");
+    assert_eq!(handed, ["y:2#1"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        call(&server, &key, "write", "y:2", 2_000, 5_000, "y:2#1", "").0,
+        1
+    );
+    let left = wd() - server_ms();
+    assert!(
+        left > 1_800,
+        "the hold has {left} ms left of its 2,000 ms lease"
+    );
+    assert!(call(&server, &key, "read", "y:3", 2_000, 5_000, "y:3#1", "").0 <= -2);
+    let (_, handed) = call(&server, &key, "unwrite", "y:2", 0, 0, "", "y");
+    assert_eq!(handed, ["y:3#1"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        call(&server, &key, "read", "y:3", 2_000, 5_000, "y:3#1", "").0,
+        1
+    );
+    let rd: u64 = server.conn().hget(&key, "rd:y:3").unwrap();
+    let left = rd - server_ms();
+    assert!(
+        left > 1_800,
+        "the read hold has {left} ms left of its 2,000 ms lease"
+    );
+    assert_eq!(call(&server, &key, "unread", "y:3", 0, 0, "", "y").0, 0);
+    assert!(!support::exists(&server, &key), "left behind");
+}
+
 /// A grant that its owner never claims ends with its claim lease: the next call grants on.
 #[test]
 fn an_unclaimed_grant_runs_out_and_passes_on() {

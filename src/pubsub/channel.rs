@@ -136,17 +136,17 @@ pub(crate) struct Subscription {
     pub(super) poll: Option<Poll>,
 }
 
-impl Subscription {}
-
 impl Subscription {
     /// Resolves on the next unlock message, or at once if one arrived since this subscription
-    /// was made or last woke. When the client waits by polling, resolves after the next
-    /// backoff pause instead (or on a local wake-up, such as shutdown).
+    /// was made or last woke, or on a grant to its field. When the client waits by polling,
+    /// resolves after the next backoff pause instead (or on a local wake-up, such as shutdown,
+    /// or a hold a release of this client handed its field).
     pub(crate) async fn notified(&self) {
         if let Some(poll) = &self.poll {
             tokio::select! {
                 () = tokio::time::sleep(poll.next_pause()) => return,
                 () = self.on_message() => return,
+                () = self.on_grant() => return,
             }
         }
         tokio::select! {
