@@ -2,13 +2,14 @@
 //! the client's side: the waiter's name in the queue, its place (withdrawn when the wait ends
 //! without a grant), and a release's reply that hands grants to this client's waiters.
 //!
-//! A waiter's attempts carry its name: `<client id>:w<n>`, one per wait, for the semaphores;
-//! the owner's field for the read-write lock. Refused, an attempt queues the waiter (or keeps
+//! A waiter's attempts carry its name, one per wait: `<client id>:w<n>` for the semaphores,
+//! `<owner field>#<n>` for the read-write lock. Refused, an attempt queues the waiter (or keeps
 //! its place); a call that frees what waiters want grants it to the first waiters that fit
 //! and tells each grantee's client alone, on `<channel>:<client id>`, where the waiter listens
 //! ([`Wake::Grant`](super::Wake::Grant)); its next attempt claims the grant. A release names
-//! this client's own waiters it granted to in its reply ([`hand_over`]): a semaphore's are
-//! resolved from it without a message or another attempt, a read-write lock's claim at once.
+//! this client's own waiters it handed what they wait for in its reply ([`hand_over`]): they
+//! are resolved from it, without a message or another attempt ([`Handed`] keeps their names
+//! until the client's next release deletes the server's records of them).
 
 use std::future::Future;
 use std::pin::Pin;
