@@ -132,6 +132,28 @@ local function grant_heads(free, self, give, own, known_head)
     return false, free, handed
 end
 
+-- A release's hand-over argument, '<client id> <waiter> ...' ('-' for the client while it
+-- shuts down): deletes the named waiters' records in hash `records` (they took what a release
+-- of that client handed them) and returns the client, whose waiters the call hands what it
+-- frees ('' for none: its waiters are quitting).
+local function handing_to(arg, records)
+    local own, took = nil, {}
+    for name in string.gmatch(arg or '', '%S+') do
+        if own == nil then
+            own = name
+        else
+            took[#took + 1] = name
+        end
+    end
+    if #took > 0 then
+        redis.call('HDEL', records, unpack(took))
+    end
+    if own == nil or own == '-' then
+        return ''
+    end
+    return own
+end
+
 -- The reply of a call that may have handed permits over: `value` alone, or with the waiters
 -- handed permits after it.
 local function with_handed(value, handed)

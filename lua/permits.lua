@@ -9,7 +9,8 @@
 -- ARGV[2]  the permit id ('acquire', 'release', 'renew', 'withdraw'; for 'acquire' and
 --          'withdraw' also the waiter, '<client id>:<wait id>'), or the total ('set', 'try_set')
 -- ARGV[3]  lease in milliseconds ('acquire', 'renew')
--- ARGV[4]  'release': the releasing client's id, whose own waiters are handed permits (fifo.lua)
+-- ARGV[4]  'release': the hand-over (fifo.lua's handing_to; no records): the releasing
+--          client's id, whose own waiters are handed permits
 -- 'acquire' also sends:
 -- ARGV[4]  ('acquire') how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
@@ -116,7 +117,7 @@ if op == 'acquire' then
 elseif op == 'release' then
     local removed = redis.call('HDEL', key, 'p:' .. ARGV[2])
     out = out - removed
-    return with_handed(removed, grant_free(ARGV[4]))
+    return with_handed(removed, grant_free(handing_to(ARGV[4], nil)))
 elseif op == 'renew' then
     if redis.call('HEXISTS', key, 'p:' .. ARGV[2]) == 0 then
         return 0

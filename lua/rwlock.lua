@@ -46,7 +46,8 @@
 --   'g r <deadline>', 'g w <deadline>'  the waiter was granted the lock until that deadline
 --       (its claim lease), not claimed yet: its withdrawal gives that grant back before the
 --       deadline (not another wait's of the same owner, not a later grant).
--- A waiter's success deletes its records and its place.
+-- A waiter that gets the lock past the queue (a claim, a re-entry, a downgrade) deletes its
+-- records and its place.
 --
 -- Why this shape: a batch reads the fields it needs of each lock once (one HMGET, whatever the
 -- number of readers) and writes each lock once at the end, so an entry costs little more than
@@ -203,25 +204,29 @@ local function owner_of(waiter)
     return string.match(waiter, '^(.*)#[^#]*$') or waiter
 end
 
--- One more read hold of `owner` until `deadline` (count 1 from none or from unclaimed
--- grants, else one more); the hold count.
-local function read_hold(v, owner, deadline)
-    local field = 'r:' .. owner
-    local reads = num(v, field)
-    if not v.f[field] then
+-- `owner` counts `count` read holds (negative: grants not claimed) until `deadline`.
+local function set_reader(v, owner, count, deadline)
+    if not v.f['r:' .. owner] then
         add_reader(v, deadline)
     else
-        if reads > 0 then
-            deadline = math.max(deadline, num(v, 'rd:' .. owner))
-        end
         set(v, 'rlo', math.min(num(v, 'rlo'), deadline))
         set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
     end
-    local count = math.max(reads, 0) + 1
-    set(v, field, count)
+    set(v, 'r:' .. owner, count)
     set(v, 'rd:' .. owner, deadline)
     v.latest = math.max(v.latest, deadline)
     return count
+end
+
+-- `owner` reads once more (`counted` 1), or takes a read hold handed to it (`counted` 0),
+-- for `lease` ms from now; an owner with grants not claimed claims them (count 1). Returns
+-- the hold count.
+local function read_hold(v, owner, lease, counted)
+    local reads, deadline = num(v, 'r:' .. owner), now + lease
+    if reads > 0 then
+        deadline = math.max(deadline, num(v, 'rd:' .. owner))
+    end
+    return set_reader(v, owner, math.max(reads, 0) + counted, deadline)
 end
 
 -- fifo.lua's `give` for lock v: to a waiter of another client, an unclaimed grant until the
@@ -230,9 +235,11 @@ local function giver(v)
     return function(waiter, n, claim, lease, deadline, handed)
         local owner = owner_of(waiter)
         local field = 'r:' .. owner
-        if v.f[field] == nil and not v.dirty[field] then
-            v.f[field] = redis.call('HGET', v.key, field) or nil
-            v.f['rd:' .. owner] = redis.call('HGET', v.key, 'rd:' .. owner) or nil
+        if n < WHOLE and not v.owners[owner] then
+            -- A reader the batch has not read yet: its fields join the view.
+            local got = redis.call('HMGET', v.key, field, 'rd:' .. owner)
+            v.f[field], v.f['rd:' .. owner] = got[1] or nil, got[2] or nil
+            v.owners[owner] = true
         end
         if handed then
             if n >= WHOLE then
@@ -241,7 +248,7 @@ local function giver(v)
                 set(v, 'wd', now + lease)
                 v.latest = math.max(v.latest, now + lease)
             else
-                read_hold(v, owner, now + lease)
+                read_hold(v, owner, lease, 1)
             end
             local record = (n >= WHOLE and 'h w ' or 'h r ') .. (now + lease)
             redis.call('HSET', fifo_entries, waiter, record)
@@ -249,25 +256,23 @@ local function giver(v)
             return
         end
         local until_claimed = now + claim
+        local reads = num(v, field)
         if n >= WHOLE then
             set(v, 'w', owner)
             set(v, 'wn', 0)
             set(v, 'wd', until_claimed)
-            redis.call('HSET', fifo_entries, waiter, 'g w ' .. until_claimed)
-        elseif not v.f[field] then
-            set(v, field, -1)
-            set(v, 'rd:' .. owner, until_claimed)
-            add_reader(v, until_claimed)
-            redis.call('HSET', fifo_entries, waiter, 'g r ' .. until_claimed)
-        elseif num(v, field) < 0 then
-            -- Another wait of the owner was granted too and has not claimed yet.
-            local until_both = math.max(until_claimed, num(v, 'rd:' .. owner))
-            set(v, field, num(v, field) - 1)
-            set(v, 'rd:' .. owner, until_both)
-            set(v, 'rhi', math.max(num(v, 'rhi'), until_both))
-            redis.call('HSET', fifo_entries, waiter, 'g r ' .. until_claimed)
+        elseif reads <= 0 then
+            -- One grant more for the owner (other waits of it may have theirs); an owner that
+            -- reads already takes it as a re-entry when it asks.
+            local until_all = until_claimed
+            if reads < 0 then
+                until_all = math.max(until_all, num(v, 'rd:' .. owner))
+            end
+            set_reader(v, owner, reads - 1, until_all)
+        else
+            return
         end
-        -- (An owner that reads already takes it as a re-entry when it asks.)
+        redis.call('HSET', fifo_entries, waiter, (n >= WHOLE and 'g w ' or 'g r ') .. until_claimed)
         outlive(fifo_entries, claim)
         v.latest = math.max(v.latest, until_claimed)
     end
@@ -352,69 +357,68 @@ end
 -- The client a release or withdrawal hands the lock to ('' for none), once it deleted the
 -- records its client's waiters took (see above).
 local function releasing(v, e)
-    local own
     fifo_on(v.key, v.channel)
-    for name in string.gmatch(e.handover, '%S+') do
-        if own == nil then
-            own = name
-        else
-            redis.call('HDEL', fifo_entries, name)
+    return handing_to(e.handover, fifo_entries)
+end
+
+-- A record under a waiter's name (see above): its kind ('h' handed, 'g' granted), its side
+-- ('r', 'w'), and whether its deadline is still ahead; nil for a queue entry or nothing.
+local function record_of(value)
+    local kind, side, deadline = string.match(value or '', '^(%a) (%a) (%d+)$')
+    if not kind then
+        return nil
+    end
+    return kind, side, tonumber(deadline) > now
+end
+
+-- Deletes what is kept under waiter name `name` (`value`): its record, or its place.
+local function forget(name, value)
+    if value then
+        redis.call('HDEL', fifo_entries, name)
+        if not record_of(value) then
+            redis.call('LREM', fifo_queue, 1, name)
         end
     end
-    if own == nil or own == '-' then
-        return ''
-    end
-    return own
 end
 
--- A record of a hold of `kind` ('r', 'w') handed to `waiter` (see above): its deadline when it
--- has not passed, else nil.
-local function handed_record(waiter, kind)
-    local record = redis.call('HGET', fifo_entries, waiter)
-    local k, deadline = string.match(record or '', '^h (%a) (%d+)$')
-    if k == kind and tonumber(deadline) > now then
-        return tonumber(deadline)
-    end
-    return nil
-end
-
--- Whether waiter e was handed its hold of `kind` by a release of its own client whose reply it
--- missed: it takes it now (the record goes with its place, below).
-local function took_handed(v, e, kind)
+-- Waiter e gets the lock past the queue (a re-entry, a downgrade, a claim) after it may have
+-- been queued, granted or handed it: its place and records go. Returns whether it was handed
+-- its hold of `side` by a release of its own client whose reply it missed: it takes that one,
+-- which counts nothing more. (A newcomer admitted by the queue has neither place nor record.)
+local function settle(v, e, side)
     if e.waiter == '' then
         return false
     end
     fifo_on(v.key, v.channel)
-    return handed_record(e.waiter, kind) ~= nil
+    local value = redis.call('HGET', fifo_entries, e.waiter)
+    forget(e.waiter, value)
+    local kind, s, live = record_of(value)
+    return kind == 'h' and s == side and live
 end
 
 local ops = {}
 
 function ops.read(v, e)
     local owner, writer = e.owner, v.f.w
-    local field = 'r:' .. owner
-    local reads = num(v, field)
+    local reads = num(v, 'r:' .. owner)
     if reads < 0 then
         -- Granted from the queue: claimed, under the reader's own lease from now.
-        return read_hold(v, owner, now + e.lease)
-    end
-    if reads > 0 and took_handed(v, e, 'r') then
-        -- Its lease starts again now, as a claim's does: the client times it from this call.
-        local deadline = math.max(now + e.lease, num(v, 'rd:' .. owner))
-        set(v, 'rd:' .. owner, deadline)
-        set(v, 'rhi', math.max(num(v, 'rhi'), deadline))
-        v.latest = math.max(v.latest, deadline)
-        return reads
+        settle(v, e, 'r')
+        return read_hold(v, owner, e.lease, 1)
     end
     if writer and writer ~= owner then
         return refuse(v, e, 1)
     end
     -- A re-entry, or a writer taking the read lock, never queues; anybody else comes after
     -- the waiters queued before it.
-    if reads == 0 and writer ~= owner and not e.reentry and not admitted(v, e, 1) then
+    local past = reads > 0 or writer == owner or e.reentry
+    if not past and not admitted(v, e, 1) then
         return refuse(v, e, 1)
     end
-    return read_hold(v, owner, now + e.lease)
+    -- A hold handed over and taken now gets its lease from now, as a claim does: the client
+    -- times it from this call.
+    local counted = (past and settle(v, e, 'r')) and 0 or 1
+    return read_hold(v, owner, e.lease, counted)
 end
 
 -- A read by an owner that already reads in another name (the client's shared read hold):
@@ -428,22 +432,17 @@ function ops.write(v, e)
     local owner, writer = e.owner, v.f.w
     local deadline = now + e.lease
     if writer == owner then
-        -- A re-entry, or the claim of a grant from the queue (count 0), whose lease starts now.
+        -- A re-entry, or the claim of a grant from the queue (count 0), whose lease starts
+        -- now; a hold handed over and taken now counts nothing more (see read).
         local writes = num(v, 'wn')
+        local counted = settle(v, e, 'w') and writes > 0 and 0 or 1
         if writes > 0 then
-            if took_handed(v, e, 'w') then
-                -- Its lease starts again now, as a claim's does (see read).
-                deadline = math.max(num(v, 'wd'), deadline)
-                set(v, 'wd', deadline)
-                v.latest = math.max(v.latest, deadline)
-                return writes
-            end
             deadline = math.max(num(v, 'wd'), deadline)
         end
-        set(v, 'wn', writes + 1)
+        set(v, 'wn', writes + counted)
         set(v, 'wd', deadline)
         v.latest = math.max(v.latest, deadline)
-        return writes + 1
+        return writes + counted
     end
     if num(v, 'r:' .. owner) > 0 then
         return 0
@@ -518,34 +517,24 @@ function ops.renew_write(v, e)
 end
 
 -- A waiter stops waiting: its place goes, a grant to it not claimed yet goes to the next
--- waiters, and a hold handed to it and not taken is given back.
+-- waiters, and a hold handed to it and not taken is given back (a record past its deadline
+-- is not: the owner's hold is not that one any more).
 function ops.withdraw(v, e)
-    local owner, back = e.owner, 0
+    local owner = e.owner
     fifo_on(v.key, v.channel)
-    local record = redis.call('HGET', fifo_entries, e.waiter) or ''
-    local kind = string.match(record, '^h (%a)')
-    if kind then
-        local live = handed_record(e.waiter, kind)
-        redis.call('HDEL', fifo_entries, e.waiter)
-        if not live then
-            -- Past its deadline the owner's hold is not that one (gone, or taken since).
-            return 0
-        end
-        local release = (kind == 'w') and ops.unwrite or ops.unread
+    local value = redis.call('HGET', fifo_entries, e.waiter)
+    forget(e.waiter, value)
+    local kind, side, live = record_of(value)
+    if kind == 'h' and live then
+        local release = (side == 'w') and ops.unwrite or ops.unread
         release(v, e)
         return 1
     end
-    dequeue(e.waiter)
-    local granted, until_claimed = string.match(record, '^g (%a) (%d+)$')
-    local field = 'r:' .. owner
-    if not until_claimed or tonumber(until_claimed) <= now then
-        -- Not granted, or its grant ran out (what holds the lock now is not that grant).
-        granted = nil
-    end
-    if granted == 'w' and v.f.w == owner and num(v, 'wn') == 0 then
+    local back, field = 0, 'r:' .. owner
+    if kind == 'g' and live and side == 'w' and v.f.w == owner and num(v, 'wn') == 0 then
         drop_writer(v)
         back = 1
-    elseif granted == 'r' and num(v, field) < 0 then
+    elseif kind == 'g' and live and side == 'r' and num(v, field) < 0 then
         -- Its grant goes; the owner's other waits granted keep theirs.
         if num(v, field) == -1 then
             drop_reader(v, owner)
@@ -568,13 +557,7 @@ for i, e in ipairs(entries) do
         out[i] = { 0, 'ERR unknown rwlock operation' }
     else
         v.handed = {}
-        local reply = op(v, e)
-        if reply >= 1 and e.waiter ~= '' and e.op ~= 'withdraw' then
-            -- Whichever way it got the hold, the wait is over: its place and records go.
-            fifo_on(v.key, v.channel)
-            dequeue(e.waiter)
-        end
-        out[i] = { 1, with_handed(reply, v.handed) }
+        out[i] = { 1, with_handed(op(v, e), v.handed) }
     end
 end
 

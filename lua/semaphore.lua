@@ -10,9 +10,9 @@
 -- 'acquire' and 'withdraw' also send:
 -- ARGV[3]  the waiter: '<client id>:<wait id>', one per wait
 -- 'release' also sends:
--- ARGV[3]  the releasing client's id: its own waiters are handed permits (fifo.lua)
--- ARGV[4..] waiters of that client that took their handed permits from a reply: their records
---          go (the client sends them with its next release)
+-- ARGV[3]  the hand-over (fifo.lua's handing_to): the releasing client's id, whose own waiters
+--          are handed permits, then waiters of that client that took their handed permits from
+--          a reply: their records go
 -- 'acquire' also sends:
 -- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
@@ -143,11 +143,9 @@ if op == 'acquire' then
     end
     return 0
 elseif op == 'release' then
-    if #ARGV > 3 then
-        redis.call('HDEL', grants, unpack(ARGV, 4))
-    end
+    local own = handing_to(ARGV[3], grants)
     local now_available = redis.call('INCRBY', key, n)
-    return with_handed(now_available, grant_free(now_available, ARGV[3]))
+    return with_handed(now_available, grant_free(now_available, own))
 elseif op == 'set' then
     -- Permits granted and not yet claimed are out already, as a holder's are.
     local aside = set_aside(nil)

@@ -366,6 +366,42 @@ async fn a_grant_to_a_dead_waiter_passes_on(kind: Kind) {
     );
 }
 
+/// Within one client a release hands the permit to the waiting task in its reply; the server
+/// keeps a record of it for a waiter that missed the reply, and that client's next release
+/// deletes it: nothing is left once the permits are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_leaves_no_record_after_the_next_release() {
+    let server = Server::start();
+    let name = unique_name("sem-handed");
+    let client = claiming_client(&server).await;
+    let semaphore = client.semaphore(&name).unwrap();
+    semaphore.set_permits(1).await.unwrap();
+    semaphore.acquire().await.unwrap();
+    let waiting = {
+        let semaphore = semaphore.clone();
+        tokio::spawn(async move { semaphore.acquire().await.unwrap() })
+    };
+    assert!(until_queued(&server, Kind::Semaphore, &name, 1, Duration::from_secs(5)).await);
+    // It listens by now (the attempt it makes once subscribed is over).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    semaphore.release(1).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the waiter was handed the permit")
+        .unwrap();
+    let key = Kind::Semaphore.key_of(&name);
+    assert!(
+        exists(&server, &format!("{key}:g")),
+        "no record of the hand-over"
+    );
+    semaphore.release(1).await.unwrap();
+    assert!(
+        !queue_left(&server, &name),
+        "the record outlived the next release"
+    );
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waits_leave_no_place_and_no_permit() {
     let server = Server::start();

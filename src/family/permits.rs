@@ -4,8 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
-
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -177,24 +175,17 @@ impl PermitSemaphore {
         let id = queued::waiter_name(&self.client);
         let terms = queued::terms(&self.client, wait);
         let withdrawal = self.clone().withdraw(id.clone());
-        // When the latest attempt was sent: a permit handed over by a release of this client
-        // was written after that attempt queued us, so its lease runs from no earlier.
-        let sent = Mutex::new(Instant::now());
-        let (sent, id_ref, terms_ref) = (&sent, &id, &terms);
+        let (id_ref, terms_ref) = (&id, &terms);
         let granted = queued::wait_in_queue(
             &self.client,
             &self.grants,
             wait,
             &id,
             withdrawal,
-            |handed| async move {
-                if handed {
-                    return Ok(Attempt::Done(*sent.lock()));
-                }
-                let started = Instant::now();
-                *sent.lock() = started;
+            None,
+            || async move {
                 Ok(match self.attempt(id_ref, lease, terms_ref).await? {
-                    Taken::Granted => Attempt::Done(started),
+                    Taken::Granted => Attempt::Done(()),
                     Taken::Refused(nap) => Attempt::Again(nap),
                     Taken::WouldDeadlock => Attempt::Again(None),
                 })
@@ -263,7 +254,8 @@ impl PermitSemaphore {
         if checked {
             self.client.inner.check_open()?;
         }
-        let args = ["release", id, "0", queued::releasing_client(&self.client)];
+        let handover = queued::handover(&self.client, None);
+        let args = ["release", id, "0", &handover];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
         Ok(queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)? == 1)
     }

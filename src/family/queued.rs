@@ -15,7 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 use tokio_util::task::TaskTracker;
@@ -97,25 +97,50 @@ where
 }
 
 /// Waits in the queue as `waiter` (listening on `grants`), attempting with `attempt` as
-/// [`wait_for`] does. A wait that ends without permits runs `withdrawal` before it returns
-/// `None`; one cancelled or failed runs it in the background.
+/// [`wait_for`] does; a release of this client that hands the waiter what it waits for ends
+/// the wait without an attempt (noted in `handed`, for the kinds whose script keeps a record
+/// of it). Granted, returns when the latest attempt was sent: what was granted or handed over
+/// came no earlier, so a lease runs from no earlier. A wait that ends without a grant runs
+/// `withdrawal` before it returns `None`; one cancelled or failed runs it in the background.
 ///
 /// # Cancel safety
 /// As [`wait_for`]'s; the place is withdrawn in the background.
-pub(crate) async fn wait_in_queue<T, F, Fut>(
+pub(crate) async fn wait_in_queue<F, Fut>(
     client: &Client,
     grants: &Arc<str>,
     wait: Wait,
     waiter: &Arc<str>,
     withdrawal: impl Future<Output = ()> + Send + 'static,
-    attempt: F,
-) -> Result<Option<T>>
+    handed: Option<&Handed>,
+    mut attempt: F,
+) -> Result<Option<Instant>>
 where
-    F: FnMut(bool) -> Fut,
-    Fut: Future<Output = Result<Attempt<T>>>,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<()>>>,
 {
     let place = Place::new(client, wait, withdrawal);
-    let taken = wait_for(client, grants, wait, Wake::Grant(waiter.clone()), attempt).await?;
+    let sent = parking_lot::Mutex::new(Instant::now());
+    let sent = &sent;
+    let wake = Wake::Grant(waiter.clone());
+    let taken = wait_for(client, grants, wait, wake, |handed_over| {
+        let asked = (!handed_over).then(|| {
+            *sent.lock() = Instant::now();
+            attempt()
+        });
+        async move {
+            let Some(asked) = asked else {
+                if let Some(handed) = handed {
+                    handed.push(waiter.clone());
+                }
+                return Ok(Attempt::Done(*sent.lock()));
+            };
+            Ok(match asked.await? {
+                Attempt::Done(()) => Attempt::Done(*sent.lock()),
+                Attempt::Again(nap) => Attempt::Again(nap),
+            })
+        }
+    })
+    .await?;
     match taken {
         // The script took the place out with the grant.
         Some(_) => place.taken(),
@@ -147,13 +172,19 @@ impl Handed {
     }
 }
 
-/// The releasing client's id, as a release sends it so that its own waiters are handed what
-/// it frees (`lua/fifo.lua`); none while it shuts down, since its waiters are quitting.
-pub(crate) fn releasing_client(client: &Client) -> &str {
-    match client.inner.check_open() {
-        Ok(()) => &client.inner.id_text,
-        Err(_) => "",
+/// A release's hand-over argument (`lua/fifo.lua`'s `handing_to`): this client's id, whose
+/// waiters the release hands what it frees (`-` while the client shuts down: its waiters are
+/// quitting), then the waiters of `handed` whose records go.
+pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
+    let mut handover = match client.inner.check_open() {
+        Ok(()) => client.inner.id_text.to_string(),
+        Err(_) => "-".to_string(),
+    };
+    for waiter in handed.map(Handed::take).unwrap_or_default() {
+        handover.push(' ');
+        handover.push_str(&waiter);
     }
+    handover
 }
 
 /// A waiter's place in a queue; withdrawn unless [`taken`](Place::taken), in the background

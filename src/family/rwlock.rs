@@ -223,7 +223,7 @@ impl ReadWriteLock {
             self.client.inner.check_open()?;
         }
         let op = hold.kind().ops().1;
-        let handover = self.handover();
+        let handover = queued::handover(&self.client, Some(&self.shares.handed));
         let reply = self
             .request(&[op, field, "0", "0", "0", "", &handover])
             .await?;
@@ -235,28 +235,12 @@ impl ReadWriteLock {
     /// and it did not take is given back.
     pub(crate) async fn withdraw(self, waiter: Arc<str>, field: Arc<str>) {
         let withdraw = || async {
-            let handover = self.handover();
+            let handover = queued::handover(&self.client, Some(&self.shares.handed));
             let args = ["withdraw", &field, "0", "0", "0", &waiter, &handover];
             let reply = self.request(&args).await?;
             self.hand_over(reply)
         };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
-    }
-
-    /// A release's or withdrawal's `hand-over` argument (`lua/rwlock.lua`): this client, whose
-    /// waiters it hands the lock to (none while it shuts down), and the records of handed
-    /// holds its waiters took.
-    fn handover(&self) -> String {
-        let own = match queued::releasing_client(&self.client) {
-            "" => "-",
-            own => own,
-        };
-        let mut handover = own.to_string();
-        for waiter in self.shares.handed.take() {
-            handover.push(' ');
-            handover.push_str(&waiter);
-        }
-        handover
     }
 
     /// The integer of a reply that may name waiters of this client handed the lock, who are

@@ -152,9 +152,8 @@ impl Semaphore {
     /// handed to are told from the reply.
     async fn give_back(&self, permits: u32) -> Result<()> {
         let n = itoa::Buffer::new().format(permits).to_owned();
-        let forget = self.handed.take();
-        let mut args = vec!["release", &n, queued::releasing_client(&self.client)];
-        args.extend(forget.iter().map(|name| &**name));
+        let handover = queued::handover(&self.client, Some(&self.handed));
+        let args = ["release", &n, &handover];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
         queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply).map(drop)
     }
@@ -230,11 +229,8 @@ impl Semaphore {
             wait,
             &waiter,
             withdrawal,
-            |handed| async move {
-                if handed {
-                    self.handed.push(waiter_ref.clone());
-                    return Ok(Attempt::Done(()));
-                }
+            Some(&self.handed),
+            || async move {
                 Ok(match self.attempt(permits, waiter_ref, terms).await? {
                     Taken::Granted => Attempt::Done(()),
                     _ => Attempt::Again(None),

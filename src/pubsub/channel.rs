@@ -47,8 +47,8 @@ struct GrantHere {
 
 /// Grants to this client's waiters kept until taken. A `Lock` has at most one live grant per
 /// waiting owner (only the head of a client's local queue waits in the server's queue); a
-/// semaphore one per waiting task of the client. A grant whose waiter left stays until it is
-/// pushed out: this bounds them.
+/// semaphore or read-write lock one per waiting task of the client. A grant whose waiter left
+/// stays until it is pushed out: this bounds them.
 const GRANTS_KEPT: usize = 1024;
 
 impl Channel {

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
-
 use super::{Hold, Kind, ReadWriteLock, Side};
 use crate::error::{Error, Result};
 use crate::family::queued;
@@ -88,60 +86,47 @@ impl ReadWriteLock {
         let terms = queued::terms(&self.client, wait);
         let waiter = queued::waiter_of(field);
         let withdrawal = self.clone().withdraw(waiter.clone(), field.clone());
+        let op = match asking {
+            Asking::Reentry => "reenter",
+            Asking::Own => kind.ops().0,
+        };
         let (terms, waiter_ref) = (&terms, &waiter);
-        // When the latest attempt was sent: a hold handed over by a release came after it.
-        let sent = Mutex::new(Instant::now());
-        let sent = &sent;
+        let handed = Some(&self.shares.handed);
         queued::wait_in_queue(
             &self.client,
             &self.grants,
             wait,
             &waiter,
             withdrawal,
-            |handed| {
-                async move {
-                    if handed {
-                        // A release of this client handed it over: its record goes with the
-                        // client's next release.
-                        self.shares.handed.push(waiter_ref.clone());
-                        return Ok(Attempt::Done(*sent.lock()));
-                    }
-                    *sent.lock() = Instant::now();
-                    let request = HoldRequest {
-                        kind,
-                        asking,
-                        field,
-                        waiter: waiter_ref,
-                        lease,
-                    };
-                    match self.attempt(request, terms).await? {
-                        Taken::Granted => Ok(Attempt::Done(*sent.lock())),
-                        Taken::WouldDeadlock => Err(Error::WouldDeadlock {
-                            name: self.keys.name.to_string(),
-                        }),
-                        Taken::Refused(nap) => Ok(Attempt::Again(nap)),
-                    }
+            handed,
+            || async move {
+                match self
+                    .attempt(op, kind, field, waiter_ref, lease, terms)
+                    .await?
+                {
+                    Taken::Granted => Ok(Attempt::Done(())),
+                    Taken::WouldDeadlock => Err(Error::WouldDeadlock {
+                        name: self.keys.name.to_string(),
+                    }),
+                    Taken::Refused(nap) => Ok(Attempt::Again(nap)),
                 }
             },
         )
         .await
     }
 
-    /// One acquisition request on queue `terms`; if the caller stops waiting for its answer, a
-    /// grant is given back and a place it took is withdrawn.
-    async fn attempt(&self, request: HoldRequest<'_>, terms: &[String; 2]) -> Result<Taken> {
+    /// One acquisition request (`op`, for a hold of `kind`) on queue `terms`; if the caller
+    /// stops waiting for its answer, a grant is given back and a place it took is withdrawn.
+    async fn attempt(
+        &self,
+        op: &'static str,
+        kind: Kind,
+        field: &Arc<str>,
+        waiter: &Arc<str>,
+        lease: Lease,
+        terms: &[String; 2],
+    ) -> Result<Taken> {
         self.client.inner.check_open()?;
-        let HoldRequest {
-            kind,
-            asking,
-            field,
-            waiter,
-            lease,
-        } = request;
-        let op = match asking {
-            Asking::Reentry => "reenter",
-            Asking::Own => kind.ops().0,
-        };
         let (lock, request_field, request_waiter) = (self.clone(), field.clone(), waiter.clone());
         let terms = terms.clone();
         let request = async move {
@@ -169,13 +154,4 @@ impl ReadWriteLock {
         )
         .await
     }
-}
-
-/// One acquisition attempt: of which side, how, for which owner and waiter, on what lease.
-struct HoldRequest<'a> {
-    kind: Kind,
-    asking: Asking,
-    field: &'a Arc<str>,
-    waiter: &'a Arc<str>,
-    lease: Lease,
 }
