@@ -120,14 +120,14 @@
 //! Within one client, waiters for a lock queue FIFO, and a release that frees the lock hands it
 //! straight to the first of them (one script: the holder's field goes, the waiter's comes, with
 //! the waiter's lease and a new fencing token): no unlock message, no acquire round trip after
-//! it, and the lock is never free in between. It does so only while no other client waits for
-//! the lock, and at most 64 times in a row, so other clients' waiters get their turn.
+//! it, and the lock is never free in between. It does so only while no waiter of another
+//! client is queued for the lock: the first release after such a waiter queued is that waiter's.
 //!
 //! Behind a proxy without pub/sub, build the client with
 //! [`wait_by(WaitBy::POLLING)`](ClientBuilder::wait_by): waiters of every lock kind then try
 //! again after a pause that doubles from 5 ms to 500 ms (with jitter) and never subscribe. A
-//! polling waiter is slower to wake and does not count as listening, so a busy client may hand a
-//! lock to its own waiters up to 64 times in a row before a polling client gets a chance.
+//! polling waiter queues on the server like any other, so a busy client's releases pass the lock
+//! to it in turn; it only hears of its grant at its next look.
 //!
 //! ## Many tasks at once
 //! A call made while the client's connection is idle goes out at once. Acquisitions (and

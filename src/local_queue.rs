@@ -10,12 +10,13 @@
 //! Hand-over: the waiting head leaves an [`Offer`] at the queue. A release of this client that
 //! frees the lock takes it and asks `release.lua` to give the lock straight to the head: no
 //! unlock message, no acquire round trip, and the lock is never free in between. The script
-//! does so only while nothing is queued on the server ahead of the head (another client's
-//! waiter, or the watch marker of MultiLock members), and the queue allows at most
-//! [`HANDOVERS_IN_A_ROW`] in a row, so other clients' waiters are not starved by a busy one.
+//! does so only while nothing is queued on the server ahead of the head: another client's
+//! waiter (every waiter is queued there from its second attempt on, polling ones too), or the
+//! watch marker of MultiLock members. So a busy client hands the lock among its own tasks only
+//! until a waiter of another client queues; the next release that frees it is that waiter's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use dashmap::DashMap;
@@ -23,10 +24,6 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::node::Successor;
-
-/// Consecutive hand-overs of one lock within this client before a release frees it for
-/// everyone again (a backstop: the script already declines while another client waits).
-pub(crate) const HANDOVERS_IN_A_ROW: u32 = 64;
 
 #[derive(Default)]
 pub(crate) struct LocalQueues {
@@ -39,7 +36,8 @@ pub(crate) struct LocalQueue {
     pub released: Notify,
     /// The waiting head's offer to take the lock over from a releasing holder.
     offer: Mutex<Option<Offer>>,
-    handed_in_a_row: AtomicU32,
+    /// Whether this client's last release of the lock handed it to one of its waiters.
+    handing_over: AtomicBool,
 }
 
 /// The waiting head's offer: who it is, and where to tell it what became of the offer.
@@ -90,7 +88,7 @@ impl LocalQueues {
                     head: Arc::new(Semaphore::new(1)),
                     released: Notify::new(),
                     offer: Mutex::new(None),
-                    handed_in_a_row: AtomicU32::new(0),
+                    handing_over: AtomicBool::new(false),
                 })
             })
             .clone();
@@ -122,27 +120,24 @@ impl LocalQueues {
     /// Tells this client's head contender of `key` that the lock was just freed.
     pub(crate) fn released(&self, key: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
-            queue.handed_in_a_row.store(0, Ordering::Relaxed);
+            queue.handing_over.store(false, Ordering::Relaxed);
             queue.released.notify_one();
         }
     }
 
-    /// Takes the waiting head's offer for `key`, if there is one and the in-a-row bound allows
-    /// another hand-over. The caller must answer it (see [`Handover`]).
+    /// Takes the waiting head's offer for `key`, if there is one. The caller must answer it
+    /// (see [`Handover`]).
     pub(crate) fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
         let queue = self.map.get(key)?;
-        if queue.handed_in_a_row.load(Ordering::Relaxed) >= HANDOVERS_IN_A_ROW {
-            return None;
-        }
         // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
         // just after this take is answered in vain, and the releaser gives its grant back.
         queue.offer.lock().take()
     }
 
-    /// Counts a hand-over towards the in-a-row bound.
+    /// Notes that a release of this client handed the lock to one of its waiters.
     pub(crate) fn handed_over(&self, key: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
-            queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
+            queue.handing_over.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -179,7 +174,7 @@ impl Ticket<'_> {
 impl LocalQueue {
     /// Whether this client's last release of the lock handed it to one of its waiters.
     pub(crate) fn handing_over(&self) -> bool {
-        self.handed_in_a_row.load(Ordering::Relaxed) > 0
+        self.handing_over.load(Ordering::Relaxed)
     }
 }
 

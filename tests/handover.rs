@@ -1,6 +1,6 @@
 //! Hand-over within one client: a release that frees a lock gives it straight to this client's
-//! waiting task (no unlock message, the lock never free in between), unless another client
-//! listens for it; fencing tokens still grow; a waiter that stops waiting as the lock is handed
+//! waiting task (no unlock message, the lock never free in between), unless a waiter of another
+//! client is queued for it; fencing tokens still grow; a waiter that stops waiting as the lock is handed
 //! to it leaves nothing behind.
 
 mod support;
@@ -121,41 +121,58 @@ async fn no_hand_over_while_another_client_waits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_client_does_not_starve_another_clients_waiter() {
+async fn a_busy_client_hands_the_lock_to_another_clients_waiter_once_it_queued() {
     let server = Server::start();
     let [a, b] = clients(&server).await;
     let name = unique_name("starve");
     let stop = Arc::new(AtomicBool::new(false));
-    // Two tasks of client A take turns on the lock as fast as they can (bounded in rounds).
+    // Lock/unlock rounds of client A's tasks, ended once their guard was unlocked.
+    let rounds = Arc::new(AtomicU64::new(0));
+    // Two tasks of client A take turns on the lock as fast as they can (bounded in rounds), so
+    // every release of A has a waiter of A to hand the lock to.
     let busy: Vec<_> = (0..2)
         .map(|_| {
-            let (lock, stop) = (a.lock(&name).unwrap(), stop.clone());
+            let (lock, stop, rounds) = (a.lock(&name).unwrap(), stop.clone(), rounds.clone());
             tokio::spawn(async move {
-                let mut rounds = 0u32;
-                while !stop.load(Ordering::Relaxed) && rounds < 20_000 {
+                let mut mine = 0u32;
+                while !stop.load(Ordering::Relaxed) && mine < 20_000 {
                     let guard = lock.lock().await.unwrap();
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    // Long against a round trip, so B's first attempts come within one hold.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     guard.unlock().await.unwrap();
-                    rounds += 1;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                    mine += 1;
                 }
-                rounds
+                mine
             })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let rounds_before = rounds.load(Ordering::Relaxed);
     let got = b
         .lock(&name)
         .unwrap()
         .try_lock_with(LockOptions::new().wait(Duration::from_secs(10)))
         .await
         .unwrap();
+    // Read while B holds the lock: A's tasks wait for it.
+    let rounds_during = rounds.load(Ordering::Relaxed) - rounds_before;
     stop.store(true, Ordering::Relaxed);
     let guard = got.expect("client B's waiter was starved for 10 s by client A's hand-overs");
     guard.unlock().await.unwrap();
-    let rounds = join_within(busy, Duration::from_secs(10), "a busy task hung").await;
+    let per_task = join_within(busy, Duration::from_secs(10), "a busy task hung").await;
     assert!(
-        rounds.iter().all(|&r| r > 0),
-        "client A's tasks ran: {rounds:?}"
+        per_task.iter().all(|&r| r > 0),
+        "client A's tasks ran: {per_task:?}"
+    );
+    // B's waiter queues with its second attempt, a round trip or two after it starts, and
+    // A's next release that frees the lock is then B's: A ends the round it was in, maybe one
+    // more while B's first attempts are on their way (each of A's rounds holds the lock 10 ms).
+    // A busy client handing the lock on among its own tasks would make this thousands, or 64
+    // with a bound on hand-overs in a row instead of the queue's rule.
+    assert!(
+        rounds_during <= 4,
+        "client A completed {rounds_during} rounds while B's waiter waited"
     );
 }
 
