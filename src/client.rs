@@ -71,6 +71,13 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a lock's channel stays subscribed after its last waiter left; see
+    /// [`Config::channel_linger`]. Defaults to 500 milliseconds; zero unsubscribes at once.
+    pub fn channel_linger(mut self, linger: Duration) -> Self {
+        self.config.channel_linger = linger;
+        self
+    }
+
     /// Limit for connecting and for each round trip. Defaults to 2 seconds.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.config.timeout = timeout;

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::WaitBy;
 use crate::error::{Error, Result};
@@ -67,6 +68,10 @@ pub(crate) struct Subscriber {
     own_id: Arc<str>,
     /// Polling: no subscriber connection is ever made; waiters poll with backoff.
     wait_by: WaitBy,
+    /// How long a channel stays subscribed after its last waiter left (`Config::channel_linger`).
+    linger: Duration,
+    /// Ends the lingering channels' tasks: cancelled by `stop` and when the subscriber goes.
+    lingers: CancellationToken,
 }
 
 impl Subscriber {
@@ -75,6 +80,7 @@ impl Subscriber {
         timeout: Duration,
         own_id: Arc<str>,
         wait_by: WaitBy,
+        linger: Duration,
     ) -> Arc<Subscriber> {
         Arc::new_cyclic(|weak_self| Subscriber {
             link,
@@ -87,6 +93,8 @@ impl Subscriber {
             weak_self: weak_self.clone(),
             own_id,
             wait_by,
+            linger,
+            lingers: CancellationToken::new(),
         })
     }
 
@@ -238,6 +246,7 @@ impl Subscriber {
         reader.take();
         drop(reader);
         self.sink.send_replace(None);
+        self.lingers.cancel();
     }
 
     pub(crate) fn wake_all(&self) {
@@ -253,5 +262,12 @@ impl Subscriber {
         if let Some(channel) = self.channels.lock().get(channel) {
             channel.granted_here(field.as_bytes(), HANDED, None);
         }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        // A lingering channel's task holds no reference to us: it ends here, not a linger later.
+        self.lingers.cancel();
     }
 }

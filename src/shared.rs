@@ -89,6 +89,7 @@ impl Inner {
                 config.timeout,
                 id_text.clone(),
                 config.wait_by,
+                config.channel_linger,
             ),
             id_text,
             config,

@@ -157,6 +157,14 @@ async fn bad_client_settings_are_rejected() {
         assert_invalid_duration(built, what);
         let built = Client::builder(server.url()).timeout(lease).build().await;
         assert_invalid_duration(built, what);
+        if !lease.is_zero() {
+            // Zero is a valid linger: the channel is left at once.
+            let built = Client::builder(server.url())
+                .channel_linger(lease)
+                .build()
+                .await;
+            assert_invalid_duration(built, what);
+        }
     }
     let built = Client::builder(server.url()).prefix("").build().await;
     assert!(

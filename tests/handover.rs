@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use support::{
-    Server, client, clients, command_calls, exists, join_within, key_of, owners, pttl, unique_name,
-    unlock_channel, until_gone, until_subscribed,
+    Server, client, client_with, clients, command_calls, exists, join_within, key_of, numsub,
+    owners, pttl, unique_name, unlock_channel, until_gone, until_subscribed,
 };
 
 /// Waits until `n` connections listen for `name`'s unlock messages, and a little more so the
@@ -344,4 +344,77 @@ async fn a_lock_waited_for_again_and_again_keeps_its_channel() {
     for client in both {
         client.shutdown().await.unwrap();
     }
+}
+
+/// `channel_linger` sets how long a lock's channel stays subscribed after its last waiter left:
+/// zero leaves it at once, two seconds keep it for two seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_lingers_as_long_as_the_client_says() {
+    let server = Server::start();
+    let holder = client(&server).await;
+    for (linger, still_at, gone_by) in [
+        (Duration::ZERO, None, Duration::from_millis(400)),
+        (
+            Duration::from_secs(2),
+            Some(Duration::from_millis(1200)),
+            Duration::from_millis(3000),
+        ),
+    ] {
+        let waiting = client_with(&server, |b| b.channel_linger(linger)).await;
+        assert_eq!(waiting.config().channel_linger, linger);
+        let name = unique_name("linger-set");
+        let channel = unlock_channel(&key_of(name.as_str()));
+        let both = [holder.clone(), waiting.clone()];
+        wait_once(&server, &both, &name, || {}).await;
+        let left = std::time::Instant::now();
+        if let Some(still_at) = still_at {
+            tokio::time::sleep(still_at).await;
+            assert_eq!(
+                numsub(&server, &channel),
+                1,
+                "a {linger:?} linger ended before {still_at:?}"
+            );
+        }
+        assert!(
+            until_subscribed(&server, &channel, 0).await,
+            "the channel stayed subscribed past its {linger:?} linger"
+        );
+        let took = left.elapsed();
+        assert!(
+            took <= gone_by,
+            "a {linger:?} linger left the channel after {took:?}"
+        );
+        waiting.shutdown().await.unwrap();
+    }
+}
+
+/// A channel lingering when its client shuts down keeps no task alive for the rest of its
+/// linger (the task holds the subscriber only weakly and ends with the client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shut_down_client_leaves_no_lingering_task_behind() {
+    let server = Server::start();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let both = [
+        client(&server).await,
+        client_with(&server, |b| b.channel_linger(Duration::from_secs(60))).await,
+    ];
+    let name = unique_name("linger-shutdown");
+    wait_once(&server, &both, &name, || {}).await;
+    for client in both {
+        client.shutdown().await.unwrap();
+    }
+    // Bounded: 200 looks, 10 ms apart.
+    let mut alive = metrics.num_alive_tasks();
+    for _ in 0..200 {
+        if alive <= before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        alive = metrics.num_alive_tasks();
+    }
+    assert!(
+        alive <= before,
+        "{alive} tasks alive 2 s after shutdown, {before} before the clients"
+    );
 }

@@ -21,7 +21,8 @@ pub(super) struct Channel {
     pub(super) refs: Mutex<usize>,
     /// How many times the last local waiter left; a lingering channel stays while this moves.
     leaves: AtomicU64,
-    /// Whether a task waits to unsubscribe the channel once it has been idle for [`LINGER`].
+    /// Whether a task waits to unsubscribe the channel once it has been idle for its linger
+    /// (`Config::channel_linger`).
     lingering: AtomicBool,
     /// Whether the server has confirmed our SUBSCRIBE on the live connection.
     pub(super) subscribed: Mutex<bool>,
@@ -239,13 +240,6 @@ impl Subscription {
     }
 }
 
-/// How long a channel stays subscribed after its last waiter left. A waiter that comes back
-/// meanwhile (an owner that waits for the same lock again) finds it subscribed: no SUBSCRIBE
-/// and UNSUBSCRIBE round trip per wait, and no second attempt to close the race with a message
-/// sent before the subscription. Every departure starts the period again, so a lock waited for
-/// again and again (every few milliseconds by a contending process) keeps its channel.
-const LINGER: Duration = Duration::from_millis(500);
-
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.forget_field();
@@ -268,17 +262,25 @@ impl Drop for Subscription {
             channel.lingering.store(false, Ordering::Release);
             return;
         };
-        let (subscriber, name, channel) =
-            (self.subscriber.clone(), self.name.clone(), channel.clone());
+        // The channel stays subscribed for `Config::channel_linger` after its last waiter
+        // left, so a waiter that comes back meanwhile (a process waiting for the same lock
+        // again and again) finds it subscribed. Every departure starts the period again.
+        // The task holds the subscriber only weakly, and ends when the client stops.
+        let subscriber = Arc::downgrade(&self.subscriber);
+        let (name, channel) = (self.name.clone(), channel.clone());
+        let (linger, ended) = (self.subscriber.linger, self.subscriber.lingers.clone());
         handle.spawn(async move {
             // Cleared when the task ends, also when its runtime drops it mid-sleep (the client
             // may live on in another runtime): a later departure then starts its own linger.
             let lingering = Lingering(channel.clone());
             // Bounded: each round ends the wait unless a waiter left during the round, and
-            // rounds stop with the runtime.
+            // rounds stop with the runtime or the client.
             loop {
                 let seen = channel.leaves.load(Ordering::Acquire);
-                tokio::time::sleep(LINGER).await;
+                tokio::select! {
+                    () = tokio::time::sleep(linger) => {}
+                    () = ended.cancelled() => return,
+                }
                 if channel.leaves.load(Ordering::Acquire) == seen {
                     break;
                 }
@@ -286,12 +288,14 @@ impl Drop for Subscription {
             // Cleared first: a departure from now on starts its own linger.
             drop(lingering);
             // Unsubscribes only if no waiter is back.
-            subscriber.leave(&name).await;
+            if let Some(subscriber) = subscriber.upgrade() {
+                subscriber.leave(&name).await;
+            }
         });
     }
 }
 
-/// A channel's linger task, while it runs (see [`LINGER`]).
+/// A channel's linger task, while it runs (see `Config::channel_linger`).
 struct Lingering(Arc<Channel>);
 
 impl Drop for Lingering {
