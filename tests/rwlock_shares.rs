@@ -74,7 +74,7 @@ async fn one_clients_readers_share_one_hold() {
             "a writer got in beside a reader"
         );
     }
-    // The last one out frees the lock (at once, or when the share's join window ends).
+    // The last one out frees the lock.
     last.unlock().await.unwrap();
     let got = support::eventually_async(Duration::from_secs(1), || async {
         match writer.write().try_lock().await.unwrap() {

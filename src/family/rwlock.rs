@@ -70,11 +70,9 @@ pub(crate) static SCRIPT: FamilyScript = FamilyScript::batching(
 /// - **Shared read holds**: one client's concurrent readers without an explicit lease share
 ///   one hold on the server (field `<client id>:readers-<n>`): the first asks, the others join
 ///   it without a round trip, each guard still releases only its own place, and the last one
-///   out frees the lock. A share admits new readers for 5 ms after its grant (then only
-///   re-entries); a writer of the same client closes it at once, so a writer of another
-///   client waits at most those 5 ms longer than for separate holds. A share that had several
-///   readers at once stays, empty, until its 5 ms end; one that only ever had one reader goes
-///   with that reader's unlock. Members share the lease and its renewal, so a lost share is
+///   out frees the lock. A share admits the readers that waited for its grant (then only
+///   their re-entries); later readers ask for the next share, in the queue behind whoever
+///   came meanwhile, so a writer of another client waits no longer than for separate holds. Members share the lease and its renewal, so a lost share is
 ///   lost for each of them. Readers with a fixed lease, and an owner that holds the write
 ///   lock, hold in their own name.
 /// - **Cost**: one client's concurrent calls go out together as one script call, and a call

@@ -6,15 +6,12 @@
 //!   waits for a read hold like any reader (in the lock's queue); readers that come meanwhile
 //!   wait for the same grant. When nobody waits any more the task stops (a grant
 //!   on the wire is given back).
-//! - **Joining**: a share admits new readers for [`JOIN_WINDOW`] after its grant, then only
-//!   re-entries of its members; later readers form the next share. So a writer of another
-//!   client, queued on the server, waits at most that window longer than for separate holds.
-//!   A writer of this client closes the share at once.
-//! - **Leaving**: the last member out of a closed share releases it on the server (its unlock
-//!   waits for that), which grants the lock to the queue's head. A writer that finds the open
-//!   share empty releases it before it asks. A share that had several readers at once stays
-//!   open, empty, until its window ends, for the next reader; a share that only ever had one
-//!   reader is released by that reader's unlock, as a hold of its own would be.
+//! - **Joining**: a share admits the readers that waited for its grant, then only re-entries
+//!   of its members; later readers form the next share, behind whoever queued on the server
+//!   meanwhile. (It used to stay open to newcomers for 5 ms after its grant: `make bench`
+//!   measured F2 no faster with that window than without, and P2 the same.)
+//! - **Leaving**: the last member out releases the share on the server (its unlock waits for
+//!   that), which grants the lock to the queue's head.
 //! - **Not shared**: fixed-lease readers (their lease is theirs), and an owner that holds the
 //!   lock in its own name (a fixed-lease read, or the write lock): its next read is a re-entry
 //!   or a downgrade, which passes the queue only in its own name. A member's own fixed-lease
@@ -22,8 +19,8 @@
 //! - **What members share**: the lease, its renewal, and so `lost()` and `valid_until()`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -40,9 +37,6 @@ mod forming;
 use forming::form;
 pub(crate) use forming::{Interest, Joined};
 
-/// How long after its grant a shared read hold admits new readers.
-pub(crate) const JOIN_WINDOW: Duration = Duration::from_millis(5);
-
 /// Numbers the shares' fields (unique within the process; the client id makes them unique
 /// on the server).
 static NEXT_SHARE: AtomicU64 = AtomicU64::new(1);
@@ -52,16 +46,13 @@ static NEXT_SHARE: AtomicU64 = AtomicU64::new(1);
 #[derive(Default)]
 pub(crate) struct ReadShares {
     state: Arc<Mutex<State>>,
-    /// This client's writers waiting for the lock: a share granted meanwhile admits only the
-    /// readers that waited for it.
-    writers: Arc<AtomicUsize>,
     /// This client's waiters that took a hold a release of this client handed them.
     pub(crate) handed: queued::Handed,
 }
 
 #[derive(Default)]
 struct State {
-    /// Granted and not yet released, oldest first; only the newest may be open.
+    /// Granted and not yet released, oldest first.
     live: Vec<Slot>,
     forming: Option<Forming>,
     /// Owners holding a read or write hold in their own name through this client, once per
@@ -76,10 +67,6 @@ struct Slot {
     owners: Vec<(Arc<str>, u32)>,
     /// Readers that waited for the grant and have not taken their place yet.
     pending: usize,
-    /// Most readers in at once.
-    most: usize,
-    /// No new readers; the last one out releases.
-    closed: bool,
 }
 
 impl State {
@@ -108,12 +95,6 @@ impl Slot {
             Some(i) => self.owners[i].1 += 1,
             None => self.owners.push((owner.clone(), 1)),
         }
-        self.most = self.most.max(self.members());
-    }
-
-    /// Whether an empty share goes now: closed, lost, or never shared by two readers.
-    fn done_when_empty(&self) -> bool {
-        self.closed || self.most < 2 || self.share.kept.is_lost()
     }
 }
 
@@ -159,11 +140,7 @@ impl ReadShares {
             .live
             .iter_mut()
             .find(|slot| slot.usable() && slot.position(owner).is_some());
-        let slot = match reentry {
-            Some(slot) => Some(slot),
-            None => state.live.last_mut().filter(|s| s.usable() && !s.closed),
-        };
-        if let Some(slot) = slot {
+        if let Some(slot) = reentry {
             slot.enter(owner);
             return Join::Member(slot.share.clone());
         }
@@ -191,36 +168,15 @@ impl ReadShares {
     }
 
     /// A writer `owner` is about to ask: an owner reading through a share would wait for
-    /// itself ([`Error::WouldDeadlock`]); the open share closes, and is returned to release
-    /// when nobody is in it any more.
-    pub(crate) fn writer_arrives(
-        &self,
-        lock: &ReadWriteLock,
-        owner: &str,
-    ) -> Result<Option<Arc<Share>>> {
-        let mut state = self.state.lock();
+    /// itself ([`Error::WouldDeadlock`]).
+    pub(crate) fn writer_arrives(&self, lock: &ReadWriteLock, owner: &str) -> Result<()> {
+        let state = self.state.lock();
         if state.live.iter().any(|slot| slot.position(owner).is_some()) {
             return Err(Error::WouldDeadlock {
                 name: lock.keys.name.to_string(),
             });
         }
-        let Some(slot) = state.live.last_mut().filter(|slot| !slot.closed) else {
-            return Ok(None);
-        };
-        slot.closed = true;
-        let share = slot.share.clone();
-        Ok(take_if_done(&mut state, &share))
-    }
-
-    /// A writer of this client waits, counted until the returned guard drops.
-    pub(crate) fn writer_waits(&self) -> WriterWaits {
-        self.writers.fetch_add(1, Ordering::AcqRel);
-        WriterWaits(self.writers.clone())
-    }
-
-    /// Whether a writer of this client waits.
-    pub(crate) fn writers_wait(&self) -> bool {
-        self.writers.load(Ordering::Acquire) > 0
+        Ok(())
     }
 
     /// Whether `owner` reads through one of this client's shares.
@@ -246,33 +202,17 @@ impl ReadShares {
         self.state.lock().holding.push(owner.clone());
         OwnHeld(self.state.clone(), owner.clone())
     }
-
-    /// `share` admits no new readers; it is returned to release when nobody is in it.
-    fn close(&self, share: &Arc<Share>) -> Option<Arc<Share>> {
-        let mut state = self.state.lock();
-        state.slot_mut(share)?.closed = true;
-        take_if_done(&mut state, share)
-    }
 }
 
-/// A writer of this client waiting, counted in [`ReadShares`] while it lives.
-pub(crate) struct WriterWaits(Arc<AtomicUsize>);
-
-impl Drop for WriterWaits {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Removes `share` when nobody is in it and it is done with (see [`Slot::done_when_empty`]);
-/// the caller releases it.
+/// Removes `share` when nobody is in it (members, or readers yet to take their place); the
+/// caller releases it.
 fn take_if_done(state: &mut State, share: &Arc<Share>) -> Option<Arc<Share>> {
     let i = state
         .live
         .iter()
         .position(|s| Arc::ptr_eq(&s.share, share))?;
     let slot = &state.live[i];
-    if slot.members() > 0 || !slot.done_when_empty() {
+    if slot.members() > 0 {
         return None;
     }
     Some(state.live.remove(i).share)

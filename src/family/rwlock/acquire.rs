@@ -31,7 +31,6 @@ impl Side {
         let (lease, wait) = options.terms(watchdog)?;
         let field = lock.field();
         let shares = &lock.shares;
-        let mut _writer_waits = None;
         let asking = match self.kind {
             Kind::Read => {
                 if let Lease::Watchdog(_) = lease {
@@ -55,12 +54,8 @@ impl Side {
                 }
             }
             Kind::Write => {
-                // An owner reading through a share would wait for itself; the open share
-                // closes, and goes now if nobody is in it any more.
-                if let Some(share) = shares.writer_arrives(lock, &field)? {
-                    lock.give_back(share);
-                }
-                _writer_waits = Some(shares.writer_waits());
+                // An owner reading through a share would wait for itself.
+                shares.writer_arrives(lock, &field)?;
                 Asking::Own
             }
         };

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{JOIN_WINDOW, Outcome, ReadShares, Share, Slot, take_if_done};
+use super::{Outcome, ReadShares, Share, Slot, take_if_done};
 use crate::family::rwlock::{Asking, Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_guard::kept;
 use crate::terms::{Lease, Wait};
@@ -37,30 +37,15 @@ impl ReadShares {
             lock.give_back(share);
             return;
         };
-        for older in &mut state.live {
-            older.closed = true;
-        }
+        // Closed from its grant on: the readers that waited for it enter, later ones form the
+        // next share (an open window for newcomers measured no faster, and kept writers of
+        // other clients waiting longer).
         state.live.push(Slot {
             share: share.clone(),
             owners: Vec::new(),
             pending: forming.interest,
-            most: forming.interest,
-            // A writer of this client came meanwhile: only the waiting readers enter.
-            closed: lock.shares.writers_wait(),
         });
-        forming
-            .outcome
-            .send_replace(Outcome::Granted(share.clone()));
-        drop(state);
-        let tracker = lock.client.inner.background.clone();
-        let lock = lock.clone();
-        let window = async move {
-            tokio::time::sleep(JOIN_WINDOW).await;
-            if let Some(share) = lock.shares.close(&share) {
-                lock.give_back(share);
-            }
-        };
-        drop(tracker.spawn(window));
+        forming.outcome.send_replace(Outcome::Granted(share));
     }
 
     /// The task asking for share `id` ended without a grant.
