@@ -122,6 +122,7 @@
 //! the waiter's lease and a new fencing token): no unlock message, no acquire round trip after
 //! it, and the lock is never free in between. It does so only while no waiter of another
 //! client is queued for the lock: the first release after such a waiter queued is that waiter's.
+//! (Single attempts and `MultiLock`/`RedLock` members never queue, so they get no such turn.)
 //!
 //! Behind a proxy without pub/sub, build the client with
 //! [`wait_by(WaitBy::POLLING)`](ClientBuilder::wait_by): waiters of every lock kind then try
