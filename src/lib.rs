@@ -307,6 +307,7 @@ mod lock;
 mod multi;
 mod node;
 mod open_holds;
+mod options;
 mod owner;
 mod pubsub;
 mod queue_place;
@@ -341,8 +342,9 @@ pub use lock::{Holder, Lock, LockStatus, RemainingLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 #[cfg(feature = "tls-rustls")]
 pub use node::TlsOptions;
+pub use options::LockOptions;
 pub use owner::Owner;
-pub use scope::{HeldLock, LockOptions};
+pub use scope::HeldLock;
 pub use shared::Client;
 pub use telemetry::LockLabel;
 pub use watchdog::RenewStats;

@@ -8,11 +8,11 @@ use crate::config::{Replicas, lease_ms};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
+use crate::options::LockOptions;
 use crate::owner::Owner;
-use crate::scope::LockOptions;
 use crate::scripts::Release;
 use crate::shared::Client;
-use crate::terms::Lease;
+use crate::terms::{Lease, Wait};
 
 mod status;
 
@@ -201,6 +201,12 @@ impl Lock {
         self.owner().field(&self.client.inner.id_text)
     }
 
+    /// The checked lease and wait of `options` for this lock (its watchdog lease when none
+    /// is given).
+    pub(crate) fn terms_of(&self, options: &LockOptions) -> Result<(Lease, Wait)> {
+        options.terms(self.watchdog()?.duration())
+    }
+
     pub(crate) fn watchdog(&self) -> Result<Lease> {
         let lease = self
             .watchdog_lease
@@ -261,7 +267,7 @@ impl Lock {
     /// # Cancel safety
     /// As [`Lock::lock`].
     pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<LockGuard>> {
-        let (lease, wait) = options.resolve(self)?;
+        let (lease, wait) = self.terms_of(&options)?;
         self.acquire(lease, wait).await
     }
 

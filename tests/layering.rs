@@ -9,7 +9,7 @@ use std::path::Path;
 /// top, `lib` may name anything.
 const LAYERS: &[&[&str]] = &[
     &["error", "task", "turns", "telemetry"],
-    &["config", "keys", "scripts", "terms"],
+    &["config", "keys", "options", "scripts", "terms"],
     &["node"],
     &["local_queue", "hold", "identity", "open_holds", "pubsub"],
     &["shared"],
@@ -64,6 +64,7 @@ fn modules_name_only_their_own_layer_or_below() {
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     assert!(files.len() > 20, "found only {} source files", files.len());
+    let reexported = reexports(&fs::read_to_string(src.join("lib.rs")).expect("lib.rs"));
     let mut violations = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(&src).expect("under src/");
@@ -79,9 +80,13 @@ fn modules_name_only_their_own_layer_or_below() {
         let own = layer(&module);
         let text = fs::read_to_string(file).expect("readable source");
         for name in crate_paths(&text) {
-            let reexport = name.starts_with(|c: char| c.is_uppercase());
-            // A re-export (`crate::Client`) is the public API: for lock kinds and above only.
-            let named = if reexport { LOCK_KINDS } else { layer(&name) };
+            // A re-export (`crate::Error`) counts as the module it comes from; one lib.rs does
+            // not list plainly is the public API, for lock kinds and above only.
+            let named = match reexported.iter().find(|(item, _)| *item == name) {
+                Some((_, from)) => layer(from),
+                None if name.starts_with(|c: char| c.is_uppercase()) => LOCK_KINDS,
+                None => layer(&name),
+            };
             if named > own && name != module {
                 violations.push(format!("{}: crate::{name}", relative.display()));
             }
@@ -106,6 +111,128 @@ fn the_check_sees_a_transport_module_naming_a_lock_kind() {
         crate_paths("use crate::lock::Lock; crate::Client"),
         ["lock", "Client"]
     );
+}
+
+/// Inside the lock kinds' layer, lowest first: the lock itself (its engine: acquisition,
+/// attempts, grants, guards, releases, the watchdog, scoped runs), then what is built on it.
+/// MultiLock and RedLock are made of locks; the family's `Guard` trait covers their guards too;
+/// an election is a lock with a published value; `blocking` wraps the public API.
+const LOCK_LAYER: &[&[&str]] = &[
+    &[
+        "acquire",
+        "attempt",
+        "grant",
+        "guard",
+        "lock",
+        "owner",
+        "queue_place",
+        "release",
+        "scope",
+        "watchdog",
+    ],
+    &["multi"],
+    &["family"],
+    &["election"],
+    &["blocking"],
+];
+
+fn lock_sublayer(module: &str) -> Option<usize> {
+    LOCK_LAYER.iter().position(|layer| layer.contains(&module))
+}
+
+/// The module each name `lib.rs` re-exports comes from (`pub use family::{Guard, ...}` gives
+/// `Guard` -> `family`), so `crate::Guard` counts as naming `family`.
+fn reexports(lib: &str) -> Vec<(String, String)> {
+    fn leaves(tree: &syn::UseTree, module: &str, out: &mut Vec<(String, String)>) {
+        match tree {
+            syn::UseTree::Path(p) => leaves(&p.tree, module, out),
+            syn::UseTree::Name(n) => out.push((n.ident.to_string(), module.to_string())),
+            syn::UseTree::Rename(r) => out.push((r.rename.to_string(), module.to_string())),
+            syn::UseTree::Group(g) => g.items.iter().for_each(|t| leaves(t, module, out)),
+            syn::UseTree::Glob(_) => {}
+        }
+    }
+    let file = syn::parse_file(lib).expect("lib.rs parses");
+    let mut out = Vec::new();
+    for item in &file.items {
+        if let syn::Item::Use(u) = item
+            && let syn::UseTree::Path(p) = &u.tree
+        {
+            leaves(&p.tree, &p.ident.to_string(), &mut out);
+        }
+    }
+    out
+}
+
+#[test]
+fn lock_kinds_name_only_the_lock_and_kinds_below_them() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let reexported = reexports(&fs::read_to_string(src.join("lib.rs")).expect("lib.rs"));
+    assert!(
+        reexported.contains(&("Guard".to_string(), "family".to_string())),
+        "lib.rs's re-exports not found: {reexported:?}"
+    );
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut seen = std::collections::HashSet::new();
+    let mut violations = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).expect("under src/");
+        let first = relative.components().next().expect("a path");
+        let module = first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        if module == "lib" || layer(&module) != LOCK_KINDS {
+            continue;
+        }
+        let own = lock_sublayer(&module).unwrap_or_else(|| {
+            panic!("{module}: a lock kind not placed in LOCK_LAYER (tests/layering.rs)")
+        });
+        seen.insert(module.clone());
+        let text = fs::read_to_string(file).expect("readable source");
+        for name in crate_paths(&text) {
+            let target = reexported
+                .iter()
+                .find(|(item, _)| *item == name)
+                .map_or(name.as_str(), |(_, module)| module.as_str());
+            if let Some(named) = lock_sublayer(target)
+                && named > own
+            {
+                violations.push(format!("{}: crate::{name} ({target})", relative.display()));
+            }
+        }
+    }
+    for layer in LOCK_LAYER {
+        for module in *layer {
+            assert!(
+                seen.contains(*module),
+                "LOCK_LAYER names {module}, not in src/"
+            );
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "lock kinds naming a kind above them:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn the_lock_layer_check_sees_a_reexport() {
+    let reexported = reexports("pub use family::{Guard, ReadLock as Read};\npub use lock::Lock;");
+    assert_eq!(
+        reexported,
+        [
+            ("Guard".to_string(), "family".to_string()),
+            ("Read".to_string(), "family".to_string()),
+            ("Lock".to_string(), "lock".to_string()),
+        ]
+    );
+    assert!(lock_sublayer("family") > lock_sublayer("multi"));
+    assert!(lock_sublayer("election") > lock_sublayer("family"));
+    assert!(lock_sublayer("multi") > lock_sublayer("lock"));
 }
 
 /// The modules of `node/calls/` (the typed script calls).

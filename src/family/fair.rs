@@ -3,8 +3,8 @@
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::Lock;
+use crate::options::LockOptions;
 use crate::owner::Owner;
-use crate::scope::LockOptions;
 use crate::shared::Client;
 
 /// The guard of a [`FairLock`]: a [`LockGuard`].
@@ -73,7 +73,7 @@ impl FairLock {
         self.lock.key()
     }
 
-    crate::scope::ways_to_ask!(
+    crate::options::ways_to_ask!(
         LockGuard,
         name,
         [lock, lock_with, try_lock, try_lock_with]

@@ -5,9 +5,10 @@ use std::sync::Arc;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::family::{Attempt, FamilyKeys, Wake, positive, wait_for};
+use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
 use crate::node::FamilyScript;
-use crate::scope::LockOptions;
+use crate::options::LockOptions;
+use crate::options::positive;
 use crate::shared::Client;
 use crate::terms::Wait;
 

@@ -238,14 +238,6 @@ where
     spawn_from_drop(&client.inner.background, release);
 }
 
-/// Rejects a zero count of permits (or of a latch) with a typed error.
-pub(crate) fn positive(what: &'static str, n: u32) -> Result<()> {
-    if n == 0 {
-        return Err(Error::InvalidArgument(format!("{what} must be at least 1")));
-    }
-    Ok(())
-}
-
 /// What one attempt found.
 pub(crate) enum Attempt<T> {
     /// Done: the value to return.

@@ -11,7 +11,7 @@ use crate::family::kept::Kept;
 use crate::family::queued;
 use crate::family::{Attempt, FamilyKeys, Taken, ask, finish_unlock, release_dropped};
 use crate::node::FamilyScript;
-use crate::scope::LockOptions;
+use crate::options::LockOptions;
 use crate::shared::Client;
 use crate::terms::Lease;
 
@@ -143,7 +143,7 @@ impl PermitSemaphore {
         Ok(self.call("available", "", 0).await?.max(0) as u64)
     }
 
-    crate::scope::ways_to_ask!(
+    crate::options::ways_to_ask!(
         Permit,
         name,
         [acquire, acquire_with, try_acquire, try_acquire_with]

@@ -13,8 +13,8 @@ use crate::family::queued;
 use crate::family::rwlock_guard::{ReadGuard, WriteGuard};
 use crate::family::rwlock_share::{ReadShares, Share};
 use crate::node::FamilyScript;
+use crate::options::LockOptions;
 use crate::owner::Owner;
-use crate::scope::LockOptions;
 use crate::shared::Client;
 use crate::task::FinishOnDrop;
 
@@ -281,7 +281,7 @@ impl ReadWriteLock {
 macro_rules! side_methods {
     ($side:ident, $guard:ident, $what:literal) => {
         impl $side {
-            crate::scope::ways_to_ask!(
+            crate::options::ways_to_ask!(
                 $guard,
                 name,
                 [lock, lock_with, try_lock, try_lock_with]

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::error::Result;
 use crate::family::queued;
-use crate::family::{Attempt, FamilyKeys, Taken, ask, positive};
+use crate::family::{Attempt, FamilyKeys, Taken, ask};
 use crate::node::FamilyScript;
-use crate::scope::LockOptions;
+use crate::options::LockOptions;
+use crate::options::positive;
 use crate::shared::Client;
 
 static SCRIPT: FamilyScript = FamilyScript::new(

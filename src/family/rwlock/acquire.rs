@@ -11,7 +11,7 @@ use crate::family::queued;
 use crate::family::rwlock_guard::RwHold;
 use crate::family::rwlock_share::{Join, Joined};
 use crate::family::{Attempt, Taken, ask};
-use crate::scope::LockOptions;
+use crate::options::LockOptions;
 use crate::terms::{Lease, Wait};
 
 /// How a hold is asked for.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::lock::Lock;
-use crate::scope::LockOptions;
+use crate::options::LockOptions;
 
 pub use guard::MultiLockGuard;
 
@@ -98,7 +98,7 @@ impl MultiLock {
         &self.members
     }
 
-    crate::scope::ways_to_ask!(
+    crate::options::ways_to_ask!(
         MultiLockGuard,
         names,
         [lock, lock_with, try_lock, try_lock_with]

@@ -19,8 +19,8 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::error::Result;
 use crate::lock::Lock;
+use crate::options::LockOptions;
 use crate::owner::Owner;
-use crate::scope::LockOptions;
 
 use settings::{DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, check_nodes};
 
@@ -207,7 +207,7 @@ impl RedLock {
         self.nodes.len() / 2 + 1
     }
 
-    crate::scope::ways_to_ask!(
+    crate::options::ways_to_ask!(
         RedLockGuard,
         name,
         [lock, lock_with, try_lock, try_lock_with]
