@@ -254,23 +254,17 @@ impl Config {
                 self.claim_lease
             )));
         }
-        if self.channel_linger > MAX_DURATION {
-            return Err(Error::InvalidDuration {
-                what: "channel linger",
-                reason: format!(
-                    "{:?} exceeds the maximum of {MAX_DURATION:?}",
-                    self.channel_linger
-                ),
-            });
-        }
-        if self.fence_grace > MAX_DURATION {
-            return Err(Error::InvalidDuration {
-                what: "fence grace",
-                reason: format!(
-                    "{:?} exceeds the maximum of {MAX_DURATION:?}",
-                    self.fence_grace
-                ),
-            });
+        // Zero is fine for these: no grace, no linger.
+        for (what, value) in [
+            ("channel linger", self.channel_linger),
+            ("fence grace", self.fence_grace),
+        ] {
+            if value > MAX_DURATION {
+                return Err(Error::InvalidDuration {
+                    what,
+                    reason: format!("{value:?} exceeds the maximum of {MAX_DURATION:?}"),
+                });
+            }
         }
         Ok(())
     }

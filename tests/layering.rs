@@ -47,6 +47,16 @@ fn crate_paths(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The crate module a file under src/ belongs to (`family/rwlock.rs` -> `family`).
+fn top_module(relative: &Path) -> String {
+    let first = relative.components().next().expect("a path");
+    first
+        .as_os_str()
+        .to_string_lossy()
+        .trim_end_matches(".rs")
+        .to_string()
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in fs::read_dir(dir).expect("src/ is readable") {
         let path = entry.expect("a directory entry").path();
@@ -68,12 +78,7 @@ fn modules_name_only_their_own_layer_or_below() {
     let mut violations = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(&src).expect("under src/");
-        let first = relative.components().next().expect("a path");
-        let module = first
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
+        let module = top_module(relative);
         if module == "lib" {
             continue;
         }
@@ -178,12 +183,7 @@ fn lock_kinds_name_only_the_lock_and_kinds_below_them() {
     let mut violations = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(&src).expect("under src/");
-        let first = relative.components().next().expect("a path");
-        let module = first
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
+        let module = top_module(relative);
         if module == "lib" || layer(&module) != LOCK_KINDS {
             continue;
         }
