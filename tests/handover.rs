@@ -397,9 +397,13 @@ async fn the_channel_lingers_as_long_as_the_client_says() {
 }
 
 /// The tasks a waiter's client and a holder's leave alive once both are shut down (their
-/// clones kept, so the clients themselves live on), after one wait with `linger`; and the
-/// clones.
-async fn tasks_left_by_shutdown(server: &Server, linger: Duration) -> (usize, [Client; 2]) {
+/// clones kept, so the clients themselves live on), after one wait with `linger`, looked at
+/// until there are at most `expected` (for up to 3 s); and the clones.
+async fn tasks_left_by_shutdown(
+    server: &Server,
+    linger: Duration,
+    expected: usize,
+) -> (usize, [Client; 2]) {
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();
     let both = [
@@ -416,9 +420,16 @@ async fn tasks_left_by_shutdown(server: &Server, linger: Duration) -> (usize, [C
     for client in both {
         client.shutdown().await.unwrap();
     }
-    // Whatever ends with the shutdown has ended by then.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    (metrics.num_alive_tasks().saturating_sub(before), kept)
+    // Bounded: 30 looks, 100 ms apart.
+    let mut left = usize::MAX;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = metrics.num_alive_tasks().saturating_sub(before);
+        if left <= expected {
+            break;
+        }
+    }
+    (left, kept)
 }
 
 /// A channel lingering when its client shuts down keeps no task alive for the rest of its
@@ -426,8 +437,9 @@ async fn tasks_left_by_shutdown(server: &Server, linger: Duration) -> (usize, [C
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shut_down_client_leaves_no_lingering_task_behind() {
     let server = Server::start();
-    let (without, _kept) = tasks_left_by_shutdown(&server, Duration::ZERO).await;
-    let (lingering, _kept) = tasks_left_by_shutdown(&server, Duration::from_secs(60)).await;
+    let (without, _kept) = tasks_left_by_shutdown(&server, Duration::ZERO, 0).await;
+    let (lingering, _kept) =
+        tasks_left_by_shutdown(&server, Duration::from_secs(60), without).await;
     assert!(
         lingering <= without,
         "{lingering} tasks left by a shut-down client with a 60 s linger, {without} without"

@@ -19,7 +19,8 @@ const TOP: usize = 6;
 
 fn layer(module: &str) -> usize {
     // `testing` builds clients (a second one, for `hold_elsewhere`) like the public API does.
-    if module == "client" || module == "testing" {
+    // `blocking` wraps the public API for synchronous callers.
+    if module == "client" || module == "testing" || module == "blocking" {
         return TOP;
     }
     LAYERS
@@ -28,23 +29,67 @@ fn layer(module: &str) -> usize {
         .unwrap_or(LOCK_KINDS)
 }
 
-/// Every `crate::<name>` in the code (comments and doc links aside); a capitalised name is a
-/// re-export from `lib.rs`.
+/// Every `crate::<name>` in the code (comments and doc links aside), the first names of a
+/// group too (`crate::{a::X, b}` gives `a` and `b`); a capitalised name is a re-export from
+/// `lib.rs`.
 fn crate_paths(text: &str) -> Vec<String> {
+    paths_after(text, "crate::")
+}
+
+/// The first name of every path after `prefix` in the code, comments aside, and of each item of
+/// a group that follows it (`{a::X, b as c, d::{e, f}}` gives `a`, `b`, `d`).
+fn paths_after(text: &str, prefix: &str) -> Vec<String> {
     let code: String = text
         .lines()
         .filter(|line| !line.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n");
-    code.match_indices("crate::")
-        .map(|(at, m)| {
-            code[at + m.len()..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect::<String>()
-        })
-        .filter(|name| !name.is_empty())
-        .collect()
+    let ident = |rest: &str| -> String {
+        rest.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (at, m) in code.match_indices(prefix) {
+        let rest = &code[at + m.len()..];
+        let Some(group) = rest.strip_prefix('{') else {
+            out.push(ident(rest));
+            continue;
+        };
+        // The items at depth 1 of the group: each starts the text, or follows a comma.
+        let mut depth = 1;
+        let mut item_start = true;
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 1 => break,
+                '}' => depth -= 1,
+                ',' if depth == 1 => item_start = true,
+                c if c.is_whitespace() => {}
+                _ if item_start && depth == 1 => {
+                    out.push(ident(&group[i..]));
+                    item_start = false;
+                }
+                _ => {}
+            }
+        }
+    }
+    out.retain(|name| !name.is_empty());
+    out
+}
+
+/// What a file names of other top-level modules: its `crate::` paths, and for a file of the
+/// crate's first level (`src/x.rs`, `src/x/mod.rs`), where `super` is the crate, its
+/// `super::` paths.
+fn crate_paths_of(relative: &Path, text: &str) -> Vec<String> {
+    let mut names = crate_paths(text);
+    let parts: Vec<_> = relative.components().collect();
+    let first_level = parts.len() == 1
+        || (parts.len() == 2 && relative.file_name().is_some_and(|f| f == "mod.rs"));
+    if first_level {
+        names.extend(paths_after(text, "super::"));
+    }
+    names
 }
 
 /// The crate module a file under src/ belongs to (`family/rwlock.rs` -> `family`).
@@ -84,7 +129,7 @@ fn modules_name_only_their_own_layer_or_below() {
         }
         let own = layer(&module);
         let text = fs::read_to_string(file).expect("readable source");
-        for name in crate_paths(&text) {
+        for name in crate_paths_of(relative, &text) {
             // A re-export (`crate::Error`) counts as the module it comes from; one lib.rs does
             // not list plainly is the public API, for lock kinds and above only.
             let named = match reexported.iter().find(|(item, _)| *item == name) {
@@ -121,7 +166,7 @@ fn the_check_sees_a_transport_module_naming_a_lock_kind() {
 /// Inside the lock kinds' layer, lowest first: the lock itself (its engine: acquisition,
 /// attempts, grants, guards, releases, the watchdog, scoped runs), then what is built on it.
 /// MultiLock and RedLock are made of locks; the family's `Guard` trait covers their guards too;
-/// an election is a lock with a published value; `blocking` wraps the public API.
+/// an election is a lock with a published value.
 const LOCK_LAYER: &[&[&str]] = &[
     &[
         "acquire",
@@ -138,7 +183,6 @@ const LOCK_LAYER: &[&[&str]] = &[
     &["multi"],
     &["family"],
     &["election"],
-    &["blocking"],
 ];
 
 fn lock_sublayer(module: &str) -> Option<usize> {
@@ -192,7 +236,7 @@ fn lock_kinds_name_only_the_lock_and_kinds_below_them() {
         });
         seen.insert(module.clone());
         let text = fs::read_to_string(file).expect("readable source");
-        for name in crate_paths(&text) {
+        for name in crate_paths_of(relative, &text) {
             let target = reexported
                 .iter()
                 .find(|(item, _)| *item == name)
@@ -230,6 +274,15 @@ fn the_lock_layer_check_sees_a_reexport() {
             ("Lock".to_string(), "lock".to_string()),
         ]
     );
+    assert_eq!(
+        crate_paths("use crate::{election::Election, family::{Guard, kept}, Error as E};"),
+        ["election", "family", "Error"]
+    );
+    assert_eq!(
+        crate_paths_of(Path::new("multi/mod.rs"), "use super::election::Election;"),
+        ["election"]
+    );
+    assert!(crate_paths_of(Path::new("multi/redlock/mod.rs"), "use super::member;").is_empty());
     assert!(lock_sublayer("family") > lock_sublayer("multi"));
     assert!(lock_sublayer("election") > lock_sublayer("family"));
     assert!(lock_sublayer("multi") > lock_sublayer("lock"));

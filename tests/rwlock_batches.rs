@@ -88,7 +88,7 @@ async fn batched_readers_and_writers_exclude_and_leave_nothing() {
         "writes lost: not alone under the write lock"
     );
     let rw = a.read_write_lock(&name).unwrap();
-    // A shared read hold that had several readers stays, empty, until its join window ends.
+    // The last reader out releases the shared read hold.
     let gone = || !support::exists(&server, rw.key());
     assert!(
         support::eventually(Duration::from_secs(1), gone),

@@ -938,6 +938,16 @@ async fn a_writer_behind_its_own_clients_readers_is_handed_the_lock() {
     // Its attempt once it listens (every waiter's first wait makes one) is over by then.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!writer.is_finished(), "the writer got in beside readers");
+    // Readers that came after a share's grant ask for the next one: each share's last release
+    // is a call at most (releases in flight at once go out together), and the last hands the
+    // lock over; a claim would be one more.
+    let shares = {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(rw.key())
+            .query(&mut server.conn())
+            .unwrap();
+        fields.iter().filter(|f| f.contains(":readers-")).count() as u64
+    };
     let before = (script_calls(&server), published(&server));
     let released = Instant::now();
     for guard in guards {
@@ -954,9 +964,9 @@ async fn a_writer_behind_its_own_clients_readers_is_handed_the_lock() {
         "a message to our own client"
     );
     let calls = script_calls(&server) - before.0;
-    assert_eq!(
-        calls, 1,
-        "the release that hands the lock over, and no claim"
+    assert!(
+        (1..=shares).contains(&calls),
+        "{calls} calls: more than the releases of the {shares} share(s) (a claim?)"
     );
     assert!(
         after < Duration::from_millis(500),

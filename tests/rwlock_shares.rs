@@ -37,6 +37,15 @@ async fn one_clients_readers_share_one_hold() {
     let [a, b] = clients(&server).await;
     let name = unique_name("rw-share");
     let lock = a.read_write_lock(&name).unwrap();
+    // A writer of `b` holds the lock while `a`'s readers come: they all wait for one share's
+    // grant (readers that come after a grant ask for the next share).
+    let blocker = b
+        .read_write_lock(&name)
+        .unwrap()
+        .write()
+        .lock()
+        .await
+        .unwrap();
     // 16 readers of `a` at once, each through a handle of its own.
     let barrier = Arc::new(tokio::sync::Barrier::new(17));
     let mut set = tokio::task::JoinSet::new();
@@ -49,6 +58,8 @@ async fn one_clients_readers_share_one_hold() {
             guard
         });
     }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    blocker.unlock().await.unwrap();
     barrier.wait().await;
     let shared = readers(&server, lock.key());
     assert_eq!(shared.len(), 1, "one hold for 16 readers: {shared:?}");

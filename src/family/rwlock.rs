@@ -68,12 +68,12 @@ pub(crate) static SCRIPT: FamilyScript = FamilyScript::batching(
 ///   process die). A waiter also looks again when the lease it waits for runs out, and at
 ///   least once a second.
 /// - **Shared read holds**: one client's concurrent readers without an explicit lease share
-///   one hold on the server (field `<client id>:readers-<n>`): the first asks, the others join
-///   it without a round trip, each guard still releases only its own place, and the last one
-///   out frees the lock. A share admits the readers that waited for its grant (then only
-///   their re-entries); later readers ask for the next share, in the queue behind whoever
-///   came meanwhile, so a writer of another client waits no longer than for separate holds. Members share the lease and its renewal, so a lost share is
-///   lost for each of them. Readers with a fixed lease, and an owner that holds the write
+///   one hold on the server (field `<client id>:readers-<n>`): the first asks, the others that
+///   come while it asks wait for the same grant without a call of their own, each guard still
+///   releases only its own place, and the last one out frees the lock. A share admits the
+///   readers that waited for its grant (then only their re-entries); later readers ask for
+///   the next share, in the queue behind whoever came meanwhile. Members share the lease and
+///   its renewal, so a lost share is lost for each of them. Readers with a fixed lease, and an owner that holds the write
 ///   lock, hold in their own name.
 /// - **Cost**: one client's concurrent calls go out together as one script call, and a call
 ///   reads a dozen fields of the lock whatever the number of readers (the whole hash only when

@@ -9,7 +9,7 @@
 //! - **Joining**: a share admits the readers that waited for its grant, then only re-entries
 //!   of its members; later readers form the next share, behind whoever queued on the server
 //!   meanwhile. (It used to stay open to newcomers for 5 ms after its grant: `make bench`
-//!   measured F2 no faster with that window than without, and P2 the same.)
+//!   measured F2 and P2 faster without that window.)
 //! - **Leaving**: the last member out releases the share on the server (its unlock waits for
 //!   that), which grants the lock to the queue's head.
 //! - **Not shared**: fixed-lease readers (their lease is theirs), and an owner that holds the

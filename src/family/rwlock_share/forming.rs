@@ -38,8 +38,8 @@ impl ReadShares {
             return;
         };
         // Closed from its grant on: the readers that waited for it enter, later ones form the
-        // next share (an open window for newcomers measured no faster, and kept writers of
-        // other clients waiting longer).
+        // next share (a 5 ms window for newcomers, with a task per share to close it, measured
+        // slower in F2 and P2: docs/performance.md).
         state.live.push(Slot {
             share: share.clone(),
             owners: Vec::new(),
