@@ -7,8 +7,9 @@ use crate::error::{Error, Result};
 use crate::terms::{Lease, Wait};
 
 /// How to take a lock: how long to wait, how the lease is kept, and (semaphores) how many
-/// permits. The one set of terms every kind takes: `lock_with` / `try_lock_with` on [`Lock`](crate::Lock),
-/// [`FairLock`](crate::FairLock), the [`ReadWriteLock`](crate::ReadWriteLock)'s sides,
+/// permits. The one set of terms every kind takes: `lock_with` / `try_lock_with` on
+/// [`Lock`](crate::Lock), [`FairLock`](crate::FairLock), the
+/// [`ReadWriteLock`](crate::ReadWriteLock)'s sides,
 /// [`MultiLock`](crate::MultiLock), [`RedLock`](crate::RedLock) and
 /// [`blocking::Lock`](crate::blocking::Lock); `acquire_with` / `try_acquire_with` on the
 /// semaphores; [`CountDownLatch::try_wait_with`](crate::CountDownLatch::try_wait_with) (a wait

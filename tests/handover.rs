@@ -1,7 +1,7 @@
 //! Hand-over within one client: a release that frees a lock gives it straight to this client's
 //! waiting task (no unlock message, the lock never free in between), unless a waiter of another
-//! client is queued for it; fencing tokens still grow; a waiter that stops waiting as the lock is handed
-//! to it leaves nothing behind.
+//! client is queued for it; fencing tokens still grow; a waiter that stops waiting as the lock is
+//! handed to it leaves nothing behind.
 
 mod support;
 

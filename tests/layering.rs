@@ -113,33 +113,67 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-#[test]
-fn modules_name_only_their_own_layer_or_below() {
+/// One file's naming of a module: the file (relative to src/), its top module, the name it
+/// wrote after `crate::` (or a first-level `super::`), and the module that name comes from (a
+/// re-export's, as `lib.rs` lists it; else the name itself).
+struct Reference {
+    file: String,
+    module: String,
+    name: String,
+    from: String,
+}
+
+/// Every module name written in src/ outside `lib.rs`, and every top module seen.
+fn references() -> (Vec<Reference>, std::collections::HashSet<String>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     assert!(files.len() > 20, "found only {} source files", files.len());
     let reexported = reexports(&fs::read_to_string(src.join("lib.rs")).expect("lib.rs"));
-    let mut violations = Vec::new();
+    assert!(
+        reexported.contains(&("Guard".to_string(), "family".to_string())),
+        "lib.rs's re-exports not found: {reexported:?}"
+    );
+    let mut out = Vec::new();
+    let mut modules = std::collections::HashSet::new();
     for file in &files {
         let relative = file.strip_prefix(&src).expect("under src/");
         let module = top_module(relative);
+        modules.insert(module.clone());
         if module == "lib" {
             continue;
         }
-        let own = layer(&module);
         let text = fs::read_to_string(file).expect("readable source");
         for name in crate_paths_of(relative, &text) {
-            // A re-export (`crate::Error`) counts as the module it comes from; one lib.rs does
-            // not list plainly is the public API, for lock kinds and above only.
-            let named = match reexported.iter().find(|(item, _)| *item == name) {
-                Some((_, from)) => layer(from),
-                None if name.starts_with(|c: char| c.is_uppercase()) => LOCK_KINDS,
-                None => layer(&name),
-            };
-            if named > own && name != module {
-                violations.push(format!("{}: crate::{name}", relative.display()));
-            }
+            let from = reexported
+                .iter()
+                .find(|(item, _)| *item == name)
+                .map_or(&name, |(_, from)| from)
+                .clone();
+            out.push(Reference {
+                file: relative.display().to_string(),
+                module: module.clone(),
+                name,
+                from,
+            });
+        }
+    }
+    (out, modules)
+}
+
+#[test]
+fn modules_name_only_their_own_layer_or_below() {
+    let (references, _) = references();
+    let mut violations = Vec::new();
+    for r in &references {
+        // A capitalised name lib.rs does not list plainly is the public API: for lock kinds
+        // and above only.
+        let named = match r.from.starts_with(|c: char| c.is_uppercase()) {
+            true => LOCK_KINDS,
+            false => layer(&r.from),
+        };
+        if named > layer(&r.module) && r.from != r.module {
+            violations.push(format!("{}: crate::{}", r.file, r.name));
         }
     }
     assert!(
@@ -215,47 +249,31 @@ fn reexports(lib: &str) -> Vec<(String, String)> {
 
 #[test]
 fn lock_kinds_name_only_the_lock_and_kinds_below_them() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let reexported = reexports(&fs::read_to_string(src.join("lib.rs")).expect("lib.rs"));
-    assert!(
-        reexported.contains(&("Guard".to_string(), "family".to_string())),
-        "lib.rs's re-exports not found: {reexported:?}"
-    );
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let mut seen = std::collections::HashSet::new();
-    let mut violations = Vec::new();
-    for file in &files {
-        let relative = file.strip_prefix(&src).expect("under src/");
-        let module = top_module(relative);
-        if module == "lib" || layer(&module) != LOCK_KINDS {
-            continue;
-        }
-        let own = lock_sublayer(&module).unwrap_or_else(|| {
-            panic!("{module}: a lock kind not placed in LOCK_LAYER (tests/layering.rs)")
-        });
-        seen.insert(module.clone());
-        let text = fs::read_to_string(file).expect("readable source");
-        for name in crate_paths_of(relative, &text) {
-            let target = reexported
-                .iter()
-                .find(|(item, _)| *item == name)
-                .map_or(name.as_str(), |(_, module)| module.as_str());
-            if let Some(named) = lock_sublayer(target)
-                && named > own
-            {
-                violations.push(format!("{}: crate::{name} ({target})", relative.display()));
-            }
-        }
-    }
-    for layer in LOCK_LAYER {
-        for module in *layer {
+    let (references, modules) = references();
+    for module in &modules {
+        if module != "lib" && layer(module) == LOCK_KINDS {
             assert!(
-                seen.contains(*module),
-                "LOCK_LAYER names {module}, not in src/"
+                lock_sublayer(module).is_some(),
+                "{module}: a lock kind not placed in LOCK_LAYER (tests/layering.rs)"
             );
         }
     }
+    for module in LOCK_LAYER.iter().flat_map(|layer| layer.iter()) {
+        assert!(
+            modules.contains(*module),
+            "LOCK_LAYER names {module}, not in src/"
+        );
+    }
+    let violations: Vec<String> = references
+        .iter()
+        .filter(
+            |r| match (lock_sublayer(&r.module), lock_sublayer(&r.from)) {
+                (Some(own), Some(named)) => named > own,
+                _ => false,
+            },
+        )
+        .map(|r| format!("{}: crate::{} ({})", r.file, r.name, r.from))
+        .collect();
     assert!(
         violations.is_empty(),
         "lock kinds naming a kind above them:\n{}",

@@ -894,13 +894,13 @@ async fn queued_writers_wait_without_asking() {
     waiting.shutdown().await.unwrap();
 }
 
-/// Whether a shared read hold of this lock is on the server.
-fn share_on_server(server: &Server, key: &str) -> bool {
+/// How many shared read holds of this lock are on the server.
+fn shares_on_server(server: &Server, key: &str) -> u64 {
     let fields: Vec<String> = redis::cmd("HKEYS")
         .arg(key)
         .query(&mut server.conn())
         .unwrap();
-    fields.iter().any(|f| f.contains(":readers-"))
+    fields.iter().filter(|f| f.contains(":readers-")).count() as u64
 }
 
 /// A writer that arrives while its own client's readers share the lock queues; the last
@@ -923,7 +923,7 @@ async fn a_writer_behind_its_own_clients_readers_is_handed_the_lock() {
         guards.push(reader.await.unwrap());
     }
     assert!(
-        share_on_server(&server, rw.key()),
+        shares_on_server(&server, rw.key()) > 0,
         "the readers share a hold"
     );
     let writer = {
@@ -941,13 +941,7 @@ async fn a_writer_behind_its_own_clients_readers_is_handed_the_lock() {
     // Readers that came after a share's grant ask for the next one: each share's last release
     // is a call at most (releases in flight at once go out together), and the last hands the
     // lock over; a claim would be one more.
-    let shares = {
-        let fields: Vec<String> = redis::cmd("HKEYS")
-            .arg(rw.key())
-            .query(&mut server.conn())
-            .unwrap();
-        fields.iter().filter(|f| f.contains(":readers-")).count() as u64
-    };
+    let shares = shares_on_server(&server, rw.key());
     let before = (script_calls(&server), published(&server));
     let released = Instant::now();
     for guard in guards {

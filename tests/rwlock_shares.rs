@@ -39,13 +39,8 @@ async fn one_clients_readers_share_one_hold() {
     let lock = a.read_write_lock(&name).unwrap();
     // A writer of `b` holds the lock while `a`'s readers come: they all wait for one share's
     // grant (readers that come after a grant ask for the next share).
-    let blocker = b
-        .read_write_lock(&name)
-        .unwrap()
-        .write()
-        .lock()
-        .await
-        .unwrap();
+    let other = b.read_write_lock(&name).unwrap();
+    let blocker = other.write().lock().await.unwrap();
     // 16 readers of `a` at once, each through a handle of its own.
     let barrier = Arc::new(tokio::sync::Barrier::new(17));
     let mut set = tokio::task::JoinSet::new();
@@ -65,7 +60,6 @@ async fn one_clients_readers_share_one_hold() {
     assert_eq!(shared.len(), 1, "one hold for 16 readers: {shared:?}");
     assert!(shared[0].contains(":readers-"), "{shared:?}");
     // Another client's reader holds in its own name.
-    let other = b.read_write_lock(&name).unwrap();
     let theirs = other.read().lock().await.unwrap();
     assert_eq!(readers(&server, lock.key()).len(), 2);
     // No writer while any of them reads.
@@ -321,4 +315,31 @@ async fn an_owner_reading_in_its_own_name_reenters_past_a_waiting_writer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_member_reenters_with_a_fixed_lease_past_a_waiting_writer() {
     reenters_past_a_waiting_writer(false).await;
+}
+
+/// A reader through a share asking for the write lock would wait for its own share: it is told
+/// at once, and the share is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_member_asking_to_write_is_told_it_would_deadlock() {
+    let server = Server::start();
+    let [a] = clients(&server).await;
+    let name = unique_name("rw-share-upgrade");
+    let lock = a.read_write_lock(&name).unwrap().with_owner(Owner::new());
+    let read = lock.read().lock().await.unwrap();
+    let shared = readers(&server, lock.key());
+    assert!(
+        shared.len() == 1 && shared[0].contains(":readers-"),
+        "the read is a share's: {shared:?}"
+    );
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(2), lock.write().lock())
+        .await
+        .expect("the upgrade waited for its own share")
+        .unwrap_err();
+    assert!(err.is_would_deadlock(), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(readers(&server, lock.key()), shared);
+    assert!(!read.is_lost());
+    read.unlock().await.unwrap();
+    assert!(!support::exists(&server, lock.key()));
 }

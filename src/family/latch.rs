@@ -7,8 +7,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
 use crate::node::FamilyScript;
-use crate::options::LockOptions;
-use crate::options::positive;
+use crate::options::{LockOptions, positive};
 use crate::shared::Client;
 use crate::terms::Wait;
 

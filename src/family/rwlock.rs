@@ -73,8 +73,8 @@ pub(crate) static SCRIPT: FamilyScript = FamilyScript::batching(
 ///   releases only its own place, and the last one out frees the lock. A share admits the
 ///   readers that waited for its grant (then only their re-entries); later readers ask for
 ///   the next share, in the queue behind whoever came meanwhile. Members share the lease and
-///   its renewal, so a lost share is lost for each of them. Readers with a fixed lease, and an owner that holds the write
-///   lock, hold in their own name.
+///   its renewal, so a lost share is lost for each of them. Readers with a fixed lease, and an
+///   owner that holds the write lock, hold in their own name.
 /// - **Cost**: one client's concurrent calls go out together as one script call, and a call
 ///   reads a dozen fields of the lock whatever the number of readers (the whole hash only when
 ///   some deadline may have passed). `make bench` F2 measures 64 tasks on one lock.

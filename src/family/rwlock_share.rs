@@ -29,7 +29,6 @@ use tokio::task::AbortHandle;
 use super::kept::Kept;
 use super::queued;
 use super::rwlock::ReadWriteLock;
-use crate::error::{Error, Result};
 use crate::terms::Wait;
 
 mod forming;
@@ -165,18 +164,6 @@ impl ReadShares {
             owner: owner.clone(),
             done: false,
         })
-    }
-
-    /// A writer `owner` is about to ask: an owner reading through a share would wait for
-    /// itself ([`Error::WouldDeadlock`]).
-    pub(crate) fn writer_arrives(&self, lock: &ReadWriteLock, owner: &str) -> Result<()> {
-        let state = self.state.lock();
-        if state.live.iter().any(|slot| slot.position(owner).is_some()) {
-            return Err(Error::WouldDeadlock {
-                name: lock.keys.name.to_string(),
-            });
-        }
-        Ok(())
     }
 
     /// Whether `owner` reads through one of this client's shares.

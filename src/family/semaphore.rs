@@ -8,8 +8,7 @@ use crate::error::Result;
 use crate::family::queued;
 use crate::family::{Attempt, FamilyKeys, Taken, ask};
 use crate::node::FamilyScript;
-use crate::options::LockOptions;
-use crate::options::positive;
+use crate::options::{LockOptions, positive};
 use crate::shared::Client;
 
 static SCRIPT: FamilyScript = FamilyScript::new(

@@ -55,7 +55,11 @@ impl Side {
             }
             Kind::Write => {
                 // An owner reading through a share would wait for itself.
-                shares.writer_arrives(lock, &field)?;
+                if shares.is_member(&field) {
+                    return Err(Error::WouldDeadlock {
+                        name: lock.keys.name.to_string(),
+                    });
+                }
                 Asking::Own
             }
         };
