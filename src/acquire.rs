@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Grant;
 use crate::lock::Lock;
+use crate::node::QueueTerms;
 use crate::queue_place::QueuePlace;
 use crate::scripts::Acquire;
 use crate::telemetry::{self, LostReason};
@@ -138,11 +139,15 @@ impl Lock {
         }
         // Our place in the lock's queue on the server, once an attempt may have queued us.
         let mut place: Option<QueuePlace> = None;
+        // The terms and send time of the latest attempt that queued us, if its answer was a
+        // refusal: a grant's message naming it hands us the lock (`Lock::hold_from_grant`).
+        // Cleared when an attempt goes out (it claims any earlier grant, or finds it gone), when
+        // we gave back a hold that may have been the grant, and with the place.
+        let mut queued_by: Option<(QueueTerms, Instant)> = None;
         let outcome = async {
             loop {
                 // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
                 inner.check_open()?;
-                let queued_by = place.as_ref().and_then(|p| p.queued_by);
                 if let Some(sub) = subscription.as_ref()
                     && let Some(token) = sub.take_grant(&field, queued_by.map(|(t, _)| t.nonce))
                     && let Some((terms, sent)) = queued_by
@@ -176,12 +181,10 @@ impl Lock {
                         && reentered.is_none()
                         && !matches!(wait, Wait::Once))
                     .then(|| self.queue_terms(lease));
-                    if let Some(place) = place.as_mut() {
-                        // A grant to an earlier attempt of ours is claimed by this one, or gone.
-                        place.queued_by = None;
-                    }
+                    // A grant to an earlier attempt of ours is claimed by this one, or gone.
+                    queued_by = None;
                     if queue.is_some() && place.is_none() {
-                        place = Some(QueuePlace::new(&self.client, &self.keys, &field));
+                        place = Some(QueuePlace::in_lock(&self.client, &self.keys, &field));
                     }
                     let (answer, answered_queued) = self
                         .attempt(&field, lease_ms, reentered.is_some(), replicas, queue)
@@ -218,7 +221,7 @@ impl Lock {
                                 let why = "another owner held the lock at a re-entry";
                                 crate::watchdog::lose(inner, &hold, LostReason::ServerLost, why);
                             }
-                            if let (Some(place), Some(terms)) = (place.as_mut(), queue) {
+                            if let Some(terms) = queue.filter(|_| place.is_some()) {
                                 if !answered_queued {
                                     // Answered by the unqueued retry after a dropped
                                     // connection, which took us out of the queue: queue again
@@ -228,7 +231,7 @@ impl Lock {
                                     }
                                 } else {
                                     // Only a grant naming this attempt may come now.
-                                    place.queued_by = Some((terms, started));
+                                    queued_by = Some((terms, started));
                                 }
                             }
                             ttl
@@ -251,6 +254,7 @@ impl Lock {
                         // Only this client's head waits in the server's queue: a grant to a waiter
                         // behind it locally would never be claimed. Awaited, so our own next
                         // queued attempt comes after it.
+                        queued_by = None;
                         place.withdraw().await;
                     }
                     if !self
@@ -301,11 +305,7 @@ impl Lock {
                         return Ok(Some(guard));
                     }
                     // A grant from the queue may have been given back with it.
-                    Napped::GaveBack => {
-                        if let Some(place) = place.as_mut() {
-                            place.queued_by = None;
-                        }
-                    }
+                    Napped::GaveBack => queued_by = None,
                     Napped::Woke => {}
                 }
             }

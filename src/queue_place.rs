@@ -1,61 +1,89 @@
-//! A waiter's place in a lock's server-side queue (`lua/queue.lua`), from the client's side.
+//! A waiter's place in a server-side queue, from the client's side: one type for every kind
+//! (a lock's queue, `lua/queue.lua`; a semaphore's or a read-write lock's, `lua/fifo.lua`).
 //!
-//! A waiter's attempts after its first queue it on the server: a release then gives the lock
-//! to the first queued waiter in the same script call and names it in one message to that
-//! waiter's client alone, so only that waiter acts (it holds the lock from the message, or
-//! claims the grant with its next attempt) and every other waiter keeps sleeping. The place is armed before an attempt that may queue goes out; when
-//! the wait ends without the lock (it ran out, it was cancelled, it failed) the place is
-//! withdrawn in the background: the entry goes, and a grant that had not been claimed yet goes
-//! to the next waiter. The withdrawal counts as a release in flight of this owner (`turns.rs`),
-//! so the owner's next acquisition is sent after it.
+//! A waiter's attempts after its first queue it on the server: a call that frees what the
+//! queue's head wants gives it to that waiter in the same script call and tells that waiter's
+//! client alone, so only that waiter acts and every other waiter keeps sleeping. The place is
+//! armed before an attempt that may queue goes out; when the wait ends without a grant (it ran
+//! out, it was cancelled, it failed) the place is withdrawn: the entry goes, and a grant that
+//! had not been claimed yet goes to the next waiter. A wait that runs out withdraws before its
+//! caller hears `None` (a process that exits right after would leave its place to its
+//! deadline, and a grant to it would idle the object for a claim lease); one cancelled or
+//! failed withdraws in the background.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+
+use tokio_util::task::TaskTracker;
 
 use crate::keys::LockKeys;
-use crate::node::QueueTerms;
 use crate::shared::Client;
-use crate::task::spawn_from_drop;
+use crate::task::{FinishOnDrop, spawn_from_drop};
 
-/// A queue entry that may exist on the server for (`keys`, `field`); withdrawn on drop unless
-/// [`taken`](QueuePlace::taken).
+/// A withdrawal as it runs.
+type Withdrawal = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Starts a withdrawal: what must happen at the moment the wait ends (a lock's withdrawal
+/// counts as a release in flight from then on) runs synchronously, the server call in the
+/// future it returns.
+type StartWithdrawal = Box<dyn FnOnce() -> Withdrawal + Send>;
+
+/// A queue entry that may exist on the server; withdrawn unless [`taken`](QueuePlace::taken).
 pub(crate) struct QueuePlace {
-    client: Client,
-    keys: Arc<LockKeys>,
-    field: Arc<str>,
-    armed: bool,
-    /// The terms and send time of the latest attempt that queued us, if its answer was a
-    /// refusal: a grant's message naming it hands us the lock (`Lock::hold_from_grant`). Cleared
-    /// when an attempt goes out (it claims any earlier grant, or finds it gone) and when we
-    /// gave back a hold that may have been the grant; gone with the place when withdrawn.
-    pub(crate) queued_by: Option<(QueueTerms, Instant)>,
+    background: TaskTracker,
+    withdraw: Option<StartWithdrawal>,
 }
 
 impl QueuePlace {
-    pub(crate) fn new(client: &Client, keys: &Arc<LockKeys>, field: &Arc<str>) -> QueuePlace {
+    /// The place of a waiter whose withdrawal `withdraw` starts.
+    pub(crate) fn new(
+        client: &Client,
+        withdraw: impl FnOnce() -> Withdrawal + Send + 'static,
+    ) -> QueuePlace {
         QueuePlace {
-            client: client.clone(),
-            keys: keys.clone(),
-            field: field.clone(),
-            armed: true,
-            queued_by: None,
+            background: client.inner.background.clone(),
+            withdraw: Some(Box::new(withdraw)),
         }
     }
 
-    /// The lock was granted: the script took the entry out.
-    pub(crate) fn taken(mut self) {
-        self.armed = false;
+    /// The place of `field` in the lock `keys`' queue (`lua/withdraw.lua` withdraws it). The
+    /// withdrawal counts as a release in flight of this owner (`turns.rs`), so the owner's next
+    /// acquisition is sent after it.
+    pub(crate) fn in_lock(client: &Client, keys: &Arc<LockKeys>, field: &Arc<str>) -> QueuePlace {
+        let (owner, keys, field) = (client.clone(), keys.clone(), field.clone());
+        QueuePlace::new(client, move || {
+            let client = owner;
+            let releasing = client.inner.turns.start_release(&keys.hash, &field);
+            Box::pin(async move {
+                withdraw_entry(&client, &keys, &field).await;
+                drop(releasing);
+            })
+        })
     }
 
-    /// The wait ran out: withdraws now, so the place is gone when the caller hears `None` (a
-    /// process that exits right after would leave it to its deadline, and a grant to it would
-    /// idle the lock for a claim lease). Dropped while in flight, it finishes in the background.
+    /// The grant was claimed: the script took the place out.
+    pub(crate) fn taken(mut self) {
+        self.withdraw = None;
+    }
+
+    /// The wait ended without a grant: withdraws now, so nothing of it is left when the caller
+    /// hears so. Dropped unfinished, the withdrawal finishes in the background.
     pub(crate) async fn withdraw(mut self) {
-        let inner = &self.client.inner;
-        let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
-        withdraw_entry(&self.client, &self.keys, &self.field).await;
-        self.armed = false;
-        drop(releasing);
+        if let Some(withdraw) = self.withdraw.take() {
+            FinishOnDrop::new(withdraw(), |()| async {})
+                .tracked(&self.background)
+                .await;
+        }
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if let Some(withdraw) = self.withdraw.take() {
+            // No runtime: the entry ends at its deadline, a grant to it with its claim lease.
+            spawn_from_drop(&self.background, withdraw());
+        }
     }
 }
 
@@ -73,22 +101,5 @@ pub(crate) async fn withdraw_entry(client: &Client, keys: &LockKeys, field: &str
         Err(e) => {
             tracing::debug!(lock = %keys.name, error = %e, "could not withdraw a queue entry; it ends at its deadline");
         }
-    }
-}
-
-impl Drop for QueuePlace {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let inner = &self.client.inner;
-        let releasing = inner.turns.start_release(&self.keys.hash, &self.field);
-        let (client, keys, field) = (self.client.clone(), self.keys.clone(), self.field.clone());
-        let withdraw = async move {
-            withdraw_entry(&client, &keys, &field).await;
-            drop(releasing);
-        };
-        // No runtime: the entry dies at its deadline, a grant at its claim lease.
-        spawn_from_drop(&inner.background, withdraw);
     }
 }

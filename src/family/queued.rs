@@ -12,19 +12,17 @@
 //! until the client's next release deletes the server's records of them).
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use tokio_util::task::TaskTracker;
 
 use super::{Attempt, NAP, Wake, wait_for};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::queue_place::QueuePlace;
 use crate::shared::Client;
-use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
 
 /// How long a waiter's place in a queue lives past its latest attempt: a waiter attempts at
@@ -65,8 +63,6 @@ pub(crate) fn terms(client: &Client, wait: Wait) -> [String; 2] {
     let claim = client.inner.config.claim_lease;
     [life, claim].map(|d| d.as_millis().to_string())
 }
-
-type Withdrawal = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// How many times a withdrawal is sent before it is given up on: a grant a release of this
 /// client handed the waiter comes back only through it (the server keeps its record a minute
@@ -118,7 +114,11 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<()>>>,
 {
-    let place = Place::new(client, wait, withdrawal);
+    // A single attempt never queues, so has no place.
+    let place = (!matches!(wait, Wait::Once)).then(|| {
+        let withdrawal = Box::pin(withdrawal);
+        QueuePlace::new(client, move || withdrawal)
+    });
     let sent = parking_lot::Mutex::new(Instant::now());
     let sent = &sent;
     let wake = Wake::Grant(waiter.clone());
@@ -141,10 +141,12 @@ where
         }
     })
     .await?;
-    match taken {
-        // The script took the place out with the grant.
-        Some(_) => place.taken(),
-        None => place.withdraw().await,
+    if let Some(place) = place {
+        match taken {
+            // The script took the place out with the grant.
+            Some(_) => place.taken(),
+            None => place.withdraw().await,
+        }
     }
     Ok(taken)
 }
@@ -185,54 +187,6 @@ pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
         handover.push_str(&waiter);
     }
     handover
-}
-
-/// A waiter's place in a queue; withdrawn unless [`taken`](Place::taken), in the background
-/// when dropped (the entry goes, and a grant not claimed yet goes to the next waiters).
-struct Place {
-    background: TaskTracker,
-    withdrawal: Option<Withdrawal>,
-}
-
-impl Place {
-    /// The place of a wait that may queue (`None` for a single attempt, which never does).
-    fn new(
-        client: &Client,
-        wait: Wait,
-        withdrawal: impl Future<Output = ()> + Send + 'static,
-    ) -> Place {
-        let queues = !matches!(wait, Wait::Once);
-        Place {
-            background: client.inner.background.clone(),
-            withdrawal: queues.then(|| Box::pin(withdrawal) as Withdrawal),
-        }
-    }
-
-    /// The grant was claimed: the script took the place out.
-    fn taken(mut self) {
-        self.withdrawal = None;
-    }
-
-    /// The wait ran out: withdraws now, so nothing of it is left when the caller hears so.
-    /// Dropped unfinished, the withdrawal finishes in the background.
-    async fn withdraw(mut self) {
-        if let Some(withdrawal) = self.withdrawal.take() {
-            let background = self.background.clone();
-            FinishOnDrop::new(withdrawal, |()| async {})
-                .tracked(&background)
-                .await;
-        }
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if let Some(withdrawal) = self.withdrawal.take() {
-            // No runtime: the place ends with its life, a grant to it with its claim lease; a
-            // grant a release of this client handed it stays with it, as a crashed holder's.
-            spawn_from_drop(&self.background, withdrawal);
-        }
-    }
 }
 
 /// The reply of a release (`lua/fifo.lua`'s `with_handed`): its integer, alone or followed by
