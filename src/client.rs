@@ -206,7 +206,7 @@ impl ClientBuilder {
         }
         let inner = Inner::new(id, me, self.config, node);
         let _ = inner.dialed.set((self.target, self.dial));
-        inner.start_watchdog(watchdog::spawn(&inner));
+        inner.watchdog.start(watchdog::spawn(&inner));
         Ok(Client { inner })
     }
 }
@@ -318,7 +318,9 @@ impl Client {
         &self.inner.config
     }
 
-    /// How many (lock, owner) holds this client currently keeps.
+    /// How many holds this client keeps now, every kind: one per (lock, owner) of the
+    /// reentrant locks however often it was re-entered, one per family hold (a read-write
+    /// lock's read hold shared by this client's readers counts once).
     pub fn held_count(&self) -> usize {
         self.inner.holds.len()
     }
@@ -363,20 +365,15 @@ impl Client {
         // server counts for each hold goes (adopted holds too).
         let drained = self.inner.holds.drain();
         // Their guards no longer hold them, as the family's guards are told below.
-        for (hold, _) in &drained {
+        for (hold, _) in &drained.locks {
             hold.mark_lost(LostReason::Shutdown, "the client shut down");
         }
-        let releases = drained.into_iter().map(|(hold, guards)| async move {
+        let releases = drained.locks.into_iter().map(|(hold, guards)| async move {
             let holds = hold.server_count(guards.max(1));
             crate::release::give_back(self, &hold.keys, &hold.field, hold.lease_ms, holds).await
         });
         // The lock family's guards still alive: each is told it is lost, then released.
-        let family = self
-            .inner
-            .open_holds
-            .drain()
-            .into_iter()
-            .map(|hold| hold.give_back());
+        let family = drained.family.into_iter().map(|hold| hold.give_back());
         let (locks, family) = futures_util::future::join(
             futures_util::future::join_all(releases),
             futures_util::future::join_all(family),
@@ -386,7 +383,7 @@ impl Client {
         let first_error = lock_errors
             .chain(family.into_iter().filter_map(Result::err))
             .next();
-        self.inner.stop_watchdog();
+        self.inner.watchdog.stop();
         let inner = &self.inner;
         if let Err(e) = identity::withdraw(&inner.node, &inner.config.prefix, &inner.me).await {
             tracing::debug!(error = %e, "could not withdraw this client's announcement; it expires");

@@ -95,7 +95,7 @@ impl Lock {
         });
         hold.raise_delay(delay_ms);
         if fresh {
-            inner.watchdog_adopt(lease);
+            inner.watchdog.adopt(lease);
         }
         Ok(LockGuard::new(self.client.clone(), hold))
     }

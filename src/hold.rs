@@ -1,8 +1,10 @@
-//! What this client holds: one `Hold` per (lock, owner), shared by all guards of that owner.
+//! What this client holds, every kind: one `Hold` per (lock, owner) of the reentrant locks,
+//! shared by all guards of that owner, and the lock family's holds (`family_holds.rs`).
 //!
 //! The registry is the source of truth for local reentrancy and for the watchdog: a hold is
-//! renewed exactly while it is in the map, and it leaves the map synchronously at its last
-//! release, so a renewal never outlives an unlock.
+//! renewed exactly while it is in the registry, and it leaves synchronously at its last
+//! release, so a renewal never outlives an unlock. Shutdown takes every hold out at once
+//! ([`Holds::drain`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,8 +21,10 @@ use crate::telemetry::{LostReason, Series};
 use crate::terms::{Lease, Validity};
 
 mod early_renewals;
+mod family_holds;
 
 use early_renewals::EarlyRenewals;
+pub(crate) use family_holds::{FamilyHold, FamilyHolds, GiveBack, Renewing};
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
@@ -250,6 +254,15 @@ pub(crate) struct Holds {
     map: DashMap<HoldKey, Arc<Hold>, foldhash::fast::RandomState>,
     /// Holds granted from the queue, renewed before their claim lease ends (`watchdog/early.rs`).
     early: EarlyRenewals,
+    /// The lock family's holds (shared with their guards, which deregister them).
+    pub family: Arc<FamilyHolds>,
+}
+
+/// What shutdown took out of the registry: every hold of every kind.
+pub(crate) struct Drained {
+    /// The reentrant locks' holds, each with its number of live guards.
+    pub locks: Vec<(Arc<Hold>, u32)>,
+    pub family: Vec<Arc<dyn FamilyHold>>,
 }
 
 impl Holds {
@@ -360,10 +373,11 @@ impl Holds {
             .collect()
     }
 
-    /// Every hold, with its number of live guards (for shutdown).
-    pub(crate) fn drain(&self) -> Vec<(Arc<Hold>, u32)> {
+    /// Takes every hold out (for shutdown).
+    pub(crate) fn drain(&self) -> Drained {
         let all: Vec<Arc<Hold>> = self.map.iter().map(|e| e.value().clone()).collect();
-        all.into_iter()
+        let locks = all
+            .into_iter()
             .filter_map(|hold| {
                 let key = (hold.keys.hash.clone(), hold.field.clone());
                 let (_, hold) = self
@@ -374,21 +388,24 @@ impl Holds {
                 hold.let_go(true);
                 Some((hold, guards))
             })
-            .collect()
+            .collect();
+        Drained {
+            locks,
+            family: self.family.drain(),
+        }
     }
 
-    /// The shortest watchdog lease held, if any.
+    /// The shortest watchdog lease held, of every kind, if any.
     pub(crate) fn shortest_watchdog_lease(&self) -> Option<Duration> {
-        self.map
-            .iter()
-            .filter_map(|e| match e.value().lease {
-                Lease::Watchdog(d) => Some(d),
-                Lease::Fixed(_) => None,
-            })
-            .min()
+        let locks = self.map.iter().filter_map(|e| match e.value().lease {
+            Lease::Watchdog(d) => Some(d),
+            Lease::Fixed(_) => None,
+        });
+        locks.chain(self.family.shortest_watchdog_lease()).min()
     }
 
+    /// How many holds there are, of every kind.
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.family.len()
     }
 }

@@ -306,7 +306,6 @@ mod local_queue;
 mod lock;
 mod multi;
 mod node;
-mod open_holds;
 mod options;
 mod owner;
 mod pubsub;

@@ -18,7 +18,6 @@ use crate::hold::Holds;
 use crate::identity::ClientInfo;
 use crate::local_queue::LocalQueues;
 use crate::node::{Dial, Node, Target};
-use crate::open_holds::OpenHolds;
 use crate::pubsub::Subscriber;
 use crate::task::AbortOnDrop;
 use crate::terms::Lease;
@@ -52,9 +51,8 @@ pub(crate) struct Inner {
     pub id_text: Arc<str>,
     pub config: Config,
     pub node: Node,
+    /// Every hold of this client, every kind.
     pub holds: Holds,
-    /// The lock family's holds, which shutdown gives back like `holds`.
-    pub open_holds: Arc<OpenHolds>,
     pub local_queues: LocalQueues,
     /// Lock kinds' state within this client, per lock (a read-write lock's waiters and shared
     /// read holds).
@@ -65,13 +63,8 @@ pub(crate) struct Inner {
     /// Background releases and give-backs, which `shutdown` waits for.
     pub background: TaskTracker,
     pub subscriber: Arc<Subscriber>,
-    pub watchdog_wake: Arc<Notify>,
-    /// The lease the watchdog's current period is based on (ms); a shorter one wakes it.
-    pub watchdog_lease_ms: AtomicU64,
-    watchdog_task: Mutex<Option<AbortOnDrop>>,
-    /// Pauses of the watchdog's renewals in force (`testing`): while above zero, no renewal is
-    /// sent and leases run out as they would with the watchdog stalled.
-    pub renewals_paused: AtomicUsize,
+    /// The watchdog's task and what wakes it (`watchdog.rs` renews `holds`).
+    pub watchdog: Watchdog,
     /// Where and how the client connected, so `testing` can connect another client alike.
     pub dialed: OnceLock<(Target, Dial)>,
     shut_down: AtomicBool,
@@ -95,27 +88,15 @@ impl Inner {
             config,
             node,
             holds: Holds::default(),
-            open_holds: Arc::default(),
             local_queues: LocalQueues::default(),
             local_states: LocalStates::default(),
             turns: Arc::default(),
             background: TaskTracker::new(),
-            watchdog_wake: Arc::new(Notify::new()),
-            watchdog_lease_ms: AtomicU64::new(u64::MAX),
-            watchdog_task: Mutex::new(None),
-            renewals_paused: AtomicUsize::new(0),
+            watchdog: Watchdog::default(),
             dialed: OnceLock::new(),
             shut_down: AtomicBool::new(false),
             next_request: AtomicU64::new(0),
         })
-    }
-
-    pub(crate) fn start_watchdog(&self, task: AbortOnDrop) {
-        *self.watchdog_task.lock() = Some(task);
-    }
-
-    pub(crate) fn stop_watchdog(&self) {
-        self.watchdog_task.lock().take();
     }
 
     /// Marks the client shut down; `false` if it already was.
@@ -131,17 +112,6 @@ impl Inner {
         }
     }
 
-    /// Tells the watchdog about a new hold: only a lease shorter than its current period's
-    /// wakes it (waking it for every lock would rescan every hold each time).
-    pub(crate) fn watchdog_adopt(&self, lease: Lease) {
-        if let Lease::Watchdog(lease) = lease {
-            let ms = lease.as_millis().min(u64::MAX as u128) as u64;
-            if self.watchdog_lease_ms.fetch_min(ms, Ordering::AcqRel) > ms {
-                self.watchdog_wake.notify_one();
-            }
-        }
-    }
-
     /// A number unique to this client: names a waiter's queued attempt (`lua/queue.lua`).
     pub(crate) fn next_nonce(&self) -> u64 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
@@ -153,6 +123,56 @@ impl Inner {
             client: &self.id_text,
             n: self.next_request.fetch_add(1, Ordering::Relaxed),
         }
+    }
+}
+
+/// The watchdog as the rest of the client sees it: its task, what wakes it, and its pauses.
+pub(crate) struct Watchdog {
+    /// Wakes the task: a hold came whose lease is shorter than the current period's, or the
+    /// renewals resumed.
+    pub wake: Arc<Notify>,
+    /// The lease the current period is based on (ms).
+    pub lease_ms: AtomicU64,
+    task: Mutex<Option<AbortOnDrop>>,
+    /// Pauses in force (`testing`): while above zero, no renewal is sent and leases run out
+    /// as they would with the watchdog stalled.
+    pub paused: AtomicUsize,
+}
+
+impl Default for Watchdog {
+    fn default() -> Self {
+        Watchdog {
+            wake: Arc::default(),
+            lease_ms: AtomicU64::new(u64::MAX),
+            task: Mutex::new(None),
+            paused: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn start(&self, task: AbortOnDrop) {
+        *self.task.lock() = Some(task);
+    }
+
+    pub(crate) fn stop(&self) {
+        self.task.lock().take();
+    }
+
+    /// Tells the watchdog about a new hold: only a lease shorter than its current period's
+    /// wakes it (waking it for every lock would rescan every hold each time).
+    pub(crate) fn adopt(&self, lease: Lease) {
+        if let Lease::Watchdog(lease) = lease {
+            let ms = lease.as_millis().min(u64::MAX as u128) as u64;
+            if self.lease_ms.fetch_min(ms, Ordering::AcqRel) > ms {
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Whether a pause (`testing`) is in force.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire) > 0
     }
 }
 

@@ -137,7 +137,7 @@ pub async fn expire_lease(guard: &LockGuard) -> Result<()> {
 /// # Ok(()) }
 /// ```
 pub fn pause_renewals(client: &Client) -> RenewalsPaused {
-    client.inner.renewals_paused.fetch_add(1, Ordering::AcqRel);
+    client.inner.watchdog.paused.fetch_add(1, Ordering::AcqRel);
     RenewalsPaused {
         inner: Arc::clone(&client.inner),
     }
@@ -160,9 +160,9 @@ impl std::fmt::Debug for RenewalsPaused {
 
 impl Drop for RenewalsPaused {
     fn drop(&mut self) {
-        self.inner.renewals_paused.fetch_sub(1, Ordering::AcqRel);
+        self.inner.watchdog.paused.fetch_sub(1, Ordering::AcqRel);
         // The next round may be overdue: let the watchdog look now.
-        self.inner.watchdog_wake.notify_one();
+        self.inner.watchdog.wake.notify_one();
     }
 }
 

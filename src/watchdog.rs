@@ -47,7 +47,7 @@ pub struct RenewStats {
 pub(crate) fn spawn(inner: &Arc<Inner>) -> AbortOnDrop {
     AbortOnDrop(tokio::spawn(run(
         Arc::downgrade(inner),
-        inner.watchdog_wake.clone(),
+        inner.watchdog.wake.clone(),
     )))
 }
 
@@ -57,16 +57,9 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
     let mut last_tick = tokio::time::Instant::now();
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let lease = [
-            &inner.holds.shortest_watchdog_lease(),
-            &inner.open_holds.shortest_watchdog_lease(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .copied()
-        .unwrap_or(inner.config.watchdog_lease);
-        inner.watchdog_lease_ms.store(
+        let lease = inner.holds.shortest_watchdog_lease();
+        let lease = lease.unwrap_or(inner.config.watchdog_lease);
+        inner.watchdog.lease_ms.store(
             lease.as_millis().min(u64::MAX as u128) as u64,
             Ordering::Release,
         );
@@ -131,7 +124,7 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
         !lost
     });
     // Paused (`testing`): nothing is renewed, so leases run out as with a stalled watchdog.
-    if inner.renewals_paused.load(Ordering::Acquire) > 0 {
+    if inner.watchdog.is_paused() {
         return RenewStats {
             locks: holds.len(),
             lost: expired,
@@ -156,7 +149,7 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     let (with_wait, without) = holds.split_at(acked);
     // The lock family's holds renew alongside, each by its own script call (coalesced per
     // script by the node, `node/calls/family_calls.rs`).
-    let family = inner.open_holds.renewals();
+    let family = inner.holds.family.renewals();
     let family_holds = family.len();
     let ((mut outcomes, trips, failed), (rest, more_trips, more_failed), family) =
         futures_util::future::join3(

@@ -331,6 +331,24 @@ async fn valid_until_is_within_a_fixed_lease(kind: Kind) {
     valid_until_is_within_the_lease(kind, Some(FIXED_LEASE * 2)).await;
 }
 
+/// `held_count` counts the guard's hold while it lives (the watchdog renews it and shutdown
+/// gives it back from the same registry) and nothing once it was unlocked.
+async fn held_count_follows_the_guard(kind: Kind) {
+    with_server(|server, name| async move {
+        let [client] = support::clients(&server).await;
+        assert_eq!(client.held_count(), 0, "{kind:?}: a hold before any");
+        let guard = kind.take(&client, &name, None).await;
+        assert!(client.held_count() > 0, "{kind:?}: its hold is not counted");
+        guard.unlock().await.unwrap();
+        assert_eq!(
+            client.held_count(),
+            0,
+            "{kind:?}: a hold counted after unlock"
+        );
+    })
+    .await;
+}
+
 /// Dropping a guard releases in the background: another client takes it soon, long before
 /// the (default, 30 s) lease could free it.
 async fn drop_releases(kind: Kind) {
@@ -442,6 +460,7 @@ matrix! {
         lost_by_server_restart,
         lost_by_paused_server,
         valid_until_is_within_the_watchdog_lease,
+        held_count_follows_the_guard,
         drop_releases,
         cancelled_unlock_releases,
         shutdown_releases_and_marks_lost,

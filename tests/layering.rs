@@ -11,7 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "task", "turns", "telemetry"],
     &["config", "keys", "options", "scripts", "terms"],
     &["node"],
-    &["local_queue", "hold", "identity", "open_holds", "pubsub"],
+    &["local_queue", "hold", "identity", "pubsub"],
     &["shared"],
 ];
 const LOCK_KINDS: usize = 5;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::open_holds::{GiveBack, OpenHold, OpenHolds, Renewing};
+use crate::hold::{FamilyHold, FamilyHolds, GiveBack, Renewing};
 use crate::shared::Client;
 use crate::terms::{Lease, Validity};
 
@@ -41,7 +41,7 @@ impl State {
 /// holds, which the watchdog renews and shutdown gives back.
 pub(crate) struct Kept {
     state: Arc<State>,
-    open: (Arc<OpenHolds>, u64),
+    open: (Arc<FamilyHolds>, u64),
 }
 
 /// A hold as the watchdog and shutdown see it.
@@ -54,7 +54,7 @@ struct Open<F, R> {
     release: R,
 }
 
-impl<F, Fut, R, RFut> OpenHold for Open<F, R>
+impl<F, Fut, R, RFut> FamilyHold for Open<F, R>
 where
     F: Fn() -> Fut + Send + Sync,
     Fut: Future<Output = Result<bool>> + Send + 'static,
@@ -140,7 +140,7 @@ impl Kept {
             validity: Validity::new(started + valid_for),
             closed: AtomicBool::new(false),
         });
-        let registry = client.inner.open_holds.clone();
+        let registry = client.inner.holds.family.clone();
         let id = registry.open(Arc::new(Open {
             state: state.clone(),
             lease,
@@ -148,7 +148,7 @@ impl Kept {
             renew,
             release,
         }));
-        client.inner.watchdog_adopt(lease);
+        client.inner.watchdog.adopt(lease);
         Kept {
             state,
             open: (registry, id),

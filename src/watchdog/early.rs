@@ -70,11 +70,7 @@ async fn renew_one(weak: Weak<Inner>, hold: Weak<Hold>) {
             return;
         }
         // Paused (`testing`): the claim lease runs out, as with a stalled watchdog.
-        if inner
-            .renewals_paused
-            .load(std::sync::atomic::Ordering::Acquire)
-            > 0
-        {
+        if inner.watchdog.is_paused() {
             return;
         }
         let started = Instant::now();

@@ -1,7 +1,7 @@
-//! The lock family's holds, which the watchdog renews and `Client::shutdown` gives back: each
-//! is registered while its guard lives and deregistered when the guard releases it or drops.
-//! (The plain `Lock`'s holds are counted in `hold.rs`, which the watchdog and shutdown walk
-//! the same way.)
+//! The lock family's part of the registry: each family hold is registered while its guard lives
+//! and deregistered when the guard releases it or drops. The watchdog renews it with the
+//! client's other holds, shutdown gives it back with them; its kind says how, through
+//! [`FamilyHold`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,7 +22,7 @@ pub(crate) type GiveBack = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 pub(crate) type Renewing = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// One live hold, seen from the watchdog and from shutdown.
-pub(crate) trait OpenHold: Send + Sync {
+pub(crate) trait FamilyHold: Send + Sync {
     /// The watchdog lease it is kept under (`None`: a fixed lease, never renewed).
     fn watchdog_lease(&self) -> Option<Duration>;
     /// Its renewal; `None` when it has none (a fixed lease) or is known lost already.
@@ -31,15 +31,16 @@ pub(crate) trait OpenHold: Send + Sync {
     fn give_back(&self) -> GiveBack;
 }
 
+/// The family's holds, by registration id.
 #[derive(Default)]
-pub(crate) struct OpenHolds {
+pub(crate) struct FamilyHolds {
     next: AtomicU64,
-    map: Mutex<HashMap<u64, Arc<dyn OpenHold>>>,
+    map: Mutex<HashMap<u64, Arc<dyn FamilyHold>>>,
 }
 
-impl OpenHolds {
+impl FamilyHolds {
     /// Registers a hold; the returned id deregisters it.
-    pub(crate) fn open(&self, hold: Arc<dyn OpenHold>) -> u64 {
+    pub(crate) fn open(&self, hold: Arc<dyn FamilyHold>) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.map.lock().insert(id, hold);
         id
@@ -62,7 +63,11 @@ impl OpenHolds {
     }
 
     /// Takes every registered hold out (shutdown).
-    pub(crate) fn drain(&self) -> Vec<Arc<dyn OpenHold>> {
+    pub(crate) fn drain(&self) -> Vec<Arc<dyn FamilyHold>> {
         self.map.lock().drain().map(|(_, hold)| hold).collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().len()
     }
 }
