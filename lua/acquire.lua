@@ -5,7 +5,7 @@
 -- ARGV[2]  lease in milliseconds (PEXPIRE of the hash)
 -- ARGV[3]  '1' reentrant, '0' non-reentrant; '2' and '3' the same for an owner that holds the
 --          lock already (the client knows: a re-entry), for which a grant from the queue it
---          was handed (count 0, queue.lua) is one hold, so the re-entry counts two
+--          was handed (count 0, queue_lock.lua) is one hold, so the re-entry counts two
 -- The long form (fenced locks, locks with a lock-delay, and waiters) also sends:
 -- KEYS[2]  fencing counter      P:{N}:fence
 -- KEYS[3]  lock-delay marker    P:{N}:delay  (lives lease + delay; deleted by a release)
@@ -16,16 +16,16 @@
 --          '-1' for a single attempt of a strict lock (a FairLock): it respects the queue (never
 --          takes a free lock while anybody live is queued) but does not enqueue; '-2' for a
 --          MultiLock member, which does not queue but watches (acquire_wait.lua)
--- ARGV[7]  the waiter's claim lease in milliseconds (see queue.lua); for a member that
+-- ARGV[7]  the waiter's claim lease in milliseconds (see queue_lock.lua); for a member that
 --          watches, how long its marker outlives the wait it is told (ms)
--- ARGV[8]  the waiter's nonce for this attempt, echoed by a grant's message (see queue.lua)
+-- ARGV[8]  the waiter's nonce for this attempt, echoed by a grant's message (see queue_lock.lua)
 -- ARGV[4], ARGV[5], ARGV[7] and ARGV[8] are decimal integers ('-' for no grace): a refused waiter's
 --          queue entry is made of them as sent
 -- The waiter form is the long form of a plain lock (no fence, no lock-delay): KEYS[1] only, and
 -- ARGV[1..3] as above, ARGV[4] as ARGV[6] above, ARGV[5] and ARGV[6] as ARGV[7] and ARGV[8]:
 -- 1 key and 6 arguments instead of 3 and 8 (each costs the server about 1.6k instructions).
 --
--- Waiters (queue.lua): a refused waiter is queued (or its entry refreshed) in the same call. A
+-- Waiters (queue.lua, queue_lock.lua): a refused waiter is queued (or its entry refreshed) in the same call. A
 -- waiter that finds the lock free while others are queued before it gives it to the first of
 -- them and is refused; one that finds its own grant (count 0) without holding it (a waiter
 -- that missed its grant message, or trusts it no longer) claims it: count 1, its lease, a new
@@ -58,8 +58,9 @@
 -- three-element table against an integer), so the common case sends four and gets an integer.
 
 -- acquire (the short form) and reentry_mode come from acquire_plain.lua, refuse (which
--- enqueues) and what the waiter form read from acquire_wait.lua, next_token and held_token from
--- fence.lua, pop_head and grant from queue.lua, which `scripts.rs` puts before this file.
+-- enqueues, queue.lua) and what the waiter form read from acquire_wait.lua, next_token and
+-- held_token from fence.lua, pop_head and grant from queue_lock.lua, which `scripts.rs` puts
+-- before this file.
 
 -- A first acquisition (or a waiter's claim of its grant): count 1, the lease, a new token, the
 -- lock-delay marker.
@@ -154,7 +155,7 @@ if #ARGV == 6 and #KEYS == 1 then
         terms)
 end
 if #ARGV == 8 then
-    -- A queue entry's terms as the client sent them (queue.lua): no formatting here.
+    -- A queue entry's terms as the client sent them (queue_lock.lua): no formatting here.
     local terms = terms_of(ARGV[6], ARGV[7], ARGV[4], ARGV[5], ARGV[8])
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
         tonumber(ARGV[5]), tonumber(ARGV[6]), terms)

@@ -1,8 +1,8 @@
 -- acquire_wait.lua: a waiter's attempt on a lock another owner holds, the common case of
--- contention, answered before fence.lua, queue.lua and the rest of acquire.lua are made (see
--- acquire_plain.lua for why: each function a chunk defines is made anew on every call). Not a
--- script of its own: `src/scripts.rs` puts it after acquire_plain.lua and before fence.lua,
--- queue.lua and acquire.lua.
+-- contention, answered before fence.lua, queue_lock.lua and the rest of acquire.lua are made
+-- (see acquire_plain.lua for why: each function a chunk defines is made anew on every call).
+-- Not a script of its own: `src/scripts.rs` puts it after acquire_plain.lua and queue.lua, and
+-- before fence.lua, queue_lock.lua and acquire.lua.
 --
 -- The waiter form (see acquire.lua) of an owner that holds nothing here, on a lock with a
 -- holder, is refused and queued right here. Anything else (a re-entry, a grant to claim, a free
@@ -18,30 +18,8 @@
 -- grants the queue's head, and the releaser's next attempt refused and queued) 217k with this
 -- attempt through the whole of acquire.lua, 203k with it answered here.
 
--- The queue's keys and entries are described in queue.lua.
-
--- Enqueues field (at the back when new; a refresh keeps its place) with an entry living ttl_ms
--- from now (the server's clock); terms is the rest of the entry, '<claim ms> <grace ms or ->
--- <delay ms> <nonce>': what a grant writes besides the hold, and what its message says.
--- Concatenation, not string.format (about 7k instructions a call on Redis 7.0): integers below
--- 10^14 print exactly with Lua's '%.14g', and a deadline in milliseconds (about 1.8e12) is one.
-local function enqueue(hash, field, ttl_ms, terms)
-    local q, qd = hash .. ':q', hash .. ':qd'
-    local t = redis.call('TIME')
-    local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl_ms
-    -- The list first: in a slot migration an error must come before a write it would orphan.
-    if redis.call('HEXISTS', qd, field) == 0 then
-        redis.call('RPUSH', q, field)
-    end
-    redis.call('HSET', qd, field, deadline .. ' ' .. terms)
-    -- Each key on its own: one may exist without the other after a partial write.
-    if redis.call('PTTL', q) < ttl_ms then
-        redis.call('PEXPIRE', q, ttl_ms)
-    end
-    if redis.call('PTTL', qd) < ttl_ms then
-        redis.call('PEXPIRE', qd, ttl_ms)
-    end
-end
+-- The queue's keys and entries are described in queue.lua (put before this file: enqueue)
+-- and queue_lock.lua.
 
 -- The watch marker's entry: a deadline and terms like a waiter's, never granted (queue.lua).
 local function watch(hash, ttl, slack)

@@ -1,6 +1,6 @@
 -- force_release.lua: delete a lock whoever holds it (operators, `force_unlock`) and give it to
--- the first queued waiter (queue.lua and fence.lua, which `src/scripts.rs` puts before this
--- file); MultiLock members that watch it are told as their marker goes (queue.lua).
+-- the first queued waiter (queue.lua, fence.lua and queue_lock.lua, which `src/scripts.rs` puts
+-- before this file); MultiLock members that watch it are told as their marker goes (queue.lua).
 --
 -- KEYS[1]  lock hash            P:{N}
 --

@@ -1,15 +1,15 @@
 -- permits.lua: a semaphore whose permits have an id and a lease (`src/family/permits.rs`), and
--- its waiter queue with grant-on-release (fifo.lua, which `src/family/permits.rs` puts before
--- this file).
+-- its waiter queue with grant-on-release (queue.lua and queue_permits.lua, which `src/family/permits.rs`
+-- puts before this file).
 --
 -- KEYS[1]  hash      P:{N}:permits           field 'total' -> permits in all; 'p:<id>' -> the
 --                                            deadline of a permit given out (server clock, ms)
--- KEYS[2]  channel   P:{N}:permits:released  grants go to KEYS[2]:<client id> (fifo.lua)
+-- KEYS[2]  channel   P:{N}:permits:released  grants go to KEYS[2]:<client id> (queue.lua)
 -- ARGV[1]  operation: 'acquire', 'release', 'renew', 'set', 'try_set', 'available', 'withdraw'
 -- ARGV[2]  the permit id ('acquire', 'release', 'renew', 'withdraw'; for 'acquire' and
 --          'withdraw' also the waiter, '<client id>:<wait id>'), or the total ('set', 'try_set')
 -- ARGV[3]  lease in milliseconds ('acquire', 'renew')
--- ARGV[4]  'release': the hand-over (fifo.lua's handing_to; no records): the releasing
+-- ARGV[4]  'release': the hand-over (queue_permits.lua's handing_to; no records): the releasing
 --          client's id, whose own waiters are handed permits
 -- 'acquire' also sends:
 -- ARGV[4]  ('acquire') how long the waiter's queue entry lives without another attempt (ms); '0' for a
@@ -108,7 +108,7 @@ if op == 'acquire' then
         end
     end
     if life > 0 then
-        enqueue(id, 1, life, claim, lease)
+        queue_for(id, 1, life, claim, lease)
     end
     if not total or not first_end then
         return -1
@@ -142,7 +142,7 @@ elseif op == 'available' then
     end
     return math.max(total - out, 0)
 elseif op == 'withdraw' then
-    dequeue(ARGV[2])
+    dequeue(key, ARGV[2])
     -- Only a grant the waiter never claimed can be here: its wait ended without the permit.
     local removed = redis.call('HDEL', key, 'p:' .. ARGV[2])
     out = out - removed

@@ -1,56 +1,86 @@
--- queue.lua: the waiter queue of a reentrant lock, and grant-on-release. Not a script of its
--- own: `src/scripts.rs` puts it (after fence.lua) before acquire.lua, release.lua and
--- withdraw.lua.
+-- queue.lua: the waiter queue on the server, one for every kind (a lock, a fair lock, the
+-- semaphores, the read-write lock). Not a script of its own: `src/scripts.rs` and
+-- `src/family/` put it before the scripts that queue, and before queue_lock.lua (how a lock's
+-- queue grants) or queue_permits.lua (how the others' grant, n of what is free).
 --
--- P:{N}:q   list  waiting owner fields, first come first (the commands of the fair lock's queue,
---                 so a least-privilege user needs no new right)
--- P:{N}:qd  hash  owner field -> '<deadline ms> <claim ms> <fence grace ms or -> <delay ms>
---                 <nonce>': the entry is dead past its deadline (server clock); a grant to it
---                 lasts the claim lease, with a fencing token when a grace is given and the
---                 lock-delay marker when a delay is; the nonce names the attempt that wrote it
--- Both keys are derived from the lock's hash (they share its hash tag, so its slot) and expire
--- with the latest deadline in them.
+-- <object>:q   list  the waiters' names, first come first (LINDEX, LPOP, RPUSH, LREM: the
+--                    commands a least-privilege user has already, docs/acl.md)
+-- <object>:qd  hash  name -> '<deadline ms> <claim ms> <the kind's terms>': the entry is dead
+--                    past its deadline (the server's clock) and dropped by whichever call
+--                    next meets it; a grant to it waits a claim lease for its claim. A kind
+--                    may keep records of its own here under a name out of the list (they do
+--                    not start with a digit).
+-- Both keys share the object's hash tag (so its slot) and expire with the latest deadline in
+-- them (clients may give their waiters' entries different lives).
 --
--- A refused waiter of another owner enqueues itself in the same call (acquire_wait.lua's
--- enqueue, which only the acquisition needs; clock_us is fence.lua's, put before this). A release
--- that frees the lock gives it to the first live entry: the hold is written with count 0 (one
--- hold, granted from the queue), the claim lease, the waiter's token and marker, and ONE
--- message 'g <claim ms> <token> <nonce> <field>' is published on P:{N}:unlock:<client id>,
--- the channel of the grantee's client alone (queued waiters listen there, not on P:{N}:unlock):
--- no other client hears of it. The grantee holds the lock from that message on, without
--- another round trip (the nonce tells it which of its attempts queued it, so when the claim
--- lease began), and its watchdog lengthens the claim lease to its lease (or its next attempt
--- claims the grant: count 1, its lease, when the message came too late to trust). A grantee
--- that died holds the lock for the claim lease at most; the waiters behind it look again
--- within a claim lease (`acquire.rs`), which also keeps their entries alive.
+-- A refused waiter queues itself (or refreshes its entry, keeping its place) in the same call,
+-- and a call that frees what the head wants grants it in the same call, to the first live
+-- entries in order: nobody behind a live head is served before it, and no waiter starves. A
+-- grantee is told by ONE message on its client's own channel, '<channel>:<client id>' (the
+-- client id is the name's first part), 'g <claim ms> <token or -> <nonce> <name>': no other
+-- client hears of it.
 --
--- Count 0 counts as one hold of its owner everywhere (release.lua, acquire.lua's re-entry);
--- only a first acquisition of that owner (a waiter that missed its message) turns it into 1
--- instead of 2, and only withdraw.lua (its waiter stopped waiting) passes it on.
+-- '~' is the watch marker of MultiLock members, in a lock's queue only (acquire_wait.lua): an
+-- entry like a waiter's, never granted. The call that takes the queue's head past it drops it
+-- and publishes one message on '<object>:unlock', where the members listen.
 --
--- Watchers: MultiLock members do not queue (a member queued on some locks would be granted
--- holds its MultiLock never claims); a refused member leaves the watch marker '~' in the queue
--- instead (acquire_wait.lua: an entry like a waiter's, never granted), and listens on
--- P:{N}:unlock. The first call that takes the queue's head past the marker drops it and
--- publishes one unlock message there. That is the only unlock message: a release with nobody
--- queued and no marker publishes nothing (it used to publish on every release, for the
--- members' sake).
+-- Why first in a lock's scripts: acquire_wait.lua's refusal queues the waiter, and each
+-- function a chunk defines is made anew on every call (acquire_plain.lua), so this file stays
+-- a handful of small functions.
 
--- Takes field out of the queue.
-local function dequeue(hash, field)
-    if redis.call('HDEL', hash .. ':qd', field) == 1 then
-        redis.call('LREM', hash .. ':q', 1, field)
+local queue_clock
+-- The server's clock in ms, read once per call and only when a deadline is needed.
+local function now()
+    if not queue_clock then
+        local t = redis.call('TIME')
+        queue_clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    return queue_clock
+end
+
+-- Lengthens key k's expiry to ms from now (never shortens it).
+local function outlive(k, ms)
+    if redis.call('PTTL', k) < ms then
+        redis.call('PEXPIRE', k, ms)
     end
 end
 
--- The first live entry (field, and its terms: a table with claim, grace, delay, nonce), or nil; dead
--- entries met on the way are dropped, and a watch marker met on the way is dropped and its
--- watchers told (one message). The live entry is taken out too. An empty queue costs one call
--- (no clock read). known_head: the list's first element when the caller has just read it (one
--- LINDEX less), else nil.
-local function pop_head(hash, known_head)
-    local q, qd = hash .. ':q', hash .. ':qd'
-    local now_ms
+-- Takes `name` out of the queue of `key`, wherever it is.
+local function dequeue(key, name)
+    if redis.call('HDEL', key .. ':qd', name) == 1 then
+        redis.call('LREM', key .. ':q', 1, name)
+    end
+end
+
+-- Queues `name` in the queue of `key` with an entry living `life` ms from now, or refreshes
+-- a live entry, which keeps its place; `terms` is the rest of the entry, '<claim ms> ...'.
+-- Anything else under the name (none, a dead entry whose listing may be gone or still there,
+-- a kind's record) is listed anew at the back. Concatenation, not string.format (about 7k
+-- server instructions a call on Redis 7.0): integers below 10^14 print exactly with Lua's
+-- '%.14g', and a deadline in milliseconds (about 1.8e12) is one.
+local function enqueue(key, name, life, terms)
+    local q, qd = key .. ':q', key .. ':qd'
+    local old = tonumber(string.match(redis.call('HGET', qd, name) or '', '^(%d+) '))
+    -- The list first: in a slot migration an error must come before a write it would orphan.
+    if not old or old <= now() then
+        if old then
+            redis.call('LREM', q, 1, name)
+        end
+        redis.call('RPUSH', q, name)
+    end
+    redis.call('HSET', qd, name, (now() + life) .. ' ' .. terms)
+    -- Each key on its own: one may exist without the other after a partial write.
+    outlive(q, life)
+    outlive(qd, life)
+end
+
+-- The queue of `key`'s first live entry: its name, the rest of its entry after the deadline
+-- ('<claim ms> ...') and its deadline; nil when nobody live waits. Dead entries met on the
+-- way are dropped, and so is a watch marker (its watchers told); the live entry stays (see
+-- `pop`). An empty queue costs one call (no clock read). known_head: the list's first element
+-- when the caller has just read it (one LINDEX less), else nil.
+local function first_live(key, known_head)
+    local q, qd = key .. ':q', key .. ':qd'
     -- Bounded: each round drops an entry or returns.
     for _ = 1, 10000 do
         local head = known_head or redis.call('LINDEX', q, 0)
@@ -58,62 +88,25 @@ local function pop_head(hash, known_head)
         if not head then
             return nil
         end
-        local entry = redis.call('HGET', qd, head)
-        redis.call('LPOP', q)
-        redis.call('HDEL', qd, head)
         if head == '~' then
             -- MultiLock members watch: the lock is free now, or about to go to the waiter behind.
-            redis.call('PUBLISH', hash .. ':unlock', '0')
-            entry = nil
+            redis.call('PUBLISH', key .. ':unlock', '0')
+        else
+            local deadline, rest = string.match(redis.call('HGET', qd, head) or '', '^(%d+) (.*)$')
+            deadline = tonumber(deadline)
+            if deadline and deadline > now() then
+                return head, rest, deadline
+            end
         end
-        now_ms = now_ms or clock_us() / 1000
-        local deadline, claim, grace, delay, nonce
-        if entry then
-            deadline, claim, grace, delay, nonce =
-                string.match(entry, '^(%d+) (%d+) (%S+) (%d+) (%S+)$')
-        end
-        deadline, claim = tonumber(deadline), tonumber(claim)
-        if deadline and claim and deadline > now_ms then
-            return head, {claim = claim, grace = tonumber(grace), delay = tonumber(delay),
-                nonce = nonce}
-        end
-        -- Dead, or listed without an entry: it is gone now.
+        -- Dead, a marker, or listed without an entry: it is gone now.
+        redis.call('LPOP', q)
+        redis.call('HDEL', qd, head)
     end
     return nil
 end
 
--- Gives the free lock to field, taken out of the queue: its hold with count 0, its claim lease,
--- a new fencing token and the lock-delay marker when its terms ask for them, and one message
--- naming it with the token ('-' for none) and the nonce of its entry.
-local function grant(hash, field, terms)
-    local token = '-'
-    if terms.grace then
-        -- pcall: a damaged counter must not keep the lock from its waiter; without a token in
-        -- the message the waiter claims the grant with an attempt, which reports the damage.
-        local ok, t = pcall(next_token, hash .. ':fence', terms.claim + terms.grace)
-        if ok then
-            token = string.format('%d', t)
-        end
-    end
-    if terms.delay > 0 then
-        redis.call('SET', hash .. ':delay', '1', 'PX', terms.claim + terms.delay)
-    end
-    redis.call('HSET', hash, field, '0')
-    redis.call('PEXPIRE', hash, terms.claim)
-    -- On the grantee's client's own channel: no other client hears of it. Concatenated (the
-    -- claim lease is a small integer, which Lua prints exactly), not string.format (~7k
-    -- instructions a call).
-    local client = string.match(field, '^[^:]*')
-    redis.call('PUBLISH', hash .. ':unlock:' .. client,
-        'g ' .. terms.claim .. ' ' .. token .. ' ' .. terms.nonce .. ' ' .. field)
-end
-
--- Gives the free lock to the first live waiter. Returns its field and terms, or nil when
--- nobody waits.
-local function grant_head(hash)
-    local head, terms = pop_head(hash)
-    if head then
-        grant(hash, head, terms)
-    end
-    return head, terms
+-- Takes the queue of `key`'s head `name` out (first_live found it).
+local function pop(key, name)
+    redis.call('LPOP', key .. ':q')
+    redis.call('HDEL', key .. ':qd', name)
 end

@@ -1,5 +1,5 @@
 -- release.lua: give back holds; on the last one delete the owner's field and give the lock to
--- the first queued waiter (queue.lua), or hand it straight to a waiter of the releasing client,
+-- the first queued waiter (queue_lock.lua), or hand it straight to a waiter of the releasing client,
 -- or, with nobody queued, just free it (MultiLock members that watch it were told as their
 -- marker went, queue.lua).
 --
@@ -24,7 +24,7 @@
 -- ARGV[6]  hand-over (optional): owner field of the releasing client's first waiter
 -- ARGV[7]  hand-over (optional): that waiter's lease in milliseconds
 -- ARGV[8]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua and
---          queue.lua, which `scripts.rs` puts before this file)
+--          queue_lock.lua, which `scripts.rs` puts before this file)
 --
 -- Returns
 --   -1       the owner holds nothing (never held, expired, or force-unlocked); nothing changed
@@ -76,7 +76,7 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         held = tonumber(redis.call('HGET', hash, field))
     end
     if held == 0 then
-        -- A grant from the queue (queue.lua) is one hold of its owner, which took it from the
+        -- A grant from the queue (queue_lock.lua) is one hold of its owner, which took it from the
         -- grant's message. (A waiter that stopped waiting passes its grant on with withdraw.lua,
         -- never with a release: its client orders the two, `turns.rs`.)
         held = 1
@@ -85,7 +85,7 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         if retry and not always then
             -- A guard's last hold leaves no latch: the first attempt ran. The waiter it was handing
             -- to is still waiting for this answer, so that waiter's hold can only come from it;
-            -- a hand-over writes count 1, while a grant from the queue (count 0, queue.lua) is
+            -- a hand-over writes count 1, while a grant from the queue (count 0, queue_lock.lua) is
             -- not one, and is claimed by that waiter's own attempt.
             if successor and (tonumber(redis.call('HGET', hash, successor)) or 0) >= 1 then
                 local token = 0

@@ -3,7 +3,8 @@
 -- attempt, no latch, no lock-delay), without hand-over, of a lock nobody is queued for. It frees
 -- the lock, as release.lua would, and answers 0 (no message: nobody waits, queue.lua). Anything else
 -- (holds left, a retry, a give-back, a lock-delay, a queue to grant from, nothing held) falls
--- through to release.lua, which `src/scripts.rs` puts after fence.lua and queue.lua behind this.
+-- through to release.lua, which `src/scripts.rs` puts after queue.lua, fence.lua and queue_lock.lua
+-- behind this.
 --
 -- The lean form is that case's own request, which the client sends for a guard's last hold of
 -- a lock without lock-delay (first attempt, no hand-over): KEYS[1] the lock hash, ARGV[1] the
@@ -18,7 +19,7 @@
 -- Server instructions per call (callgrind on Redis 7.0.15, `bench/scripts/server_cost.sh`):
 -- the lean form 37.5k (the short form, then with 2 keys and 6 arguments and the PUBLISH every
 -- release once made, 49.7k; through release.lua 67.9k). rslock's compare-and-delete: 25.0k. A release that grants the lock to the queue's head falls through
--- with what it read here (below): about 135k, of which making fence.lua's and queue.lua's
+-- with what it read here (below): about 135k, of which making fence.lua's and the queue's
 -- functions is about 15k; a contended cycle (that release, and the releaser's next attempt
 -- refused and queued) 234k, 248k before the reads were passed on and entries concatenated.
 
@@ -33,7 +34,7 @@ local plain_held_read, plain_held, plain_head_read, plain_head = false, nil, fal
 -- would not: holds would remain, or nothing is held).
 local function last_hold(hash, field, holds)
     local held = redis.call('HGET', hash, field)
-    -- Count 0 is a grant from the queue its waiter took: one hold (queue.lua).
+    -- Count 0 is a grant from the queue its waiter took: one hold (queue_lock.lua).
     if held == '1' or held == '0' or (held and tonumber(held) <= tonumber(holds)) then
         local head = redis.call('LINDEX', hash .. ':q', 0)
         if not head then

@@ -1,10 +1,11 @@
 -- rwlock.lua: a read-write lock with a lease per hold (`src/family/rwlock.rs`), and its waiter
--- queue with grant-on-release (fifo.lua, which `src/family/rwlock.rs` puts before this file).
+-- queue with grant-on-release (queue.lua and queue_permits.lua, which `src/family/rwlock.rs` puts
+-- before this file).
 --
 -- Always called as a batch of one or more entries (one client's concurrent calls coalesced,
 -- `src/node/calls/family_calls.rs`); per entry:
 -- KEYS     lock hash P:{N}:rw (fields below; PEXPIRE = the latest deadline in it), and channel
---          P:{N}:rw:unlock (grants go to <channel>:<client id>, fifo.lua)
+--          P:{N}:rw:unlock (grants go to <channel>:<client id>, queue.lua)
 -- ARGV     2 (its key count), 7 (its argument count), then
 --          operation: 'read', 'reenter' (a read that passes the queue: the owner already reads
 --            in another name), 'write', 'unread', 'unwrite', 'renew_read', 'renew_write',
@@ -58,7 +59,7 @@
 --
 -- The queue: a newcomer (not a re-entry, nor the writer reading) that finds the lock taken, or
 -- anybody queued before it, is refused and queued (unless it makes a single attempt). A reader
--- wants one share of the lock and a writer all of it (WHOLE), so fifo.lua grants the first
+-- wants one share of the lock and a writer all of it (WHOLE), so queue_permits.lua grants the first
 -- readers together and a writer alone, in order. A call that frees the lock (a release, a
 -- withdrawal, any call that finds a hold or grant run out) grants it to the queue's head in the
 -- same call. It hands the lock outright to a waiter of the caller's own client (a release's or
@@ -74,7 +75,7 @@
 --                    deadline, the next reader deadline that may free the lock, or a second)
 --   unread, unwrite   -1 the owner held nothing of that kind (expired, or never); else the holds
 --                 left; followed, in a table, by the waiters of the releasing client it granted
---                 the lock to (fifo.lua's with_handed)
+--                 the lock to (queue_permits.lua's with_handed)
 --   renew_*       1 renewed, 0 not held (a grant not claimed is not renewed)
 --   withdraw      1 when a grant to the owner went back, else 0; followed by the waiters of
 --                 its client granted the lock instead, as a release's
@@ -229,7 +230,7 @@ local function read_hold(v, owner, lease, counted)
     return set_reader(v, owner, math.max(reads, 0) + counted, deadline)
 end
 
--- fifo.lua's `give` for lock v: to a waiter of another client, an unclaimed grant until the
+-- queue_permits.lua's `give` for lock v: to a waiter of another client, an unclaimed grant until the
 -- claim lease ends; handed to one of the caller's client, the hold itself; a record of each.
 local function giver(v)
     return function(waiter, n, claim, lease, deadline, handed)
@@ -349,7 +350,7 @@ end
 local function refuse(v, e, n)
     if e.life > 0 then
         fifo_on(v.key, v.channel)
-        enqueue(e.waiter, n, e.life, e.claim, e.lease)
+        queue_for(e.waiter, n, e.life, e.claim, e.lease)
     end
     return refused(v)
 end

@@ -1,16 +1,16 @@
 -- semaphore.lua: the permits of a counting semaphore (`src/family/semaphore.rs`), and its
--- waiter queue with grant-on-release (fifo.lua, which `src/family/semaphore.rs` puts before
--- this file).
+-- waiter queue with grant-on-release (queue.lua and queue_permits.lua, which `src/family/semaphore.rs`
+-- puts before this file).
 --
 -- KEYS[1]  permits   P:{N}:semaphore           string: how many permits are available
--- KEYS[2]  channel   P:{N}:semaphore:released  grants go to KEYS[2]:<client id> (fifo.lua)
+-- KEYS[2]  channel   P:{N}:semaphore:released  grants go to KEYS[2]:<client id> (queue.lua)
 -- ARGV[1]  operation: 'acquire', 'release', 'set', 'try_set', 'available' or 'withdraw'
 -- ARGV[2]  permits n: at least 1 for 'acquire' and 'release', at least 0 for 'set' and
 --          'try_set', ignored by the others
 -- 'acquire' and 'withdraw' also send:
 -- ARGV[3]  the waiter: '<client id>:<wait id>', one per wait
 -- 'release' also sends:
--- ARGV[3]  the hand-over (fifo.lua's handing_to): the releasing client's id, whose own waiters
+-- ARGV[3]  the hand-over (queue_permits.lua's handing_to): the releasing client's id, whose own waiters
 --          are handed permits, then waiters of that client that took their handed permits from
 --          a reply: their records go
 -- 'acquire' also sends:
@@ -139,7 +139,7 @@ if op == 'acquire' then
         return 1
     end
     if life > 0 then
-        enqueue(waiter, n, life, claim, 0)
+        queue_for(waiter, n, life, claim, 0)
     end
     return 0
 elseif op == 'release' then
@@ -171,7 +171,7 @@ elseif op == 'try_set' then
     return 1
 elseif op == 'withdraw' then
     local waiter = ARGV[3]
-    dequeue(waiter)
+    dequeue(key, waiter)
     local granted = redis.call('HGET', grants, waiter)
     if granted then
         redis.call('HDEL', grants, waiter)

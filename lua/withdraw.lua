@@ -1,6 +1,6 @@
 -- withdraw.lua: a waiter stops waiting (its wait ran out, it was cancelled, it failed): its
--- queue entry goes, and a grant it had not taken yet goes to the next waiter (queue.lua and
--- fence.lua, which `scripts.rs` puts before this file).
+-- queue entry goes, and a grant it had not taken yet goes to the next waiter (queue.lua,
+-- fence.lua and queue_lock.lua, which `scripts.rs` puts before this file).
 --
 -- KEYS[1]  lock hash            P:{N}
 -- ARGV[1]  the waiter's owner field
@@ -17,7 +17,7 @@ end
 local head = grant_head(hash)
 redis.call('HDEL', hash, field)
 if not head then
-    -- The lock-delay marker the grant wrote for a hold nobody used (queue.lua) goes with it.
+    -- The lock-delay marker the grant wrote for a hold nobody used (queue_lock.lua) goes with it.
     redis.call('DEL', hash .. ':delay')
 end
 return 1

@@ -1,5 +1,6 @@
 //! A waiter's place in a server-side queue, from the client's side: one type for every kind
-//! (a lock's queue, `lua/queue.lua`; a semaphore's or a read-write lock's, `lua/fifo.lua`).
+//! (`lua/queue.lua`: a lock's, granted by `lua/queue_lock.lua`; a semaphore's or a read-write
+//! lock's, granted by `lua/queue_permits.lua`).
 //!
 //! A waiter's attempts after its first queue it on the server: a call that frees what the
 //! queue's head wants gives it to that waiter in the same script call and tells that waiter's

@@ -15,24 +15,27 @@ use crate::error::{Error, Result};
 /// a token is made.
 pub(crate) const ACQUIRE_SOURCE: &str = concat!(
     include_str!("../lua/acquire_plain.lua"),
+    include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire_wait.lua"),
     include_str!("../lua/fence.lua"),
-    include_str!("../lua/queue.lua"),
+    include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/acquire.lua")
 );
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
 /// `release.lua` as sent (the cluster's variant is made from it, `node/deploy/shape.rs`).
 pub(crate) const RELEASE_SOURCE: &str = concat!(
     include_str!("../lua/release_plain.lua"),
-    include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/release.lua")
 );
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 /// `withdraw.lua` as sent.
 pub(crate) const WITHDRAW_SOURCE: &str = concat!(
-    include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/withdraw.lua")
 );
 pub(crate) static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(WITHDRAW_SOURCE));
@@ -40,8 +43,9 @@ pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
 /// `force_release.lua` as sent.
 pub(crate) const FORCE_RELEASE_SOURCE: &str = concat!(
-    include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/force_release.lua")
 );
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =

@@ -112,7 +112,7 @@ impl Inner {
         }
     }
 
-    /// A number unique to this client: names a waiter's queued attempt (`lua/queue.lua`).
+    /// A number unique to this client: names a waiter's queued attempt (`lua/queue_lock.lua`).
     pub(crate) fn next_nonce(&self) -> u64 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
     }

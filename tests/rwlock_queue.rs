@@ -1,4 +1,4 @@
-//! The read-write lock's waiter queue on the server (`lua/fifo.lua`, `lua/rwlock.lua`): a
+//! The read-write lock's waiter queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`, `lua/rwlock.lua`): a
 //! release grants the lock to the queue's head in the same call (the first readers together,
 //! or one writer) and tells only the grantees' processes, so processes take turns without a
 //! herd of attempts; arrival order holds across readers and writers; a grant to a waiter that
@@ -21,7 +21,8 @@ use support::workers::{self, all_succeed, signal};
 use support::{Server, client, command_calls, unique_name};
 
 const SCRIPT: &str = concat!(
-    include_str!("../lua/fifo.lua"),
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/queue_permits.lua"),
     include_str!("../lua/rwlock.lua")
 );
 

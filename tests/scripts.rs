@@ -15,15 +15,17 @@ const CLIENT: &str = "client-a";
 /// The scripts as the client sends them: the token-making part first.
 const ACQUIRE: &str = concat!(
     include_str!("../lua/acquire_plain.lua"),
+    include_str!("../lua/queue.lua"),
     include_str!("../lua/acquire_wait.lua"),
     include_str!("../lua/fence.lua"),
-    include_str!("../lua/queue.lua"),
+    include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/acquire.lua")
 );
 const RELEASE: &str = concat!(
     include_str!("../lua/release_plain.lua"),
-    include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/release.lua")
 );
 /// The fence grace the calls below pass (ms).
@@ -644,6 +646,36 @@ fn a_waiter_finding_the_lock_free_behind_others_gives_it_to_the_first() {
     );
     assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to b");
     assert_eq!(queue_of(&mut conn), ["c:1"]);
+}
+
+/// Every kind's queue (`lua/queue.lua`) keeps a waiter's place only while its entry lives: a
+/// waiter whose entry died (it stopped asking for longer than its place's life) and asks again
+/// queues behind those that came meanwhile, and a release grants them first.
+#[test]
+fn a_waiter_whose_entry_died_queues_again_at_the_back() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    wait_call(&mut conn, "a:1", 30_000);
+    wait_call(&mut conn, "b:1", 20_000);
+    // b's entry dies where it stands, at the head (its deadline passed a second ago).
+    let (s, _): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    redis::cmd("HSET")
+        .arg(format!("{HASH}:qd"))
+        .arg("b:1")
+        .arg(format!("{} 1500 {GRACE} 0 7", (s - 1) * 1000))
+        .exec(&mut conn)
+        .unwrap();
+    wait_call(&mut conn, "c:1", 20_000);
+    assert_eq!(queue_of(&mut conn), ["b:1", "c:1"], "listed, dead");
+    wait_call(&mut conn, "b:1", 20_000);
+    assert_eq!(queue_of(&mut conn), ["c:1", "b:1"], "b came back after c");
+    assert_eq!(
+        release_call(&mut conn, "a:1", (1, 1, "-"), None).unwrap(),
+        0
+    );
+    assert_eq!(count_of(&mut conn, "c:1"), Some(0), "granted to c");
+    assert_eq!(count_of(&mut conn, "b:1"), None);
+    assert_eq!(queue_of(&mut conn), ["b:1"]);
 }
 
 /// A strict lock's single attempt (`FairLock::try_lock`): slack `-1`, unfenced, no claim, no

@@ -434,8 +434,9 @@ async fn a_wait_that_runs_out_leaves_the_queue_before_it_returns() {
 
 /// `withdraw.lua` as the client sends it.
 const WITHDRAW: &str = concat!(
-    include_str!("../lua/fence.lua"),
     include_str!("../lua/queue.lua"),
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/withdraw.lua")
 );
 

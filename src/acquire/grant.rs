@@ -34,7 +34,7 @@ impl Lock {
         }
     }
 
-    /// The lock granted to us by a release, from its message (`lua/queue.lua`): the guard, its
+    /// The lock granted to us by a release, from its message (`lua/queue_lock.lua`): the guard, its
     /// validity counted from `sent`, when the attempt that queued us went out (the grant came
     /// after the server queued us), for the grant's claim lease; the watchdog lengthens that to
     /// the lease soon after. `None` when the message cannot be trusted alone: the claim lease
@@ -85,7 +85,7 @@ impl Lock {
         self.client.inner.subscriber.subscribe(&channel, true).await
     }
 
-    /// Listens for the grants of this lock to this client's queued waiters (`lua/queue.lua`),
+    /// Listens for the grants of this lock to this client's queued waiters (`lua/queue_lock.lua`),
     /// on the client's own channel of the lock: other clients' grants and releases never wake
     /// it.
     pub(super) async fn subscribe_to_grants(&self, field: &Arc<str>) -> Result<Subscription> {

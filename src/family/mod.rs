@@ -252,7 +252,7 @@ pub(crate) enum Wake {
     /// Every waiter attempts: a latch opens for all.
     All,
     /// Only a grant naming this waiter wakes it: the channel is its client's own, on which the
-    /// script publishes a grant to one of the client's queued waiters (`lua/fifo.lua`).
+    /// script publishes a grant to one of the client's queued waiters (`lua/queue_permits.lua`).
     Grant(Arc<str>),
 }
 

@@ -18,7 +18,8 @@ use crate::terms::Lease;
 static SCRIPT: FamilyScript = FamilyScript::new(
     "permits",
     concat!(
-        include_str!("../../lua/fifo.lua"),
+        include_str!("../../lua/queue.lua"),
+        include_str!("../../lua/queue_permits.lua"),
         include_str!("../../lua/permits.lua")
     ),
 );

@@ -1,4 +1,4 @@
-//! Waiting in a queue on the server (`lua/fifo.lua`: a semaphore's, a read-write lock's), from
+//! Waiting in a queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`: a semaphore's, a read-write lock's), from
 //! the client's side: the waiter's name in the queue, its place (withdrawn when the wait ends
 //! without a grant), and a release's reply that hands grants to this client's waiters.
 //!
@@ -174,7 +174,7 @@ impl Handed {
     }
 }
 
-/// A release's hand-over argument (`lua/fifo.lua`'s `handing_to`): this client's id, whose
+/// A release's hand-over argument (`lua/queue_permits.lua`'s `handing_to`): this client's id, whose
 /// waiters the release hands what it frees (`-` while the client shuts down: its waiters are
 /// quitting), then the waiters of `handed` whose records go.
 pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
@@ -189,7 +189,7 @@ pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
     handover
 }
 
-/// The reply of a release (`lua/fifo.lua`'s `with_handed`): its integer, alone or followed by
+/// The reply of a release (`lua/queue_permits.lua`'s `with_handed`): its integer, alone or followed by
 /// this client's waiters the release handed permits to. Each of those, listening on `grants`,
 /// is told at once ([`Subscriber::handed`](crate::pubsub::Subscriber::handed)).
 ///

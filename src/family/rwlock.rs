@@ -25,7 +25,8 @@ pub(crate) use acquire::Asking;
 pub(crate) static SCRIPT: FamilyScript = FamilyScript::batching(
     "rwlock",
     concat!(
-        include_str!("../../lua/fifo.lua"),
+        include_str!("../../lua/queue.lua"),
+        include_str!("../../lua/queue_permits.lua"),
         include_str!("../../lua/rwlock.lua")
     ),
 );

@@ -14,7 +14,8 @@ use crate::shared::Client;
 static SCRIPT: FamilyScript = FamilyScript::new(
     "semaphore",
     concat!(
-        include_str!("../../lua/fifo.lua"),
+        include_str!("../../lua/queue.lua"),
+        include_str!("../../lua/queue_permits.lua"),
         include_str!("../../lua/semaphore.lua")
     ),
 );

@@ -1,4 +1,4 @@
-//! The schedule of early renewals: holds granted from the server's queue (`lua/queue.lua`)
+//! The schedule of early renewals: holds granted from the server's queue (`lua/queue_lock.lua`)
 //! live only the claim lease on the server until they are renewed, a third of the way into
 //! it. A task of the client's (`watchdog/early.rs`) sleeps until the earliest is due and
 //! renews them; a schedule rather than a task and a timer per grant, since nearly every such

@@ -345,7 +345,7 @@ impl Node {
 }
 
 /// The holds an owner field's count on the server stands for: a hold granted from the queue
-/// is written with count 0 until it is claimed, and is one hold (`lua/queue.lua`).
+/// is written with count 0 until it is claimed, and is one hold (`lua/queue_lock.lua`).
 fn holds<N: Ord + From<u8>>(count: N) -> N {
     count.max(N::from(1))
 }

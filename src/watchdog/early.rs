@@ -1,5 +1,5 @@
 //! Renewals due before the watchdog's next tick: a hold granted from the server's queue
-//! (`lua/queue.lua`) lives only the claim lease on the server until its own lease takes over,
+//! (`lua/queue_lock.lua`) lives only the claim lease on the server until its own lease takes over,
 //! so it is renewed a third of the way into the claim lease.
 //!
 //! One task per client sleeps until the earliest renewal on the schedule
