@@ -5,7 +5,7 @@ use std::sync::Arc;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::family::{Attempt, FamilyKeys, Wake, wait_for};
+use crate::family::{Attempt, FamilyKeys, Reply, Wake, wait_for};
 use crate::node::FamilyScript;
 use crate::options::{LockOptions, positive};
 use crate::shared::Client;
@@ -55,7 +55,7 @@ impl CountDownLatch {
         &self.keys.key
     }
 
-    async fn call(&self, op: &str, n: u32) -> Result<i64> {
+    async fn call(&self, op: &str, n: u32) -> Result<Reply> {
         self.client.inner.check_open()?;
         let n = itoa::Buffer::new().format(n).to_owned();
         self.keys.send(&self.client, &SCRIPT, &[op, &n]).await
@@ -67,7 +67,7 @@ impl CountDownLatch {
     /// [`Error::InvalidArgument`] for a zero count; Redis failures; a key of another kind.
     pub async fn try_set_count(&self, count: u32) -> Result<bool> {
         positive("count", count)?;
-        Ok(self.call("try_set", count).await? == 1)
+        self.call("try_set", count).await?.flag()
     }
 
     /// Counts down by one and returns the count left; the one that reaches zero wakes every
@@ -78,7 +78,7 @@ impl CountDownLatch {
     /// # Errors
     /// Redis failures; a key of another kind.
     pub async fn count_down(&self) -> Result<u64> {
-        Ok(self.call("count_down", 1).await?.max(0) as u64)
+        self.call("count_down", 1).await?.count()
     }
 
     /// The count left (0 when the latch is open).

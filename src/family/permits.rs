@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::family::kept::Kept;
 use crate::family::queued;
-use crate::family::{Attempt, FamilyKeys, Taken, ask, finish_unlock, release_dropped};
+use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask, finish_unlock, release_dropped};
 use crate::node::FamilyScript;
 use crate::options::LockOptions;
 use crate::shared::Client;
@@ -90,18 +90,18 @@ impl PermitSemaphore {
         &self.keys.key
     }
 
-    async fn call(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
+    async fn call(&self, op: &str, arg: &str, lease_ms: u64) -> Result<Reply> {
         self.client.inner.check_open()?;
         self.send(op, arg, lease_ms).await
     }
 
     /// [`call`](Self::call) even while the client shuts down (its releases).
-    async fn send(&self, op: &str, arg: &str, lease_ms: u64) -> Result<i64> {
+    async fn send(&self, op: &str, arg: &str, lease_ms: u64) -> Result<Reply> {
         self.send_with(op, arg, lease_ms, &[]).await
     }
 
     /// [`send`](Self::send) with `extra` arguments.
-    async fn send_with(&self, op: &str, arg: &str, lease_ms: u64, extra: &[&str]) -> Result<i64> {
+    async fn send_with(&self, op: &str, arg: &str, lease_ms: u64, extra: &[&str]) -> Result<Reply> {
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
         let mut args = vec![op, arg, &lease];
         args.extend_from_slice(extra);
@@ -114,7 +114,7 @@ impl PermitSemaphore {
     /// Redis failures, or a key of another kind.
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
         let n = itoa::Buffer::new().format(permits).to_owned();
-        self.call("set", &n, 0).await.map(drop)
+        self.call("set", &n, 0).await?.count().map(drop)
     }
 
     /// Sets the number of permits unless it was set before: `true` when this call set it.
@@ -123,7 +123,7 @@ impl PermitSemaphore {
     /// Redis failures, or a key of another kind.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
         let n = itoa::Buffer::new().format(permits).to_owned();
-        Ok(self.call("try_set", &n, 0).await? == 1)
+        self.call("try_set", &n, 0).await?.flag()
     }
 
     /// Deletes the semaphore from Redis, permits given out included (their holders find them
@@ -141,7 +141,7 @@ impl PermitSemaphore {
     /// # Errors
     /// Redis failures, or a key of another kind.
     pub async fn available(&self) -> Result<u64> {
-        Ok(self.call("available", "", 0).await?.max(0) as u64)
+        self.call("available", "", 0).await?.count()
     }
 
     crate::options::ways_to_ask!(
@@ -202,7 +202,7 @@ impl PermitSemaphore {
             let lease_ms = lease.ms();
             move || {
                 let (semaphore, id) = (semaphore.clone(), id.clone());
-                async move { Ok(semaphore.call("renew", &id, lease_ms).await? == 1) }
+                async move { semaphore.call("renew", &id, lease_ms).await?.flag() }
             }
         };
         let release = {
@@ -232,7 +232,7 @@ impl PermitSemaphore {
             let reply = this
                 .send_with("acquire", &request_id, lease.ms(), &extra)
                 .await?;
-            Ok(Taken::decode(reply))
+            Ok(reply.taken())
         };
         let (this, permit) = (self.clone(), id.clone());
         let give_back = move || async move { this.give_back(&permit, false).await.map(drop) };
@@ -244,7 +244,7 @@ impl PermitSemaphore {
     /// Takes waiter `id` out of the queue; a permit granted to it and not claimed goes to the
     /// next.
     async fn withdraw(self, id: Arc<str>) {
-        let withdraw = || self.send("withdraw", &id, 0);
+        let withdraw = || async { self.send("withdraw", &id, 0).await?.flag() };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
 
@@ -258,7 +258,7 @@ impl PermitSemaphore {
         let handover = queued::handover(&self.client, None);
         let args = ["release", id, "0", &handover];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
-        Ok(queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)? == 1)
+        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)?.flag()
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{Attempt, NAP, Wake, wait_for};
+use super::{Attempt, NAP, Reply, Wake, wait_for};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::queue_place::QueuePlace;
@@ -75,7 +75,7 @@ const WITHDRAW_TRIES: u32 = 10;
 pub(crate) async fn withdraw_retrying<F, Fut>(client: &Client, name: &str, mut withdraw: F)
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<i64>>,
+    Fut: Future<Output = Result<bool>>,
 {
     let mut pause = Duration::from_millis(100);
     for attempt in 1..=WITHDRAW_TRIES {
@@ -189,8 +189,8 @@ pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
     handover
 }
 
-/// The reply of a release (`lua/queue_permits.lua`'s `with_handed`): its integer, alone or followed by
-/// this client's waiters the release handed permits to. Each of those, listening on `grants`,
+/// The reply of a release (`lua/queue_permits.lua`'s `with_handed`): its integer, alone or
+/// followed by this client's waiters the release handed permits to. Each of those, listening on `grants`,
 /// is told at once ([`Subscriber::handed`](crate::pubsub::Subscriber::handed)).
 ///
 /// # Errors
@@ -200,13 +200,13 @@ pub(crate) fn hand_over(
     grants: &str,
     script: &'static str,
     reply: Value,
-) -> Result<i64> {
+) -> Result<Reply> {
     let malformed = |reply: &Value| Error::Protocol {
         script,
         reply: format!("{reply:?}"),
     };
     match reply {
-        Value::Int(n) => Ok(n),
+        Value::Int(n) => Ok(Reply::new(script, n)),
         Value::Array(ref items) => {
             let Some((Value::Int(n), handed)) = items.split_first() else {
                 return Err(malformed(&reply));
@@ -218,7 +218,7 @@ pub(crate) fn hand_over(
                 let name = std::str::from_utf8(name).map_err(|_| malformed(&reply))?;
                 client.inner.subscriber.handed(grants, name);
             }
-            Ok(*n)
+            Ok(Reply::new(script, *n))
         }
         other => Err(malformed(&other)),
     }

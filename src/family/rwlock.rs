@@ -8,10 +8,10 @@ use redis::Value;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::family::FamilyKeys;
 use crate::family::queued;
 use crate::family::rwlock_guard::{ReadGuard, WriteGuard};
 use crate::family::rwlock_share::{ReadShares, Share};
+use crate::family::{FamilyKeys, Reply};
 use crate::node::FamilyScript;
 use crate::options::LockOptions;
 use crate::owner::Owner;
@@ -208,10 +208,11 @@ impl ReadWriteLock {
     }
 
     /// Runs one operation of `lua/rwlock.lua` for `field` that answers an integer (a renewal).
-    pub(crate) async fn call(&self, op: &str, field: &str, lease_ms: u64) -> Result<i64> {
+    pub(crate) async fn call(&self, op: &str, field: &str, lease_ms: u64) -> Result<Reply> {
         self.client.inner.check_open()?;
         let lease = itoa::Buffer::new().format(lease_ms).to_owned();
-        self.request(&[op, field, &lease, "0", "0", "", ""]).await
+        let n = self.request(&[op, field, &lease, "0", "0", "", ""]).await?;
+        Ok(Reply::new(SCRIPT.name, n))
     }
 
     /// Gives back one `hold` of `field` (`checked`: refused once the client shuts down; a
@@ -226,7 +227,7 @@ impl ReadWriteLock {
         let reply = self
             .request(&[op, field, "0", "0", "0", "", &handover])
             .await?;
-        Ok(self.hand_over(reply)? >= 0)
+        Ok(self.hand_over(reply)?.holds_left()?.is_some())
     }
 
     /// Takes `waiter` (of owner `field`) out of the queue; a grant to the owner that it has
@@ -237,14 +238,14 @@ impl ReadWriteLock {
             let handover = queued::handover(&self.client, Some(&self.shares.handed));
             let args = ["withdraw", &field, "0", "0", "0", &waiter, &handover];
             let reply = self.request(&args).await?;
-            self.hand_over(reply)
+            self.hand_over(reply)?.flag()
         };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
 
     /// The integer of a reply that may name waiters of this client handed the lock, who are
     /// woken.
-    fn hand_over(&self, reply: Value) -> Result<i64> {
+    fn hand_over(&self, reply: Value) -> Result<Reply> {
         queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)
     }
 

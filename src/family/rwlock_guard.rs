@@ -28,7 +28,11 @@ pub(crate) fn kept(
         let lease_ms = lease.ms();
         move || {
             let (lock, field) = (lock.clone(), field.clone());
-            async move { Ok(lock.call(hold.kind().ops().2, &field, lease_ms).await? == 1) }
+            async move {
+                lock.call(hold.kind().ops().2, &field, lease_ms)
+                    .await?
+                    .flag()
+            }
         }
     };
     let release = {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::error::Result;
 use crate::family::queued;
-use crate::family::{Attempt, FamilyKeys, Taken, ask};
+use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask};
 use crate::node::FamilyScript;
 use crate::options::{LockOptions, positive};
 use crate::shared::Client;
@@ -94,7 +94,7 @@ impl Semaphore {
         &self.keys.key
     }
 
-    async fn call(&self, op: &str, n: u32) -> Result<i64> {
+    async fn call(&self, op: &str, n: u32) -> Result<Reply> {
         self.client.inner.check_open()?;
         self.send(op, n, &[]).await
     }
@@ -104,7 +104,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails, or the key holds something else.
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
-        self.call("set", permits).await.map(drop)
+        self.call("set", permits).await?.count().map(drop)
     }
 
     /// Sets the available permits to `permits` unless the semaphore was set before: `true` when
@@ -113,7 +113,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails, or the key holds something else.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        Ok(self.call("try_set", permits).await? == 1)
+        self.call("try_set", permits).await?.flag()
     }
 
     /// The permits available now (0 for a semaphore never set); permits granted to a waiter
@@ -122,8 +122,7 @@ impl Semaphore {
     /// # Errors
     /// When Redis fails, or the key does not hold a count of permits.
     pub async fn available(&self) -> Result<u64> {
-        let available = self.call("available", 0).await?;
-        Ok(u64::try_from(available).unwrap_or(0))
+        self.call("available", 0).await?.count()
     }
 
     /// Deletes the semaphore from Redis, its queue with it: `true` when it existed. A
@@ -156,7 +155,9 @@ impl Semaphore {
         let handover = queued::handover(&self.client, Some(&self.handed));
         let args = ["release", &n, &handover];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
-        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply).map(drop)
+        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)?
+            .count()
+            .map(drop)
     }
 
     /// Takes one permit, waiting as long as it takes. The same as
@@ -251,9 +252,9 @@ impl Semaphore {
             let taken = this
                 .send("acquire", permits, &[&who, &terms[0], &terms[1]])
                 .await?;
-            Ok(match taken {
-                1 => Taken::Granted,
-                _ => Taken::Refused(None),
+            Ok(match taken.flag()? {
+                true => Taken::Granted,
+                false => Taken::Refused(None),
             })
         };
         let this = self.clone();
@@ -266,13 +267,13 @@ impl Semaphore {
     /// Takes `waiter` out of the queue; permits granted to it and not claimed go to the next.
     async fn withdraw(self, waiter: Arc<str>) {
         let args = [&*waiter];
-        let withdraw = || self.send("withdraw", 0, &args);
+        let withdraw = || async { self.send("withdraw", 0, &args).await?.flag() };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
 
     /// Runs `op` for `n` permits with `extra` arguments, even while the client shuts down (its
     /// own undoing).
-    async fn send(&self, op: &str, n: u32, extra: &[&str]) -> Result<i64> {
+    async fn send(&self, op: &str, n: u32, extra: &[&str]) -> Result<Reply> {
         let n = itoa::Buffer::new().format(n).to_owned();
         let mut args = vec![op, &n];
         args.extend_from_slice(extra);

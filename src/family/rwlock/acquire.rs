@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Hold, Kind, ReadWriteLock, Side};
+use super::{Hold, Kind, ReadWriteLock, SCRIPT, Side};
 use crate::error::{Error, Result};
 use crate::family::queued;
 use crate::family::rwlock_guard::RwHold;
 use crate::family::rwlock_share::{Join, Joined};
-use crate::family::{Attempt, Taken, ask};
+use crate::family::{Attempt, Reply, Taken, ask};
 use crate::options::LockOptions;
 use crate::terms::{Lease, Wait};
 
@@ -139,7 +139,7 @@ impl ReadWriteLock {
                 &request_waiter,
                 "",
             ];
-            Ok(Taken::decode(lock.request(&args).await?))
+            Ok(Reply::new(SCRIPT.name, lock.request(&args).await?).taken())
         };
         let (lock, field) = (self.clone(), field.clone());
         let withdraw = self.clone().withdraw(waiter.clone(), field.clone());
