@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  hash      P:{N}:permits           field 'total' -> permits in all; 'p:<id>' -> the
 --                                            deadline of a permit given out (server clock, ms)
--- KEYS[2]  channel   P:{N}:permits:released  grants go to KEYS[2]:<client id> (queue.lua)
+-- KEYS[2]  channel   P:{N}:permits:released  grants go to KEYS[2]:<client id> (queue_permits.lua)
 -- ARGV[1]  operation: 'acquire', 'release', 'renew', 'set', 'try_set', 'available', 'withdraw'
 -- ARGV[2]  the permit id ('acquire', 'release', 'renew', 'withdraw'; for 'acquire' and
 --          'withdraw' also the waiter, '<client id>:<wait id>'), or the total ('set', 'try_set')

@@ -10,8 +10,9 @@
 -- withdrawal, an acquisition or `available` that finds grants or leases run out) grants it to
 -- the first waiters that fit, in order, and stops at the first that does not: a waiter for
 -- many at the head holds back the waiters behind it. Each grant is written by the script
--- (`give`), and its waiter told by queue.lua's one message, 'g <claim ms> - 0 <waiter>', on
--- KEYS[2]:<client id>; its next attempt, which the message makes at once, claims it.
+-- (`give`), and its waiter told by one message (queue.lua's form, published here),
+-- 'g <claim ms> - 0 <waiter>', on '<channel>:<client id>' (the channel of the object `fifo_on`
+-- names, KEYS[2] at first); its next attempt, which the message makes at once, claims it.
 --
 -- Handed over: a grant to a waiter of the client that made the call (a release names its
 -- client) is final at once, since that client is alive and hears the reply: the script hands
@@ -56,15 +57,17 @@ local function grant_heads(free, self, give, own, known_head)
         end
         local claim, n, lease = string.match(rest, '^(%d+) (%d+) (%d+)$')
         n = tonumber(n)
-        if n and n > free then
+        if not n then
+            -- Not a waiter's entry of these kinds: gone now, whoever it names (a caller that
+            -- found its own so queues anew).
+            pop(fifo_key, head)
+        elseif n > free then
             return false, free, handed
-        end
-        pop(fifo_key, head)
-        if head == self then
-            return true, free, handed
-        end
-        -- Not a waiter's entry of these kinds: gone now.
-        if n then
+        else
+            pop(fifo_key, head)
+            if head == self then
+                return true, free, handed
+            end
             free = free - n
             local client = string.match(head, '^[^:]*')
             local mine = client == own

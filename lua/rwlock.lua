@@ -5,7 +5,7 @@
 -- Always called as a batch of one or more entries (one client's concurrent calls coalesced,
 -- `src/node/calls/family_calls.rs`); per entry:
 -- KEYS     lock hash P:{N}:rw (fields below; PEXPIRE = the latest deadline in it), and channel
---          P:{N}:rw:unlock (grants go to <channel>:<client id>, queue.lua)
+--          P:{N}:rw:unlock (grants go to <channel>:<client id>, queue_permits.lua)
 -- ARGV     2 (its key count), 7 (its argument count), then
 --          operation: 'read', 'reenter' (a read that passes the queue: the owner already reads
 --            in another name), 'write', 'unread', 'unwrite', 'renew_read', 'renew_write',

@@ -3,7 +3,7 @@
 -- puts before this file).
 --
 -- KEYS[1]  permits   P:{N}:semaphore           string: how many permits are available
--- KEYS[2]  channel   P:{N}:semaphore:released  grants go to KEYS[2]:<client id> (queue.lua)
+-- KEYS[2]  channel   P:{N}:semaphore:released  grants go to KEYS[2]:<client id> (queue_permits.lua)
 -- ARGV[1]  operation: 'acquire', 'release', 'set', 'try_set', 'available' or 'withdraw'
 -- ARGV[2]  permits n: at least 1 for 'acquire' and 'release', at least 0 for 'set' and
 --          'try_set', ignored by the others

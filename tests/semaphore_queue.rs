@@ -487,3 +487,54 @@ async fn semaphore_worker() {
     }
     client.shutdown().await.unwrap();
 }
+
+/// `lua/semaphore.lua` as `src/family/semaphore.rs` sends it.
+const SEMAPHORE_SCRIPT: &str = concat!(
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/queue_permits.lua"),
+    include_str!("../lua/semaphore.lua")
+);
+
+/// An entry at the queue's head that is live but not a waiter's (a damaged write) is dropped
+/// like a dead one, even when it names the caller: the caller's acquisition then asks for what
+/// it wants against what is free, and is refused, instead of taking 3 permits of 1.
+#[test]
+fn a_damaged_entry_of_the_caller_does_not_let_it_take_more_than_is_free() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let key = format!("redlease:{{{}}}:semaphore", unique_name("sem-damaged"));
+    let channel = format!("{key}:released");
+    redis::cmd("SET").arg(&key).arg(1).exec(&mut conn).unwrap();
+    redis::cmd("RPUSH")
+        .arg(format!("{key}:q"))
+        .arg("c:w1")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg(format!("{key}:qd"))
+        .arg("c:w1")
+        .arg("9999999999999 damaged")
+        .exec(&mut conn)
+        .unwrap();
+    let script = redis::Script::new(SEMAPHORE_SCRIPT);
+    let took: i64 = script
+        .key(&key)
+        .key(&channel)
+        .arg("acquire")
+        .arg(3)
+        .arg("c:w1")
+        .arg(10_000)
+        .arg(2_000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(took, 0, "took 3 permits with 1 free");
+    let left: i64 = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(left, 1);
+    let queue: Vec<String> = redis::cmd("LRANGE")
+        .arg(format!("{key}:q"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(queue, ["c:w1"], "queued anew, with a whole entry");
+}
