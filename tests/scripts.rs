@@ -833,3 +833,54 @@ fn a_taken_grant_is_held_by_a_non_reentrant_owner() {
     assert_eq!(refused, Value::Int(0), "already held by this owner");
     assert_eq!(count_of(&mut conn, "b:1"), Some(0), "unchanged");
 }
+
+/// The `lua/` files a `concat!` that starts after `start` in `text` puts together, in order.
+fn parts_after(text: &str, start: &str) -> Vec<String> {
+    let from = text.find(start).unwrap_or_else(|| panic!("no {start}"));
+    let block = &text[from..];
+    let block = &block[..block.find(");").expect("the concat's end")];
+    block
+        .split("lua/")
+        .skip(1)
+        .map(|part| part[..part.find(".lua").expect("a .lua name") + 4].to_string())
+        .collect()
+}
+
+/// The scripts as the client sends them (`src/scripts.rs`), as these tests send them, and as
+/// `bench/scripts/server_cost.py` measures them are put together alike: a copy that drifted
+/// (the cost script once measured an order the client no longer sent) fails here.
+#[test]
+fn every_copy_of_the_scripts_concatenates_the_clients_order() {
+    let client = include_str!("../src/scripts.rs");
+    let tests = include_str!("scripts.rs");
+    // Read at run time: the published crate has no bench/ (and so nothing to compare there).
+    let cost_path = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/scripts/server_cost.py");
+    let cost = std::fs::read_to_string(cost_path).ok();
+    for (client_start, test_start, cost_start) in [
+        (
+            "ACQUIRE_SOURCE: &str",
+            "const ACQUIRE: &str",
+            "ACQUIRE_PARTS =",
+        ),
+        (
+            "RELEASE_SOURCE: &str",
+            "const RELEASE: &str",
+            "RELEASE_PARTS =",
+        ),
+    ] {
+        let sent = parts_after(client, client_start);
+        assert!(sent.len() >= 4, "{sent:?}");
+        assert_eq!(parts_after(tests, test_start), sent, "{test_start}");
+        let Some(cost) = cost.as_deref() else {
+            continue;
+        };
+        let from = cost.find(cost_start).expect("the cost script's parts");
+        let tuple = &cost[from..from + cost[from..].find(')').expect("a tuple")];
+        let measured: Vec<String> = tuple
+            .split('"')
+            .filter(|part| part.ends_with(".lua"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(measured, sent, "{cost_start}");
+    }
+}
