@@ -1,7 +1,7 @@
 -- acquire_plain.lua: the short form of acquire.lua (a plain lock: no fence, no lock-delay,
 -- never queued), answered before anything else of the script is made. Not a script of its own:
--- `src/scripts.rs` puts it first, before queue.lua, fence.lua, queue_lock.lua and acquire.lua, whose long form
--- and batch come after it.
+-- `src/scripts.rs` puts it first, before queue.lua, fence.lua, queue_lock.lua and acquire.lua,
+-- whose long form and batch come after it.
 --
 -- Why first: a script's chunk runs whole on every call, and each function it defines is a
 -- closure made anew; the dozen of fence.lua and the queue's cost a free lock's acquisition about

@@ -1,6 +1,6 @@
 -- permits.lua: a semaphore whose permits have an id and a lease (`src/family/permits.rs`), and
--- its waiter queue with grant-on-release (queue.lua and queue_permits.lua, which `src/family/permits.rs`
--- puts before this file).
+-- its waiter queue with grant-on-release (queue.lua and queue_permits.lua, which
+-- `src/family/permits.rs` puts before this file).
 --
 -- KEYS[1]  hash      P:{N}:permits           field 'total' -> permits in all; 'p:<id>' -> the
 --                                            deadline of a permit given out (server clock, ms)

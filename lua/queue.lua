@@ -76,12 +76,13 @@ local function enqueue(key, name, life, terms)
     outlive(qd, life)
 end
 
--- The queue of `key`'s first live entry: its name, the rest of its entry after the deadline
--- ('<claim ms> ...') and its deadline; nil when nobody live waits. Dead entries met on the
--- way are dropped, and so is a watch marker (its watchers told); the live entry stays (see
--- `pop`). An empty queue costs one call (no clock read). known_head: the list's first element
--- when the caller has just read it (one LINDEX less), else nil.
-local function first_live(key, known_head)
+-- The queue of `key`'s first live entry whose terms (the entry after its deadline) match
+-- `terms`, the kind's Lua pattern: its name, its deadline and the pattern's captures (up to
+-- four); nil when nobody live waits. Dead entries met on the way are dropped, and so are
+-- entries that are not the kind's (a damaged write) and a watch marker (its watchers told);
+-- the live entry stays (see `pop`). An empty queue costs one call (no clock read).
+-- known_head: the list's first element when the caller has just read it (one LINDEX less).
+local function first_live(key, known_head, terms)
     local q, qd = key .. ':q', key .. ':qd'
     -- Bounded: each round drops an entry or returns.
     for _ = 1, 10000 do
@@ -97,10 +98,13 @@ local function first_live(key, known_head)
             local deadline, rest = string.match(redis.call('HGET', qd, head) or '', '^(%d+) (.*)$')
             deadline = tonumber(deadline)
             if deadline and deadline > now() then
-                return head, rest, deadline
+                local a, b, c, d = string.match(rest, terms)
+                if a then
+                    return head, deadline, a, b, c, d
+                end
             end
         end
-        -- Dead, a marker, or listed without an entry: it is gone now.
+        -- Dead, not the kind's, a marker, or listed without an entry: it is gone now.
         redis.call('LPOP', q)
         redis.call('HDEL', qd, head)
     end

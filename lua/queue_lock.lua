@@ -33,22 +33,14 @@
 -- The first live waiter of the lock `hash` (its field, and its terms: a table with claim,
 -- grace, delay, nonce), taken out of the queue, or nil (queue.lua's first_live).
 local function pop_head(hash, known_head)
-    -- Bounded: each round takes an entry out or returns.
-    for _ = 1, 10000 do
-        local head, rest = first_live(hash, known_head)
-        known_head = nil
-        if not head then
-            return nil
-        end
-        pop(hash, head)
-        local claim, grace, delay, nonce = string.match(rest, '^(%d+) (%S+) (%d+) (%S+)$')
-        if claim then
-            return head, {claim = tonumber(claim), grace = tonumber(grace),
-                delay = tonumber(delay), nonce = nonce}
-        end
-        -- Not a lock waiter's entry: gone now.
+    local head, _, claim, grace, delay, nonce =
+        first_live(hash, known_head, '^(%d+) (%S+) (%d+) (%S+)$')
+    if not head then
+        return nil
     end
-    return nil
+    pop(hash, head)
+    return head, {claim = tonumber(claim), grace = tonumber(grace), delay = tonumber(delay),
+        nonce = nonce}
 end
 
 -- Gives the free lock to field, taken out of the queue: its hold with count 0, its claim lease,

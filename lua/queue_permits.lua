@@ -50,33 +50,30 @@ local function grant_heads(free, self, give, own, known_head)
     local handed = {}
     -- Bounded: each round takes an entry out or returns.
     for _ = 1, 10000 do
-        local head, rest, deadline = first_live(fifo_key, known_head)
+        -- An entry that is not a waiter's of these kinds is dropped there, whoever it names (a
+        -- caller that found its own so queues anew).
+        local head, deadline, claim, n, lease =
+            first_live(fifo_key, known_head, '^(%d+) (%d+) (%d+)$')
         known_head = nil
         if not head then
             return false, free, handed
         end
-        local claim, n, lease = string.match(rest, '^(%d+) (%d+) (%d+)$')
         n = tonumber(n)
-        if not n then
-            -- Not a waiter's entry of these kinds: gone now, whoever it names (a caller that
-            -- found its own so queues anew).
-            pop(fifo_key, head)
-        elseif n > free then
+        if n > free then
             return false, free, handed
+        end
+        pop(fifo_key, head)
+        if head == self then
+            return true, free, handed
+        end
+        free = free - n
+        local client = string.match(head, '^[^:]*')
+        local mine = client == own
+        give(head, n, tonumber(claim), tonumber(lease), deadline, mine)
+        if mine then
+            handed[#handed + 1] = head
         else
-            pop(fifo_key, head)
-            if head == self then
-                return true, free, handed
-            end
-            free = free - n
-            local client = string.match(head, '^[^:]*')
-            local mine = client == own
-            give(head, n, tonumber(claim), tonumber(lease), deadline, mine)
-            if mine then
-                handed[#handed + 1] = head
-            else
-                redis.call('PUBLISH', fifo_channel .. ':' .. client, 'g ' .. claim .. ' - 0 ' .. head)
-            end
+            redis.call('PUBLISH', fifo_channel .. ':' .. client, 'g ' .. claim .. ' - 0 ' .. head)
         end
     end
     return false, free, handed

@@ -1,6 +1,6 @@
 -- release.lua: give back holds; on the last one delete the owner's field and give the lock to
--- the first queued waiter (queue_lock.lua), or hand it straight to a waiter of the releasing client,
--- or, with nobody queued, just free it (MultiLock members that watch it were told as their
+-- the first queued waiter (queue_lock.lua), or hand it straight to a waiter of the releasing
+-- client, or, with nobody queued, just free it (MultiLock members that watch it were told as their
 -- marker went, queue.lua).
 --
 -- (The lean form, 1 key and 2 arguments, is described in release_plain.lua.)

@@ -3,8 +3,8 @@
 -- attempt, no latch, no lock-delay), without hand-over, of a lock nobody is queued for. It frees
 -- the lock, as release.lua would, and answers 0 (no message: nobody waits, queue.lua). Anything else
 -- (holds left, a retry, a give-back, a lock-delay, a queue to grant from, nothing held) falls
--- through to release.lua, which `src/scripts.rs` puts after queue.lua, fence.lua and queue_lock.lua
--- behind this.
+-- through to release.lua, which `src/scripts.rs` puts after queue.lua, fence.lua and
+-- queue_lock.lua behind this.
 --
 -- The lean form is that case's own request, which the client sends for a guard's last hold of
 -- a lock without lock-delay (first attempt, no hand-over): KEYS[1] the lock hash, ARGV[1] the

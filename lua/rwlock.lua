@@ -230,8 +230,8 @@ local function read_hold(v, owner, lease, counted)
     return set_reader(v, owner, math.max(reads, 0) + counted, deadline)
 end
 
--- queue_permits.lua's `give` for lock v: to a waiter of another client, an unclaimed grant until the
--- claim lease ends; handed to one of the caller's client, the hold itself; a record of each.
+-- queue_permits.lua's `give` for lock v: to a waiter of another client, an unclaimed grant
+-- until the claim lease ends; handed to one of the caller's client, the hold itself; a record of each.
 local function giver(v)
     return function(waiter, n, claim, lease, deadline, handed)
         local owner = owner_of(waiter)

@@ -1,6 +1,6 @@
 -- semaphore.lua: the permits of a counting semaphore (`src/family/semaphore.rs`), and its
--- waiter queue with grant-on-release (queue.lua and queue_permits.lua, which `src/family/semaphore.rs`
--- puts before this file).
+-- waiter queue with grant-on-release (queue.lua and queue_permits.lua, which
+-- `src/family/semaphore.rs` puts before this file).
 --
 -- KEYS[1]  permits   P:{N}:semaphore           string: how many permits are available
 -- KEYS[2]  channel   P:{N}:semaphore:released  grants go to KEYS[2]:<client id> (queue_permits.lua)
@@ -10,8 +10,8 @@
 -- 'acquire' and 'withdraw' also send:
 -- ARGV[3]  the waiter: '<client id>:<wait id>', one per wait
 -- 'release' also sends:
--- ARGV[3]  the hand-over (queue_permits.lua's handing_to): the releasing client's id, whose own waiters
---          are handed permits, then waiters of that client that took their handed permits from
+-- ARGV[3]  the hand-over (queue_permits.lua's handing_to): the releasing client's id, whose
+--          own waiters are handed permits, then waiters of that client that took their handed permits from
 --          a reply: their records go
 -- 'acquire' also sends:
 -- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a

@@ -1,8 +1,8 @@
-//! The read-write lock's waiter queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`, `lua/rwlock.lua`): a
-//! release grants the lock to the queue's head in the same call (the first readers together,
-//! or one writer) and tells only the grantees' processes, so processes take turns without a
-//! herd of attempts; arrival order holds across readers and writers; a grant to a waiter that
-//! died passes on after the claim lease; waits cut at any point leave nothing. Within one
+//! The read-write lock's waiter queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`,
+//! `lua/rwlock.lua`): a release grants the lock to the queue's head in the same call (the first
+//! readers together, or one writer) and tells only the grantees' processes, so processes take turns
+//! without a herd of attempts; arrival order holds across readers and writers; a grant to a waiter
+//! that died passes on after the claim lease; waits cut at any point leave nothing. Within one
 //! client, a release names its own client's grantees in its reply (no message).
 //!
 //! The multi-process tests re-run this test binary as children that execute only the

@@ -1,8 +1,8 @@
-//! The semaphores' waiter queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`), across processes: a release
-//! grants its permits to the first queued waiters that fit in the same call and tells only
-//! them, so processes take turns without a herd of attempts; a waiter for many permits is not
-//! passed by takers of one; a grant to a waiter that died passes on after the claim lease.
-//! `Semaphore` and `PermitSemaphore` alike.
+//! The semaphores' waiter queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`), across
+//! processes: a release grants its permits to the first queued waiters that fit in the same call
+//! and tells only them, so processes take turns without a herd of attempts; a waiter for many
+//! permits is not passed by takers of one; a grant to a waiter that died passes on after the claim
+//! lease. `Semaphore` and `PermitSemaphore` alike.
 //!
 //! The multi-process tests re-run this test binary as children that execute only the
 //! `#[ignore]`d `semaphore_worker` test, configured through `REDLEASE_SW*` variables.

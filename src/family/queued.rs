@@ -1,5 +1,5 @@
-//! Waiting in a queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`: a semaphore's, a read-write lock's), from
-//! the client's side: the waiter's name in the queue, its place (withdrawn when the wait ends
+//! Waiting in a queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`: a semaphore's,
+//! a read-write lock's), from the client's side: the waiter's name in the queue, its place (withdrawn when the wait ends
 //! without a grant), and a release's reply that hands grants to this client's waiters.
 //!
 //! A waiter's attempts carry its name, one per wait: `<client id>:w<n>` for the semaphores,
@@ -190,8 +190,8 @@ pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
 }
 
 /// The reply of a release (`lua/queue_permits.lua`'s `with_handed`): its integer, alone or
-/// followed by this client's waiters the release handed permits to. Each of those, listening on `grants`,
-/// is told at once ([`Subscriber::handed`](crate::pubsub::Subscriber::handed)).
+/// followed by this client's waiters the release handed permits to. Each of those, listening
+/// on `grants`, is told at once ([`Subscriber::handed`](crate::pubsub::Subscriber::handed)).
 ///
 /// # Errors
 /// [`Error::Protocol`] for a reply of another shape (`script` names it).
