@@ -1,7 +1,8 @@
-//! The acquisition engine: the wait loop around one attempt (`attempt.rs`). The server's queue
-//! and the grants taken from its messages are in `acquire/grant.rs`; waiting among this
-//! client's own contenders in `acquire/local.rs`.
+//! The acquisition engine: a lock's waiter in the wait loop (`wait.rs`), around one attempt
+//! (`attempt.rs`). The server's queue and the grants taken from its messages are in
+//! `acquire/grant.rs`; waiting among this client's own contenders in `acquire/local.rs`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -9,27 +10,33 @@ use tracing::Instrument;
 use crate::config::Replicas;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::Grant;
+use crate::hold::{Grant, Hold};
+use crate::local_queue::Ticket;
 use crate::lock::Lock;
 use crate::node::QueueTerms;
+use crate::pubsub::Subscription;
 use crate::queue_place::QueuePlace;
 use crate::scripts::Acquire;
 use crate::telemetry::{self, LostReason};
 use crate::terms::{Lease, Wait};
+use crate::turns::Acquiring;
+use crate::wait::{Attempt, Then, Waiter};
 
 mod grant;
 mod local;
 
 use local::{Napped, skip_attempt};
 
-/// How long to sleep between attempts when the holder's key has no expiry and no unlock
-/// message arrives (someone PERSISTed it, or a message was lost).
-const RECHECK_WITHOUT_TTL: Duration = Duration::from_secs(1);
-
 /// How long a waiter may sleep on a holder with remaining lease `ttl` before trying again: just
-/// past the expiry (the unlock message never comes when a lease simply runs out).
+/// past the expiry (the unlock message never comes when a lease simply runs out); without a
+/// TTL (someone PERSISTed the key), the loop's longest nap.
 pub(crate) fn nap_for(ttl: Option<Duration>) -> Duration {
-    ttl.map_or(RECHECK_WITHOUT_TTL, |t| t + Duration::from_millis(1))
+    past(ttl).unwrap_or(crate::wait::NAP)
+}
+
+/// Just past a holder's remaining lease `ttl`.
+fn past(ttl: Option<Duration>) -> Option<Duration> {
+    ttl.map(|t| t + Duration::from_millis(1))
 }
 
 impl Lock {
@@ -65,7 +72,8 @@ impl Lock {
         acquired
     }
 
-    /// The acquisition loop: attempt, queue, subscribe, nap, until granted or the wait is spent.
+    /// The acquisition: this client's turn first if it has contenders, then the wait loop
+    /// (attempt, queue, listen, nap) until granted or the wait is spent.
     async fn wait_for_grant(
         &self,
         lease: Lease,
@@ -86,7 +94,6 @@ impl Lock {
         let owner = self.owner();
         tracing::Span::current().record("owner", tracing::field::display(&owner));
         let field = owner.field(&inner.id_text);
-        let lease_ms = lease.ms();
         let acquiring = inner.turns.start(&self.keys.hash, &field);
         if acquiring.first_overlap() && owner.is_implicit() {
             tracing::warn!(
@@ -103,9 +110,7 @@ impl Lock {
         // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
         // for us would deadlock). Others join it only when this client already has contenders
         // for the lock, or after a failed attempt: the uncontended path touches no queue.
-        // The hold this acquisition re-enters, if any: kept, since if the server says another
-        // owner holds the lock, this is the hold that is gone.
-        let mut reentered = inner.holds.get(&self.keys.hash, &field);
+        let reentered = inner.holds.get(&self.keys.hash, &field);
         // A strict lock's waiters all wait in the server's queue, in arrival order whatever
         // their client (`FairLock`): none takes turns locally.
         let mut ticket = match reentered.is_some() || self.strict {
@@ -123,8 +128,7 @@ impl Lock {
             return Ok(None);
         }
         // Whether to ask Redis now, or only wait for our turn to be handed the lock.
-        let mut try_now = !skip_attempt(ticket.as_ref(), wait);
-        let mut ttl = None;
+        let try_now = !skip_attempt(ticket.as_ref(), wait);
         // A lock this client waited for a moment ago: its channel still listens, so the first
         // attempt may queue us at once (registered first, so a grant message is not missed),
         // which saves the attempt after subscribing.
@@ -137,184 +141,28 @@ impl Lock {
         {
             subscription = Some(self.subscribe_to_grants(&field).await?);
         }
-        // Our place in the lock's queue on the server, once an attempt may have queued us.
-        let mut place: Option<QueuePlace> = None;
-        // The terms and send time of the latest attempt that queued us, if its answer was a
-        // refusal: a grant's message naming it hands us the lock (`Lock::hold_from_grant`).
-        // Cleared when an attempt goes out (it claims any earlier grant, or finds it gone), when
-        // we gave back a hold that may have been the grant, and with the place.
-        let mut queued_by: Option<(QueueTerms, Instant)> = None;
-        let outcome = async {
-            loop {
-                // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
-                inner.check_open()?;
-                if let Some(sub) = subscription.as_ref()
-                    && let Some(token) = sub.take_grant(&field, queued_by.map(|(t, _)| t.nonce))
-                    && let Some((terms, sent)) = queued_by
-                {
-                    // With another operation of this owner on the lock in flight, the grant is
-                    // claimed with an attempt instead (`Acquiring::alone`).
-                    let taken = match acquiring.alone() {
-                        true => self.hold_from_grant(&field, lease, terms, sent, token)?,
-                        false => None,
-                    };
-                    match taken {
-                        Some(guard) => {
-                            if let Some(place) = place.take() {
-                                place.taken();
-                            }
-                            return Ok(Some(guard));
-                        }
-                        // Claimed by the next attempt, now.
-                        None => try_now = true,
-                    }
-                }
-                if try_now {
-                    // Held until the grant is registered, so this owner's grants register in the
-                    // order the server applied them (`turns.rs`).
-                    let _turn = acquiring.turn().await;
-                    *attempts += 1;
-                    let started = Instant::now();
-                    // A waiter (subscribed: past its first attempt) queues on the server; a strict
-                    // lock's waiter from its first attempt on (`Lock::strict`).
-                    let queue = ((subscription.is_some() || self.strict)
-                        && reentered.is_none()
-                        && !matches!(wait, Wait::Once))
-                    .then(|| self.queue_terms(lease));
-                    // A grant to an earlier attempt of ours is claimed by this one, or gone.
-                    queued_by = None;
-                    if queue.is_some() && place.is_none() {
-                        place = Some(QueuePlace::in_lock(&self.client, &self.keys, &field));
-                    }
-                    let (answer, answered_queued) = self
-                        .attempt(&field, lease_ms, reentered.is_some(), replicas, queue)
-                        .await?;
-                    ttl = match answer {
-                        Acquire::Acquired { count, token } => {
-                            let grant = Grant::Counted(count);
-                            match self.confirmed(&field, lease, started).await? {
-                                Some(since) => {
-                                    if let Some(place) = place.take() {
-                                        place.taken();
-                                    }
-                                    let guard = self.register(field, lease, grant, token, since)?;
-                                    return Ok(Some(self.watched(guard)));
-                                }
-                                // Spent on arrival and not confirmed: try again, within the wait.
-                                None => Some(Duration::ZERO),
-                            }
-                        }
-                        Acquire::AlreadyHeld => {
-                            return Err(Error::WouldDeadlock {
-                                name: self.keys.name.to_string(),
-                            });
-                        }
-                        Acquire::HeldElsewhere { ttl } => {
-                            // Another owner holds the lock: the hold we re-entered is gone on
-                            // the server (forced, or lost in a restart or failover). Its guard
-                            // is told now rather than at the next renewal, and this acquisition
-                            // waits as a fresh one: queued, not napping until the other holder's
-                            // lease ends. Detached even if its validity ran out meanwhile
-                            // (nothing else detaches a fixed lease), so its release cannot
-                            // touch the hold this acquisition takes.
-                            if let Some(hold) = reentered.take() {
-                                let why = "another owner held the lock at a re-entry";
-                                crate::watchdog::lose(inner, &hold, LostReason::ServerLost, why);
-                            }
-                            if let Some(terms) = queue.filter(|_| place.is_some()) {
-                                if !answered_queued {
-                                    // Answered by the unqueued retry after a dropped
-                                    // connection, which took us out of the queue: queue again
-                                    // at once (a new nonce), before any wait.
-                                    if wait.remaining().is_some() {
-                                        continue;
-                                    }
-                                } else {
-                                    // Only a grant naming this attempt may come now.
-                                    queued_by = Some((terms, started));
-                                }
-                            }
-                            ttl
-                        }
-                    };
-                }
-                try_now = true;
-                let Some(remaining) = wait.remaining() else {
-                    if let Some(place) = place.take() {
-                        place.withdraw().await;
-                    }
-                    return Ok(None);
-                };
-                measured.waits();
-                if ticket.is_none() && reentered.is_none() && !self.strict {
-                    // Contended: from now on take turns with this client's other contenders.
-                    let joined = ticket.insert(inner.local_queues.join(&self.keys.hash));
-                    let queued = !joined.is_head();
-                    if queued && let Some(place) = place.take() {
-                        // Only this client's head waits in the server's queue: a grant to a waiter
-                        // behind it locally would never be claimed. Awaited, so our own next
-                        // queued attempt comes after it.
-                        queued_by = None;
-                        place.withdraw().await;
-                    }
-                    if !self
-                        .wait_turn(joined, wait, &mut subscription, &field)
-                        .await?
-                    {
-                        return Ok(None);
-                    }
-                    if queued {
-                        // Our turn came after others had theirs: the lock may well be free now.
-                        try_now = !skip_attempt(Some(joined), wait);
-                        continue;
-                    }
-                    // First in line at once: another attempt right now would meet the same holder
-                    // (it cost W6 and W2 a round trip per wait); subscribe first, just below.
-                }
-                let Some(sub) = subscription.as_ref() else {
-                    // Subscribe only after a failed attempt (the uncontended path stays one round
-                    // trip), then try again at once: the unlock may have happened before we listened,
-                    // and this attempt queues us.
-                    subscription = Some(self.subscribe_to_grants(&field).await?);
-                    continue;
-                };
-                // Wake on the unlock message, or when the holder's lease runs out (the message is
-                // lost when a lease simply expires), or at our own deadline.
-                let mut nap = nap_for(ttl);
-                if let Some(left) = remaining {
-                    nap = nap.min(left);
-                }
-                if place.is_some() {
-                    // Queued: look again within a claim lease. That keeps our entry alive, and
-                    // if the lock was granted to a waiter that never takes it (it died), we are
-                    // the next one within a claim lease of its grant: nobody else tells us.
-                    nap = nap.min(inner.config.claim_lease);
-                }
-                let offer = ticket.as_ref().filter(|_| take_over);
-                match self
-                    .nap(ticket.as_ref(), offer, sub, &field, lease, nap)
-                    .await?
-                {
-                    Napped::HandedOver(guard) => {
-                        // Handed over by a release of this client: that was the attempt (the
-                        // release took our queue entry out).
-                        *attempts += 1;
-                        if let Some(place) = place.take() {
-                            place.taken();
-                        }
-                        return Ok(Some(guard));
-                    }
-                    // A grant from the queue may have been given back with it.
-                    Napped::GaveBack => queued_by = None,
-                    Napped::Woke => {}
-                }
-            }
-        }
-        .await;
+        let mut waiter = LockWaiter {
+            lock: self,
+            field,
+            lease,
+            wait,
+            replicas,
+            take_over,
+            acquiring: &acquiring,
+            ticket,
+            reentered,
+            place: None,
+            queued_by: None,
+            try_now,
+            ttl: None,
+            attempts,
+            measured,
+        };
+        let outcome = crate::wait::run(&self.client, wait, subscription, &mut waiter).await;
         // Whatever ended the wait without the lock (an error, shutdown, the wait running out),
         // our place in the server's queue goes before the caller hears of it: a process that
         // exits then leaves no place for a release to give the lock to.
-        if let Some(place) = place.take() {
+        if let Some(place) = waiter.place.take() {
             place.withdraw().await;
         }
         outcome
@@ -332,5 +180,228 @@ impl Lock {
         let replicas = self.replicas.unwrap_or(self.client.inner.config.replicas);
         guard.hold().set_replicas(replicas);
         guard
+    }
+}
+
+/// One acquisition of a lock, as the wait loop (`wait.rs`) runs it.
+struct LockWaiter<'a> {
+    lock: &'a Lock,
+    field: Arc<str>,
+    lease: Lease,
+    wait: Wait,
+    replicas: Replicas,
+    /// Whether this waiter may be handed the lock by a release of this client (`local.rs`).
+    take_over: bool,
+    acquiring: &'a Acquiring,
+    /// Its turn among this client's contenders for the lock, once it takes turns.
+    ticket: Option<Ticket<'a>>,
+    /// The hold this acquisition re-enters, if any: kept, since if the server says another
+    /// owner holds the lock, this is the hold that is gone.
+    reentered: Option<Arc<Hold>>,
+    /// Our place in the lock's queue on the server, once an attempt may have queued us.
+    place: Option<QueuePlace>,
+    /// The terms and send time of the latest attempt that queued us, if its answer was a
+    /// refusal: a grant's message naming it hands us the lock (`Lock::hold_from_grant`).
+    /// Cleared when an attempt goes out (it claims any earlier grant, or finds it gone), when
+    /// we gave back a hold that may have been the grant, and with the place.
+    queued_by: Option<(QueueTerms, Instant)>,
+    /// Whether to ask Redis at the next attempt, or only wait for our turn to be handed the
+    /// lock.
+    try_now: bool,
+    /// The holder's remaining lease, as the latest refusal told it.
+    ttl: Option<Duration>,
+    attempts: &'a mut u32,
+    measured: &'a mut telemetry::Acquisition,
+}
+
+impl LockWaiter<'_> {
+    /// A refusal: nap until just past the holder's lease (the unlock message never comes when
+    /// a lease simply runs out), unless a message comes first.
+    fn again(&self) -> Attempt<LockGuard> {
+        Attempt::Again(past(self.ttl))
+    }
+
+    /// The guard of a hold the server granted us, our place in its queue taken with it.
+    fn granted(&mut self, guard: LockGuard) -> Attempt<LockGuard> {
+        if let Some(place) = self.place.take() {
+            place.taken();
+        }
+        Attempt::Done(guard)
+    }
+}
+
+impl Waiter for LockWaiter<'_> {
+    type Output = LockGuard;
+
+    async fn attempt(&mut self, listening: Option<&Subscription>) -> Result<Attempt<LockGuard>> {
+        let lock = self.lock;
+        let inner = &lock.client.inner;
+        if let Some(sub) = listening
+            && let Some(token) = sub.take_grant(&self.field, self.queued_by.map(|(t, _)| t.nonce))
+            && let Some((terms, sent)) = self.queued_by
+        {
+            // With another operation of this owner on the lock in flight, the grant is
+            // claimed with an attempt instead (`Acquiring::alone`).
+            let taken = match self.acquiring.alone() {
+                true => lock.hold_from_grant(&self.field, self.lease, terms, sent, token)?,
+                false => None,
+            };
+            match taken {
+                Some(guard) => return Ok(self.granted(guard)),
+                // Claimed by the next attempt, now.
+                None => self.try_now = true,
+            }
+        }
+        if !std::mem::replace(&mut self.try_now, true) {
+            return Ok(self.again());
+        }
+        // Held until the grant is registered, so this owner's grants register in the order
+        // the server applied them (`turns.rs`).
+        let _turn = self.acquiring.turn().await;
+        *self.attempts += 1;
+        let started = Instant::now();
+        // A waiter (listening: past its first attempt) queues on the server; a strict lock's
+        // waiter from its first attempt on (`Lock::strict`).
+        let queue = ((listening.is_some() || lock.strict)
+            && self.reentered.is_none()
+            && !matches!(self.wait, Wait::Once))
+        .then(|| lock.queue_terms(self.lease));
+        // A grant to an earlier attempt of ours is claimed by this one, or gone.
+        self.queued_by = None;
+        if queue.is_some() && self.place.is_none() {
+            self.place = Some(QueuePlace::in_lock(&lock.client, &lock.keys, &self.field));
+        }
+        let reentry = self.reentered.is_some();
+        let (answer, answered_queued) = lock
+            .attempt(&self.field, self.lease.ms(), reentry, self.replicas, queue)
+            .await?;
+        self.ttl = match answer {
+            Acquire::Acquired { count, token } => {
+                let grant = Grant::Counted(count);
+                match lock.confirmed(&self.field, self.lease, started).await? {
+                    Some(since) => {
+                        let field = self.field.clone();
+                        let guard = lock.register(field, self.lease, grant, token, since)?;
+                        return Ok(self.granted(lock.watched(guard)));
+                    }
+                    // Spent on arrival and not confirmed: try again, within the wait.
+                    None => Some(Duration::ZERO),
+                }
+            }
+            Acquire::AlreadyHeld => {
+                return Err(Error::WouldDeadlock {
+                    name: lock.keys.name.to_string(),
+                });
+            }
+            Acquire::HeldElsewhere { ttl } => {
+                // Another owner holds the lock: the hold we re-entered is gone on the server
+                // (forced, or lost in a restart or failover). Its guard is told now rather than
+                // at the next renewal, and this acquisition waits as a fresh one: queued, not
+                // napping until the other holder's lease ends. Detached even if its validity
+                // ran out meanwhile (nothing else detaches a fixed lease), so its release
+                // cannot touch the hold this acquisition takes.
+                if let Some(hold) = self.reentered.take() {
+                    let why = "another owner held the lock at a re-entry";
+                    crate::watchdog::lose(inner, &hold, LostReason::ServerLost, why);
+                }
+                if let Some(terms) = queue.filter(|_| self.place.is_some()) {
+                    if !answered_queued {
+                        // Answered by the unqueued retry after a dropped connection, which
+                        // took us out of the queue: queue again at once (a new nonce),
+                        // before any wait.
+                        return Ok(Attempt::AgainNow);
+                    }
+                    // Only a grant naming this attempt may come now.
+                    self.queued_by = Some((terms, started));
+                }
+                ttl
+            }
+        };
+        Ok(self.again())
+    }
+
+    async fn refused(&mut self, listening: &mut Option<Subscription>) -> Result<Then> {
+        self.measured.waits();
+        let lock = self.lock;
+        if self.ticket.is_some() || self.reentered.is_some() || lock.strict {
+            return Ok(Then::Nap);
+        }
+        // Contended: from now on take turns with this client's other contenders.
+        let joined = self
+            .ticket
+            .insert(lock.client.inner.local_queues.join(&lock.keys.hash));
+        let queued = !joined.is_head();
+        if queued && let Some(place) = self.place.take() {
+            // Only this client's head waits in the server's queue: a grant to a waiter behind
+            // it locally would never be claimed. Awaited, so our own next queued attempt comes
+            // after it.
+            self.queued_by = None;
+            place.withdraw().await;
+        }
+        if !lock
+            .wait_turn(joined, self.wait, listening, &self.field)
+            .await?
+        {
+            return Ok(Then::GiveUp);
+        }
+        if queued {
+            // Our turn came after others had theirs: the lock may well be free now.
+            self.try_now = !skip_attempt(Some(joined), self.wait);
+            return Ok(Then::Attempt);
+        }
+        // First in line at once: another attempt right now would meet the same holder (it
+        // cost W6 and W2 a round trip per wait); listen first.
+        Ok(Then::Nap)
+    }
+
+    /// Listens only after a failed attempt (the uncontended path stays one round trip); the
+    /// unlock may have happened before we listened, so the loop attempts again at once, and
+    /// that attempt queues us.
+    async fn listen(&mut self) -> Result<(Subscription, bool)> {
+        Ok((self.lock.subscribe_to_grants(&self.field).await?, false))
+    }
+
+    /// Queued: look again within a claim lease. That keeps our entry alive, and if the lock
+    /// was granted to a waiter that never takes it (it died), we are the next one within a
+    /// claim lease of its grant: nobody else tells us.
+    fn longest_nap(&self) -> Duration {
+        match self.place {
+            Some(_) => self.lock.client.inner.config.claim_lease,
+            None => Duration::MAX,
+        }
+    }
+
+    /// Wakes on the unlock message, a release of this client, or when the holder's lease runs
+    /// out; as this client's head it may be handed the lock meanwhile.
+    async fn nap(&mut self, listening: &Subscription, nap: Duration) -> Result<Option<LockGuard>> {
+        let offer = self.ticket.as_ref().filter(|_| self.take_over);
+        let napped = self
+            .lock
+            .nap(
+                self.ticket.as_ref(),
+                offer,
+                listening,
+                &self.field,
+                self.lease,
+                nap,
+            )
+            .await?;
+        match napped {
+            Napped::HandedOver(guard) => {
+                // Handed over by a release of this client: that was the attempt (the release
+                // took our queue entry out).
+                *self.attempts += 1;
+                if let Some(place) = self.place.take() {
+                    place.taken();
+                }
+                Ok(Some(guard))
+            }
+            // A grant from the queue may have been given back with it.
+            Napped::GaveBack => {
+                self.queued_by = None;
+                Ok(None)
+            }
+            Napped::Woke => Ok(None),
+        }
     }
 }

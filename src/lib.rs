@@ -321,6 +321,7 @@ mod terms;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod turns;
+mod wait;
 mod watchdog;
 
 pub use client::ClientBuilder;

@@ -212,6 +212,7 @@ const LOCK_LAYER: &[&[&str]] = &[
         "queue_place",
         "release",
         "scope",
+        "wait",
         "watchdog",
     ],
     &["multi"],

@@ -5,11 +5,11 @@
 //! semaphore, a latch and a lock may share a name, and every key of one object lives in one
 //! Redis Cluster slot.
 //!
-//! Shared here: the keys, the input checks, and the waiting loop (attempt; on failure subscribe
-//! to the object's channel on the client's one subscriber connection, attempt again, then sleep
-//! until a message or a bounded nap). The waiters of the semaphores and the read-write lock
-//! queue on the server and hear of their own grants only (`queued.rs`); the latch's wake on the
-//! object's channel.
+//! Shared here: the keys, the input checks, and the family's waiter in the one wait loop
+//! (`wait.rs`: attempt; on failure subscribe to the object's channel on the client's one
+//! subscriber connection, attempt again, then sleep until a message or a bounded nap). The
+//! waiters of the semaphores and the read-write lock queue on the server and hear of their own
+//! grants only (`queued.rs`); the latch's wake on the object's channel.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,10 +18,12 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::FamilyScript;
-use crate::pubsub::{HANDED, Subscription};
+use crate::pubsub::{HANDED, Mark, Subscription};
 use crate::shared::Client;
 use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
+use crate::wait::Waiter;
+pub(crate) use crate::wait::{Attempt, NAP};
 
 mod fair;
 mod guard;
@@ -42,10 +44,6 @@ pub use permits::{Permit, PermitSemaphore};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use rwlock_guard::{ReadGuard, WriteGuard};
 pub use semaphore::Semaphore;
-
-/// How long a waiter sleeps at most without a message before it looks again: messages can be
-/// lost (a reconnect, a failover), and a latch or semaphore has no lease to time a nap by.
-pub(crate) const NAP: Duration = Duration::from_secs(1);
 
 /// The keys of one family object: `P:{N}:<kind>` and its channel `P:{N}:<kind>:<event>`.
 #[derive(Debug)]
@@ -292,14 +290,6 @@ where
     spawn_from_drop(&client.inner.background, release);
 }
 
-/// What one attempt found.
-pub(crate) enum Attempt<T> {
-    /// Done: the value to return.
-    Done(T),
-    /// Not yet: look again after a message, or after this long at most (`None`: [`NAP`]).
-    Again(Option<Duration>),
-}
-
 /// Who a message wakes among one client's waiters on a channel.
 #[derive(Debug, Clone)]
 pub(crate) enum Wake {
@@ -310,11 +300,11 @@ pub(crate) enum Wake {
     Grant(Arc<str>),
 }
 
-/// Attempts until one succeeds or `wait` is spent (`Ok(None)`). After the first failed attempt
-/// it subscribes to `channel` and attempts once more at once (a message sent before the
-/// subscription would be missed) unless the client was subscribed since before the attempt,
-/// then sleeps until a message (grant waiters: a grant naming them) or the nap, whichever is first. `attempt(true)`: a release of this client handed a
-/// grant waiter what it waits for (`queued.rs`), so the attempt answers `Done` without asking.
+/// Attempts with `attempt` in the wait loop (`wait.rs`) until one succeeds or `wait` is spent
+/// (`Ok(None)`), listening on `channel` after the first refusal (a grant waiter: to grants
+/// naming it) and attempting once more at once, unless the client was subscribed since before
+/// the attempt. `attempt(true)`: a release of this client handed a grant waiter what it waits
+/// for (`queued.rs`), so the attempt answers `Done` without asking.
 ///
 /// # Cancel safety
 /// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it.
@@ -323,59 +313,78 @@ pub(crate) async fn wait_for<T, F, Fut>(
     channel: &Arc<str>,
     wait: Wait,
     wake: Wake,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<Option<T>>
 where
-    F: FnMut(bool) -> Fut,
-    Fut: Future<Output = Result<Attempt<T>>>,
+    T: Send,
+    F: FnMut(bool) -> Fut + Send,
+    Fut: Future<Output = Result<Attempt<T>>> + Send,
 {
-    let inner = &client.inner;
-    let mut subscription: Option<Subscription> = None;
-    // The grants kept for this waiter are spent by its next attempt: it claims a grant the
-    // server told of, and takes one a release of this client handed it without asking.
-    let spend_grant = |subscription: &Option<Subscription>| match (&wake, subscription) {
-        (Wake::Grant(field), Some(subscribed)) => {
-            subscribed.take_grant(field, Some(HANDED)).is_some()
-        }
-        _ => false,
+    let mut waiter = Asking {
+        client,
+        channel,
+        wake,
+        attempt,
+        mark: None,
     };
-    loop {
-        inner.check_open()?;
-        let mark = match subscription {
-            None => inner.subscriber.mark(channel),
-            Some(_) => None,
-        };
-        let handed = spend_grant(&subscription);
-        let nap = match attempt(handed).await? {
-            Attempt::Done(value) => {
-                spend_grant(&subscription);
-                return Ok(Some(value));
+    crate::wait::run(client, wait, None, &mut waiter).await
+}
+
+/// A family waiter in the wait loop: its attempts, and the channel it listens on.
+struct Asking<'a, F> {
+    client: &'a Client,
+    channel: &'a Arc<str>,
+    wake: Wake,
+    attempt: F,
+    /// Where the channel's messages stood before the latest attempt, while not listening.
+    mark: Option<Mark>,
+}
+
+impl<F> Asking<'_, F> {
+    /// Spends the grant kept for a grant waiter: its next attempt claims a grant the server
+    /// told of, and takes one a release of this client handed it without asking.
+    fn spend_grant(&self, listening: Option<&Subscription>) -> bool {
+        match (&self.wake, listening) {
+            (Wake::Grant(field), Some(listening)) => {
+                listening.take_grant(field, Some(HANDED)).is_some()
             }
-            Attempt::Again(nap) => nap.unwrap_or(NAP).min(NAP),
-        };
-        let Some(remaining) = wait.remaining() else {
-            return Ok(None);
-        };
-        let subscribed = match subscription {
-            Some(ref subscribed) => subscribed,
-            None => {
-                let (mut subscribed, continuous) =
-                    inner.subscriber.subscribe_since(channel, mark).await?;
-                if let Wake::Grant(field) = &wake {
-                    subscribed = subscribed.grants_to(field.clone());
-                }
-                let subscribed = subscription.insert(subscribed);
-                if !continuous {
-                    continue;
-                }
-                subscribed
-            }
-        };
-        let nap = remaining.map_or(nap, |left| left.min(nap));
-        tokio::select! {
-            _ = subscribed.notified() => {}
-            _ = tokio::time::sleep(nap) => {}
+            _ => false,
         }
+    }
+}
+
+impl<T, F, Fut> Waiter for Asking<'_, F>
+where
+    T: Send,
+    F: FnMut(bool) -> Fut + Send,
+    Fut: Future<Output = Result<Attempt<T>>> + Send,
+{
+    type Output = T;
+
+    async fn attempt(&mut self, listening: Option<&Subscription>) -> Result<Attempt<T>> {
+        if listening.is_none() {
+            self.mark = self.client.inner.subscriber.mark(self.channel);
+        }
+        let handed = self.spend_grant(listening);
+        let attempt = (self.attempt)(handed).await?;
+        if let Attempt::Done(_) = attempt {
+            self.spend_grant(listening);
+        }
+        Ok(attempt)
+    }
+
+    async fn listen(&mut self) -> Result<(Subscription, bool)> {
+        let subscriber = &self.client.inner.subscriber;
+        let mark = self.mark.take();
+        let (mut listening, continuous) = subscriber.subscribe_since(self.channel, mark).await?;
+        if let Wake::Grant(field) = &self.wake {
+            listening = listening.grants_to(field.clone());
+        }
+        Ok((listening, continuous))
+    }
+
+    fn longest_nap(&self) -> Duration {
+        NAP
     }
 }
 

@@ -111,8 +111,8 @@ pub(crate) async fn wait_in_queue<F, Fut>(
     mut attempt: F,
 ) -> Result<Option<Instant>>
 where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Attempt<()>>>,
+    F: FnMut() -> Fut + Send,
+    Fut: Future<Output = Result<Attempt<()>>> + Send,
 {
     // A single attempt never queues, so has no place.
     let place = (!matches!(wait, Wait::Once)).then(|| {
@@ -137,6 +137,7 @@ where
             Ok(match asked.await? {
                 Attempt::Done(()) => Attempt::Done(*sent.lock()),
                 Attempt::Again(nap) => Attempt::Again(nap),
+                Attempt::AgainNow => Attempt::AgainNow,
             })
         }
     })
