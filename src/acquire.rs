@@ -143,6 +143,7 @@ impl Lock {
         }
         let mut waiter = LockWaiter {
             lock: self,
+            listening: subscription,
             field,
             lease,
             wait,
@@ -158,7 +159,7 @@ impl Lock {
             attempts,
             measured,
         };
-        let outcome = crate::wait::run(&self.client, wait, subscription, &mut waiter).await;
+        let outcome = crate::wait::run(wait, &mut waiter).await;
         // Whatever ended the wait without the lock (an error, shutdown, the wait running out),
         // our place in the server's queue goes before the caller hears of it: a process that
         // exits then leaves no place for a release to give the lock to.
@@ -186,6 +187,8 @@ impl Lock {
 /// One acquisition of a lock, as the wait loop (`wait.rs`) runs it.
 struct LockWaiter<'a> {
     lock: &'a Lock,
+    /// The lock's grant channel of this client, once this waiter listens.
+    listening: Option<Subscription>,
     field: Arc<str>,
     lease: Lease,
     wait: Wait,
@@ -223,20 +226,27 @@ impl LockWaiter<'_> {
 
     /// The guard of a hold the server granted us, our place in its queue taken with it.
     fn granted(&mut self, guard: LockGuard) -> Attempt<LockGuard> {
+        self.place_taken();
+        Attempt::Done(guard)
+    }
+
+    /// The grant took our place in the server's queue out with it.
+    fn place_taken(&mut self) {
         if let Some(place) = self.place.take() {
             place.taken();
         }
-        Attempt::Done(guard)
     }
 }
 
 impl Waiter for LockWaiter<'_> {
     type Output = LockGuard;
 
-    async fn attempt(&mut self, listening: Option<&Subscription>) -> Result<Attempt<LockGuard>> {
+    async fn attempt(&mut self) -> Result<Attempt<LockGuard>> {
         let lock = self.lock;
         let inner = &lock.client.inner;
-        if let Some(sub) = listening
+        // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
+        inner.check_open()?;
+        if let Some(sub) = self.listening.as_ref()
             && let Some(token) = sub.take_grant(&self.field, self.queued_by.map(|(t, _)| t.nonce))
             && let Some((terms, sent)) = self.queued_by
         {
@@ -262,7 +272,7 @@ impl Waiter for LockWaiter<'_> {
         let started = Instant::now();
         // A waiter (listening: past its first attempt) queues on the server; a strict lock's
         // waiter from its first attempt on (`Lock::strict`).
-        let queue = ((listening.is_some() || lock.strict)
+        let queue = ((self.listening.is_some() || lock.strict)
             && self.reentered.is_none()
             && !matches!(self.wait, Wait::Once))
         .then(|| lock.queue_terms(self.lease));
@@ -320,13 +330,60 @@ impl Waiter for LockWaiter<'_> {
         Ok(self.again())
     }
 
-    async fn refused(&mut self, listening: &mut Option<Subscription>) -> Result<Then> {
+    async fn refused(&mut self) -> Result<Then> {
         self.measured.waits();
-        let lock = self.lock;
-        if self.ticket.is_some() || self.reentered.is_some() || lock.strict {
-            return Ok(Then::Nap);
+        if self.ticket.is_none() && self.reentered.is_none() && !self.lock.strict {
+            return self.take_turns().await;
         }
-        // Contended: from now on take turns with this client's other contenders.
+        self.listen().await
+    }
+
+    fn longest_nap(&self) -> Duration {
+        // Queued: look again within a claim lease. That keeps our entry alive, and if the lock
+        // was granted to a waiter that never takes it (it died), we are the next one within a
+        // claim lease of its grant: nobody else tells us.
+        match self.place {
+            Some(_) => self.lock.client.inner.config.claim_lease,
+            None => Duration::MAX,
+        }
+    }
+
+    /// Wakes on the unlock message, a release of this client, or when the holder's lease runs
+    /// out; as this client's head it may be handed the lock meanwhile.
+    async fn nap(&mut self, nap: Duration) -> Result<Option<LockGuard>> {
+        let Some(listening) = self.listening.as_ref() else {
+            // Not reached: `refused` made it listen before any nap.
+            tokio::time::sleep(nap).await;
+            return Ok(None);
+        };
+        let offer = self.ticket.as_ref().filter(|_| self.take_over);
+        let (ticket, field) = (self.ticket.as_ref(), &self.field);
+        let napped = self
+            .lock
+            .nap(ticket, offer, listening, field, self.lease, nap)
+            .await?;
+        match napped {
+            Napped::HandedOver(guard) => {
+                // Handed over by a release of this client: that was the attempt (the release
+                // took our queue entry out).
+                *self.attempts += 1;
+                self.place_taken();
+                Ok(Some(guard))
+            }
+            // A grant from the queue may have been given back with it.
+            Napped::GaveBack => {
+                self.queued_by = None;
+                Ok(None)
+            }
+            Napped::Woke => Ok(None),
+        }
+    }
+}
+
+impl LockWaiter<'_> {
+    /// Contended: from now on take turns with this client's other contenders.
+    async fn take_turns(&mut self) -> Result<Then> {
+        let lock = self.lock;
         let joined = self
             .ticket
             .insert(lock.client.inner.local_queues.join(&lock.keys.hash));
@@ -338,6 +395,7 @@ impl Waiter for LockWaiter<'_> {
             self.queued_by = None;
             place.withdraw().await;
         }
+        let listening = &mut self.listening;
         if !lock
             .wait_turn(joined, self.wait, listening, &self.field)
             .await?
@@ -351,57 +409,17 @@ impl Waiter for LockWaiter<'_> {
         }
         // First in line at once: another attempt right now would meet the same holder (it
         // cost W6 and W2 a round trip per wait); listen first.
-        Ok(Then::Nap)
+        self.listen().await
     }
 
     /// Listens only after a failed attempt (the uncontended path stays one round trip); the
-    /// unlock may have happened before we listened, so the loop attempts again at once, and
-    /// that attempt queues us.
-    async fn listen(&mut self) -> Result<(Subscription, bool)> {
-        Ok((self.lock.subscribe_to_grants(&self.field).await?, false))
-    }
-
-    /// Queued: look again within a claim lease. That keeps our entry alive, and if the lock
-    /// was granted to a waiter that never takes it (it died), we are the next one within a
-    /// claim lease of its grant: nobody else tells us.
-    fn longest_nap(&self) -> Duration {
-        match self.place {
-            Some(_) => self.lock.client.inner.config.claim_lease,
-            None => Duration::MAX,
+    /// unlock may have happened before we listened, so it attempts again at once, and that
+    /// attempt queues us.
+    async fn listen(&mut self) -> Result<Then> {
+        if self.listening.is_some() {
+            return Ok(Then::Nap);
         }
-    }
-
-    /// Wakes on the unlock message, a release of this client, or when the holder's lease runs
-    /// out; as this client's head it may be handed the lock meanwhile.
-    async fn nap(&mut self, listening: &Subscription, nap: Duration) -> Result<Option<LockGuard>> {
-        let offer = self.ticket.as_ref().filter(|_| self.take_over);
-        let napped = self
-            .lock
-            .nap(
-                self.ticket.as_ref(),
-                offer,
-                listening,
-                &self.field,
-                self.lease,
-                nap,
-            )
-            .await?;
-        match napped {
-            Napped::HandedOver(guard) => {
-                // Handed over by a release of this client: that was the attempt (the release
-                // took our queue entry out).
-                *self.attempts += 1;
-                if let Some(place) = self.place.take() {
-                    place.taken();
-                }
-                Ok(Some(guard))
-            }
-            // A grant from the queue may have been given back with it.
-            Napped::GaveBack => {
-                self.queued_by = None;
-                Ok(None)
-            }
-            Napped::Woke => Ok(None),
-        }
+        self.listening = Some(self.lock.subscribe_to_grants(&self.field).await?);
+        Ok(Then::Attempt)
     }
 }

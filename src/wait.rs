@@ -1,20 +1,19 @@
-//! The one wait loop under every kind that waits for a hold (the lock, the fair lock, the
-//! semaphores, both sides of the read-write lock) and under the latch: attempt; refused with
-//! time left, listen and attempt again at once (a message sent before listening would be
-//! missed); then nap until a message, the kind's own wake-ups or the nap's end, and attempt
-//! again; until done or the wait is spent.
+//! The one wait loop under every kind that waits: the lock and the fair lock, the semaphores,
+//! both sides of the read-write lock, the latch, and the rounds of `MultiLock` and `RedLock`.
+//! Attempt; refused with time left, let the waiter get ready to wait (listen, take its turn)
+//! and attempt again at once if it says so; then nap until a message, the kind's own wake-ups
+//! or the nap's end, and attempt again; until done or the wait is spent.
 //!
 //! What a kind adds is a [`Waiter`]: how it attempts (and takes a grant its messages told of),
-//! how it listens, what it does after a refusal (the lock takes turns with this client's other
-//! contenders there), and how it naps (the lock may be handed over by a release of this
-//! client meanwhile).
+//! what it does after a refusal (every single-object waiter starts listening there and attempts
+//! once more, since a message sent before it listened would be missed; the lock takes turns
+//! with this client's other contenders; a `MultiLock` listens on every member held elsewhere),
+//! and how it naps (the lock may be handed over by a release of this client meanwhile).
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::pubsub::Subscription;
-use crate::shared::Client;
 use crate::terms::Wait;
 
 /// How long a waiter sleeps at most when its refusal named no deadline: messages can be lost (a
@@ -35,7 +34,7 @@ pub(crate) enum Attempt<T> {
 
 /// After a refusal with time left, what the waiter does next ([`Waiter::refused`]).
 pub(crate) enum Then {
-    /// Listen, then nap.
+    /// Nap, then attempt.
     Nap,
     /// Attempt again at once.
     Attempt,
@@ -47,95 +46,197 @@ pub(crate) enum Then {
 pub(crate) trait Waiter: Send {
     type Output: Send;
 
-    /// One attempt. `listening`: the waiter's subscription, once it listens (a grant it told
-    /// of is taken from it).
-    fn attempt(
-        &mut self,
-        listening: Option<&Subscription>,
-    ) -> impl Future<Output = Result<Attempt<Self::Output>>> + Send;
+    /// One attempt.
+    fn attempt(&mut self) -> impl Future<Output = Result<Attempt<Self::Output>>> + Send;
 
-    /// Starts listening: the subscription, and whether it heard every message since before
-    /// the latest attempt (else the loop attempts once more before it naps).
-    fn listen(&mut self) -> impl Future<Output = Result<(Subscription, bool)>> + Send;
-
-    /// After a refusal with time left, before listening; may start listening itself.
-    fn refused(
-        &mut self,
-        _listening: &mut Option<Subscription>,
-    ) -> impl Future<Output = Result<Then>> + Send {
-        async { Ok(Then::Nap) }
-    }
+    /// After a refusal with time left: gets ready to nap (starts listening, waits for its turn).
+    fn refused(&mut self) -> impl Future<Output = Result<Then>> + Send;
 
     /// The longest nap between attempts (a queued waiter must attempt often enough to keep
     /// its place).
-    fn longest_nap(&self) -> Duration;
+    fn longest_nap(&self) -> Duration {
+        Duration::MAX
+    }
 
     /// Sleeps until a message or `nap` has passed. A waiter may end the wait here with the
     /// value (the lock handed over by a release of this client).
-    fn nap(
-        &mut self,
-        listening: &Subscription,
-        nap: Duration,
-    ) -> impl Future<Output = Result<Option<Self::Output>>> + Send {
-        async move {
-            tokio::select! {
-                _ = listening.notified() => {}
-                _ = tokio::time::sleep(nap) => {}
-            }
-            Ok(None)
-        }
+    fn nap(&mut self, nap: Duration) -> impl Future<Output = Result<Option<Self::Output>>> + Send;
+
+    /// The wait ran out after a refusal: `Ok` to answer "not acquired", or why it failed
+    /// instead (a `RedLock` whose last round could not reach a majority).
+    fn spent(&mut self) -> Result<()> {
+        Ok(())
     }
 }
 
-/// Runs `waiter` until an attempt is done (`Some`) or `wait` is spent (`None`). `listening`:
-/// a subscription the waiter already has. Stops with [`Error::Shutdown`](crate::Error) when
-/// the client shuts down (shutdown wakes every waiter).
+/// Runs `waiter` until an attempt is done (`Some`) or `wait` is spent (`None`).
 ///
 /// # Cancel safety
-/// Dropping the future leaves only what the waiter's own calls leave; the subscription goes
-/// with it.
-pub(crate) async fn run<W: Waiter>(
-    client: &Client,
-    wait: Wait,
-    mut listening: Option<Subscription>,
-    waiter: &mut W,
-) -> Result<Option<W::Output>> {
+/// Dropping the future leaves only what the waiter's own calls leave.
+pub(crate) async fn run<W: Waiter>(wait: Wait, waiter: &mut W) -> Result<Option<W::Output>> {
     loop {
-        client.inner.check_open()?;
-        let again = waiter.attempt(listening.as_ref()).await?;
-        let nap = match again {
+        let nap = match waiter.attempt().await? {
             Attempt::Done(value) => return Ok(Some(value)),
             Attempt::Again(nap) => Some(nap.unwrap_or(NAP)),
             Attempt::AgainNow => None,
         };
         if wait.remaining().is_none() {
+            waiter.spent()?;
             return Ok(None);
         }
         let Some(nap) = nap else { continue };
-        match waiter.refused(&mut listening).await? {
+        match waiter.refused().await? {
             Then::Nap => {}
             Then::Attempt => continue,
             Then::GiveUp => return Ok(None),
         }
-        let subscribed = match listening {
-            Some(ref subscribed) => subscribed,
-            None => {
-                let (subscribed, continuous) = waiter.listen().await?;
-                let subscribed = listening.insert(subscribed);
-                if !continuous {
-                    continue;
-                }
-                subscribed
-            }
-        };
         // Bounded now, not at the refusal: `refused` may have waited, and changed the waiter.
         let nap = nap.min(waiter.longest_nap());
         let nap = match wait.remaining() {
-            None => return Ok(None),
+            None => {
+                waiter.spent()?;
+                return Ok(None);
+            }
             Some(left) => left.map_or(nap, |left| left.min(nap)),
         };
-        if let Some(value) = waiter.nap(subscribed, nap).await? {
+        if let Some(value) = waiter.nap(nap).await? {
             return Ok(Some(value));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A waiter that answers from a script and records what the loop asked of it.
+    struct Scripted {
+        answers: Vec<Attempt<u32>>,
+        then: Vec<Then>,
+        calls: Vec<&'static str>,
+        naps: Vec<Duration>,
+        spent: Option<crate::error::Error>,
+    }
+
+    impl Scripted {
+        fn new(answers: Vec<Attempt<u32>>, then: Vec<Then>) -> Scripted {
+            Scripted {
+                answers,
+                then,
+                calls: Vec::new(),
+                naps: Vec::new(),
+                spent: None,
+            }
+        }
+    }
+
+    impl Waiter for Scripted {
+        type Output = u32;
+
+        async fn attempt(&mut self) -> Result<Attempt<u32>> {
+            self.calls.push("attempt");
+            Ok(match self.answers.is_empty() {
+                true => Attempt::Again(None),
+                false => self.answers.remove(0),
+            })
+        }
+
+        async fn refused(&mut self) -> Result<Then> {
+            self.calls.push("refused");
+            Ok(match self.then.is_empty() {
+                true => Then::Nap,
+                false => self.then.remove(0),
+            })
+        }
+
+        fn longest_nap(&self) -> Duration {
+            Duration::from_millis(5)
+        }
+
+        async fn nap(&mut self, nap: Duration) -> Result<Option<u32>> {
+            self.calls.push("nap");
+            self.naps.push(nap);
+            Ok(None)
+        }
+
+        fn spent(&mut self) -> Result<()> {
+            self.calls.push("spent");
+            self.spent.take().map_or(Ok(()), Err)
+        }
+    }
+
+    fn soon() -> Wait {
+        Wait::Until(Instant::now() + Duration::from_secs(5))
+    }
+
+    #[tokio::test]
+    async fn a_refusal_gets_ready_naps_and_attempts_again() {
+        let answers = vec![
+            Attempt::Again(Some(Duration::from_millis(2))),
+            Attempt::Done(7),
+        ];
+        let mut waiter = Scripted::new(answers, vec![]);
+        let done = run(soon(), &mut waiter).await;
+        assert!(matches!(done, Ok(Some(7))));
+        assert_eq!(waiter.calls, ["attempt", "refused", "nap", "attempt"]);
+        assert_eq!(waiter.naps, [Duration::from_millis(2)]);
+    }
+
+    #[tokio::test]
+    async fn a_nap_is_bounded_by_the_waiters_longest_and_unknown_is_the_default() {
+        let answers = vec![
+            Attempt::Again(Some(Duration::from_secs(60))),
+            Attempt::Again(None),
+            Attempt::Done(1),
+        ];
+        let mut waiter = Scripted::new(answers, vec![]);
+        assert!(matches!(run(soon(), &mut waiter).await, Ok(Some(1))));
+        // Both bounded by `longest_nap` (5 ms); `None` is `NAP` (1 s) before the bound.
+        assert_eq!(waiter.naps, [Duration::from_millis(5); 2]);
+    }
+
+    #[tokio::test]
+    async fn again_now_and_then_attempt_skip_the_nap() {
+        let answers = vec![Attempt::AgainNow, Attempt::Again(None), Attempt::Done(2)];
+        let mut waiter = Scripted::new(answers, vec![Then::Attempt]);
+        assert!(matches!(run(soon(), &mut waiter).await, Ok(Some(2))));
+        assert_eq!(waiter.calls, ["attempt", "attempt", "refused", "attempt"]);
+        assert!(waiter.naps.is_empty());
+    }
+
+    #[tokio::test]
+    async fn give_up_ends_the_wait_without_the_value() {
+        let mut waiter = Scripted::new(vec![Attempt::Again(None)], vec![Then::GiveUp]);
+        assert!(matches!(run(soon(), &mut waiter).await, Ok(None)));
+        assert_eq!(waiter.calls, ["attempt", "refused"]);
+    }
+
+    #[tokio::test]
+    async fn a_single_attempt_is_spent_at_its_first_refusal_and_may_fail_there() {
+        let mut waiter = Scripted::new(vec![Attempt::Again(None)], vec![]);
+        assert!(matches!(run(Wait::Once, &mut waiter).await, Ok(None)));
+        assert_eq!(waiter.calls, ["attempt", "spent"]);
+        let mut waiter = Scripted::new(vec![Attempt::AgainNow], vec![]);
+        waiter.spent = Some(crate::error::Error::Shutdown);
+        let failed = run(Wait::Once, &mut waiter).await;
+        assert!(matches!(failed, Err(crate::error::Error::Shutdown)));
+    }
+
+    #[tokio::test]
+    async fn a_wait_that_runs_out_stops_attempting() {
+        let wait = Wait::Until(Instant::now() + Duration::from_millis(30));
+        let mut waiter = Scripted::new(vec![], vec![]);
+        let started = Instant::now();
+        assert!(matches!(run(wait, &mut waiter).await, Ok(None)));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(waiter.calls.last(), Some(&"spent"));
+        // Every nap within the wait's remaining time and the waiter's longest nap.
+        assert!(
+            waiter
+                .naps
+                .iter()
+                .all(|nap| *nap <= Duration::from_millis(5))
+        );
     }
 }

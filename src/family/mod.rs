@@ -22,8 +22,8 @@ use crate::pubsub::{HANDED, Mark, Subscription};
 use crate::shared::Client;
 use crate::task::{FinishOnDrop, spawn_from_drop};
 use crate::terms::Wait;
-use crate::wait::Waiter;
 pub(crate) use crate::wait::{Attempt, NAP};
+use crate::wait::{Then, Waiter};
 
 mod fair;
 mod guard;
@@ -326,8 +326,9 @@ where
         wake,
         attempt,
         mark: None,
+        listening: None,
     };
-    crate::wait::run(client, wait, None, &mut waiter).await
+    crate::wait::run(wait, &mut waiter).await
 }
 
 /// A family waiter in the wait loop: its attempts, and the channel it listens on.
@@ -338,13 +339,15 @@ struct Asking<'a, F> {
     attempt: F,
     /// Where the channel's messages stood before the latest attempt, while not listening.
     mark: Option<Mark>,
+    /// The channel, once this waiter listens (after its first refusal).
+    listening: Option<Subscription>,
 }
 
 impl<F> Asking<'_, F> {
     /// Spends the grant kept for a grant waiter: its next attempt claims a grant the server
     /// told of, and takes one a release of this client handed it without asking.
-    fn spend_grant(&self, listening: Option<&Subscription>) -> bool {
-        match (&self.wake, listening) {
+    fn spend_grant(&self) -> bool {
+        match (&self.wake, &self.listening) {
             (Wake::Grant(field), Some(listening)) => {
                 listening.take_grant(field, Some(HANDED)).is_some()
             }
@@ -361,30 +364,50 @@ where
 {
     type Output = T;
 
-    async fn attempt(&mut self, listening: Option<&Subscription>) -> Result<Attempt<T>> {
-        if listening.is_none() {
-            self.mark = self.client.inner.subscriber.mark(self.channel);
+    async fn attempt(&mut self) -> Result<Attempt<T>> {
+        let inner = &self.client.inner;
+        inner.check_open()?;
+        if self.listening.is_none() {
+            self.mark = inner.subscriber.mark(self.channel);
         }
-        let handed = self.spend_grant(listening);
+        let handed = self.spend_grant();
         let attempt = (self.attempt)(handed).await?;
         if let Attempt::Done(_) = attempt {
-            self.spend_grant(listening);
+            self.spend_grant();
         }
         Ok(attempt)
     }
 
-    async fn listen(&mut self) -> Result<(Subscription, bool)> {
+    /// Listens, and attempts once more at once unless the channel was subscribed all along
+    /// since before the attempt (a message sent before would be missed).
+    async fn refused(&mut self) -> Result<Then> {
+        if self.listening.is_some() {
+            return Ok(Then::Nap);
+        }
         let subscriber = &self.client.inner.subscriber;
         let mark = self.mark.take();
         let (mut listening, continuous) = subscriber.subscribe_since(self.channel, mark).await?;
         if let Wake::Grant(field) = &self.wake {
             listening = listening.grants_to(field.clone());
         }
-        Ok((listening, continuous))
+        self.listening = Some(listening);
+        Ok(if continuous { Then::Nap } else { Then::Attempt })
     }
 
     fn longest_nap(&self) -> Duration {
         NAP
+    }
+
+    async fn nap(&mut self, nap: Duration) -> Result<Option<T>> {
+        match &self.listening {
+            Some(listening) => tokio::select! {
+                _ = listening.notified() => {}
+                _ = tokio::time::sleep(nap) => {}
+            },
+            // Not reached: `refused` made it listen before any nap.
+            None => tokio::time::sleep(nap).await,
+        }
+        Ok(None)
     }
 }
 

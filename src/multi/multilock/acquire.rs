@@ -1,5 +1,6 @@
-//! MultiLock acquisition rounds: one acquire per member, all at once (one round trip per
-//! client); a lost round gives back what it took, then waits for an unlock of a blocker.
+//! MultiLock acquisition rounds in the wait loop (`wait.rs`): one acquire per member, all at
+//! once (one round trip per client); a lost round gives back what it took, then waits for an
+//! unlock of a blocker.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::pubsub::Subscription;
 use crate::shared::Client;
 use crate::terms::Lease;
 use crate::terms::Wait;
+use crate::wait::{Attempt, Then, Waiter};
 
 use super::{MultiLock, MultiLockGuard};
 
@@ -41,36 +43,102 @@ impl MultiLock {
             members.push((lock.pinned(), lease));
         }
         let batches = by_client(&members);
-        let mut waits: Vec<Option<Subscription>> = members.iter().map(|_| None).collect();
-        let mut lost_rounds = 0u32;
-        loop {
-            let (held, blockers, error) = round(&members, &batches).await;
-            if blockers.is_empty() && error.is_none() {
-                return Ok(Some(MultiLockGuard::new(held)));
-            }
-            give_back(held, None).await;
-            if let Some(e) = error {
-                return Err(e);
-            }
-            let Some(left) = deadline.remaining() else {
-                return Ok(None);
-            };
-            // Listen on every blocking member before sleeping, then try again at once: an
-            // unlock may have come before we listened.
-            if listen_to_new_blockers(&members, &blockers, &mut waits).await? {
-                continue;
-            }
-            wait_for_unlock(&blockers, &waits, left).await;
-            lost_rounds = lost_rounds.saturating_add(1);
-            let mut pause = jitter(
-                Duration::ZERO,
-                Duration::from_millis(1 << lost_rounds.min(6)).min(MAX_JITTER),
-            );
-            if let Some(left) = deadline.remaining().flatten() {
-                pause = pause.min(left);
-            }
-            tokio::time::sleep(pause).await;
+        let waits = members.iter().map(|_| None).collect();
+        let mut rounds = Rounds {
+            members,
+            batches,
+            waits,
+            blockers: Vec::new(),
+            lost_rounds: 0,
+            deadline,
+        };
+        crate::wait::run(deadline, &mut rounds).await
+    }
+}
+
+/// A MultiLock's acquisition in the wait loop: each attempt a round over every member; a lost
+/// round gives back what it took and waits for an unlock of a member held elsewhere.
+struct Rounds {
+    members: Vec<(Lock, Lease)>,
+    batches: Vec<Batch>,
+    /// Per member, its unlock channel once it blocked a round.
+    waits: Vec<Option<Subscription>>,
+    /// The members held elsewhere in the latest round.
+    blockers: Vec<Blocker>,
+    lost_rounds: u32,
+    deadline: Wait,
+}
+
+impl Waiter for Rounds {
+    type Output = MultiLockGuard;
+
+    async fn attempt(&mut self) -> Result<Attempt<MultiLockGuard>> {
+        let (held, blockers, error) = round(&self.members, &self.batches).await;
+        if blockers.is_empty() && error.is_none() {
+            return Ok(Attempt::Done(MultiLockGuard::new(held)));
         }
+        give_back(held, None).await;
+        if let Some(e) = error {
+            return Err(e);
+        }
+        // Until an unlock message for a blocker, or the shortest blocker's TTL runs out (a
+        // second for a blocker without one).
+        let nap = blockers.iter().map(|(_, ttl)| nap_for(*ttl)).min();
+        self.blockers = blockers;
+        Ok(Attempt::Again(nap))
+    }
+
+    /// Listens on every blocking member before sleeping, and tries again at once if any is
+    /// new: an unlock may have come before we listened.
+    async fn refused(&mut self) -> Result<Then> {
+        let missing: Vec<usize> = self
+            .blockers
+            .iter()
+            .map(|(i, _)| *i)
+            .filter(|i| self.waits[*i].is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(Then::Nap);
+        }
+        let members = &self.members;
+        let subscribed = join_all(missing.iter().map(|&i| members[i].0.subscribe_to_unlocks()));
+        for (i, sub) in missing.into_iter().zip(subscribed.await) {
+            self.waits[i] = Some(sub?);
+        }
+        Ok(Then::Attempt)
+    }
+
+    /// Sleeps until an unlock message for a blocker arrives or `nap` has passed, then a
+    /// random pause, so contenders woken by the same unlock do not collide again in
+    /// lockstep.
+    async fn nap(&mut self, nap: Duration) -> Result<Option<MultiLockGuard>> {
+        let listening: Vec<_> = self
+            .blockers
+            .iter()
+            .filter_map(|(i, _)| self.waits[*i].as_ref())
+            .map(|sub| Box::pin(sub.notified()))
+            .collect();
+        let woken = async move {
+            // Every blocker was subscribed by `refused`; `select_all` panics on nothing.
+            if listening.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            select_all(listening).await;
+        };
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(nap) => {}
+        }
+        self.lost_rounds = self.lost_rounds.saturating_add(1);
+        let mut pause = jitter(
+            Duration::ZERO,
+            Duration::from_millis(1 << self.lost_rounds.min(6)).min(MAX_JITTER),
+        );
+        if let Some(left) = self.deadline.remaining().flatten() {
+            pause = pause.min(left);
+        }
+        tokio::time::sleep(pause).await;
+        Ok(None)
     }
 }
 
@@ -114,61 +182,6 @@ async fn round(
         }
     }
     (held, blockers, error)
-}
-
-/// Subscribes to the unlock channel of every blocker not listened to yet; whether there was
-/// any.
-async fn listen_to_new_blockers(
-    members: &[(Lock, Lease)],
-    blockers: &[Blocker],
-    waits: &mut [Option<Subscription>],
-) -> Result<bool> {
-    let missing: Vec<usize> = blockers
-        .iter()
-        .map(|(i, _)| *i)
-        .filter(|i| waits[*i].is_none())
-        .collect();
-    if missing.is_empty() {
-        return Ok(false);
-    }
-    let subscribed = join_all(missing.iter().map(|&i| members[i].0.subscribe_to_unlocks())).await;
-    for (i, sub) in missing.into_iter().zip(subscribed) {
-        waits[i] = Some(sub?);
-    }
-    Ok(true)
-}
-
-/// Sleeps until an unlock message for a blocker arrives or the shortest blocker's TTL runs out
-/// (a second for a blocker without one), but no longer than `left`.
-async fn wait_for_unlock(
-    blockers: &[Blocker],
-    waits: &[Option<Subscription>],
-    left: Option<Duration>,
-) {
-    let mut nap = blockers
-        .iter()
-        .map(|(_, ttl)| nap_for(*ttl))
-        .min()
-        .unwrap_or_else(|| nap_for(None));
-    if let Some(left) = left {
-        nap = nap.min(left);
-    }
-    let listening: Vec<_> = blockers
-        .iter()
-        .filter_map(|(i, _)| waits[*i].as_ref())
-        .map(|sub| Box::pin(sub.notified()))
-        .collect();
-    let woken = async move {
-        // Every blocker was subscribed above; `select_all` panics on nothing.
-        if listening.is_empty() {
-            std::future::pending::<()>().await;
-        }
-        select_all(listening).await;
-    };
-    tokio::select! {
-        _ = woken => {}
-        _ = tokio::time::sleep(nap) => {}
-    }
 }
 
 /// The members of one client: acquired in one round trip.

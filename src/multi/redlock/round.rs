@@ -1,5 +1,5 @@
-//! Acquisition rounds: every node at once, a majority with validity left wins, and whatever a
-//! lost round took is given back before the next.
+//! Acquisition rounds in the wait loop (`wait.rs`): every node at once, a majority with
+//! validity left wins, and whatever a lost round took is given back before the next.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,9 @@ use crate::terms::Wait;
 use super::RedLock;
 use super::fence::raise_fence;
 use super::guard::RedLockGuard;
+use super::settings::Settings;
 use super::shared::Shared;
+use crate::wait::{Attempt, Then, Waiter};
 
 impl RedLock {
     /// Rounds until a majority grants the lock or `deadline` ends; `fixed` is a lease without
@@ -27,86 +29,110 @@ impl RedLock {
     ) -> Result<Option<RedLockGuard>> {
         let settings = self.settings(fixed)?;
         let nodes: Vec<Lock> = self.nodes.iter().map(Lock::pinned).collect();
-        let n = nodes.len();
-        let fenced = nodes.iter().any(|l| l.fenced);
-        let lease = Lease::Fixed(settings.lease);
-        // Since when no round has found enough nodes answering to form a majority.
-        let mut unreachable_since: Option<Instant> = None;
-        loop {
-            let started = Instant::now();
-            let round = join_all(
-                nodes
-                    .iter()
-                    .map(|lock| lock.attempt_member(lease, Some(settings.node_timeout))),
+        let mut rounds = Rounds {
+            redlock: self,
+            fenced: nodes.iter().any(|l| l.fenced),
+            nodes,
+            settings,
+            unreachable_since: None,
+            unreachable: None,
+        };
+        crate::wait::run(deadline, &mut rounds).await
+    }
+}
+
+/// A RedLock's acquisition in the wait loop: each attempt a round over every node; a lost
+/// round gives back what it took and the next starts after a random pause.
+struct Rounds<'a> {
+    redlock: &'a RedLock,
+    nodes: Vec<Lock>,
+    fenced: bool,
+    settings: Settings,
+    /// Since when no round has found enough nodes answering to form a majority.
+    unreachable_since: Option<Instant>,
+    /// The latest round's failure when too few nodes answered to form a majority.
+    unreachable: Option<Error>,
+}
+
+impl Waiter for Rounds<'_> {
+    type Output = RedLockGuard;
+
+    async fn attempt(&mut self) -> Result<Attempt<RedLockGuard>> {
+        let settings = &self.settings;
+        let started = Instant::now();
+        let round = join_all(self.nodes.iter().map(|lock| {
+            lock.attempt_member(Lease::Fixed(settings.lease), Some(settings.node_timeout))
+        }))
+        .await;
+        let name = &self.redlock.name;
+        let tally = Tally::count(name, round);
+        if let Some(e) = tally.fatal {
+            give_back(
+                tally.slots.into_iter().flatten(),
+                Some(settings.settle_timeout),
             )
             .await;
-            let tally = Tally::count(&self.name, round);
-            if let Some(e) = tally.fatal {
-                give_back(
-                    tally.slots.into_iter().flatten(),
-                    Some(settings.settle_timeout),
-                )
-                .await;
-                return Err(e);
-            }
-            let slots = tally.slots;
-            let mut granted = tally.acquired >= settings.quorum;
-            let mut token = None;
-            if granted && fenced {
-                token = raise_fence(&slots, settings.quorum, settings.node_timeout).await;
-                granted = token.is_some();
-            }
-            let valid_until = started
-                .checked_add(settings.lease.saturating_sub(settings.drift))
-                .unwrap_or(started);
-            if granted && Instant::now() < valid_until {
-                let shared = Shared::new(
-                    self.name.clone(),
-                    nodes,
-                    &settings,
-                    token,
-                    slots,
-                    valid_until,
-                );
-                return Ok(Some(RedLockGuard::start(shared, settings.renewed)));
-            }
-            give_back(slots.into_iter().flatten(), Some(settings.settle_timeout)).await;
-            if granted {
-                tracing::debug!(lock = %self.name, elapsed = ?started.elapsed(), "RedLock round took the lock too slowly to leave any validity");
-            }
-            let quorum_error = || Error::Quorum {
-                name: self.name.to_string(),
-                nodes: n,
-                needed: settings.quorum,
-                acquired: tally.acquired,
-                held_elsewhere: tally.held_elsewhere,
-                failed: tally.failed,
-            };
-            // Too few answers to form a majority is a failure, not contention. Node timeouts are
-            // short, so one such round may be a hiccup: waiting acquisitions go on, and give up
-            // when their wait ends on such a round or when it has lasted a whole lease.
-            let unreachable = n - tally.failed < settings.quorum;
-            if unreachable {
-                let since = *unreachable_since.get_or_insert(started);
-                if since.elapsed() >= settings.lease {
-                    return Err(quorum_error());
-                }
-            } else {
-                unreachable_since = None;
-            }
-            let Some(left) = deadline.remaining() else {
-                return if unreachable {
-                    Err(quorum_error())
-                } else {
-                    Ok(None)
-                };
-            };
-            let mut pause = jitter(Duration::ZERO, self.retry_delay);
-            if let Some(left) = left {
-                pause = pause.min(left);
-            }
-            tokio::time::sleep(pause).await;
+            return Err(e);
         }
+        let slots = tally.slots;
+        let mut granted = tally.acquired >= settings.quorum;
+        let mut token = None;
+        if granted && self.fenced {
+            token = raise_fence(&slots, settings.quorum, settings.node_timeout).await;
+            granted = token.is_some();
+        }
+        let valid_until = started
+            .checked_add(settings.lease.saturating_sub(settings.drift))
+            .unwrap_or(started);
+        if granted && Instant::now() < valid_until {
+            let nodes = std::mem::take(&mut self.nodes);
+            let shared = Shared::new(name.clone(), nodes, settings, token, slots, valid_until);
+            return Ok(Attempt::Done(RedLockGuard::start(shared, settings.renewed)));
+        }
+        give_back(slots.into_iter().flatten(), Some(settings.settle_timeout)).await;
+        if granted {
+            tracing::debug!(lock = %name, elapsed = ?started.elapsed(), "RedLock round took the lock too slowly to leave any validity");
+        }
+        // Too few answers to form a majority is a failure, not contention. Node timeouts are
+        // short, so one such round may be a hiccup: waiting acquisitions go on, and give up
+        // when their wait ends on such a round or when it has lasted a whole lease.
+        let n = self.nodes.len();
+        let quorum_error = Error::Quorum {
+            name: name.to_string(),
+            nodes: n,
+            needed: settings.quorum,
+            acquired: tally.acquired,
+            held_elsewhere: tally.held_elsewhere,
+            failed: tally.failed,
+        };
+        self.unreachable = None;
+        if n - tally.failed < settings.quorum {
+            let since = *self.unreachable_since.get_or_insert(started);
+            if since.elapsed() >= settings.lease {
+                return Err(quorum_error);
+            }
+            self.unreachable = Some(quorum_error);
+        } else {
+            self.unreachable_since = None;
+        }
+        Ok(Attempt::Again(Some(jitter(
+            Duration::ZERO,
+            self.redlock.retry_delay,
+        ))))
+    }
+
+    /// Nothing to listen to: a node's unlock is not announced across independent masters.
+    async fn refused(&mut self) -> Result<Then> {
+        Ok(Then::Nap)
+    }
+
+    async fn nap(&mut self, nap: Duration) -> Result<Option<RedLockGuard>> {
+        tokio::time::sleep(nap).await;
+        Ok(None)
+    }
+
+    fn spent(&mut self) -> Result<()> {
+        self.unreachable.take().map_or(Ok(()), Err)
     }
 }
 
