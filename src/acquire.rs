@@ -290,9 +290,13 @@ impl Waiter for LockWaiter<'_> {
                 let grant = Grant::Counted(count);
                 match lock.confirmed(&self.field, self.lease, started).await? {
                     Some(since) => {
+                        // The script took our place out with the grant: marked before
+                        // registering, which fails at shutdown (the hold is given back then,
+                        // and a withdrawal would take out a waiter of the same owner).
+                        self.place_taken();
                         let field = self.field.clone();
                         let guard = lock.register(field, self.lease, grant, token, since)?;
-                        return Ok(self.granted(lock.watched(guard)));
+                        return Ok(Attempt::Done(lock.watched(guard)));
                     }
                     // Spent on arrival and not confirmed: try again, within the wait.
                     None => Some(Duration::ZERO),

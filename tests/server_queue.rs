@@ -498,6 +498,49 @@ async fn a_cancelled_attempt_answered_after_its_withdrawal_leaves_no_entry() {
     free.unwrap().unlock().await.unwrap();
 }
 
+/// An attempt the server answers with the lock while the client shuts down: the hold is given
+/// back, and no withdrawal follows, since the attempt's own script took the place out of the
+/// queue (a withdrawal then would take out a waiter of the same owner instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_granted_while_the_client_shuts_down_sends_no_withdrawal() {
+    let server = Server::start();
+    let name = unique_name("granted-at-shutdown");
+    let [client] = clients(&server).await;
+    let lock = client.fair_lock(&name).unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    // From here on, every script the client sends is loaded anew, so a withdrawal would leave
+    // its script on the server.
+    let mut conn = server.conn();
+    redis::cmd("SCRIPT").arg("FLUSH").exec(&mut conn).unwrap();
+    // The attempt (a FairLock's queues from the first) is answered after shutdown began.
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("ALL")
+        .exec(&mut conn)
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let wait = LockOptions::new().wait(Duration::from_secs(5));
+        lock.try_lock_with(wait).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (acquired, shut) = tokio::join!(waiting, client.shutdown());
+    assert!(
+        matches!(acquired.unwrap(), Err(redlease::Error::Shutdown)),
+        "a grant answered after shutdown began is refused"
+    );
+    shut.unwrap();
+    let free = support::eventually(Duration::from_secs(3), || !exists(&server, &key_of(&name)));
+    assert!(free, "the grant was given back");
+    let withdrawal = redis::Script::new(WITHDRAW).get_hash().to_string();
+    let loaded: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&withdrawal)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(loaded, [false], "a withdrawal was sent after the grant");
+}
+
 /// Our lock `name` held on `ours` terms (the outer hold), then forced by another client, which
 /// takes it on `theirs` terms before our watchdog notices: our lock, our outer guard, theirs.
 async fn taken_over(
