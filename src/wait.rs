@@ -38,7 +38,7 @@ pub(crate) enum Then {
     Nap,
     /// Attempt again at once.
     Attempt,
-    /// The wait ran out meanwhile.
+    /// The wait ran out meanwhile ([`Waiter::spent`] follows).
     GiveUp,
 }
 
@@ -88,7 +88,10 @@ pub(crate) async fn run<W: Waiter>(wait: Wait, waiter: &mut W) -> Result<Option<
         match waiter.refused().await? {
             Then::Nap => {}
             Then::Attempt => continue,
-            Then::GiveUp => return Ok(None),
+            Then::GiveUp => {
+                waiter.spent()?;
+                return Ok(None);
+            }
         }
         // Bounded now, not at the refusal: `refused` may have waited, and changed the waiter.
         let nap = nap.min(waiter.longest_nap());
@@ -108,26 +111,36 @@ pub(crate) async fn run<W: Waiter>(wait: Wait, waiter: &mut W) -> Result<Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use std::time::Instant;
 
     /// A waiter that answers from a script and records what the loop asked of it.
     struct Scripted {
+        /// The attempts' answers, in order; then `Again(None)`.
         answers: Vec<Attempt<u32>>,
+        /// What `refused` says, in order; then `Nap`.
         then: Vec<Then>,
+        /// How long `refused` takes.
+        refused_takes: Duration,
+        longest: Duration,
+        /// `longest_nap` from the first `refused` on.
+        longest_after_refused: Option<Duration>,
         calls: Vec<&'static str>,
         naps: Vec<Duration>,
-        spent: Option<crate::error::Error>,
+        /// What `spent` answers.
+        spent: Option<Error>,
     }
 
-    impl Scripted {
-        fn new(answers: Vec<Attempt<u32>>, then: Vec<Then>) -> Scripted {
-            Scripted {
-                answers,
-                then,
-                calls: Vec::new(),
-                naps: Vec::new(),
-                spent: None,
-            }
+    fn scripted(answers: Vec<Attempt<u32>>) -> Scripted {
+        Scripted {
+            answers,
+            then: Vec::new(),
+            refused_takes: Duration::ZERO,
+            longest: Duration::MAX,
+            longest_after_refused: None,
+            calls: Vec::new(),
+            naps: Vec::new(),
+            spent: None,
         }
     }
 
@@ -144,6 +157,10 @@ mod tests {
 
         async fn refused(&mut self) -> Result<Then> {
             self.calls.push("refused");
+            tokio::time::sleep(self.refused_takes).await;
+            if let Some(longest) = self.longest_after_refused.take() {
+                self.longest = longest;
+            }
             Ok(match self.then.is_empty() {
                 true => Then::Nap,
                 false => self.then.remove(0),
@@ -151,12 +168,14 @@ mod tests {
         }
 
         fn longest_nap(&self) -> Duration {
-            Duration::from_millis(5)
+            self.longest
         }
 
+        /// Records the nap and sleeps a millisecond of it at most (the tests stay fast).
         async fn nap(&mut self, nap: Duration) -> Result<Option<u32>> {
             self.calls.push("nap");
             self.naps.push(nap);
+            tokio::time::sleep(nap.min(Duration::from_millis(1))).await;
             Ok(None)
         }
 
@@ -166,8 +185,8 @@ mod tests {
         }
     }
 
-    fn soon() -> Wait {
-        Wait::Until(Instant::now() + Duration::from_secs(5))
+    fn within(wait: Duration) -> Wait {
+        Wait::Until(Instant::now() + wait)
     }
 
     #[tokio::test]
@@ -176,67 +195,104 @@ mod tests {
             Attempt::Again(Some(Duration::from_millis(2))),
             Attempt::Done(7),
         ];
-        let mut waiter = Scripted::new(answers, vec![]);
-        let done = run(soon(), &mut waiter).await;
+        let mut waiter = scripted(answers);
+        let done = run(within(Duration::from_secs(5)), &mut waiter).await;
         assert!(matches!(done, Ok(Some(7))));
         assert_eq!(waiter.calls, ["attempt", "refused", "nap", "attempt"]);
         assert_eq!(waiter.naps, [Duration::from_millis(2)]);
     }
 
     #[tokio::test]
-    async fn a_nap_is_bounded_by_the_waiters_longest_and_unknown_is_the_default() {
+    async fn an_unknown_nap_is_nap() {
+        let mut waiter = scripted(vec![Attempt::Again(None), Attempt::Done(0)]);
+        assert!(matches!(run(Wait::Forever, &mut waiter).await, Ok(Some(0))));
+        assert_eq!(waiter.naps, [NAP]);
+    }
+
+    #[tokio::test]
+    async fn a_nap_is_bounded_by_the_longest_asked_after_refused() {
         let answers = vec![
             Attempt::Again(Some(Duration::from_secs(60))),
-            Attempt::Again(None),
             Attempt::Done(1),
         ];
-        let mut waiter = Scripted::new(answers, vec![]);
-        assert!(matches!(run(soon(), &mut waiter).await, Ok(Some(1))));
-        // Both bounded by `longest_nap` (5 ms); `None` is `NAP` (1 s) before the bound.
-        assert_eq!(waiter.naps, [Duration::from_millis(5); 2]);
+        let mut waiter = scripted(answers);
+        waiter.longest_after_refused = Some(Duration::from_millis(7));
+        assert!(matches!(run(Wait::Forever, &mut waiter).await, Ok(Some(1))));
+        assert_eq!(waiter.naps, [Duration::from_millis(7)]);
+    }
+
+    #[tokio::test]
+    async fn a_nap_is_bounded_by_the_remaining_wait() {
+        let answers = vec![
+            Attempt::Again(Some(Duration::from_secs(60))),
+            Attempt::Done(0),
+        ];
+        let mut waiter = scripted(answers);
+        assert!(matches!(
+            run(within(Duration::from_secs(5)), &mut waiter).await,
+            Ok(Some(0))
+        ));
+        assert!(
+            waiter.naps[0] <= Duration::from_secs(5),
+            "{:?}",
+            waiter.naps
+        );
     }
 
     #[tokio::test]
     async fn again_now_and_then_attempt_skip_the_nap() {
         let answers = vec![Attempt::AgainNow, Attempt::Again(None), Attempt::Done(2)];
-        let mut waiter = Scripted::new(answers, vec![Then::Attempt]);
-        assert!(matches!(run(soon(), &mut waiter).await, Ok(Some(2))));
+        let mut waiter = scripted(answers);
+        waiter.then = vec![Then::Attempt];
+        let done = run(within(Duration::from_secs(5)), &mut waiter).await;
+        assert!(matches!(done, Ok(Some(2))));
         assert_eq!(waiter.calls, ["attempt", "attempt", "refused", "attempt"]);
         assert!(waiter.naps.is_empty());
     }
 
     #[tokio::test]
-    async fn give_up_ends_the_wait_without_the_value() {
-        let mut waiter = Scripted::new(vec![Attempt::Again(None)], vec![Then::GiveUp]);
-        assert!(matches!(run(soon(), &mut waiter).await, Ok(None)));
-        assert_eq!(waiter.calls, ["attempt", "refused"]);
+    async fn give_up_ends_the_wait_spent() {
+        let mut waiter = scripted(vec![]);
+        waiter.then = vec![Then::GiveUp];
+        let ended = run(within(Duration::from_secs(5)), &mut waiter).await;
+        assert!(matches!(ended, Ok(None)));
+        assert_eq!(waiter.calls, ["attempt", "refused", "spent"]);
     }
 
     #[tokio::test]
     async fn a_single_attempt_is_spent_at_its_first_refusal_and_may_fail_there() {
-        let mut waiter = Scripted::new(vec![Attempt::Again(None)], vec![]);
+        let mut waiter = scripted(vec![]);
         assert!(matches!(run(Wait::Once, &mut waiter).await, Ok(None)));
         assert_eq!(waiter.calls, ["attempt", "spent"]);
-        let mut waiter = Scripted::new(vec![Attempt::AgainNow], vec![]);
-        waiter.spent = Some(crate::error::Error::Shutdown);
+        let mut waiter = scripted(vec![Attempt::AgainNow]);
+        waiter.spent = Some(Error::Shutdown);
         let failed = run(Wait::Once, &mut waiter).await;
-        assert!(matches!(failed, Err(crate::error::Error::Shutdown)));
+        assert!(matches!(failed, Err(Error::Shutdown)));
+    }
+
+    #[tokio::test]
+    async fn a_wait_spent_while_refused_is_spent_and_may_fail_there() {
+        let mut waiter = scripted(vec![]);
+        waiter.refused_takes = Duration::from_millis(60);
+        waiter.spent = Some(Error::Shutdown);
+        let failed = run(within(Duration::from_millis(30)), &mut waiter).await;
+        assert!(matches!(failed, Err(Error::Shutdown)));
+        assert_eq!(waiter.calls, ["attempt", "refused", "spent"]);
     }
 
     #[tokio::test]
     async fn a_wait_that_runs_out_stops_attempting() {
-        let wait = Wait::Until(Instant::now() + Duration::from_millis(30));
-        let mut waiter = Scripted::new(vec![], vec![]);
+        let mut waiter = scripted(vec![]);
+        waiter.longest = Duration::from_millis(5);
         let started = Instant::now();
-        assert!(matches!(run(wait, &mut waiter).await, Ok(None)));
+        let ended = run(within(Duration::from_millis(30)), &mut waiter).await;
+        assert!(matches!(ended, Ok(None)));
         assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(waiter.calls.last(), Some(&"spent"));
-        // Every nap within the wait's remaining time and the waiter's longest nap.
+        let attempts = waiter.calls.iter().filter(|c| **c == "attempt").count();
         assert!(
-            waiter
-                .naps
-                .iter()
-                .all(|nap| *nap <= Duration::from_millis(5))
+            (2..=40).contains(&attempts),
+            "{attempts} attempts in 30 ms of 1 ms naps"
         );
     }
 }
