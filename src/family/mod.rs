@@ -5,42 +5,42 @@
 //! semaphore, a latch and a lock may share a name, and every key of one object lives in one
 //! Redis Cluster slot.
 //!
-//! Shared here: the keys, the input checks, and the family's waiter in the one wait loop
-//! (`wait.rs`: attempt; on failure subscribe to the object's channel on the client's one
-//! subscriber connection, attempt again, then sleep until a message or a bounded nap). The
-//! waiters of the semaphores and the read-write lock queue on the server and hear of their own
-//! grants only (`queued.rs`); the latch's wake on the object's channel.
+//! Shared here: the keys, the input checks, and a request's and a release's lifecycle (undone
+//! when abandoned, finished when the caller stops waiting). Beside it: the typed script replies
+//! (`reply.rs`) and the family's waiter in the one wait loop (`asking.rs`). The waiters of the
+//! semaphores and the read-write lock queue on the server and hear of their own grants only
+//! (`queued.rs`); the latch's wake on the object's channel.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::FamilyScript;
-use crate::pubsub::{HANDED, Mark, Subscription};
 use crate::shared::Client;
 use crate::task::{FinishOnDrop, spawn_from_drop};
-use crate::terms::Wait;
 pub(crate) use crate::wait::{Attempt, NAP};
-use crate::wait::{Then, Waiter};
 
+mod asking;
 mod fair;
 mod guard;
 mod kept;
 mod latch;
 mod permits;
 mod queued;
+mod reply;
 mod rwlock;
 mod rwlock_guard;
 mod rwlock_share;
 mod semaphore;
 
+pub(crate) use asking::{Wake, wait_for};
 pub use fair::{FairGuard, FairLock};
 pub(crate) use guard::guard_by_methods;
 pub use guard::{Guard, GuardFuture};
 pub use latch::CountDownLatch;
 pub use permits::{Permit, PermitSemaphore};
+pub(crate) use reply::{Reply, Taken};
 pub use rwlock::{ReadLock, ReadWriteLock, WriteLock};
 pub use rwlock_guard::{ReadGuard, WriteGuard};
 pub use semaphore::Semaphore;
@@ -136,82 +136,6 @@ debug_by_name!(
     Semaphore
 );
 
-/// A family script's integer reply, typed here for every kind: each script says what its
-/// answers mean, and an answer outside them is one error, [`Error::Protocol`] naming the
-/// script, instead of a guess at each call site.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reply {
-    script: &'static str,
-    n: i64,
-}
-
-impl Reply {
-    pub(crate) fn new(script: &'static str, n: i64) -> Reply {
-        Reply { script, n }
-    }
-
-    /// A yes or no (set, renewed, released, withdrawn, taken): 1 or 0.
-    ///
-    /// # Errors
-    /// [`Error::Protocol`] for any other answer.
-    pub(crate) fn flag(self) -> Result<bool> {
-        match self.n {
-            1 => Ok(true),
-            0 => Ok(false),
-            _ => Err(self.unexpected()),
-        }
-    }
-
-    /// A count (permits, a latch's count, holds left), never negative.
-    ///
-    /// # Errors
-    /// [`Error::Protocol`] for a negative answer.
-    pub(crate) fn count(self) -> Result<u64> {
-        u64::try_from(self.n).map_err(|_| self.unexpected())
-    }
-
-    /// A release's answer: the holds left (`Some`), or `None` when the owner held nothing
-    /// (`-1`).
-    ///
-    /// # Errors
-    /// [`Error::Protocol`] for any other negative answer.
-    pub(crate) fn holds_left(self) -> Result<Option<u64>> {
-        match self.n {
-            -1 => Ok(None),
-            _ => self.count().map(Some),
-        }
-    }
-
-    /// An acquisition's answer (`lua/permits.lua`, `lua/rwlock.lua`): a hold count `n >= 1`
-    /// granted, `0` an upgrade refused, `-1` refused, `n <= -2` refused until `-n - 2` ms from
-    /// now at the latest. Every integer is one of these.
-    pub(crate) fn taken(self) -> Taken {
-        match self.n {
-            1.. => Taken::Granted,
-            0 => Taken::WouldDeadlock,
-            -1 => Taken::Refused(None),
-            n => Taken::Refused(Some(Duration::from_millis((-2 - n) as u64 + 1))),
-        }
-    }
-
-    fn unexpected(self) -> Error {
-        Error::Protocol {
-            script: self.script,
-            reply: self.n.to_string(),
-        }
-    }
-}
-
-/// What a family script answered to an acquisition ([`Reply::taken`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Taken {
-    Granted,
-    /// Not now: worth asking again after this long at most (`None`: no deadline known).
-    Refused(Option<Duration>),
-    /// A write asked by an owner that reads and does not write: an upgrade would deadlock.
-    WouldDeadlock,
-}
-
 /// Sends one acquisition `request` for the object `name`. If the caller stops waiting for its
 /// answer, the outcome is undone once it is in, in the background (tracked, so
 /// `Client::shutdown` waits for it): a grant by `give_back`, anything else by `withdraw` (a
@@ -288,166 +212,4 @@ where
         }
     };
     spawn_from_drop(&client.inner.background, release);
-}
-
-/// Who a message wakes among one client's waiters on a channel.
-#[derive(Debug, Clone)]
-pub(crate) enum Wake {
-    /// Every waiter attempts: a latch opens for all.
-    All,
-    /// Only a grant naming this waiter wakes it: the channel is its client's own, on which the
-    /// script publishes a grant to one of the client's queued waiters (`lua/queue_permits.lua`).
-    Grant(Arc<str>),
-}
-
-/// Attempts with `attempt` in the wait loop (`wait.rs`) until one succeeds or `wait` is spent
-/// (`Ok(None)`), listening on `channel` after the first refusal (a grant waiter: to grants
-/// naming it) and attempting once more at once, unless the client was subscribed since before
-/// the attempt. `attempt(true)`: a release of this client handed a grant waiter what it waits
-/// for (`queued.rs`), so the attempt answers `Done` without asking.
-///
-/// # Cancel safety
-/// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it.
-pub(crate) async fn wait_for<T, F, Fut>(
-    client: &Client,
-    channel: &Arc<str>,
-    wait: Wait,
-    wake: Wake,
-    attempt: F,
-) -> Result<Option<T>>
-where
-    T: Send,
-    F: FnMut(bool) -> Fut + Send,
-    Fut: Future<Output = Result<Attempt<T>>> + Send,
-{
-    let mut waiter = Asking {
-        client,
-        channel,
-        wake,
-        attempt,
-        mark: None,
-        listening: None,
-    };
-    crate::wait::run(wait, &mut waiter).await
-}
-
-/// A family waiter in the wait loop: its attempts, and the channel it listens on.
-struct Asking<'a, F> {
-    client: &'a Client,
-    channel: &'a Arc<str>,
-    wake: Wake,
-    attempt: F,
-    /// Where the channel's messages stood before the latest attempt, while not listening.
-    mark: Option<Mark>,
-    /// The channel, once this waiter listens (after its first refusal).
-    listening: Option<Subscription>,
-}
-
-impl<F> Asking<'_, F> {
-    /// Spends the grant kept for a grant waiter: its next attempt claims a grant the server
-    /// told of, and takes one a release of this client handed it without asking.
-    fn spend_grant(&self) -> bool {
-        match (&self.wake, &self.listening) {
-            (Wake::Grant(field), Some(listening)) => {
-                listening.take_grant(field, Some(HANDED)).is_some()
-            }
-            _ => false,
-        }
-    }
-}
-
-impl<T, F, Fut> Waiter for Asking<'_, F>
-where
-    T: Send,
-    F: FnMut(bool) -> Fut + Send,
-    Fut: Future<Output = Result<Attempt<T>>> + Send,
-{
-    type Output = T;
-
-    async fn attempt(&mut self) -> Result<Attempt<T>> {
-        let inner = &self.client.inner;
-        inner.check_open()?;
-        if self.listening.is_none() {
-            self.mark = inner.subscriber.mark(self.channel);
-        }
-        let handed = self.spend_grant();
-        let attempt = (self.attempt)(handed).await?;
-        if let Attempt::Done(_) = attempt {
-            self.spend_grant();
-        }
-        Ok(attempt)
-    }
-
-    /// Listens, and attempts once more at once unless the channel was subscribed all along
-    /// since before the attempt (a message sent before would be missed).
-    async fn refused(&mut self) -> Result<Then> {
-        if self.listening.is_some() {
-            return Ok(Then::Nap);
-        }
-        let subscriber = &self.client.inner.subscriber;
-        let mark = self.mark.take();
-        let (mut listening, continuous) = subscriber.subscribe_since(self.channel, mark).await?;
-        if let Wake::Grant(field) = &self.wake {
-            listening = listening.grants_to(field.clone());
-        }
-        self.listening = Some(listening);
-        Ok(if continuous { Then::Nap } else { Then::Attempt })
-    }
-
-    fn longest_nap(&self) -> Duration {
-        NAP
-    }
-
-    async fn nap(&mut self, nap: Duration) -> Result<Option<T>> {
-        match &self.listening {
-            Some(listening) => tokio::select! {
-                _ = listening.notified() => {}
-                _ = tokio::time::sleep(nap) => {}
-            },
-            // Not reached: `refused` made it listen before any nap.
-            None => tokio::time::sleep(nap).await,
-        }
-        Ok(None)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reply(n: i64) -> Reply {
-        Reply::new("test", n)
-    }
-
-    #[test]
-    fn a_reply_outside_what_the_script_answers_is_a_protocol_error() {
-        assert!(matches!(reply(1).flag(), Ok(true)));
-        assert!(matches!(reply(0).flag(), Ok(false)));
-        for n in [2, -1, i64::MIN] {
-            let answer = reply(n).flag();
-            assert!(
-                matches!(&answer, Err(Error::Protocol { script: "test", reply }) if *reply == n.to_string()),
-                "{answer:?}"
-            );
-        }
-        assert!(matches!(reply(7).count(), Ok(7)));
-        assert!(matches!(reply(-1).count(), Err(Error::Protocol { .. })));
-        assert!(matches!(reply(-1).holds_left(), Ok(None)));
-        assert!(matches!(reply(0).holds_left(), Ok(Some(0))));
-        assert!(matches!(
-            reply(-2).holds_left(),
-            Err(Error::Protocol { .. })
-        ));
-    }
-
-    #[test]
-    fn every_acquisition_answer_is_taken_or_refused() {
-        assert_eq!(reply(3).taken(), Taken::Granted);
-        assert_eq!(reply(0).taken(), Taken::WouldDeadlock);
-        assert_eq!(reply(-1).taken(), Taken::Refused(None));
-        assert_eq!(
-            reply(-2 - 40).taken(),
-            Taken::Refused(Some(Duration::from_millis(41)))
-        );
-    }
 }
