@@ -26,8 +26,8 @@
 -- 1 key and 6 arguments instead of 3 and 8 (each costs the server about 1.6k instructions).
 --
 -- Waiters (queue.lua, queue_lock.lua): a refused waiter is queued (or its entry refreshed) in
--- the same call. A waiter that finds the lock free while others are queued before it gives it to the first of
--- them and is refused; one that finds its own grant (count 0) without holding it (a waiter
+-- the same call. A waiter that finds the lock free while others are queued before it gives
+-- it to the first of them and is refused; one that finds its own grant (count 0) without holding it (a waiter
 -- that missed its grant message, or trusts it no longer) claims it: count 1, its lease, a new
 -- token, as a first acquisition, so it never counts two. The short form never queues and never
 -- looks at the queue: a newcomer may take a lock that is free, which, while anybody is queued,

@@ -108,7 +108,7 @@ if op == 'acquire' then
         end
     end
     if life > 0 then
-        queue_for(id, 1, life, claim, lease)
+        enqueue(fifo_key, id, life, claim .. ' 1 ' .. lease)
     end
     if not total or not first_end then
         return -1

@@ -18,7 +18,8 @@
 -- entries in order: nobody behind a live head is served before it, and no waiter starves. A
 -- grantee is told by ONE message on its client's own channel, '<channel>:<client id>' (the
 -- client id is the name's first part), 'g <claim ms> <token or -> <nonce> <name>': no other
--- client hears of it.
+-- client hears of it. Each kind's grant writer publishes it (queue_lock.lua, queue_permits.lua),
+-- in this one form.
 --
 -- '~' is the watch marker of MultiLock members, in a lock's queue only (acquire_wait.lua): an
 -- entry like a waiter's, never granted. The call that takes the queue's head past it drops it

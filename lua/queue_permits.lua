@@ -6,7 +6,8 @@
 -- to another object's.
 --
 -- An entry's terms (queue.lua) are '<claim ms> <n> <lease ms>': the waiter wants n (for its
--- lease, a PermitSemaphore's). A call that frees what waiters want (a release, a `set`, a
+-- lease, a PermitSemaphore's). A refused waiter queues itself with queue.lua's enqueue on
+-- `fifo_key`, its entry living `life` ms. A call that frees what waiters want (a release, a `set`, a
 -- withdrawal, an acquisition or `available` that finds grants or leases run out) grants it to
 -- the first waiters that fit, in order, and stops at the first that does not: a waiter for
 -- many at the head holds back the waiters behind it. Each grant is written by the script
@@ -32,12 +33,6 @@ fifo_on(KEYS[1], KEYS[2])
 -- The first waiter queued (live or not), or nil.
 local function queue_head()
     return redis.call('LINDEX', fifo_queue, 0)
-end
-
--- Queues `waiter` for n held `lease` ms (queue.lua's enqueue): its entry lives `life` ms, and
--- a grant to it waits `claim` ms for its claim.
-local function queue_for(waiter, n, life, claim, lease)
-    enqueue(fifo_key, waiter, life, claim .. ' ' .. n .. ' ' .. lease)
 end
 
 -- Gives `free` to the first live waiters that fit, in order, and stops at the first that does

@@ -231,7 +231,8 @@ local function read_hold(v, owner, lease, counted)
 end
 
 -- queue_permits.lua's `give` for lock v: to a waiter of another client, an unclaimed grant
--- until the claim lease ends; handed to one of the caller's client, the hold itself; a record of each.
+-- until the claim lease ends; handed to one of the caller's client, the hold itself; a record
+-- of each.
 local function giver(v)
     return function(waiter, n, claim, lease, deadline, handed)
         local owner = owner_of(waiter)
@@ -350,7 +351,7 @@ end
 local function refuse(v, e, n)
     if e.life > 0 then
         fifo_on(v.key, v.channel)
-        queue_for(e.waiter, n, e.life, e.claim, e.lease)
+        enqueue(fifo_key, e.waiter, e.life, e.claim .. ' ' .. n .. ' ' .. e.lease)
     end
     return refused(v)
 end

@@ -11,8 +11,8 @@
 -- ARGV[3]  the waiter: '<client id>:<wait id>', one per wait
 -- 'release' also sends:
 -- ARGV[3]  the hand-over (queue_permits.lua's handing_to): the releasing client's id, whose
---          own waiters are handed permits, then waiters of that client that took their handed permits from
---          a reply: their records go
+--          own waiters are handed permits, then waiters of that client that took the permits
+--          a reply handed them: their records go
 -- 'acquire' also sends:
 -- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
@@ -139,7 +139,7 @@ if op == 'acquire' then
         return 1
     end
     if life > 0 then
-        queue_for(waiter, n, life, claim, 0)
+        enqueue(fifo_key, waiter, life, claim .. ' ' .. n .. ' 0')
     end
     return 0
 elseif op == 'release' then

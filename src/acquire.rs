@@ -242,96 +242,15 @@ impl Waiter for LockWaiter<'_> {
     type Output = LockGuard;
 
     async fn attempt(&mut self) -> Result<Attempt<LockGuard>> {
-        let lock = self.lock;
-        let inner = &lock.client.inner;
-        // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
-        inner.check_open()?;
-        if let Some(sub) = self.listening.as_ref()
-            && let Some(token) = sub.take_grant(&self.field, self.queued_by.map(|(t, _)| t.nonce))
-            && let Some((terms, sent)) = self.queued_by
-        {
-            // With another operation of this owner on the lock in flight, the grant is
-            // claimed with an attempt instead (`Acquiring::alone`).
-            let taken = match self.acquiring.alone() {
-                true => lock.hold_from_grant(&self.field, self.lease, terms, sent, token)?,
-                false => None,
-            };
-            match taken {
-                Some(guard) => return Ok(self.granted(guard)),
-                // Claimed by the next attempt, now.
-                None => self.try_now = true,
+        loop {
+            match self.attempt_once().await? {
+                Some(attempt) => return Ok(attempt),
+                // Answered by the unqueued retry after a dropped connection, which took us out
+                // of the queue: queue again at once (a new nonce), before any wait.
+                None if self.wait.remaining().is_some() => {}
+                None => return Ok(self.again()),
             }
         }
-        if !std::mem::replace(&mut self.try_now, true) {
-            return Ok(self.again());
-        }
-        // Held until the grant is registered, so this owner's grants register in the order
-        // the server applied them (`turns.rs`).
-        let _turn = self.acquiring.turn().await;
-        *self.attempts += 1;
-        let started = Instant::now();
-        // A waiter (listening: past its first attempt) queues on the server; a strict lock's
-        // waiter from its first attempt on (`Lock::strict`).
-        let queue = ((self.listening.is_some() || lock.strict)
-            && self.reentered.is_none()
-            && !matches!(self.wait, Wait::Once))
-        .then(|| lock.queue_terms(self.lease));
-        // A grant to an earlier attempt of ours is claimed by this one, or gone.
-        self.queued_by = None;
-        if queue.is_some() && self.place.is_none() {
-            self.place = Some(QueuePlace::in_lock(&lock.client, &lock.keys, &self.field));
-        }
-        let reentry = self.reentered.is_some();
-        let (answer, answered_queued) = lock
-            .attempt(&self.field, self.lease.ms(), reentry, self.replicas, queue)
-            .await?;
-        self.ttl = match answer {
-            Acquire::Acquired { count, token } => {
-                let grant = Grant::Counted(count);
-                match lock.confirmed(&self.field, self.lease, started).await? {
-                    Some(since) => {
-                        // The script took our place out with the grant: marked before
-                        // registering, which fails at shutdown (the hold is given back then,
-                        // and a withdrawal would take out a waiter of the same owner).
-                        self.place_taken();
-                        let field = self.field.clone();
-                        let guard = lock.register(field, self.lease, grant, token, since)?;
-                        return Ok(Attempt::Done(lock.watched(guard)));
-                    }
-                    // Spent on arrival and not confirmed: try again, within the wait.
-                    None => Some(Duration::ZERO),
-                }
-            }
-            Acquire::AlreadyHeld => {
-                return Err(Error::WouldDeadlock {
-                    name: lock.keys.name.to_string(),
-                });
-            }
-            Acquire::HeldElsewhere { ttl } => {
-                // Another owner holds the lock: the hold we re-entered is gone on the server
-                // (forced, or lost in a restart or failover). Its guard is told now rather than
-                // at the next renewal, and this acquisition waits as a fresh one: queued, not
-                // napping until the other holder's lease ends. Detached even if its validity
-                // ran out meanwhile (nothing else detaches a fixed lease), so its release
-                // cannot touch the hold this acquisition takes.
-                if let Some(hold) = self.reentered.take() {
-                    let why = "another owner held the lock at a re-entry";
-                    crate::watchdog::lose(inner, &hold, LostReason::ServerLost, why);
-                }
-                if let Some(terms) = queue.filter(|_| self.place.is_some()) {
-                    if !answered_queued {
-                        // Answered by the unqueued retry after a dropped connection, which
-                        // took us out of the queue: queue again at once (a new nonce),
-                        // before any wait.
-                        return Ok(Attempt::AgainNow);
-                    }
-                    // Only a grant naming this attempt may come now.
-                    self.queued_by = Some((terms, started));
-                }
-                ttl
-            }
-        };
-        Ok(self.again())
     }
 
     async fn refused(&mut self) -> Result<Then> {
@@ -385,6 +304,98 @@ impl Waiter for LockWaiter<'_> {
 }
 
 impl LockWaiter<'_> {
+    /// One attempt ([`Waiter::attempt`]); `None` when the unqueued retry after a dropped
+    /// connection answered it, which took us out of the queue.
+    async fn attempt_once(&mut self) -> Result<Option<Attempt<LockGuard>>> {
+        let lock = self.lock;
+        let inner = &lock.client.inner;
+        // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
+        inner.check_open()?;
+        if let Some(sub) = self.listening.as_ref()
+            && let Some(token) = sub.take_grant(&self.field, self.queued_by.map(|(t, _)| t.nonce))
+            && let Some((terms, sent)) = self.queued_by
+        {
+            // With another operation of this owner on the lock in flight, the grant is
+            // claimed with an attempt instead (`Acquiring::alone`).
+            let taken = match self.acquiring.alone() {
+                true => lock.hold_from_grant(&self.field, self.lease, terms, sent, token)?,
+                false => None,
+            };
+            match taken {
+                Some(guard) => return Ok(Some(self.granted(guard))),
+                // Claimed by the next attempt, now.
+                None => self.try_now = true,
+            }
+        }
+        if !std::mem::replace(&mut self.try_now, true) {
+            return Ok(Some(self.again()));
+        }
+        // Held until the grant is registered, so this owner's grants register in the order
+        // the server applied them (`turns.rs`).
+        let _turn = self.acquiring.turn().await;
+        *self.attempts += 1;
+        let started = Instant::now();
+        // A waiter (listening: past its first attempt) queues on the server; a strict lock's
+        // waiter from its first attempt on (`Lock::strict`).
+        let queue = ((self.listening.is_some() || lock.strict)
+            && self.reentered.is_none()
+            && !matches!(self.wait, Wait::Once))
+        .then(|| lock.queue_terms(self.lease));
+        // A grant to an earlier attempt of ours is claimed by this one, or gone.
+        self.queued_by = None;
+        if queue.is_some() && self.place.is_none() {
+            self.place = Some(QueuePlace::in_lock(&lock.client, &lock.keys, &self.field));
+        }
+        let reentry = self.reentered.is_some();
+        let (answer, answered_queued) = lock
+            .attempt(&self.field, self.lease.ms(), reentry, self.replicas, queue)
+            .await?;
+        self.ttl = match answer {
+            Acquire::Acquired { count, token } => {
+                let grant = Grant::Counted(count);
+                match lock.confirmed(&self.field, self.lease, started).await? {
+                    Some(since) => {
+                        // The script took our place out with the grant: marked before
+                        // registering, which fails at shutdown (the hold is given back then,
+                        // and a withdrawal would take out a waiter of the same owner).
+                        self.place_taken();
+                        let field = self.field.clone();
+                        let guard = lock.register(field, self.lease, grant, token, since)?;
+                        return Ok(Some(Attempt::Done(lock.watched(guard))));
+                    }
+                    // Spent on arrival and not confirmed: try again, within the wait.
+                    None => Some(Duration::ZERO),
+                }
+            }
+            Acquire::AlreadyHeld => {
+                return Err(Error::WouldDeadlock {
+                    name: lock.keys.name.to_string(),
+                });
+            }
+            Acquire::HeldElsewhere { ttl } => {
+                // Another owner holds the lock: the hold we re-entered is gone on the server
+                // (forced, or lost in a restart or failover). Its guard is told now rather than
+                // at the next renewal, and this acquisition waits as a fresh one: queued, not
+                // napping until the other holder's lease ends. Detached even if its validity
+                // ran out meanwhile (nothing else detaches a fixed lease), so its release
+                // cannot touch the hold this acquisition takes.
+                if let Some(hold) = self.reentered.take() {
+                    let why = "another owner held the lock at a re-entry";
+                    crate::watchdog::lose(inner, &hold, LostReason::ServerLost, why);
+                }
+                if let Some(terms) = queue.filter(|_| self.place.is_some()) {
+                    if !answered_queued {
+                        return Ok(None);
+                    }
+                    // Only a grant naming this attempt may come now.
+                    self.queued_by = Some((terms, started));
+                }
+                ttl
+            }
+        };
+        Ok(Some(self.again()))
+    }
+
     /// Contended: from now on take turns with this client's other contenders.
     async fn take_turns(&mut self) -> Result<Then> {
         let lock = self.lock;
@@ -400,11 +411,12 @@ impl LockWaiter<'_> {
             place.withdraw().await;
         }
         let listening = &mut self.listening;
+        // Not our turn by the wait's end: the loop finds the wait spent before any nap.
         if !lock
             .wait_turn(joined, self.wait, listening, &self.field)
             .await?
         {
-            return Ok(Then::GiveUp);
+            return Ok(Then::Nap);
         }
         if queued {
             // Our turn came after others had theirs: the lock may well be free now.

@@ -257,7 +257,8 @@ impl Subscriber {
 
     /// A release of this client handed `field`, a waiter listening on `channel`, what it waits
     /// for (`lua/queue_permits.lua`): kept as a grant with [`HANDED`], which wakes that waiter
-    /// alone. A waiter not listening yet finds the grant with the attempt it makes after subscribing.
+    /// alone. A waiter not listening yet finds the grant with the attempt it makes after
+    /// subscribing.
     pub(crate) fn handed(&self, channel: &str, field: &str) {
         if let Some(channel) = self.channels.lock().get(channel) {
             channel.granted_here(field.as_bytes(), HANDED, None);

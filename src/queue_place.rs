@@ -10,8 +10,8 @@
 //! had not been claimed yet goes to the next waiter. A wait that runs out withdraws before its
 //! caller hears `None` (a process that exits right after would leave its place to its
 //! deadline, and a grant to it would idle the object for a claim lease), and so does a lock's
-//! wait that failed; a cancelled wait, and a family wait that failed, withdraw in the
-//! background.
+//! wait that failed; a cancelled wait, and a family wait that failed (its withdrawal is sent
+//! again while it fails, for up to about 20 s), withdraw in the background.
 
 use std::future::Future;
 use std::pin::Pin;

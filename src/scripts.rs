@@ -1,7 +1,8 @@
-//! The Lua scripts of `lua/` and their replies as typed values.
+//! The lock's Lua scripts of `lua/` and their replies as typed values.
 //!
-//! Every reply is turned into an enum right here, so the rest of the crate never looks at raw
-//! Redis values.
+//! Every reply of a lock script is turned into an enum right here, so the rest of the crate
+//! never looks at raw Redis values; the lock family's integer replies are typed once in
+//! `family/reply.rs`.
 
 use std::sync::LazyLock;
 use std::time::Duration;

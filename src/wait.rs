@@ -28,8 +28,6 @@ pub(crate) enum Attempt<T> {
     /// Refused: look again after a message, or after this long at most (`None`: [`NAP`]),
     /// never longer than [`Waiter::longest_nap`].
     Again(Option<Duration>),
-    /// Refused in a way that calls for another attempt at once, if the wait has time left.
-    AgainNow,
 }
 
 /// After a refusal with time left, what the waiter does next ([`Waiter::refused`]).
@@ -38,8 +36,6 @@ pub(crate) enum Then {
     Nap,
     /// Attempt again at once.
     Attempt,
-    /// The wait ran out meanwhile ([`Waiter::spent`] follows).
-    GiveUp,
 }
 
 /// One waiter's part of the loop. Each method is called from the loop only, in its order.
@@ -49,8 +45,11 @@ pub(crate) trait Waiter: Send {
     /// One attempt.
     fn attempt(&mut self) -> impl Future<Output = Result<Attempt<Self::Output>>> + Send;
 
-    /// After a refusal with time left: gets ready to nap (starts listening, waits for its turn).
-    fn refused(&mut self) -> impl Future<Output = Result<Then>> + Send;
+    /// After a refusal with time left: gets ready to nap (starts listening, waits for its
+    /// turn). A waiter with nothing to listen to naps at once.
+    fn refused(&mut self) -> impl Future<Output = Result<Then>> + Send {
+        async { Ok(Then::Nap) }
+    }
 
     /// The longest nap between attempts (a queued waiter must attempt often enough to keep
     /// its place).
@@ -58,9 +57,15 @@ pub(crate) trait Waiter: Send {
         Duration::MAX
     }
 
-    /// Sleeps until a message or `nap` has passed. A waiter may end the wait here with the
-    /// value (the lock handed over by a release of this client).
-    fn nap(&mut self, nap: Duration) -> impl Future<Output = Result<Option<Self::Output>>> + Send;
+    /// Sleeps until a message or `nap` has passed (one with nothing to listen to: `nap`). A
+    /// waiter may end the wait here with the value (the lock handed over by a release of this
+    /// client).
+    fn nap(&mut self, nap: Duration) -> impl Future<Output = Result<Option<Self::Output>>> + Send {
+        async move {
+            tokio::time::sleep(nap).await;
+            Ok(None)
+        }
+    }
 
     /// The wait ran out after a refusal: `Ok` to answer "not acquired", or why it failed
     /// instead (a `RedLock` whose last round could not reach a majority).
@@ -77,21 +82,14 @@ pub(crate) async fn run<W: Waiter>(wait: Wait, waiter: &mut W) -> Result<Option<
     loop {
         let nap = match waiter.attempt().await? {
             Attempt::Done(value) => return Ok(Some(value)),
-            Attempt::Again(nap) => Some(nap.unwrap_or(NAP)),
-            Attempt::AgainNow => None,
+            Attempt::Again(nap) => nap.unwrap_or(NAP),
         };
         if wait.remaining().is_none() {
             waiter.spent()?;
             return Ok(None);
         }
-        let Some(nap) = nap else { continue };
-        match waiter.refused().await? {
-            Then::Nap => {}
-            Then::Attempt => continue,
-            Then::GiveUp => {
-                waiter.spent()?;
-                return Ok(None);
-            }
+        if let Then::Attempt = waiter.refused().await? {
+            continue;
         }
         // Bounded now, not at the refusal: `refused` may have waited, and changed the waiter.
         let nap = nap.min(waiter.longest_nap());
@@ -240,23 +238,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn again_now_and_then_attempt_skip_the_nap() {
-        let answers = vec![Attempt::AgainNow, Attempt::Again(None), Attempt::Done(2)];
+    async fn then_attempt_skips_the_nap() {
+        let answers = vec![Attempt::Again(None), Attempt::Done(2)];
         let mut waiter = scripted(answers);
         waiter.then = vec![Then::Attempt];
         let done = run(within(Duration::from_secs(5)), &mut waiter).await;
         assert!(matches!(done, Ok(Some(2))));
-        assert_eq!(waiter.calls, ["attempt", "attempt", "refused", "attempt"]);
+        assert_eq!(waiter.calls, ["attempt", "refused", "attempt"]);
         assert!(waiter.naps.is_empty());
-    }
-
-    #[tokio::test]
-    async fn give_up_ends_the_wait_spent() {
-        let mut waiter = scripted(vec![]);
-        waiter.then = vec![Then::GiveUp];
-        let ended = run(within(Duration::from_secs(5)), &mut waiter).await;
-        assert!(matches!(ended, Ok(None)));
-        assert_eq!(waiter.calls, ["attempt", "refused", "spent"]);
     }
 
     #[tokio::test]
@@ -264,7 +253,7 @@ mod tests {
         let mut waiter = scripted(vec![]);
         assert!(matches!(run(Wait::Once, &mut waiter).await, Ok(None)));
         assert_eq!(waiter.calls, ["attempt", "spent"]);
-        let mut waiter = scripted(vec![Attempt::AgainNow]);
+        let mut waiter = scripted(vec![]);
         waiter.spent = Some(Error::Shutdown);
         let failed = run(Wait::Once, &mut waiter).await;
         assert!(matches!(failed, Err(Error::Shutdown)));

@@ -110,8 +110,8 @@ LEANS = (LEAN_ACQUIRE, LEAN_RELEASE, LEAN_RELEASE_PUB)
 
 # As src/scripts.rs concatenates them: the scripts' hashes and the functions each call makes
 # must be the client's.
-ACQUIRE_PARTS = ("acquire_plain.lua", "queue.lua", "acquire_wait.lua", "fence.lua", "queue_lock.lua",
-                 "acquire.lua")
+ACQUIRE_PARTS = ("acquire_plain.lua", "queue.lua", "acquire_wait.lua", "fence.lua",
+                 "queue_lock.lua", "acquire.lua")
 RELEASE_PARTS = ("release_plain.lua", "queue.lua", "fence.lua", "queue_lock.lua", "release.lua")
 
 

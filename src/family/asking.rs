@@ -3,8 +3,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::queued::Handed;
 use crate::error::Result;
 use crate::pubsub::{HANDED, Mark, Subscription};
 use crate::shared::Client;
@@ -12,40 +13,44 @@ use crate::terms::Wait;
 use crate::wait::{Attempt, NAP, Then, Waiter};
 
 /// Who a message wakes among one client's waiters on a channel.
-#[derive(Debug, Clone)]
-pub(crate) enum Wake {
+pub(crate) enum Wake<'a> {
     /// Every waiter attempts: a latch opens for all.
     All,
-    /// Only a grant naming this waiter wakes it: the channel is its client's own, on which the
+    /// Only a grant naming `waiter` wakes it: the channel is its client's own, on which the
     /// script publishes a grant to one of the client's queued waiters (`lua/queue_permits.lua`).
-    Grant(Arc<str>),
+    /// A release of this client that hands the waiter what it waits for ends the wait without
+    /// an attempt (noted in `handed`, for the kinds whose script keeps a record of it).
+    Grant {
+        waiter: Arc<str>,
+        handed: Option<&'a Handed>,
+    },
 }
 
 /// Attempts with `attempt` in the wait loop (`wait.rs`) until one succeeds or `wait` is spent
 /// (`Ok(None)`), listening on `channel` after the first refusal (a grant waiter: to grants
 /// naming it) and attempting once more at once, unless the client was subscribed since before
-/// the attempt. `attempt(true)`: a release of this client handed a grant waiter what it waits
-/// for (`queued.rs`), so the attempt answers `Done` without asking.
+/// the attempt. Done, returns when the latest attempt was sent: what it was granted, or handed
+/// over since, came no earlier, so a lease runs from no earlier.
 ///
 /// # Cancel safety
 /// Dropping the future leaves only what `attempt` itself leaves; the subscription goes with it.
-pub(crate) async fn wait_for<T, F, Fut>(
+pub(crate) async fn wait_for<F, Fut>(
     client: &Client,
     channel: &Arc<str>,
     wait: Wait,
-    wake: Wake,
+    wake: Wake<'_>,
     attempt: F,
-) -> Result<Option<T>>
+) -> Result<Option<Instant>>
 where
-    T: Send,
-    F: FnMut(bool) -> Fut + Send,
-    Fut: Future<Output = Result<Attempt<T>>> + Send,
+    F: FnMut() -> Fut + Send,
+    Fut: Future<Output = Result<Attempt<()>>> + Send,
 {
     let mut waiter = Asking {
         client,
         channel,
         wake,
         attempt,
+        sent: Instant::now(),
         mark: None,
         listening: None,
     };
@@ -56,8 +61,10 @@ where
 struct Asking<'a, F> {
     client: &'a Client,
     channel: &'a Arc<str>,
-    wake: Wake,
+    wake: Wake<'a>,
     attempt: F,
+    /// When the latest attempt was sent.
+    sent: Instant,
     /// Where the channel's messages stood before the latest attempt, while not listening.
     mark: Option<Mark>,
     /// The channel, once this waiter listens (after its first refusal).
@@ -66,37 +73,48 @@ struct Asking<'a, F> {
 
 impl<F> Asking<'_, F> {
     /// Spends the grant kept for a grant waiter: its next attempt claims a grant the server
-    /// told of, and takes one a release of this client handed it without asking.
+    /// told of; true for one a release of this client handed it, taken without asking.
     fn spend_grant(&self) -> bool {
         match (&self.wake, &self.listening) {
-            (Wake::Grant(field), Some(listening)) => {
-                listening.take_grant(field, Some(HANDED)).is_some()
+            (Wake::Grant { waiter, .. }, Some(listening)) => {
+                listening.take_grant(waiter, Some(HANDED)).is_some()
             }
             _ => false,
         }
     }
 }
 
-impl<T, F, Fut> Waiter for Asking<'_, F>
+impl<F, Fut> Waiter for Asking<'_, F>
 where
-    T: Send,
-    F: FnMut(bool) -> Fut + Send,
-    Fut: Future<Output = Result<Attempt<T>>> + Send,
+    F: FnMut() -> Fut + Send,
+    Fut: Future<Output = Result<Attempt<()>>> + Send,
 {
-    type Output = T;
+    type Output = Instant;
 
-    async fn attempt(&mut self) -> Result<Attempt<T>> {
+    async fn attempt(&mut self) -> Result<Attempt<Instant>> {
         let inner = &self.client.inner;
         inner.check_open()?;
         if self.listening.is_none() {
             self.mark = inner.subscriber.mark(self.channel);
         }
-        let handed = self.spend_grant();
-        let attempt = (self.attempt)(handed).await?;
-        if let Attempt::Done(_) = attempt {
-            self.spend_grant();
+        if self.spend_grant() {
+            if let Wake::Grant {
+                waiter,
+                handed: Some(handed),
+            } = &self.wake
+            {
+                handed.push(waiter.clone());
+            }
+            return Ok(Attempt::Done(self.sent));
         }
-        Ok(attempt)
+        self.sent = Instant::now();
+        Ok(match (self.attempt)().await? {
+            Attempt::Done(()) => {
+                self.spend_grant();
+                Attempt::Done(self.sent)
+            }
+            Attempt::Again(nap) => Attempt::Again(nap),
+        })
     }
 
     /// Listens, and attempts once more at once unless the channel was subscribed all along
@@ -108,8 +126,8 @@ where
         let subscriber = &self.client.inner.subscriber;
         let mark = self.mark.take();
         let (mut listening, continuous) = subscriber.subscribe_since(self.channel, mark).await?;
-        if let Wake::Grant(field) = &self.wake {
-            listening = listening.grants_to(field.clone());
+        if let Wake::Grant { waiter, .. } = &self.wake {
+            listening = listening.grants_to(waiter.clone());
         }
         self.listening = Some(listening);
         Ok(if continuous { Then::Nap } else { Then::Attempt })
@@ -119,7 +137,7 @@ where
         NAP
     }
 
-    async fn nap(&mut self, nap: Duration) -> Result<Option<T>> {
+    async fn nap(&mut self, nap: Duration) -> Result<Option<Instant>> {
         match &self.listening {
             Some(listening) => tokio::select! {
                 _ = listening.notified() => {}

@@ -132,7 +132,7 @@ impl CountDownLatch {
             &self.keys.channel,
             wait,
             Wake::All,
-            |_| async {
+            || async {
                 Ok(match self.count().await? {
                     0 => Attempt::Done(()),
                     _ => Attempt::Again(None),

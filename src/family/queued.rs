@@ -1,6 +1,7 @@
 //! Waiting in a queue on the server (`lua/queue.lua`, `lua/queue_permits.lua`: a semaphore's,
-//! a read-write lock's), from the client's side: the waiter's name in the queue, its place (withdrawn when the wait ends
-//! without a grant), and a release's reply that hands grants to this client's waiters.
+//! a read-write lock's), from the client's side: the waiter's name in the queue, its place
+//! (withdrawn when the wait ends without a grant), and a release's reply that hands grants to
+//! this client's waiters.
 //!
 //! A waiter's attempts carry its name, one per wait: `<client id>:w<n>` for the semaphores,
 //! `<owner field>#<n>` for the read-write lock. Refused, an attempt queues the waiter (or keeps
@@ -93,11 +94,10 @@ where
 }
 
 /// Waits in the queue as `waiter` (listening on `grants`), attempting with `attempt` as
-/// [`wait_for`] does; a release of this client that hands the waiter what it waits for ends
-/// the wait without an attempt (noted in `handed`, for the kinds whose script keeps a record
-/// of it). Granted, returns when the latest attempt was sent: what was granted or handed over
-/// came no earlier, so a lease runs from no earlier. A wait that ends without a grant runs
-/// `withdrawal` before it returns `None`; one cancelled or failed runs it in the background.
+/// [`wait_for`] does, which a release of this client handing the waiter what it waits for ends
+/// without an attempt (noted in `handed`). Granted, returns when the latest attempt was sent.
+/// A wait that ends without a grant runs `withdrawal` before it returns `None`; one cancelled
+/// or failed runs it in the background.
 ///
 /// # Cancel safety
 /// As [`wait_for`]'s; the place is withdrawn in the background.
@@ -108,7 +108,7 @@ pub(crate) async fn wait_in_queue<F, Fut>(
     waiter: &Arc<str>,
     withdrawal: impl Future<Output = ()> + Send + 'static,
     handed: Option<&Handed>,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<Option<Instant>>
 where
     F: FnMut() -> Fut + Send,
@@ -119,29 +119,14 @@ where
         let withdrawal = Box::pin(withdrawal);
         QueuePlace::new(client, move || withdrawal)
     });
-    let sent = parking_lot::Mutex::new(Instant::now());
-    let sent = &sent;
-    let wake = Wake::Grant(waiter.clone());
-    let taken = wait_for(client, grants, wait, wake, |handed_over| {
-        let asked = (!handed_over).then(|| {
-            *sent.lock() = Instant::now();
-            attempt()
-        });
-        async move {
-            let Some(asked) = asked else {
-                if let Some(handed) = handed {
-                    handed.push(waiter.clone());
-                }
-                return Ok(Attempt::Done(*sent.lock()));
-            };
-            Ok(match asked.await? {
-                Attempt::Done(()) => Attempt::Done(*sent.lock()),
-                Attempt::Again(nap) => Attempt::Again(nap),
-                Attempt::AgainNow => Attempt::AgainNow,
-            })
-        }
-    })
-    .await?;
+    let wake = Wake::Grant {
+        waiter: waiter.clone(),
+        handed,
+    };
+    // A failed wait leaves its place to be withdrawn in the background: the withdrawal is sent
+    // again while it fails (`withdraw_retrying`), for up to about 20 s, which the caller of a
+    // wait that failed (Redis unreachable) must not wait out.
+    let taken = wait_for(client, grants, wait, wake, attempt).await?;
     if let Some(place) = place {
         match taken {
             // The script took the place out with the grant.

@@ -17,7 +17,7 @@ use super::fence::raise_fence;
 use super::guard::RedLockGuard;
 use super::settings::Settings;
 use super::shared::Shared;
-use crate::wait::{Attempt, Then, Waiter};
+use crate::wait::{Attempt, Waiter};
 
 impl RedLock {
     /// Rounds until a majority grants the lock or `deadline` ends; `fixed` is a lease without
@@ -97,16 +97,16 @@ impl Waiter for Rounds<'_> {
         // short, so one such round may be a hiccup: waiting acquisitions go on, and give up
         // when their wait ends on such a round or when it has lasted a whole lease.
         let n = self.nodes.len();
-        let quorum_error = Error::Quorum {
-            name: name.to_string(),
-            nodes: n,
-            needed: settings.quorum,
-            acquired: tally.acquired,
-            held_elsewhere: tally.held_elsewhere,
-            failed: tally.failed,
-        };
         self.unreachable = None;
         if n - tally.failed < settings.quorum {
+            let quorum_error = Error::Quorum {
+                name: name.to_string(),
+                nodes: n,
+                needed: settings.quorum,
+                acquired: tally.acquired,
+                held_elsewhere: tally.held_elsewhere,
+                failed: tally.failed,
+            };
             let since = *self.unreachable_since.get_or_insert(started);
             if since.elapsed() >= settings.lease {
                 return Err(quorum_error);
@@ -121,15 +121,8 @@ impl Waiter for Rounds<'_> {
         ))))
     }
 
-    /// Nothing to listen to: a node's unlock is not announced across independent masters.
-    async fn refused(&mut self) -> Result<Then> {
-        Ok(Then::Nap)
-    }
-
-    async fn nap(&mut self, nap: Duration) -> Result<Option<RedLockGuard>> {
-        tokio::time::sleep(nap).await;
-        Ok(None)
-    }
+    // `refused` and `nap` as by default: nothing to listen to, since a node's unlock is not
+    // announced across independent masters; the nap is the retry delay.
 
     fn spent(&mut self) -> Result<()> {
         self.unreachable.take().map_or(Ok(()), Err)
