@@ -45,7 +45,8 @@
 --
 -- Lock-delay: a holder of a lock with a delay keeps the marker alive for its lease plus the
 -- delay (here and in every renewal). A release deletes it; a lease that ran out leaves it for
--- the delay, and while it lives the free lock is refused.
+-- the delay, and while it lives the free lock is refused to every acquirer, whatever delay it
+-- asked for itself (every form, the short one and the batch too: acquire_plain.lua).
 --
 -- Batch (one client's concurrent acquisitions coalesced into one call, `src/node/calls/batch.rs`):
 -- KEYS[i] and ARGV[3i-2 .. 3i] as above for i = 1..n, plain locks only (no fence, no delay);
@@ -61,6 +62,16 @@
 -- enqueues, queue.lua) and what the waiter form read from acquire_wait.lua, next_token and
 -- held_token from fence.lua, pop_head and grant from queue_lock.lua, which `scripts.rs` puts
 -- before this file.
+
+-- How long the lock-delay marker of the free lock `hash` has left (ms; -1: no expiry), 0 when
+-- there is none. The marker is derived like the channel: it shares the lock's hash tag.
+local function delay_left(hash)
+    local left = redis.call('PTTL', hash .. ':delay')
+    if left == -2 then
+        return 0
+    end
+    return left
+end
 
 -- A first acquisition (or a waiter's claim of its grant): count 1, the lease, a new token, the
 -- lock-delay marker.
@@ -129,11 +140,11 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
     if ttl ~= -2 then
         return refuse(hash, field, ttl, slack, terms)
     end
-    if delay > 0 then
-        local left = redis.call('PTTL', marker)
-        if left > 0 then
-            return refuse(hash, field, left, slack, terms)
-        end
+    -- Every acquirer honours a lapsed holder's lock-delay, whatever its own (Chubby's rule: the
+    -- delay protects the resource from the stale holder, whoever comes next).
+    local left = delay_left(hash)
+    if left ~= 0 then
+        return refuse(hash, field, left, slack, terms)
     end
     -- A waiter (slack > 0) or a strict single attempt (-1) respects the queue; a newcomer, a
     -- MultiLock member (-2, watching) may take a lock that is free.

@@ -127,8 +127,9 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         -- Reads and writes of the keys derived from the hash (marker, queue) come before the
         -- field goes: during a cluster slot migration such a key may already be elsewhere, and
         -- the error must come before anything was written.
-        if delayed and not handover then
+        if delayed then
             -- Derived like the channel: the marker shares the lock's hash tag, so its slot.
+            -- A hand-over ends it too: the successor's hold did not ask for it.
             redis.call('DEL', hash .. ':delay')
         end
         local head, terms

@@ -256,7 +256,7 @@
 //! |---|---|---|---|
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count (0: one hold, given from the queue) | the last release; else the lease (PEXPIRE), or the claim lease for a hold given from the queue until its holder's watchdog lengthens it |
 //! | `P:{N}:fence` | string | the last fencing token (fenced locks only) | the lease it was last written with plus [`Config::fence_grace`] (60 s) |
-//! | `P:{N}:delay` | string | lock-delay marker ([`Lock::lock_delay`] only) | a release; else the lease plus the delay |
+//! | `P:{N}:delay` | string | lock-delay marker of a holder that set [`Lock::lock_delay`]; every acquirer honours it | a release; else the lease plus the delay |
 //! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it; `~`, the watch marker of MultiLock members (never granted) | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |

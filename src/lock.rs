@@ -118,9 +118,13 @@ impl Lock {
     ///
     /// Decided on the server's clock inside the scripts: the holder keeps a marker
     /// `P:{N}:delay` alive for its lease plus the delay (with every renewal), and a release
-    /// deletes it. Waiters sleep until the delay ends, without polling. Every handle that
-    /// acquires the lock should set the same delay: a handle without one does not look at the
-    /// marker. A handle with a delay takes no local hand-over from its own client's releases.
+    /// deletes it. The marker binds **every** acquisition of the name, whatever its own setting:
+    /// a [`Lock`] or [`FairLock`](crate::FairLock) handle without a delay, a
+    /// [`MultiLock`](crate::MultiLock) or [`RedLock`](crate::RedLock) member, an
+    /// [`Election`](crate::Election) candidate, `redlease run` without `--lock-delay`. The delay
+    /// is the holder's setting, as in Chubby: it protects the resource from the stale holder,
+    /// whoever comes next. Waiters sleep until the delay ends, without polling. A handle with a
+    /// delay takes no local hand-over from its own client's releases.
     ///
     /// # Errors
     /// A delay over [`MAX_DURATION`](crate::MAX_DURATION) fails each acquisition with

@@ -159,3 +159,143 @@ async fn plain_locks_write_no_marker_and_an_absurd_delay_is_refused() {
     ));
     assert!(!exists(&server, &key_of(&name)), "nothing written");
 }
+
+/// The kinds that share a lock's keys, each acquiring the name once with a wait and no
+/// lock-delay of its own; answers how long the acquisition took, having released it.
+async fn acquire_without_delay(kind: &str, client: &Client, name: &str) -> Duration {
+    let wait = LockOptions::new().wait(Duration::from_secs(5));
+    let started = Instant::now();
+    match kind {
+        "lock" => {
+            let held = client.lock(name).unwrap().try_lock_with(wait).await;
+            let held = held.unwrap().expect("granted within the wait");
+            let took = started.elapsed();
+            held.unlock().await.unwrap();
+            took
+        }
+        "fair lock" => {
+            let held = client.fair_lock(name).unwrap().try_lock_with(wait).await;
+            let held = held.unwrap().expect("granted within the wait");
+            let took = started.elapsed();
+            held.unlock().await.unwrap();
+            took
+        }
+        "multilock member" => {
+            let other = client.lock(&format!("{name}-other")).unwrap();
+            let multi = redlease::MultiLock::new(vec![client.lock(name).unwrap(), other]).unwrap();
+            let held = multi.try_lock_with(wait).await.unwrap().expect("granted");
+            let took = started.elapsed();
+            held.unlock().await.unwrap();
+            took
+        }
+        "redlock member" => {
+            let red = redlease::RedLock::new(vec![client.lock(name).unwrap()]).unwrap();
+            let held = red.try_lock_with(wait).await.unwrap().expect("granted");
+            let took = started.elapsed();
+            held.unlock().await.unwrap();
+            took
+        }
+        "election" => {
+            let election = client.election(name).unwrap();
+            let leads = election
+                .try_campaign_for("next", Duration::from_secs(5))
+                .await;
+            let leads = leads.unwrap().expect("elected within the wait");
+            let took = started.elapsed();
+            leads.resign().await.unwrap();
+            took
+        }
+        other => unreachable!("no kind {other}"),
+    }
+}
+
+const KINDS: [&str; 5] = [
+    "lock",
+    "fair lock",
+    "multilock member",
+    "redlock member",
+    "election",
+];
+
+/// A holder with a lock-delay whose lease ran out binds every kind that acquires the name next,
+/// whatever that acquirer asked for itself (none here), and a normal release frees it at once.
+async fn every_acquirer_waits_out_a_lapsed_holders_delay(a: &Client, b: &Client, tag: &str) {
+    let (lease, delay) = (Duration::from_millis(300), Duration::from_millis(900));
+    for kind in KINDS {
+        let name = unique_name(&format!("delay-binds-{tag}-{}", kind.replace(' ', "-")));
+        let taken = Instant::now();
+        let stale = delayed(a, &name, delay)
+            .lock_with(LockOptions::new().lease(lease))
+            .await
+            .unwrap();
+        let refused = b.lock(&name).unwrap();
+        // A single attempt after the lease, inside the delay: refused.
+        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        assert!(
+            refused.try_lock().await.unwrap().is_none(),
+            "{kind}: a single attempt is refused in the delay"
+        );
+        acquire_without_delay(kind, b, &name).await;
+        let waited = taken.elapsed();
+        assert!(
+            waited >= lease + delay && waited < lease + delay + Duration::from_millis(700),
+            "{kind}: acquired {waited:?} after a {lease:?} lease with a {delay:?} delay"
+        );
+        drop(stale);
+
+        // A release ends the marker: the next acquirer, again without a delay, is not held up.
+        let held = delayed(a, &name, Duration::from_secs(30))
+            .lock()
+            .await
+            .unwrap();
+        held.unlock().await.unwrap();
+        let took = acquire_without_delay(kind, b, &name).await;
+        assert!(
+            took < Duration::from_millis(500),
+            "{kind}: {took:?} after a released hold with a delay"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lapsed_holders_delay_binds_every_kind_whatever_its_own_setting() {
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    every_acquirer_waits_out_a_lapsed_holders_delay(&a, &b, "one").await;
+}
+
+#[tokio::test]
+async fn a_lapsed_holders_delay_binds_every_kind_on_a_cluster() {
+    let cluster = support::Cluster::start();
+    let connect = || async {
+        Client::builder_cluster(cluster.seeds())
+            .build()
+            .await
+            .expect("connecting to the cluster")
+    };
+    let (a, b) = (connect().await, connect().await);
+    every_acquirer_waits_out_a_lapsed_holders_delay(&a, &b, "cluster").await;
+}
+
+/// Many owners of one client attempting at once are coalesced into one batch call: each entry
+/// honours the marker too.
+#[tokio::test]
+async fn coalesced_attempts_are_refused_in_the_delay() {
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("delay-batch");
+    let stale = delayed(&a, &name, Duration::from_secs(30))
+        .lock_with(LockOptions::new().lease(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let attempts = (0..16).map(|_| {
+        let lock = b.lock(&name).unwrap().with_owner(redlease::Owner::new());
+        async move { lock.try_lock().await }
+    });
+    for taken in futures_util::future::join_all(attempts).await {
+        assert!(taken.unwrap().is_none(), "refused in the delay");
+    }
+    assert!(!exists(&server, &key_of(&name)), "nobody took the lock");
+    drop(stale);
+}

@@ -21,6 +21,16 @@ fn now_us() -> i64 {
 
 #[test]
 fn a_killed_holders_lock_is_refused_for_the_delay_after_its_lease() {
+    next_run_waits_out_a_killed_holders_delay("run --wait 10s --lock-delay 3s");
+}
+
+/// The delay is the holder's: a next run that asks for none waits it out all the same.
+#[test]
+fn a_next_run_without_lock_delay_waits_out_the_holders_delay() {
+    next_run_waits_out_a_killed_holders_delay("run --wait 10s");
+}
+
+fn next_run_waits_out_a_killed_holders_delay(next_run: &str) {
     let server = Server::start();
     let name = unique_name("killed");
     let dir = Scratch::new("lock-delay");
@@ -47,18 +57,13 @@ fn a_killed_holders_lock_is_refused_for_the_delay_after_its_lease() {
     drop(holder.finish(LIMIT));
 
     let started = format!("date +%s%6N > {}/started", dir.str());
-    let next = finish(rl(
-        &server.url(),
-        "run --wait 10s --lock-delay 3s",
-        &name,
-        &["sh", "-c", &started],
-    ));
+    let next = finish(rl(&server.url(), next_run, &name, &["sh", "-c", &started]));
     assert_eq!(next.code(), Some(0), "{next:?}");
     let started_us: i64 = dir.read("started").trim().parse().expect("a time");
     let after = (started_us - last_renewal_us) as f64 / 1e6;
     assert!(
         (4.98..5.5).contains(&after),
-        "the next run started {after:.3} s after the last renewal (lease 2 s + delay 3 s)"
+        "`{next_run}` started {after:.3} s after the last renewal (lease 2 s + delay 3 s)"
     );
 }
 

@@ -129,8 +129,8 @@ impl Election {
     /// Redis), keep the election closed for `delay` more, so that writes the old leader still
     /// had in flight land before the next leader starts: Chubby's lock-delay, for resources
     /// that cannot check a term. A resignation (or a dropped [`Leadership`]) hands over at
-    /// once, as always. Every candidate of the election should set the same delay (see
-    /// [`Lock::lock_delay`](crate::Lock::lock_delay)). Defaults to none.
+    /// once, as always. The delay binds every next candidate, whatever its own setting: it is the
+    /// leader's (see [`Lock::lock_delay`](crate::Lock::lock_delay)). Defaults to none.
     #[must_use]
     pub fn lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = Some(delay);
