@@ -95,14 +95,13 @@ impl Lock {
         tracing::Span::current().record("owner", tracing::field::display(&owner));
         let field = owner.field(&inner.id_text);
         let acquiring = inner.turns.start(&self.keys.hash, &field);
-        if acquiring.first_overlap() && owner.is_implicit() {
-            tracing::warn!(
-                lock = %self.keys.name,
-                %owner,
-                "two acquisitions of one owner are in progress at once: futures polled \
-                 concurrently in one task share its owner and re-enter each other's lock; run \
-                 each under `Lock::run` (its own owner) to exclude them"
-            );
+        // Two acquisitions of one implicit owner in progress at once are concurrent for certain
+        // (a nested one starts after the outer one returned): admitted, they would both hold.
+        if acquiring.overlapping() && owner.is_implicit() {
+            return Err(Error::ConcurrentAcquisition {
+                name: self.keys.name.to_string(),
+                owner: owner.to_string(),
+            });
         }
         // This owner's releases of the lock still in flight come first (`turns.rs`).
         acquiring.settled().await;

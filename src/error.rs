@@ -156,6 +156,23 @@ pub enum Error {
         /// How long each attempt waited for it.
         waited: std::time::Duration,
     },
+    /// An acquisition of a lock started while another acquisition of the same lock by the same
+    /// implicit owner (this tokio task, or this thread) was still in progress: futures polled
+    /// concurrently in one task (`join!`, `select!`, `FuturesUnordered`, ...) share the task's
+    /// owner, so admitting both would let them hold the lock at once. Nothing was sent. Run
+    /// each critical section under [`Lock::run`](crate::Lock::run) (its own owner, so they
+    /// exclude each other), or give each an explicit [`Owner`](crate::Owner). A nested
+    /// acquisition (inside the critical section, after the outer one returned) is not this.
+    #[error(
+        "lock `{name}` is already being acquired by this {owner}: futures polled concurrently in \
+         one task share its owner; run each under `Lock::run`, or give each an explicit `Owner`"
+    )]
+    ConcurrentAcquisition {
+        /// The lock name.
+        name: String,
+        /// The implicit owner both acquisitions had (`task-12`, `thread-3`, `scope-4`).
+        owner: String,
+    },
 }
 
 impl Error {
@@ -231,6 +248,12 @@ impl Error {
             self,
             Error::ReplicasUnacknowledged { .. } | Error::ReplicasUnsupported { .. }
         )
+    }
+
+    /// True when an acquisition was refused because the same implicit owner was already
+    /// acquiring the lock ([`Error::ConcurrentAcquisition`]).
+    pub fn is_concurrent_acquisition(&self) -> bool {
+        matches!(self, Error::ConcurrentAcquisition { .. })
     }
 
     /// True when the caller does not hold the lock it tried to release.

@@ -146,16 +146,18 @@
 //! |---|---|---|---|
 //! | explicit [`Owner`] | [`Lock::with_owner`] | every acquisition through a handle with that owner, from any task | everyone else |
 //! | lock scope | the body of [`Lock::run`] / [`Lock::try_run`] | nested acquisitions inside the body (nested `run`s, `lock()` on any handle of the lock): a scope re-enters a lock that an enclosing scope holds | other bodies, also ones polled concurrently in the same task (`join!`, `select!`, `for_each_concurrent`, `buffer_unordered`), and tasks spawned from the body |
-//! | tokio task | default in async code outside any scope | everything in the task, **including futures polled concurrently in it** | other tasks |
+//! | tokio task | default in async code outside any scope | everything in the task, **including futures polled concurrently in it** once one holds the lock (two acquisitions in progress at once: the second fails with [`Error::ConcurrentAcquisition`]) | other tasks |
 //! | thread | the [`blocking`] API (and code outside any tokio task) | everything on the thread | other threads |
 //!
 //! **Use [`Lock::run`] in async code.** With the task as the owner, futures polled
 //! concurrently inside *one* task share its id, so they re-enter each other's lock and their
 //! critical sections interleave. redlease cannot tell that from nesting in every case, but it
-//! sees the clearest sign — an acquisition starting while the same owner's other acquisition of
-//! the lock is still in progress (a nested one starts only after the outer one returned) — and
-//! logs a warning once per lock and owner. The server's hold count stays exact either way:
-//! one owner's acquisitions take turns, so its count always equals its live guards.
+//! refuses the clearest sign: an acquisition that starts while the same task's (or thread's, or
+//! scope's) other acquisition of the lock is still in progress — a nested one starts only after
+//! the outer one returned — fails at once with [`Error::ConcurrentAcquisition`], nothing sent.
+//! An explicit [`Owner`] shared on purpose keeps its meaning: its acquisitions re-enter. The
+//! server's hold count stays exact either way: one owner's acquisitions take turns, so its
+//! count always equals its live guards.
 //!
 //! ```no_run
 //! # async fn demo(client: redlease::Client) -> redlease::Result<()> {

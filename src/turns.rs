@@ -23,7 +23,7 @@
 //! are concurrent for certain (the `join!` hazard of task owners).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use tokio::sync::{Notify, Semaphore};
@@ -48,8 +48,6 @@ struct Owned {
     releasing: AtomicUsize,
     /// Woken when the last release in flight finished.
     released: Notify,
-    /// Whether an overlap was already reported (one warning, not one per call).
-    warned: AtomicBool,
 }
 
 impl Default for Owned {
@@ -59,7 +57,6 @@ impl Default for Owned {
             acquiring: AtomicUsize::new(0),
             releasing: AtomicUsize::new(0),
             released: Notify::new(),
-            warned: AtomicBool::new(false),
         }
     }
 }
@@ -203,9 +200,9 @@ impl Acquiring {
             && self.owned.releasing.load(Ordering::Acquire) == 0
     }
 
-    /// True the first time an overlap is seen for this (lock, owner) while it stays busy.
-    pub(crate) fn first_overlap(&self) -> bool {
-        self.overlapping && !self.owned.warned.swap(true, Ordering::AcqRel)
+    /// Whether another acquisition of the same owner was in progress when this one started.
+    pub(crate) fn overlapping(&self) -> bool {
+        self.overlapping
     }
 }
 
@@ -262,7 +259,7 @@ mod tests {
         let b = turns.start(&hash, &field);
         let c = turns.start(&hash, &other);
         assert!(!a.overlapping && b.overlapping && !c.overlapping);
-        assert!(b.first_overlap() && !b.first_overlap(), "reported once");
+        assert!(b.overlapping() && !a.overlapping());
         let held = a.turn().await;
         let blocked = tokio::time::timeout(Duration::from_millis(50), b.turn()).await;
         assert!(

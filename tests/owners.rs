@@ -13,7 +13,7 @@ use support::Server;
 async fn locked_increments(lock: &Lock, counter: &str, rounds: usize) -> usize {
     let mut false_losses = 0;
     for _ in 0..rounds {
-        let guard = lock.lock().await.unwrap();
+        let guard = acquire_taking_turns(lock).await;
         let client = lock.client();
         let value: Option<u64> = client.query(redis::cmd("GET").arg(counter)).await.unwrap();
         tokio::task::yield_now().await;
@@ -31,9 +31,23 @@ async fn locked_increments(lock: &Lock, counter: &str, rounds: usize) -> usize {
     false_losses
 }
 
-/// The join! signature: two loops of one task share the task owner. They re-enter each other
-/// (that is what the task owner means), but the server's count must follow the guards exactly:
-/// no false `LeaseLost`, and nothing left held afterwards.
+/// `lock.lock()`, retried (after a yield) while it is refused because another acquisition of
+/// the same implicit owner is in progress (loops joined in one task share its owner).
+async fn acquire_taking_turns(lock: &Lock) -> redlease::LockGuard {
+    for _ in 0..100_000 {
+        match lock.lock().await {
+            Ok(guard) => return guard,
+            Err(e) if e.is_concurrent_acquisition() => tokio::task::yield_now().await,
+            Err(e) => panic!("lock(): {e}"),
+        }
+    }
+    panic!("the other loop's acquisition never finished")
+}
+
+/// The join! signature: two loops of one task share the task owner. An acquisition that starts
+/// while the other loop's is in progress is refused; one that starts while the other loop holds
+/// the lock re-enters it (that is what the task owner means). Either way the server's count
+/// must follow the guards exactly: no false `LeaseLost`, and nothing left held afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joined_loops_of_one_task_leave_nothing_held() {
     let server = Server::start();
@@ -173,4 +187,72 @@ async fn a_grant_from_a_stalled_server_is_confirmed_before_it_is_returned() {
     assert_eq!(support::owners(&server, &support::key_of("stalled")), 1);
     guard.unlock().await.unwrap();
     assert!(!support::exists(&server, &support::key_of("stalled")));
+}
+
+/// `join!` of two acquisitions of one lock in one task: both would hold it at once under the
+/// task's owner, so the one that starts second fails at once with a typed error, and the
+/// server counts one hold. A nested acquisition (the outer one finished) still re-enters.
+#[tokio::test]
+async fn joined_acquisitions_of_one_task_are_refused_not_both_admitted() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let lock = client.lock("joined-acquire").unwrap();
+    let (a, b) = tokio::join!(lock.lock(), lock.lock());
+    let (guard, refused) = match (a, b) {
+        (Ok(guard), Err(e)) | (Err(e), Ok(guard)) => (guard, e),
+        (a, b) => panic!("one guard and one refusal, got {a:?} and {b:?}"),
+    };
+    assert!(refused.is_concurrent_acquisition(), "{refused}");
+    assert!(
+        refused.to_string().contains("Lock::run"),
+        "says what to do: {refused}"
+    );
+    let key = support::key_of("joined-acquire");
+    assert_eq!(support::owners(&server, &key), 1, "one hold on the server");
+    let nested = lock.lock().await.expect("a nested acquisition re-enters");
+    assert_eq!(hold_count(&server, &key), 2);
+    nested.unlock().await.unwrap();
+    guard.unlock().await.unwrap();
+    assert!(!support::exists(&server, &key));
+
+    // Waiting: the lock is busy elsewhere; the first waits, the second is refused at once.
+    let other = support::client(&server).await;
+    let busy = other.lock("joined-acquire").unwrap().lock().await.unwrap();
+    let wait = redlease::LockOptions::new().wait(Duration::from_secs(5));
+    let started = std::time::Instant::now();
+    let release_soon = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        busy.unlock().await.unwrap();
+    };
+    let (a, b, ()) = tokio::join!(
+        lock.try_lock_with(wait),
+        lock.try_lock_with(wait),
+        release_soon
+    );
+    let refused_after = started.elapsed();
+    let (guard, refused) = match (a, b) {
+        (Ok(Some(guard)), Err(e)) | (Err(e), Ok(Some(guard))) => (guard, e),
+        (a, b) => panic!("one guard and one refusal, got {a:?} and {b:?}"),
+    };
+    assert!(refused.is_concurrent_acquisition(), "{refused}");
+    assert!(refused_after < Duration::from_secs(2), "{refused_after:?}");
+    guard.unlock().await.unwrap();
+
+    // An explicit owner shared on purpose keeps its meaning: both acquisitions re-enter.
+    let shared = lock.clone().with_owner(Owner::new());
+    let (a, b) = tokio::join!(shared.lock(), shared.lock());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(hold_count(&server, &key), 2);
+    a.unlock().await.unwrap();
+    b.unlock().await.unwrap();
+    assert!(!support::exists(&server, &key));
+}
+
+/// The holds the server counts on the lock at `key`, over every owner.
+fn hold_count(server: &Server, key: &str) -> u64 {
+    let counts: Vec<u64> = redis::cmd("HVALS")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("HVALS");
+    counts.iter().sum()
 }
