@@ -14,10 +14,8 @@
 -- ARGV[5]  the lock-delay in milliseconds, '0' for none
 -- ARGV[6]  '0', or for a waiter: how long its queue entry outlives the wait it is told (ms);
 --          '-1' for a single attempt of a strict lock (a FairLock): it respects the queue (never
---          takes a free lock while anybody live is queued) but does not enqueue; '-2' for a
---          MultiLock member, which does not queue but watches (acquire_wait.lua)
--- ARGV[7]  the waiter's claim lease in milliseconds (see queue_lock.lua); for a member that
---          watches, how long its marker outlives the wait it is told (ms)
+--          takes a free lock while anybody live is queued) but does not enqueue
+-- ARGV[7]  the waiter's claim lease in milliseconds (see queue_lock.lua)
 -- ARGV[8]  the waiter's nonce for this attempt, echoed by a grant's message (see queue_lock.lua)
 -- ARGV[4], ARGV[5], ARGV[7] and ARGV[8] are decimal integers ('-' for no grace): a refused waiter's
 --          queue entry is made of them as sent
@@ -146,8 +144,8 @@ local function acquire_long(hash, field, lease, reentrant, fence, grace, marker,
     if left ~= 0 then
         return refuse(hash, field, left, slack, terms)
     end
-    -- A waiter (slack > 0) or a strict single attempt (-1) respects the queue; a newcomer, a
-    -- MultiLock member (-2, watching) may take a lock that is free.
+    -- A waiter (slack > 0) or a strict single attempt (-1) respects the queue; a newcomer (a
+    -- single attempt, a MultiLock's first round) may take a lock that is free.
     if slack > 0 or slack == -1 then
         local head, head_terms = pop_head(hash)
         if head and head ~= field then
@@ -161,13 +159,13 @@ end
 
 if #ARGV == 6 and #KEYS == 1 then
     -- The waiter form (unfenced, no lock-delay) that acquire_wait.lua did not answer.
-    local terms = terms_of(ARGV[4], ARGV[5], '-', '0', ARGV[6])
+    local terms = terms_of(ARGV[5], '-', '0', ARGV[6])
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], nil, nil, nil, 0, tonumber(ARGV[4]),
         terms)
 end
 if #ARGV == 8 then
     -- A queue entry's terms as the client sent them (queue_lock.lua): no formatting here.
-    local terms = terms_of(ARGV[6], ARGV[7], ARGV[4], ARGV[5], ARGV[8])
+    local terms = terms_of(ARGV[7], ARGV[4], ARGV[5], ARGV[8])
     return acquire_long(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[2], tonumber(ARGV[4]), KEYS[3],
         tonumber(ARGV[5]), tonumber(ARGV[6]), terms)
 end

@@ -8,12 +8,6 @@
 -- holder, is refused and queued right here. Anything else (a re-entry, a grant to claim, a free
 -- lock) falls through to acquire.lua with what was read.
 --
--- The watch form is the short form of a MultiLock member (which does not queue): KEYS[1] and
--- ARGV[1..3] as the short form, and ARGV[4] how long the watch marker (queue.lua) outlives the
--- wait it is told (ms). Answered as the short form; when refused, the marker '~' is queued (or
--- refreshed), so the call that takes the queue past it publishes the unlock message the member
--- listens for. (A member of the long form watches with ARGV[6] = -2, ARGV[7] its slack.)
---
 -- Server instructions (callgrind on Redis 7.0.15): a W7-like contended cycle (the release that
 -- grants the queue's head, and the releaser's next attempt refused and queued) 217k with this
 -- attempt through the whole of acquire.lua, 203k with it answered here (measured before
@@ -22,27 +16,15 @@
 -- The queue's keys and entries are described in queue.lua (put before this file: enqueue)
 -- and queue_lock.lua.
 
--- The watch marker's entry: a deadline and terms like a waiter's, never granted (queue.lua).
-local function watch(hash, ttl, slack)
-    -- Without an expiry the member looks again within a second (`acquire.rs`'s nap_for).
-    local told = ttl >= 0 and ttl or 1000
-    enqueue(hash, '~', told + slack, '0 - 0 0')
-end
-
--- A refusal's terms from the client's arguments (slack, claim, grace, delay, nonce, as sent):
--- a waiter's queue entry past its deadline, or for a watching member (slack '-2') the
--- marker's slack alone (refuse).
-local function terms_of(slack, claim, grace, delay, nonce)
-    if slack == '-2' then
-        return claim
-    end
+-- A refusal's terms from the client's arguments (claim, grace, delay, nonce, as sent): a
+-- waiter's queue entry past its deadline.
+local function terms_of(claim, grace, delay, nonce)
     return claim .. ' ' .. grace .. ' ' .. delay .. ' ' .. nonce
 end
 
 -- Refuses with the wait left (ttl ms, -1: no expiry), queuing a waiter (slack > 0) first, with
--- what a grant to it writes (terms, as the queue's entry has them), or a MultiLock member's
--- watch marker (slack -2; terms is then the marker's slack). Never answers 0 (that is "held by
--- this very owner").
+-- what a grant to it writes (terms, as the queue's entry has them). Never answers 0 (that is
+-- "held by this very owner").
 local function refuse(hash, field, ttl, slack, terms)
     if ttl < -1 then
         ttl = 0
@@ -51,8 +33,6 @@ local function refuse(hash, field, ttl, slack, terms)
         -- Without an expiry the waiter looks again within a second (`acquire.rs`).
         local told = ttl >= 0 and ttl or 1000
         enqueue(hash, field, told + slack, terms)
-    elseif slack == -2 then
-        watch(hash, ttl, tonumber(terms))
     end
     return -2 - ttl
 end
@@ -60,13 +40,6 @@ end
 -- What this path read before falling through, for acquire.lua: the owner's count (HGET: false
 -- when absent) and, when it was absent, the lock's PTTL.
 local waited_read, waited_count, waited_ttl = false, nil, nil
-if #ARGV == 4 and #KEYS == 1 then
-    local reply = acquire(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-    if reply < 0 then
-        watch(KEYS[1], -2 - reply, tonumber(ARGV[4]))
-    end
-    return reply
-end
 if #ARGV == 6 and #KEYS == 1 then
     local hash, field = KEYS[1], ARGV[1]
     local count = redis.call('HGET', hash, field)
@@ -74,7 +47,7 @@ if #ARGV == 6 and #KEYS == 1 then
     if not count then
         local ttl = redis.call('PTTL', hash)
         if ttl ~= -2 then
-            local terms = terms_of(ARGV[4], ARGV[5], '-', '0', ARGV[6])
+            local terms = terms_of(ARGV[5], '-', '0', ARGV[6])
             return refuse(hash, field, ttl, tonumber(ARGV[4]), terms)
         end
         waited_ttl = ttl

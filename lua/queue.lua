@@ -21,10 +21,6 @@
 -- client hears of it. Each kind's grant writer publishes it (queue_lock.lua, queue_permits.lua),
 -- in this one form.
 --
--- '~' is the watch marker of MultiLock members, in a lock's queue only (acquire_wait.lua): an
--- entry like a waiter's, never granted. The call that takes the queue's head past it drops it
--- and publishes one message on '<object>:unlock', where the members listen.
---
 -- Why first in a lock's scripts: acquire_wait.lua's refusal queues the waiter, and each
 -- function a chunk defines is made anew on every call (acquire_plain.lua), about 1k server
 -- instructions each (callgrind, Redis 7.0.15: `bench/scripts/server_cost.sh`'s prelude phase,
@@ -80,8 +76,7 @@ end
 -- The queue of `key`'s first live entry whose terms (the entry after its deadline) match
 -- `terms`, the kind's Lua pattern: its name, its deadline and the pattern's captures (up to
 -- four); nil when nobody live waits. Dead entries met on the way are dropped, and so are
--- entries that are not the kind's (a damaged write) and a watch marker (its watchers told);
--- the live entry stays (see `pop`). An empty queue costs one call (no clock read).
+-- entries that are not the kind's (a damaged write); the live entry stays (see `pop`). An empty queue costs one call (no clock read).
 -- known_head: the list's first element when the caller has just read it (one LINDEX less).
 local function first_live(key, known_head, terms)
     local q, qd = key .. ':q', key .. ':qd'
@@ -92,20 +87,15 @@ local function first_live(key, known_head, terms)
         if not head then
             return nil
         end
-        if head == '~' then
-            -- MultiLock members watch: the lock is free now, or about to go to the waiter behind.
-            redis.call('PUBLISH', key .. ':unlock', '0')
-        else
-            local deadline, rest = string.match(redis.call('HGET', qd, head) or '', '^(%d+) (.*)$')
-            deadline = tonumber(deadline)
-            if deadline and deadline > now() then
-                local a, b, c, d = string.match(rest, terms)
-                if a then
-                    return head, deadline, a, b, c, d
-                end
+        local deadline, rest = string.match(redis.call('HGET', qd, head) or '', '^(%d+) (.*)$')
+        deadline = tonumber(deadline)
+        if deadline and deadline > now() then
+            local a, b, c, d = string.match(rest, terms)
+            if a then
+                return head, deadline, a, b, c, d
             end
         end
-        -- Dead, not the kind's, a marker, or listed without an entry: it is gone now.
+        -- Dead, not the kind's, or listed without an entry: it is gone now.
         redis.call('LPOP', q)
         redis.call('HDEL', qd, head)
     end

@@ -24,12 +24,6 @@
 -- only a first acquisition of that owner (a waiter that missed its message) turns it into 1
 -- instead of 2, and only withdraw.lua (its waiter stopped waiting) passes it on.
 --
--- Watchers: MultiLock members do not queue (a member queued on some locks would be granted
--- holds its MultiLock never claims); a refused member leaves the watch marker '~' in the queue
--- instead (acquire_wait.lua), and listens on P:{N}:unlock: queue.lua tells it once the queue's
--- head moves past the marker. That is the only unlock message: a release with nobody queued
--- and no marker publishes nothing.
-
 -- The first live waiter of the lock `hash` (its field, and its terms: a table with claim,
 -- grace, delay, nonce), taken out of the queue, or nil (queue.lua's first_live).
 local function pop_head(hash, known_head)

@@ -1,7 +1,6 @@
 -- release.lua: give back holds; on the last one delete the owner's field and give the lock to
 -- the first queued waiter (queue_lock.lua), or hand it straight to a waiter of the releasing
--- client, or, with nobody queued, just free it (MultiLock members that watch it were told as their
--- marker went, queue.lua).
+-- client, or, with nobody queued, just free it.
 --
 -- (The lean form, 1 key and 2 arguments, is described in release_plain.lua.)
 --
@@ -117,8 +116,8 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         reply = count
     else
         -- Hand over only while no other client waits: nobody queued before the successor (a
-        -- waiter of another client there gets the lock from the queue), and no watch marker
-        -- of MultiLock members, which do not queue (queue.lua).
+        -- waiter of another client there, a MultiLock's member among them, gets the lock from
+        -- the queue).
         local handover = false
         if successor ~= nil then
             local first = redis.call('LINDEX', hash .. ':q', 0)
@@ -160,7 +159,7 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             reply = -2 - token
         else
             -- The first queued waiter gets the lock, and only it is told; with nobody queued,
-            -- nobody (watchers were told as their marker went, queue.lua).
+            -- nobody.
             if head then
                 grant(hash, head, terms)
             end

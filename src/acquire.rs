@@ -27,13 +27,6 @@ mod local;
 
 use local::{Napped, skip_attempt};
 
-/// How long a waiter may sleep on a holder with remaining lease `ttl` before trying again: just
-/// past the expiry (the unlock message never comes when a lease simply runs out); without a
-/// TTL (someone PERSISTed the key), the loop's longest nap.
-pub(crate) fn nap_for(ttl: Option<Duration>) -> Duration {
-    past(ttl).unwrap_or(crate::wait::NAP)
-}
-
 /// Just past a holder's remaining lease `ttl`.
 fn past(ttl: Option<Duration>) -> Option<Duration> {
     ttl.map(|t| t + Duration::from_millis(1))

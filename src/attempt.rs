@@ -68,7 +68,6 @@ impl Lock {
                     delay_ms,
                     queue,
                     strict,
-                    watch_ms: None,
                 };
                 let outcome = node.acquire(&keys, &field, terms, patience, wait).await;
                 let outcome = match outcome {

@@ -176,8 +176,7 @@ impl Default for Config {
 }
 
 impl Config {
-    /// How long a waiter's queue entry (or a MultiLock member's watch marker) outlives the wait
-    /// it is told: the time its next attempt may take to land.
+    /// How long a waiter's queue entry outlives the wait it is told: the time its next attempt may take to land.
     pub(crate) fn queue_slack(&self) -> Duration {
         self.claim_lease.max(self.timeout)
     }

@@ -259,7 +259,7 @@
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count (0: one hold, given from the queue) | the last release; else the lease (PEXPIRE), or the claim lease for a hold given from the queue until its holder's watchdog lengthens it |
 //! | `P:{N}:fence` | string | the last fencing token (fenced locks only) | the lease it was last written with plus [`Config::fence_grace`] (60 s) |
 //! | `P:{N}:delay` | string | lock-delay marker of a holder that set [`Lock::lock_delay`]; every acquirer honours it | a release; else the lease plus the delay |
-//! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it; `~`, the watch marker of MultiLock members (never granted) | the last waiter leaves; else the latest waiter deadline |
+//! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
 //! | `P:{N}:semaphore:g` | hash | `<client uuid>:w<n>` → a grant to a queued waiter: permits set aside until it claims them (`s`, a claim deadline), or handed over by a release of its own client (`t`, kept for a waiter that missed the reply) | the calls that claim or withdraw them, the client's next release (`t`), or their deadline |
@@ -272,10 +272,8 @@
 //! | `P:client:<uuid>` | hash | the client's process (host, pid, program), for `status` and `list` | [`Client::shutdown`]; else the watchdog lease plus 1 s |
 //!
 //! Channels (no memory when nobody listens): `P:{N}:unlock:<client uuid>` (a release gave the
-//! lock to a queued waiter of that client: `g <claim ms> <token> <nonce> <owner field>`),
-//! `P:{N}:unlock` (one message when a call takes the queue past the watch marker: MultiLock
-//! members, which do not queue, listen there; a release with nobody queued and no marker
-//! publishes nothing), `P:{N}:semaphore:released:<client uuid>` and
+//! lock to a queued waiter of that client: `g <claim ms> <token> <nonce> <owner field>`; a
+//! release with nobody queued publishes nothing), `P:{N}:semaphore:released:<client uuid>` and
 //! `P:{N}:permits:released:<client uuid>` (permits granted to a queued waiter of that client:
 //! `g <claim ms> - 0 <waiter>`), `P:{N}:rw:unlock:<client uuid>` (the read-write lock granted
 //! to a queued owner of that client: `g <claim ms> - 0 <owner field>`), `P:{N}:countdown:zero`,

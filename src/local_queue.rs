@@ -11,8 +11,8 @@
 //! frees the lock takes it and asks `release.lua` to give the lock straight to the head: no
 //! unlock message, no acquire round trip, and the lock is never free in between. The script
 //! does so only while nothing is queued on the server ahead of the head: another client's
-//! waiter (every waiter is queued there from its second attempt on, polling ones too), or the
-//! watch marker of MultiLock members. So a busy client hands the lock among its own tasks only
+//! waiter (every waiter is queued there from its second attempt on, polling ones too, and a
+//! MultiLock's members among them). So a busy client hands the lock among its own tasks only
 //! until a waiter of another client queues; the next release that frees it is that waiter's.
 
 use std::sync::Arc;

@@ -3,14 +3,13 @@
 //! Channels are reference-counted: the first waiter of a lock subscribes, the last one leaving
 //! unsubscribes, so no subscription outlives its waiters. A message wakes the channel's
 //! listeners, which are the head of the lock's local queue (one waiter: one lock was freed, one
-//! waiter can take it) and any MultiLock waiters. After a reconnect every listener is woken,
+//! waiter can take it). After a reconnect every listener is woken,
 //! since messages may have been lost meanwhile.
 //!
 //! A `Lock`'s waiter listens on its client's grant channel of the lock (`P:{N}:unlock:<client
 //! id>`), where a release that gave the lock to it from the server's queue says so: the grant is
-//! kept here for that waiter (`Subscription::take_grant`), which holds the lock from it. MultiLock
-//! waiters listen on the lock's channel (`P:{N}:unlock`), where a call that takes the lock's
-//! queue past their watch marker publishes `0` (`lua/queue.lua`), and heed every message.
+//! kept here for that waiter (`Subscription::take_grant`), which holds the lock from it. A
+//! MultiLock's members wait the same way, one after another (`multi/multilock/acquire.rs`).
 //!
 //! The connection itself comes from `node/deploy/link.rs` (one server, or shard channels on a
 //! cluster); its reader, and what follows a lost subscription, are in `pubsub/reader.rs`.

@@ -78,13 +78,6 @@ impl Lock {
         Ok(Some(self.watched(guard)))
     }
 
-    /// Listens for this lock's unlock messages, this client's own too (MultiLock members, which
-    /// do not queue: see `pubsub.rs`).
-    pub(crate) async fn subscribe_to_unlocks(&self) -> Result<Subscription> {
-        let channel = self.keys.channel_name();
-        self.client.inner.subscriber.subscribe(&channel, true).await
-    }
-
     /// Listens for the grants of this lock to this client's queued waiters (`lua/queue_lock.lua`),
     /// on the client's own channel of the lock: other clients' grants and releases never wake
     /// it.

@@ -57,8 +57,7 @@ impl Lock {
     /// One acquisition attempt on this lock alone; see [`attempt_batch`].
     pub(crate) async fn attempt_member(&self, lease: Lease, limit: Option<Duration>) -> Outcome {
         let batch = [(self.clone(), lease)];
-        // A RedLock member looks again after its retry delay: no unlock message to ask for.
-        let mut outcomes = attempt_batch(&self.client, &batch, limit, false).await;
+        let mut outcomes = attempt_batch(&self.client, &batch, limit).await;
         outcomes.pop().unwrap_or(Outcome::TimedOut)
     }
 }
@@ -71,17 +70,14 @@ struct Planned {
     reentrant: bool,
     fenced: bool,
     delay_ms: u64,
-    /// See `AcquireTerms::watch_ms` (`node/calls/lock_calls.rs`).
-    watch_ms: Option<u64>,
     /// The owner held nothing here before: an unanswered request can be undone blindly.
     fresh: bool,
 }
 
 /// One acquisition attempt on every lock of `batch`, all of which belong to `client`, in one
 /// round trip. `limit` bounds the wait for the reply (the client's own timeout applies too).
-/// With `watch`, a refused member leaves the watch marker on its lock (`lua/queue.lua`): the
-/// next release that frees it publishes the unlock message a MultiLock waits for. One outcome
-/// per lock, in order.
+/// One outcome per lock, in order. A refused member leaves nothing on the server: members
+/// of a MultiLock that wait do so in their locks' queues, one after another (`multilock/`).
 ///
 /// The acquires travel as one pipeline, so they reach the server back to back: of several
 /// callers racing for the same locks of one server, the first batch to arrive takes all of
@@ -90,10 +86,8 @@ pub(crate) async fn attempt_batch(
     client: &Client,
     batch: &[(Lock, Lease)],
     limit: Option<Duration>,
-    watch: bool,
 ) -> Vec<Outcome> {
     let inner = &client.inner;
-    let watch_ms = watch.then(|| inner.config.queue_slack().as_millis() as u64);
     if inner.check_open().is_err() {
         return batch
             .iter()
@@ -121,7 +115,6 @@ pub(crate) async fn attempt_batch(
                 reentrant: lock.reentrant,
                 fenced: lock.fenced,
                 delay_ms: lock.delay_ms(),
-                watch_ms,
             }
         })
         .collect();
@@ -213,7 +206,6 @@ async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Resu
             held: !p.fresh,
             fenced: p.fenced,
             delay_ms: p.delay_ms,
-            watch_ms: p.watch_ms,
         })
         .collect();
     client.inner.node.acquire_pipelined(&calls).await

@@ -310,12 +310,7 @@ impl Node {
         type Pairs<V> = Vec<(String, V)>;
         let (owners, ttl, fence, queued): (Pairs<u64>, i64, Option<u64>, Pairs<String>) =
             self.query_pipeline("inspect", &keys.hash, &pipe).await?;
-        // The watch marker of MultiLock members ('~', `lua/queue.lua`) is nobody's entry.
-        let queued = queued
-            .into_iter()
-            .map(|(field, _)| field)
-            .filter(|field| field != "~")
-            .collect();
+        let queued = queued.into_iter().map(|(field, _)| field).collect();
         Ok(Snapshot {
             owners: owners.into_iter().map(|(f, n)| (f, holds(n))).collect(),
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),

@@ -102,10 +102,8 @@ impl Channel {
     /// the epoch with the one it last saw, so a message that came meanwhile wakes it at once,
     /// and no stale permit wakes anybody later for nothing.
     ///
-    /// Within one client only the head of a lock's local queue (see `local_queue.rs`) and MultiLock
-    /// waiters listen, so this still wakes one single-lock waiter per message; waking only one
-    /// listener could pick a MultiLock waiter that then fails on another member, leaving the
-    /// single-lock head asleep while the lock is free.
+    /// Within one client only the head of a lock's local queue (see `local_queue.rs`) listens on
+    /// a lock's channel, so this still wakes one waiter per message.
     pub(super) fn wake(&self, own: bool) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         if !own {

@@ -1,28 +1,21 @@
-//! MultiLock acquisition rounds in the wait loop (`wait.rs`): one acquire per member, all at
-//! once (one round trip per client); a lost round gives back what it took, then waits for an
-//! unlock of a blocker.
+//! MultiLock acquisition: one round over every member at once (one round trip per client);
+//! when a member is held elsewhere, the round gives back what it took and the MultiLock waits
+//! for its members in turn, in their locks' server queues.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{join_all, select_all};
+use futures_util::future::join_all;
 
-use crate::acquire::nap_for;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
-use crate::multi::member::{Outcome, attempt_batch, give_back, jitter};
-use crate::pubsub::Subscription;
+use crate::multi::member::{Outcome, attempt_batch, give_back};
 use crate::shared::Client;
 use crate::terms::Lease;
 use crate::terms::Wait;
-use crate::wait::{Attempt, Then, Waiter};
 
 use super::{MultiLock, MultiLockGuard};
-
-/// Upper bound of the random pause after a lost round, so contenders woken by the same unlock
-/// do not collide again in lockstep.
-const MAX_JITTER: Duration = Duration::from_millis(50);
 
 /// A member held elsewhere: its position, and its holder's remaining TTL if it has one.
 type Blocker = (usize, Option<Duration>);
@@ -42,104 +35,46 @@ impl MultiLock {
             };
             members.push((lock.pinned(), lease));
         }
-        let batches = by_client(&members);
-        let waits = members.iter().map(|_| None).collect();
-        let mut rounds = Rounds {
-            members,
-            batches,
-            waits,
-            blockers: Vec::new(),
-            lost_rounds: 0,
-            deadline,
-        };
-        crate::wait::run(deadline, &mut rounds).await
-    }
-}
-
-/// A MultiLock's acquisition in the wait loop: each attempt a round over every member; a lost
-/// round gives back what it took and waits for an unlock of a member held elsewhere.
-struct Rounds {
-    members: Vec<(Lock, Lease)>,
-    batches: Vec<Batch>,
-    /// Per member, its unlock channel once it blocked a round.
-    waits: Vec<Option<Subscription>>,
-    /// The members held elsewhere in the latest round.
-    blockers: Vec<Blocker>,
-    lost_rounds: u32,
-    deadline: Wait,
-}
-
-impl Waiter for Rounds {
-    type Output = MultiLockGuard;
-
-    async fn attempt(&mut self) -> Result<Attempt<MultiLockGuard>> {
-        let (held, blockers, error) = round(&self.members, &self.batches).await;
+        // Every member at once: one round trip per client when nobody holds any of them.
+        let (held, blockers, error) = round(&members, &by_client(&members)).await;
         if blockers.is_empty() && error.is_none() {
-            return Ok(Attempt::Done(MultiLockGuard::new(held)));
+            return Ok(Some(MultiLockGuard::new(held)));
         }
         give_back(held, None).await;
         if let Some(e) = error {
             return Err(e);
         }
-        // Until an unlock message for a blocker, or the shortest blocker's TTL runs out (a
-        // second for a blocker without one).
-        let nap = blockers.iter().map(|(_, ttl)| nap_for(*ttl)).min();
-        self.blockers = blockers;
-        Ok(Attempt::Again(nap))
-    }
-
-    /// Listens on every blocking member before sleeping, and tries again at once if any is
-    /// new: an unlock may have come before we listened.
-    async fn refused(&mut self) -> Result<Then> {
-        let missing: Vec<usize> = self
-            .blockers
-            .iter()
-            .map(|(i, _)| *i)
-            .filter(|i| self.waits[*i].is_none())
-            .collect();
-        if missing.is_empty() {
-            return Ok(Then::Nap);
+        if deadline.remaining().is_none() {
+            return Ok(None);
         }
-        let members = &self.members;
-        let subscribed = join_all(missing.iter().map(|&i| members[i].0.subscribe_to_unlocks()));
-        for (i, sub) in missing.into_iter().zip(subscribed.await) {
-            self.waits[i] = Some(sub?);
-        }
-        Ok(Then::Attempt)
+        in_turn(&members, deadline).await
     }
+}
 
-    /// Sleeps until an unlock message for a blocker arrives or `nap` has passed, then a
-    /// random pause, so contenders woken by the same unlock do not collide again in
-    /// lockstep.
-    async fn nap(&mut self, nap: Duration) -> Result<Option<MultiLockGuard>> {
-        let listening: Vec<_> = self
-            .blockers
-            .iter()
-            .filter_map(|(i, _)| self.waits[*i].as_ref())
-            .map(|sub| Box::pin(sub.notified()))
-            .collect();
-        let woken = async move {
-            // Every blocker was subscribed by `refused`; `select_all` panics on nothing.
-            if listening.is_empty() {
-                std::future::pending::<()>().await;
+/// Waits for each member in its lock's server queue like any waiter, one after another in one
+/// global order (by key, then server), holding the members granted so far. A busy lock hands
+/// over to the MultiLock in its turn, so ordinary traffic on a member cannot starve it; and two
+/// MultiLocks over shared members take them in the same order, so neither can hold one while
+/// waiting for another the other holds. Giving up (the wait ran out, an error) gives back what
+/// was held; a member's wait is cancel-safe, and a dropped future drops the guards it held,
+/// which release them.
+async fn in_turn(members: &[(Lock, Lease)], deadline: Wait) -> Result<Option<MultiLockGuard>> {
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by_cached_key(|&i| (members[i].0.keys.hash.clone(), members[i].0.keyspace()));
+    let mut held: Vec<Option<LockGuard>> = members.iter().map(|_| None).collect();
+    for i in order {
+        let (lock, lease) = &members[i];
+        match lock.acquire(*lease, deadline).await {
+            Ok(Some(guard)) => held[i] = Some(guard),
+            outcome => {
+                give_back(held.into_iter().flatten(), None).await;
+                return outcome.map(|_| None);
             }
-            select_all(listening).await;
-        };
-        tokio::select! {
-            _ = woken => {}
-            _ = tokio::time::sleep(nap) => {}
         }
-        self.lost_rounds = self.lost_rounds.saturating_add(1);
-        let mut pause = jitter(
-            Duration::ZERO,
-            Duration::from_millis(1 << self.lost_rounds.min(6)).min(MAX_JITTER),
-        );
-        if let Some(left) = self.deadline.remaining().flatten() {
-            pause = pause.min(left);
-        }
-        tokio::time::sleep(pause).await;
-        Ok(None)
     }
+    Ok(Some(MultiLockGuard::new(
+        held.into_iter().flatten().collect(),
+    )))
 }
 
 /// One round over every member: what was granted, which members are held elsewhere, and the
@@ -151,7 +86,7 @@ async fn round(
     let round = join_all(
         batches
             .iter()
-            .map(|b| attempt_batch(&b.client, &b.members, None, true)),
+            .map(|b| attempt_batch(&b.client, &b.members, None)),
     )
     .await;
     let mut outcomes: Vec<Option<Outcome>> = members.iter().map(|_| None).collect();

@@ -37,18 +37,21 @@ pub use guard::MultiLockGuard;
 /// ```
 ///
 /// # How it acquires
-/// Each round sends one acquire to every member at once, so a round costs one round trip
-/// however many members there are (Redisson's `RedissonMultiLock` goes member after member).
-/// When any member is held elsewhere, the members this round did take are released before
-/// anything else happens, and the next round starts when an unlock message arrives on a blocking
-/// member (or its holder's lease runs out), after a short random pause.
+/// The first attempt sends one acquire to every member at once, so when none is held it costs
+/// one round trip however many members there are. When a member is held elsewhere, what that
+/// attempt took is given back and a waiting acquisition then waits for each member in turn, in
+/// its lock's queue on the server like any waiter of that lock, holding the members granted so
+/// far: a busy lock hands over to the MultiLock in its turn, so ordinary traffic on a member
+/// cannot starve it (measured behind 4 and 8 × 4 processes' tasks churning a member: its median
+/// wait is within 2× a plain waiter's). Members are awaited in one global order (by lock key,
+/// then server), whatever order they were given in, so two MultiLocks over shared members can
+/// never hold one each and wait for the other. Giving up (the wait ran out, an error, a
+/// dropped future) leaves every queue and gives back every member held.
 ///
-/// Concurrent rounds can split the members between contenders (A takes one member, B another),
-/// and then all of them lose that round; waiting acquisitions retry with growing random pauses
-/// until one of them wins. A single [`try_lock`](MultiLock::try_lock) does not retry, so racing
-/// `try_lock`s on members of *different servers* can all return `None`. On one server the
-/// requests of one round leave on one connection back to back, and in practice the first round
-/// to arrive takes everything.
+/// A single [`try_lock`](MultiLock::try_lock) makes the first attempt only. Racing `try_lock`s on
+/// members of *different servers* can all return `None`; on one server the requests of one
+/// attempt leave on one connection back to back, and in practice the first to arrive takes
+/// everything.
 ///
 /// # Owners and reentrancy
 /// Each member acts for its own owner (by default the current task, pinned when the acquisition

@@ -34,9 +34,6 @@ pub(crate) struct AcquireTerms {
     /// A strict lock's attempt (a `FairLock`): even unqueued, it never takes a free lock while
     /// anybody live is queued (`lua/acquire.lua`, ARGV[6] '-1').
     pub strict: bool,
-    /// A MultiLock member's attempt: when refused, it leaves the watch marker for this many
-    /// milliseconds past the wait it is told (`lua/acquire_wait.lua`, `lua/queue.lua`).
-    pub watch_ms: Option<u64>,
 }
 
 /// How a waiter is queued on the server: its entry outlives the wait it is told by `slack_ms`,
@@ -204,19 +201,13 @@ fn acquire_args(
             .arg(field)
             .arg(terms.lease_ms)
             .arg(reentrant);
-        if let Some(watch_ms) = terms.watch_ms {
-            // The watch form (`acquire_wait.lua`).
-            cmd.arg(watch_ms);
-        }
         return;
     }
-    let (slack, claim, nonce) = match (terms.queue, terms.watch_ms) {
-        (Some(q), _) => (q.slack_ms.max(1) as i64, q.claim_ms.max(1), q.nonce),
+    let (slack, claim, nonce) = match terms.queue {
+        Some(q) => (q.slack_ms.max(1) as i64, q.claim_ms.max(1), q.nonce),
         // A strict lock's single attempt respects the queue without joining it.
-        (None, _) if terms.strict => (-1, 0, 0),
-        // A MultiLock member's watch marker, and how long it outlives the wait.
-        (None, Some(watch_ms)) => (-2, watch_ms, 0),
-        (None, None) => (0, 0, 0),
+        None if terms.strict => (-1, 0, 0),
+        None => (0, 0, 0),
     };
     if !terms.fenced && terms.delay_ms == 0 {
         // The waiter form: no fencing counter, no lock-delay marker, no terms of theirs.
@@ -308,8 +299,6 @@ pub(crate) struct AcquireCall<'a> {
     pub held: bool,
     pub fenced: bool,
     pub delay_ms: u64,
-    /// See [`AcquireTerms::watch_ms`].
-    pub watch_ms: Option<u64>,
 }
 
 impl Node {
@@ -385,7 +374,6 @@ fn acquire_pipeline(
             delay_ms: call.delay_ms,
             queue: None,
             strict: false,
-            watch_ms: call.watch_ms,
         };
         acquire_args(&mut cmd, call.keys, call.field, terms, fence_grace_ms);
         pipe.add_command(cmd);

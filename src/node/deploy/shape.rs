@@ -263,7 +263,7 @@ fn slot_of_bytes(bytes: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
 }
 
-/// The scripts that publish (grants, the watchers' unlock message), in the variant for a
+/// The scripts that publish (grants), in the variant for a
 /// cluster: sharded pub/sub (`SPUBLISH`), falling back to the plain command on a server without
 /// it (before Redis 7). Derived from the standalone sources, so both stay one text.
 pub(crate) mod sharded {
