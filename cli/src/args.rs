@@ -52,7 +52,8 @@ Examples:
 
 Environment of the command:
   REDLEASE_LOCK   the lock name
-  REDLEASE_TOKEN  the fencing token (only with --fenced)
+  REDLEASE_TOKEN  the fencing token (only with --fenced): server microseconds, such as
+                  1796468123456789; store it in a 64-bit integer (BIGINT)
 
 Exit status:
   the command's own status (128+N when it was killed by signal N), or
@@ -113,7 +114,8 @@ Examples:
 
 Environment of the command:
   REDLEASE_ELECTION  the election's name
-  REDLEASE_TERM      the term: greater than every earlier leader's (a fencing token)
+  REDLEASE_TERM      the term: greater than every earlier leader's (a fencing token, such
+                     as 1796468123456789; store it in a 64-bit integer, BIGINT)
   REDLEASE_LOCK, REDLEASE_TOKEN  the same, as `redlease run --fenced` names them
 
 Exit status:
@@ -277,7 +279,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
     /// Hand out a fencing token in $REDLEASE_TOKEN: greater than every earlier token of this
-    /// lock name.
+    /// lock name (server microseconds, ~1.8e15: a 64-bit integer).
     #[arg(long)]
     pub fenced: bool,
     /// After a lease that ran out without a release (redlease killed or paused), keep the lock
