@@ -295,7 +295,8 @@ pub struct RunArgs {
     pub foreground: bool,
     /// Keep the lock until DUR after it was acquired, even if the command ended sooner
     /// (ShedLock's lockAtLeastFor): a fleet whose crons fire a little apart runs a short job
-    /// once. redlease keeps holding it, then releases it and exits with the command's status.
+    /// once. After the command exits, redlease waits with the lock held until then, releases
+    /// it and exits with the command's status.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub hold_at_least: Option<Duration>,
     /// Print nothing when the lock is busy (not acquired within --wait): just exit 75, so
