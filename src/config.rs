@@ -41,7 +41,8 @@ pub struct Config {
     /// How waiters learn that what they wait for may be free. Defaults to [`WaitBy::PubSub`].
     pub wait_by: WaitBy,
     /// Whether acquisitions and renewals of plain locks wait until replicas acknowledged the
-    /// write (`WAIT`). Defaults to [`Replicas::Off`]. See [the replicas guide](crate::guide::replicas).
+    /// write (`WAIT`). Defaults to [`Replicas::Off`]. See
+    /// [the replicas guide](crate::guide::replicas).
     pub replicas: Replicas,
     /// How long a fencing counter (`P:{N}:fence`) outlives the lease it was last written with.
     /// Defaults to 60 seconds.

@@ -379,7 +379,7 @@ pub mod __macro_support {
 ///
 /// Links from one guide to another name the file (`replicas.md`): they work where the files
 /// are read as files (the repository, the package's `docs/`), not on these pages; each page is
-/// listed here.
+/// listed here. A new page under `docs/` gets a module here (the package ships `docs/`).
 pub mod guide {
     #[doc = include_str!("../docs/locks.md")]
     pub mod locks {}
