@@ -49,17 +49,30 @@ fn quiet_still_reports_other_failures() {
     );
 }
 
-/// Two hosts' crons fire 1 s apart and each runs a 0.2 s job with `--wait 0`: `runs` lines in
-/// `DIR/ran`, and each redlease's result.
-fn two_skewed_runs(sub: &str) -> (Scratch, Vec<common::Finished>) {
+/// Two hosts' crons fire 1 s apart and each runs a 0.2 s job with `--wait 0`: the lines in
+/// `DIR/ran` (one per run of the job), and each redlease's result. The second starts 1 s after
+/// the first, and not before the first's job started (a slow machine must not swap them);
+/// with `first_done`, not before the first exited either.
+fn two_skewed_runs(sub: &str, first_done: bool) -> (Scratch, Vec<common::Finished>) {
     let server = Server::start();
     let name = unique_name("cron");
     let dir = Scratch::new("cron");
     let job = format!("echo $$ >> {}/ran; sleep 0.2", dir.str());
-    let first = Running::spawn(rl(&server.url(), sub, &name, &["sh", "-c", &job]));
-    std::thread::sleep(Duration::from_secs(1));
+    let started = Instant::now();
+    let mut first = Running::spawn(rl(&server.url(), sub, &name, &["sh", "-c", &job]));
+    first.wait_for(&dir, "ran");
+    std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
+    let mut first = Some(first);
+    let early = if first_done {
+        first.take().map(|run| run.finish(LIMIT))
+    } else {
+        None
+    };
     let second = Running::spawn(rl(&server.url(), sub, &name, &["sh", "-c", &job]));
-    let finished = vec![first.finish(LIMIT), second.finish(LIMIT)];
+    let first = early
+        .or_else(|| first.map(|run| run.finish(LIMIT)))
+        .expect("the first run");
+    let finished = vec![first, second.finish(LIMIT)];
     assert_eq!(
         status_json(&server, &name)["held"],
         false,
@@ -70,7 +83,7 @@ fn two_skewed_runs(sub: &str) -> (Scratch, Vec<common::Finished>) {
 
 #[test]
 fn hold_at_least_runs_a_short_job_once_across_skewed_crons() {
-    let (dir, out) = two_skewed_runs("run --wait 0 --quiet --hold-at-least 5s");
+    let (dir, out) = two_skewed_runs("run --wait 0 --quiet --hold-at-least 5s", false);
     assert_eq!(dir.read("ran").lines().count(), 1, "ran once: {out:?}");
     assert_eq!(out[0].code(), Some(0), "{out:?}");
     assert_eq!(out[1].code(), Some(75), "the second found it held: {out:?}");
@@ -78,17 +91,16 @@ fn hold_at_least_runs_a_short_job_once_across_skewed_crons() {
     // The first kept the lock for the 5 s, then released it and exited.
     let held = out[0].elapsed;
     assert!(
-        held >= Duration::from_secs(5) && held < Duration::from_secs(8),
+        held >= Duration::from_secs(5) && held < Duration::from_secs(10),
         "{held:?}"
     );
 }
 
 #[test]
 fn without_hold_at_least_both_skewed_crons_run_the_job() {
-    let (dir, out) = two_skewed_runs("run --wait 0");
+    let (dir, out) = two_skewed_runs("run --wait 0", true);
     assert_eq!(dir.read("ran").lines().count(), 2, "{out:?}");
     assert!(out.iter().all(|o| o.code() == Some(0)), "{out:?}");
-    assert!(out[0].elapsed < Duration::from_secs(3), "{out:?}");
 }
 
 /// A command that outlasts `--hold-at-least` is released as soon as it exits.
@@ -115,13 +127,15 @@ fn hold_at_least_ends_with_a_release_not_a_lock_delay() {
     let server = Server::start();
     let name = unique_name("delayed");
     let dir = Scratch::new("delayed");
-    let first = Running::spawn(rl(
+    let done = dir.path("done");
+    let mut first = Running::spawn(rl(
         &server.url(),
-        "run --lock-delay 10s --hold-at-least 1500ms",
+        "run --lock-delay 10s --hold-at-least 3s",
         &name,
-        &["true"],
+        &["touch", done.to_str().unwrap()],
     ));
-    std::thread::sleep(Duration::from_millis(700));
+    first.wait_for(&dir, "done");
+    std::thread::sleep(Duration::from_millis(300));
     let busy = finish(rl(
         &server.url(),
         "run --wait 0 --lock-delay 10s",
