@@ -61,7 +61,7 @@ pub struct Config {
     /// it within a round trip.
     ///
     /// With [`timeout`](Config::timeout) it also bounds how long a waiter's place in the queue
-    /// outlives the waiter's last attempt (a live waiter attempts again well before): a
+    /// outlives the waiter's last attempt (a live waiter attempts again before it ends): a
     /// [`Lock`](crate::Lock)'s or [`FairLock`](crate::FairLock)'s waiter keeps its place for the
     /// wait that attempt was told (the holder's lease left, or 1 s for a key without expiry),
     /// a semaphore's or read-write lock's waiter for 2 s, each plus the longer of the claim

@@ -264,7 +264,7 @@
 //! For a lock named `N` and the prefix `P` (default `redlease`). Every key either expires or
 //! is deleted by its last user, so nothing piles up (`tests/keys_left.rs` runs every kind of
 //! lock, semaphore and latch and checks that the server is empty afterwards; an election's
-//! record is kept an hour after its last leader by design, so it is left out there):
+//! record is kept an hour past its lock's lease by design, so it is left out there):
 //!
 //! | key | type | contents | gone when |
 //! |---|---|---|---|
