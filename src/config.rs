@@ -41,7 +41,8 @@ pub struct Config {
     /// How waiters learn that what they wait for may be free. Defaults to [`WaitBy::PubSub`].
     pub wait_by: WaitBy,
     /// Whether acquisitions and renewals of plain locks wait until replicas acknowledged the
-    /// write (`WAIT`). Defaults to [`Replicas::Off`]. See `docs/replicas.md`.
+    /// write (`WAIT`). Defaults to [`Replicas::Off`]. See
+    /// [the replicas guide](crate::guide::replicas).
     pub replicas: Replicas,
     /// How long a fencing counter (`P:{N}:fence`) outlives the lease it was last written with.
     /// Defaults to 60 seconds.
@@ -52,13 +53,19 @@ pub struct Config {
     /// the lock idle for the whole grace, can hand out a token below an earlier one. Zero lets
     /// the counter expire with the lease.
     pub fence_grace: Duration,
-    /// How long a lock given to a queued waiter by a release stays its own before the waiter
-    /// claims it; also how much longer than the wait it was told a waiter's place in the queue
-    /// lives. Defaults to 2 seconds.
+    /// How long a lock (or a semaphore's permits, or a read-write lock's hold) given to a
+    /// queued waiter stays that waiter's before it claims it. Defaults to 2 seconds.
     ///
-    /// Waiters of a [`Lock`](crate::Lock) queue on the server, and a release gives the lock to
-    /// the first of them at once. A waiter whose process died holds a lock given to it for this
-    /// long at most; a live one claims it within a round trip.
+    /// Waiters queue on the server, and a release gives what it frees to the first of them at
+    /// once. A waiter whose process died holds a grant for this long at most; a live one claims
+    /// it within a round trip.
+    ///
+    /// With [`timeout`](Config::timeout) it also bounds how long a waiter's place in the queue
+    /// outlives the waiter's last attempt (a live waiter attempts again before it ends): a
+    /// [`Lock`](crate::Lock)'s or [`FairLock`](crate::FairLock)'s waiter keeps its place for the
+    /// wait that attempt was told (the holder's lease left, or 1 s for a key without expiry),
+    /// a semaphore's or read-write lock's waiter for 2 s, each plus the longer of the claim
+    /// lease and the timeout.
     pub claim_lease: Duration,
     /// The `lock` label of the per-lock metrics. Defaults to none ([`LockLabel::off`]).
     pub lock_label: LockLabel,
@@ -89,7 +96,8 @@ pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
 /// one pipeline with the script, on the same connection, to the key's primary).
 ///
 /// What it does not promise: an acknowledged replica may not be the one promoted at a
-/// failover, and `WAIT` does not make Redis strongly consistent (see `docs/replicas.md`).
+/// failover, and `WAIT` does not make Redis strongly consistent (see
+/// [the replicas guide](crate::guide::replicas)).
 ///
 /// ```
 /// use std::time::Duration;

@@ -31,6 +31,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Guides
+//! The pages of the repository's `docs/`, here as modules of [`guide`]:
+//! [kinds of lock in depth](guide::locks), [guarantees and failure modes](guide::guarantees),
+//! [leader election](guide::election), [the `redlease` command](guide::cli),
+//! [observability](guide::observability), [performance](guide::performance),
+//! [internals](guide::internals), [`#[locked]`](guide::macros), [TLS](guide::tls),
+//! [ACL users](guide::acl), [Sentinel](guide::sentinel), [replicas](guide::replicas).
+//!
 //! ## What you get
 //! - [`Client`]: one connection, one watchdog task and one pub/sub connection shared by all
 //!   its locks. [`blocking::Client`] is the same for synchronous code.
@@ -91,7 +99,7 @@
 //!   `proclaim`, `resign` (hands over at once), `lost()`; [`Election::leader`];
 //!   [`Election::observe`], a stream of every change; [`Election::lead`], a body run while
 //!   leading and cancelled on loss ([`LeadOptions::rejoin`] campaigns again). See
-//!   [`election`] and `docs/election.md`.
+//!   [`election`] and [the election guide](guide::election).
 //! - [`Guard`]: one object-safe trait over [`LockGuard`] (a [`FairLock`]'s too), [`ReadGuard`],
 //!   [`WriteGuard`] and [`Permit`].
 //!
@@ -135,7 +143,8 @@
 //! releases) made while others are in flight are sent together, as one script call of up to 64
 //! locks that the server runs one after another: the script's fixed cost is paid once (64
 //! tasks locking a key each ran 1.3–1.6× as many lock/unlock pairs per second as with one call
-//! each; see `docs/performance.md`). Each caller still gets its own answer, error and timeout.
+//! each; see [the performance guide](guide::performance)). Each caller still gets its own
+//! answer, error and timeout.
 //!
 //! ## Owners: what re-enters, what excludes
 //! A lock is held by an *owner*. The same owner taking the same lock again counts up (each
@@ -191,7 +200,8 @@
 //! `examples/prometheus.rs`), and then each update is a few atomic operations. No metric is
 //! labelled by lock name unless the client maps names to a few groups with
 //! [`ClientBuilder::lock_label`] (label `lock`): every distinct value is a series of its own.
-//! Spans carry the name instead. The full table, with what to alert on: `docs/observability.md`.
+//! Spans carry the name instead. The full table, with what to alert on:
+//! [the observability guide](guide::observability).
 //!
 //! | metric | kind | labels | what |
 //! |---|---|---|---|
@@ -230,7 +240,10 @@
 //! lease (GC, swap, SIGSTOP, a slow network): when it resumes it may still believe it holds
 //! the lock. redlease gives you the tools to handle it:
 //! - **fencing tokens** ([`Lock::fenced`]): every first acquisition gets a strictly larger
-//!   number; the resource rejects writes carrying an older token;
+//!   number; the resource rejects writes carrying an older token. A token is the server's
+//!   clock in microseconds (or one more than the last token), such as `1796468123456789`
+//!   (about 1.8 × 10¹⁵), and so is an election's term: store them in 64-bit integers (`u64`,
+//!   SQL `BIGINT`), never in a 32-bit column;
 //! - the **lost-lease signal** ([`LockGuard::lost`]) to stop work promptly;
 //! - the **local validity deadline** ([`LockGuard::valid_until`]): the lease minus a drift
 //!   allowance, measured from the *start* of the last successful acquisition or renewal. A
@@ -251,8 +264,9 @@
 //!
 //! ## Redis data model
 //! For a lock named `N` and the prefix `P` (default `redlease`). Every key either expires or
-//! is deleted by its last user, so nothing piles up (`tests/keys_left.rs` runs every kind and
-//! checks that the server is empty afterwards):
+//! is deleted by its last user, so nothing piles up (`tests/keys_left.rs` runs every kind of
+//! lock, semaphore and latch and checks that the server is empty afterwards; an election's
+//! record is kept an hour past its lock's lease by design, so it is left out there):
 //!
 //! | key | type | contents | gone when |
 //! |---|---|---|---|
@@ -359,31 +373,46 @@ pub mod __macro_support {
     pub use tokio::time::sleep;
 }
 
-/// The Rust examples of the README and of `docs/`, compiled by `cargo test --doc` so they stay
-/// true. A new page under `docs/` with Rust blocks gets a line here.
+/// The guides under `docs/` in the repository, one page each, so that they read (and link) on
+/// docs.rs as the rest of this documentation does. Their Rust examples are compiled by
+/// `cargo test --doc`, so they stay true.
+///
+/// Links from one guide to another name the file (`replicas.md`): they work where the files
+/// are read as files (the repository, the package's `docs/`), not on these pages; each page is
+/// listed here. A new page under `docs/` gets a module here (the package ships `docs/`).
+pub mod guide {
+    #[doc = include_str!("../docs/locks.md")]
+    pub mod locks {}
+    #[doc = include_str!("../docs/guarantees.md")]
+    pub mod guarantees {}
+    #[doc = include_str!("../docs/election.md")]
+    pub mod election {}
+    #[doc = include_str!("../docs/cli.md")]
+    pub mod cli {}
+    #[doc = include_str!("../docs/observability.md")]
+    pub mod observability {}
+    #[doc = include_str!("../docs/performance.md")]
+    pub mod performance {}
+    #[doc = include_str!("../docs/internals.md")]
+    pub mod internals {}
+    // Its examples need the `macros` feature to compile.
+    #[cfg(any(feature = "macros", not(doctest)))]
+    #[doc = include_str!("../docs/macros.md")]
+    pub mod macros {}
+    #[doc = include_str!("../docs/tls.md")]
+    pub mod tls {}
+    #[doc = include_str!("../docs/acl.md")]
+    pub mod acl {}
+    #[doc = include_str!("../docs/sentinel.md")]
+    pub mod sentinel {}
+    #[doc = include_str!("../docs/replicas.md")]
+    pub mod replicas {}
+}
+
+/// The README's Rust examples, compiled by `cargo test --doc` so they stay true (the guides'
+/// are, as [`guide`]).
 #[cfg(doctest)]
 mod doc_examples {
     #[doc = include_str!("../README.md")]
     pub struct Readme;
-    #[doc = include_str!("../docs/locks.md")]
-    pub struct Locks;
-    #[doc = include_str!("../docs/guarantees.md")]
-    pub struct Guarantees;
-    #[doc = include_str!("../docs/observability.md")]
-    pub struct Observability;
-    #[doc = include_str!("../docs/performance.md")]
-    pub struct Performance;
-    #[doc = include_str!("../docs/internals.md")]
-    pub struct Internals;
-    #[doc = include_str!("../docs/tls.md")]
-    pub struct Tls;
-    #[doc = include_str!("../docs/replicas.md")]
-    pub struct Replicas;
-    #[doc = include_str!("../docs/sentinel.md")]
-    pub struct Sentinel;
-    #[doc = include_str!("../docs/election.md")]
-    pub struct Election;
-    #[cfg(feature = "macros")]
-    #[doc = include_str!("../docs/macros.md")]
-    pub struct Macros;
 }

@@ -37,6 +37,10 @@ Examples:
   # Cron: skip this run if another host is still busy (exit 75):
   redlease run --wait 0 nightly-report -- ./report.sh
 
+  # Cron on every host of a fleet, clocks a few seconds apart: the job runs once per round,
+  # and the hosts that find the lock taken exit 75 without a word (so cron mails nothing):
+  redlease run --wait 0 --quiet --hold-at-least 5m nightly-report -- ./report.sh
+
   # Give up after 2 minutes; renew a 10 s lease every ~3 s while it runs:
   redlease run --wait 2m --lease 10s import -- python3 import.py
 
@@ -48,14 +52,15 @@ Examples:
 
 Environment of the command:
   REDLEASE_LOCK   the lock name
-  REDLEASE_TOKEN  the fencing token (only with --fenced)
+  REDLEASE_TOKEN  the fencing token (only with --fenced): server microseconds, such as
+                  1796468123456789; store it in a 64-bit integer (BIGINT)
 
 Exit status:
   the command's own status (128+N when it was killed by signal N), or
   64  usage error            65  the lock key holds another Redis type
   69  Redis unreachable, or refused us (auth, replica), or no majority of --url nodes
   70  the lease was lost while the command ran; it was stopped
-  71  internal error         75  the lock was not acquired within --wait
+  71  internal error         75  the lock was not acquired within --wait (silent with --quiet)
   76  Redis sent a reply this version does not understand
   77  the Redis user (ACL) lacks a right redlease needs; the message names it
   78  the TLS handshake failed (untrusted server certificate, refused client certificate)
@@ -109,7 +114,8 @@ Examples:
 
 Environment of the command:
   REDLEASE_ELECTION  the election's name
-  REDLEASE_TERM      the term: greater than every earlier leader's (a fencing token)
+  REDLEASE_TERM      the term: greater than every earlier leader's (a fencing token, such
+                     as 1796468123456789; store it in a 64-bit integer, BIGINT)
   REDLEASE_LOCK, REDLEASE_TOKEN  the same, as `redlease run --fenced` names them
 
 Exit status:
@@ -273,7 +279,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
     /// Hand out a fencing token in $REDLEASE_TOKEN: greater than every earlier token of this
-    /// lock name.
+    /// lock name (server microseconds, ~1.8e15: a 64-bit integer).
     #[arg(long)]
     pub fenced: bool,
     /// After a lease that ran out without a release (redlease killed or paused), keep the lock
@@ -287,6 +293,16 @@ pub struct RunArgs {
     /// redlease runs in the foreground of a terminal.
     #[arg(long)]
     pub foreground: bool,
+    /// Keep the lock until DUR after it was acquired, even if the command ended sooner
+    /// (ShedLock's lockAtLeastFor): a fleet whose crons fire a little apart runs a short job
+    /// once. After the command exits, redlease waits with the lock held until then, releases
+    /// it and exits with the command's status.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub hold_at_least: Option<Duration>,
+    /// Print nothing when the lock is busy (not acquired within --wait): just exit 75, so
+    /// cron mails nothing. Other failures are still reported.
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
     /// Report acquisition, token and release on stderr.
     #[arg(short, long)]
     pub verbose: bool,

@@ -32,7 +32,8 @@ pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (like a shell).
 pub const NOT_FOUND: u8 = 127;
 
-/// Why redlease stops early: the exit status and a one-line message for stderr.
+/// Why redlease stops early: the exit status and a one-line message for stderr (none when
+/// empty).
 #[derive(Debug)]
 pub struct Failure {
     pub code: u8,
@@ -45,6 +46,11 @@ impl Failure {
             code,
             message: message.into(),
         }
+    }
+
+    /// A failure that prints nothing: the status says it all (`run --quiet` on a busy lock).
+    pub fn silent(code: u8) -> Failure {
+        Failure::new(code, String::new())
     }
 
     /// A library error, with `context` saying what was being done.

@@ -69,7 +69,9 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("redlease: {}", failure.message);
+            if !failure.message.is_empty() {
+                eprintln!("redlease: {}", failure.message);
+            }
             ExitCode::from(failure.code)
         }
     }

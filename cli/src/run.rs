@@ -27,6 +27,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let Some(held) = held else {
         return Err(not_acquired(&args));
     };
+    let acquired = Instant::now();
     if args.verbose {
         let token = held
             .fencing_token()
@@ -57,16 +58,34 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let lost = held.lost();
     let outcome =
         child::supervise(&mut child, &mut incoming, foreground, args.grace, lost, why).await;
-    finish(&args, held, &child, outcome).await
+    let ran = Ran {
+        child: &child,
+        outcome,
+        acquired,
+    };
+    finish(&args, held, ran, &mut incoming).await
 }
 
-/// Releases the lock and picks the exit status.
+/// The command, after it exited.
+struct Ran<'a> {
+    child: &'a Child,
+    outcome: child::Outcome,
+    /// When the lock was acquired (`--hold-at-least` counts from there).
+    acquired: Instant,
+}
+
+/// Releases the lock (after `--hold-at-least`) and picks the exit status.
 async fn finish(
     args: &RunArgs,
     held: Held,
-    child: &Child,
-    outcome: child::Outcome,
+    ran: Ran<'_>,
+    incoming: &mut Incoming,
 ) -> Result<u8, Failure> {
+    let Ran {
+        child,
+        outcome,
+        acquired,
+    } = ran;
     let status = match outcome.status {
         Ok(status) => status,
         Err(e) => {
@@ -92,6 +111,19 @@ async fn finish(
         ));
     }
     let lost_late = held.is_lost();
+    if !lost_late && let Some(at_least) = args.hold_at_least {
+        hold_the_rest(args, &held, acquired + at_least, incoming).await;
+        if held.is_lost() {
+            // The command ran to its end under the lock: its status stands.
+            let _ = held.unlock().await;
+            eprintln!(
+                "redlease: the lease of lock \"{}\" was lost after the command exited, before \
+                 --hold-at-least ran out; another run may take it sooner",
+                args.name
+            );
+            return Ok(code);
+        }
+    }
     match held.unlock().await {
         Err(e) if lost_late || e.is_lease_lost() => Err(Failure::new(
             exit::LEASE_LOST,
@@ -116,6 +148,33 @@ async fn finish(
     }
 }
 
+/// `--hold-at-least`: keeps the lock, after the command exited, until `until` (the process
+/// waits; the watchdog goes on renewing). Ends early when the lease is lost or a signal asks
+/// redlease to stop (then the lock is released at once).
+async fn hold_the_rest(args: &RunArgs, held: &Held, until: Instant, incoming: &mut Incoming) {
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return;
+    }
+    if args.verbose {
+        eprintln!(
+            "redlease: the command exited; keeping lock \"{}\" {} more (--hold-at-least)",
+            args.name,
+            format_duration(millis(left))
+        );
+    }
+    tokio::select! {
+        () = tokio::time::sleep(left) => {}
+        () = held.lost() => {}
+        signal = incoming.recv() => eprintln!(
+            "redlease: {} after the command exited; releasing lock \"{}\" before \
+             --hold-at-least ran out",
+            signals::name(signal),
+            args.name
+        ),
+    }
+}
+
 /// Gives the lock back when the command could not be run or watched; errors only reported.
 async fn release(args: &RunArgs, held: Held) {
     if let Err(e) = held.unlock().await {
@@ -132,8 +191,11 @@ fn release_failed(args: &RunArgs, error: &redlease::Error) {
     );
 }
 
-/// The one-line failure for a lock not acquired within `--wait`.
+/// The one-line failure for a lock not acquired within `--wait`; with `--quiet`, none.
 fn not_acquired(args: &RunArgs) -> Failure {
+    if args.quiet {
+        return Failure::silent(exit::TEMPFAIL);
+    }
     let within = match args.wait {
         Some(wait) if !wait.is_zero() => format!("within {}", format_duration(wait)),
         _ => "at once (--wait 0)".to_owned(),
