@@ -185,6 +185,7 @@ impl ClientBuilder {
             .await
             .map_err(|e| denied(e, &self.config.prefix))?;
         node.set_fence_grace(self.config.fence_grace);
+        node.report_server_warnings(self.config.refuse_evicting_servers)?;
         if self.check_rights {
             let pubsub = self.config.wait_by == WaitBy::PubSub;
             if self.lazy {

@@ -81,6 +81,11 @@ pub struct Config {
     /// between two waits of a process, it makes no difference; each lingering channel costs
     /// one subscription on the server for that long.
     pub channel_linger: Duration,
+    /// Whether connecting to a server whose `maxmemory-policy` may evict lock keys (any policy
+    /// but `noeviction`) fails with [`Error::EvictingServer`] instead of a warning
+    /// ([`Client::server_warnings`](crate::Client::server_warnings)). Defaults to `false`.
+    /// See docs/guarantees.md, *Eviction*.
+    pub refuse_evicting_servers: bool,
 }
 
 /// The default of [`Config::claim_lease`].
@@ -179,6 +184,7 @@ impl Default for Config {
             claim_lease: DEFAULT_CLAIM_LEASE,
             lock_label: LockLabel::off(),
             channel_linger: DEFAULT_CHANNEL_LINGER,
+            refuse_evicting_servers: false,
         }
     }
 }

@@ -173,6 +173,18 @@ pub enum Error {
         /// The implicit owner both acquisitions had (`task-12`, `thread-3`, `scope-4`).
         owner: String,
     },
+    /// The server's `maxmemory-policy` may evict a held lock's key, and the client was built
+    /// with [`refuse_evicting_servers`](crate::ClientBuilder::refuse_evicting_servers): found
+    /// when the client connects. Fix the server (`CONFIG SET maxmemory-policy noeviction`).
+    #[error(
+        "the Redis server {node} has maxmemory-policy {policy}, which may evict held locks; set `CONFIG SET maxmemory-policy noeviction`"
+    )]
+    EvictingServer {
+        /// The server: `host:port`, or how the deployment was named.
+        node: String,
+        /// Its `maxmemory-policy`.
+        policy: String,
+    },
 }
 
 impl Error {

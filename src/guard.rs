@@ -17,8 +17,10 @@ use crate::shared::Client;
 ///
 /// # Drop
 /// Drop never blocks and never panics: it updates the local state at once (the hold count, and
-/// the watchdog stops renewing at the last hold) and spawns the release on the runtime that is
-/// current at drop time. Without a runtime the lease frees the key when it runs out.
+/// the watchdog stops renewing at the last hold) and spawns the release on the runtime the
+/// client was built on, from whatever thread drops it (a plain `std::thread` included). Once
+/// that runtime has ended nothing can send the release: the client warns once (`tracing`) and
+/// the lease frees the key when it runs out.
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {

@@ -221,6 +221,7 @@
 //! | `redlease_election_campaign_wait_seconds` | histogram | | from `campaign` to its win |
 //! | `redlease_election_takeover_seconds` | histogram | | from the end of the previous term, as the server recorded it, to the win |
 //! | `redlease_replica_acks_short_total` | counter | `write` | acquisitions and renewals (`acquire`, `renew`) that fewer replicas acknowledged than [`Replicas`] wanted |
+//! | `redlease_server_warnings_total` | counter | `warning`, `policy` | at connect, per [`ServerWarning`] of a server: `eviction` with the server's `maxmemory-policy` |
 //!
 //! `kind` is `lock` for [`Lock`] (and the members of [`MultiLock`] and [`RedLock`] in `held`,
 //! hold time and leases lost); the family kinds do not record these series yet.
@@ -354,6 +355,7 @@ pub use identity::ClientInfo;
 pub use keys::MAX_NAME_LEN;
 pub use lock::{Holder, Lock, LockStatus, RemainingLease};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
+pub use node::ServerWarning;
 #[cfg(feature = "tls-rustls")]
 pub use node::TlsOptions;
 pub use options::LockOptions;

@@ -17,11 +17,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio_util::task::TaskTracker;
-
 use crate::keys::LockKeys;
 use crate::shared::Client;
-use crate::task::{FinishOnDrop, spawn_from_drop};
+use crate::task::{Background, FinishOnDrop, spawn_from_drop};
 
 /// A withdrawal as it runs.
 type Withdrawal = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -33,7 +31,7 @@ type StartWithdrawal = Box<dyn FnOnce() -> Withdrawal + Send>;
 
 /// A queue entry that may exist on the server; withdrawn unless [`taken`](QueuePlace::taken).
 pub(crate) struct QueuePlace {
-    background: TaskTracker,
+    background: Background,
     withdraw: Option<StartWithdrawal>,
 }
 

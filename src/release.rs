@@ -36,8 +36,8 @@ pub(crate) async fn release_hold(client: &Client, hold: &Arc<Hold>) -> Result<()
 }
 
 /// [`release_hold`] from a guard's Drop: the local half at once, the server half spawned on
-/// the current runtime (tracked, so `Client::shutdown` waits for it). Without a runtime the
-/// watchdog no longer renews the hold, and the lease frees the key.
+/// the client's runtime from any thread (tracked, so `Client::shutdown` waits for it). Once that
+/// runtime has ended the watchdog no longer renews the hold, and the lease frees the key.
 pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
     // Local state first and synchronously: a release that did this inside the spawned task let
     // the watchdog renew a dropped guard's hold until the task ran (forever if the runtime was
@@ -262,8 +262,8 @@ fn answer(
 }
 
 /// Gives back one hold of `field` in the background (tracked, so shutdown waits for it): a
-/// grant nobody will use. `why` is logged. Safe from a drop: without a runtime there is nothing
-/// to run on, and the lease frees the key.
+/// grant nobody will use. `why` is logged. Safe from a drop on any thread: once the client's
+/// runtime has ended there is nothing to run on, and the lease frees the key.
 pub(crate) fn give_back_in_background(
     client: &Client,
     keys: &Arc<LockKeys>,

@@ -9,7 +9,6 @@ use std::sync::{Arc, OnceLock, Weak};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::config::Config;
@@ -19,7 +18,7 @@ use crate::identity::ClientInfo;
 use crate::local_queue::LocalQueues;
 use crate::node::{Dial, Node, Target};
 use crate::pubsub::Subscriber;
-use crate::task::AbortOnDrop;
+use crate::task::{AbortOnDrop, Background};
 use crate::terms::Lease;
 use crate::turns::Turns;
 
@@ -60,8 +59,9 @@ pub(crate) struct Inner {
     /// Acquisitions and guard releases in progress, per (lock, owner): acquisitions take turns
     /// and wait for the owner's releases in flight.
     pub turns: Arc<Turns>,
-    /// Background releases and give-backs, which `shutdown` waits for.
-    pub background: TaskTracker,
+    /// Background releases and give-backs, which `shutdown` waits for, on the runtime the
+    /// client was built on.
+    pub background: Background,
     pub subscriber: Arc<Subscriber>,
     /// The watchdog's task and what wakes it (`watchdog.rs` renews `holds`).
     pub watchdog: Watchdog,
@@ -91,7 +91,7 @@ impl Inner {
             local_queues: LocalQueues::default(),
             local_states: LocalStates::default(),
             turns: Arc::default(),
-            background: TaskTracker::new(),
+            background: Background::new(),
             watchdog: Watchdog::default(),
             dialed: OnceLock::new(),
             shut_down: AtomicBool::new(false),

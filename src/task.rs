@@ -4,6 +4,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
@@ -17,18 +21,116 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Spawns `work` under `tracker` (so `Client::shutdown` waits for it) on the current runtime:
-/// how a `Drop`, which cannot await, hands its server half over. Outside a runtime `work` is
-/// dropped unrun and false returned; the lease then frees whatever it would have released.
-pub(crate) fn spawn_from_drop<F>(tracker: &TaskTracker, work: F) -> bool
+/// The background work of one client: tracked, so `Client::shutdown` waits for it, and run on
+/// the runtime the client was built on, whichever thread starts it (a guard dropped on a plain
+/// thread included). Clones share the tracker, the runtime and the once-only warning.
+#[derive(Clone, Debug)]
+pub(crate) struct Background {
+    tracker: TaskTracker,
+    /// The runtime current when the client was built; `None` if there was none (then the
+    /// runtime current at each spawn is used).
+    runtime: Option<Handle>,
+    /// Set once the warning that the runtime has ended was given: once per client.
+    told_gone: Arc<AtomicBool>,
+}
+
+impl Background {
+    /// Background work for a client built now, on the current runtime.
+    pub(crate) fn new() -> Background {
+        Background {
+            tracker: TaskTracker::new(),
+            runtime: Handle::try_current().ok(),
+            told_gone: Arc::default(),
+        }
+    }
+
+    /// Spawns `work`, tracked, on the client's runtime (the current one if it has none).
+    ///
+    /// # Panics
+    /// Only as `tokio::spawn` does: a client built outside a runtime, spawning outside one.
+    pub(crate) fn spawn<F>(&self, work: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.runtime {
+            Some(handle) => self.tracker.spawn_on(work, handle),
+            None => self.tracker.spawn(work),
+        }
+    }
+
+    /// No more work is tracked after this (see [`TaskTracker::close`]).
+    pub(crate) fn close(&self) -> bool {
+        self.tracker.close()
+    }
+
+    /// Resolves once every tracked task has ended and the tracker is closed.
+    pub(crate) fn wait(&self) -> tokio_util::task::task_tracker::TaskTrackerWaitFuture<'_> {
+        self.tracker.wait()
+    }
+
+    /// The runtime to run work on: the client's, or the current one.
+    fn handle(&self) -> Option<Handle> {
+        self.runtime.clone().or_else(|| Handle::try_current().ok())
+    }
+
+    /// Warns, once per client, that work handed over from a drop will not run: the runtime the
+    /// client was built on has ended (or there never was one).
+    fn tell_gone(&self) {
+        if !self.told_gone.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                "the tokio runtime this client was built on has ended: a guard dropped now is not \
+                 released on the server, and its key stays until its lease runs out (release \
+                 guards, or call Client::shutdown, before the runtime ends)"
+            );
+        }
+    }
+}
+
+/// Spawns `work` under `background` (so `Client::shutdown` waits for it) on the runtime the
+/// client was built on, from any thread: how a `Drop`, which cannot await, hands its server
+/// half over. If that runtime has ended, `work` cannot run: it is dropped unrun, the client
+/// warns once, and the lease frees whatever it would have released.
+pub(crate) fn spawn_from_drop<F>(background: &Background, work: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return false;
+    let Some(handle) = background.handle() else {
+        background.tell_gone();
+        return;
     };
-    drop(tracker.spawn_on(work, &handle));
-    true
+    // A runtime that has shut down drops a task spawned on it at once, unrun; one shutting down
+    // drops it unfinished. Either way the watch sees it dropped before its end.
+    let watch = Unfinished {
+        background: background.clone(),
+        finished: false,
+    };
+    let work = async move {
+        work.await;
+        watch.done();
+    };
+    drop(background.tracker.spawn_on(work, &handle));
+}
+
+/// Dropped with the work it watches: before that work finished, the runtime has ended.
+struct Unfinished {
+    background: Background,
+    finished: bool,
+}
+
+impl Unfinished {
+    /// The work ended: nothing to warn about.
+    fn done(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.background.tell_gone();
+        }
+    }
 }
 
 /// A future that, if dropped before it finished, is finished in the background instead, and its
@@ -45,7 +147,7 @@ where
     // Boxed so the pinned future can move into a background task when abandoned.
     fut: Option<Pin<Box<F>>>,
     on_abandoned: Option<C>,
-    tracker: Option<TaskTracker>,
+    tracker: Option<Background>,
     /// Made when the future is abandoned, kept until its background completion ends.
     keep: Option<KeepWhileAbandoned>,
 }
@@ -95,7 +197,7 @@ where
     }
 
     /// Runs the background completion under `tracker`, so `Client::shutdown` can wait for it.
-    pub(crate) fn tracked(mut self, tracker: &TaskTracker) -> Self {
+    pub(crate) fn tracked(mut self, tracker: &Background) -> Self {
         self.tracker = Some(tracker.clone());
         self
     }
@@ -144,16 +246,20 @@ where
         let (Some(fut), Some(on_abandoned)) = (self.fut.take(), self.on_abandoned.take()) else {
             return;
         };
-        // Without a runtime there is nothing to finish on; the lease then frees the key.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let kept = self.keep.take().map(|start| start());
-            let finish = async move {
-                on_abandoned.call(fut.await).await;
-                drop(kept);
-            };
-            match &self.tracker {
-                Some(tracker) => drop(tracker.spawn_on(finish, &handle)),
-                None => drop(handle.spawn(finish)),
+        let kept = self.keep.take().map(|start| start());
+        let finish = async move {
+            on_abandoned.call(fut.await).await;
+            drop(kept);
+        };
+        match &self.tracker {
+            // On the client's runtime, from any thread; warned about once if it has ended.
+            Some(background) => spawn_from_drop(background, finish),
+            // Untracked: on the current runtime. Without one there is nothing to finish on;
+            // the lease then frees the key.
+            None => {
+                if let Ok(handle) = Handle::try_current() {
+                    drop(handle.spawn(finish));
+                }
             }
         }
     }

@@ -23,6 +23,8 @@ pub(crate) const BATCH_SIZE: &str = "redlease_batch_size";
 pub(crate) const REDLOCK_VOTES: &str = "redlease_redlock_node_votes_total";
 /// Writes (acquisitions, renewals) that fewer replicas acknowledged than wanted.
 pub(crate) const REPLICAS_SHORT: &str = "redlease_replica_acks_short_total";
+/// What a server the client connected to puts at risk (`ServerWarning`), counted at connect.
+pub(crate) const SERVER_WARNINGS: &str = "redlease_server_warnings_total";
 
 /// The `kind` label of [`Lock`](crate::Lock) (and of the members of `MultiLock` and `RedLock`).
 pub(crate) const LOCK: &str = "lock";
@@ -35,6 +37,16 @@ pub(crate) fn observe(name: &'static str, value: Duration) {
 /// Adds one to the counter `name`.
 pub(crate) fn count(name: &'static str) {
     metrics::counter!(name).increment(1);
+}
+
+/// Counts one server warning of kind `warning` (`eviction`) at connect, labelled with the
+/// server's `maxmemory-policy` (a handful of values).
+pub(crate) fn server_warning(warning: &'static str, policy: &str) {
+    let labels = [
+        ("warning", warning.to_owned()),
+        ("policy", policy.to_owned()),
+    ];
+    metrics::counter!(SERVER_WARNINGS, &labels).increment(1);
 }
 
 /// What an operator may see of a lock's name in the metrics: nothing (the default), or the

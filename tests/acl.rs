@@ -14,7 +14,7 @@ const LEAST: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all \
     +evalsha +script|load +publish +subscribe +unsubscribe \
     +get +hget +hmget +hgetall +hset +hmset +pexpire +exists +del \
     +hsetnx +hexists +hincrby +hdel +set +incr +incrby +decr +decrby \
-    +rpush +lindex +lrem +lpop +type +pttl +time +pubsub|numsub";
+    +rpush +lindex +lrem +lpop +type +pttl +time +pubsub|numsub +info";
 
 /// Creates (or resets) `user` with password `pw` and the rights `rules` (space-separated).
 fn set_user(server: &Server, user: &str, rules: &str) {

@@ -68,6 +68,12 @@ pub async fn connect_all(target: &Target) -> Result<Vec<Node>, Failure> {
             clients[i] = Some(client);
         }
     }
+    // What puts locks at risk on a server (an evicting `maxmemory-policy`), once per node.
+    for client in clients.iter().flatten().flatten() {
+        for warning in client.server_warnings() {
+            eprintln!("redlease: warning: {warning}");
+        }
+    }
     Ok(urls
         .into_iter()
         .zip(clients)

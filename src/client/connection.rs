@@ -3,7 +3,7 @@
 
 #[cfg(doc)]
 use crate::error::Error;
-use crate::node::{Dial, Target};
+use crate::node::{Dial, ServerWarning, Target};
 
 use super::{Client, ClientBuilder};
 
@@ -59,9 +59,45 @@ impl ClientBuilder {
         self.check_rights = check;
         self
     }
+
+    /// Whether [`build`](ClientBuilder::build) fails with [`Error::EvictingServer`] when a
+    /// server's `maxmemory-policy` may evict lock keys (any policy but `noeviction`), instead
+    /// of warning ([`Client::server_warnings`]). Defaults to `false`; see
+    /// [`Config::refuse_evicting_servers`](crate::Config::refuse_evicting_servers).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// let client = redlease::Client::builder("redis://127.0.0.1:6379")
+    ///     .refuse_evicting_servers(true)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn refuse_evicting_servers(mut self, refuse: bool) -> Self {
+        self.config.refuse_evicting_servers = refuse;
+        self
+    }
 }
 
 impl Client {
+    /// What puts locks at risk on the servers this client connected to, as learnt when it
+    /// connected (also logged as `tracing` warnings then, and counted in
+    /// `redlease_server_warnings_total`): today a `maxmemory-policy` that may evict lock keys
+    /// ([`ServerWarning::Eviction`]). Empty when all is well, and for a
+    /// [`lazy`](ClientBuilder::lazy) client, which learns nothing at connect.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redlease::Result<()> {
+    /// let client = redlease::Client::connect("redis://127.0.0.1:6379").await?;
+    /// for warning in client.server_warnings() {
+    ///     eprintln!("warning: {warning}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn server_warnings(&self) -> Vec<ServerWarning> {
+        self.inner.node.capabilities().warnings()
+    }
+
     /// A builder for a client of one server, reached through a `redis::Client` you built: any
     /// [`redis::ConnectionInfo`] (address, database, credentials, protocol), or
     /// `redis::Client::build_with_tls` with your own certificates. The subscriber connects

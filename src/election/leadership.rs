@@ -168,8 +168,8 @@ impl std::fmt::Debug for Leading {
 ///
 /// # Drop
 /// Drop never blocks and never panics: it stops renewing at once and spawns the resignation
-/// (record the vacancy, then release the lock) on the current runtime. Without a runtime the
-/// lease frees the lock when it runs out.
+/// (record the vacancy, then release the lock) on the runtime the client was built on, from any
+/// thread. Once that runtime has ended, the lease frees the lock when it runs out.
 #[must_use = "if unused the leadership is resigned immediately"]
 pub struct Leadership {
     leading: Leading,
@@ -296,7 +296,7 @@ impl Drop for Leadership {
         };
         let term = self.leading.term.clone();
         let background = term.client.inner.background.clone();
-        // Outside a runtime the guard's own fallback: the lease frees the lock.
+        // Runs on the client's runtime; once that has ended, the lease frees the lock.
         let resign = async move {
             if let Err(e) = term.end("resigned").await
                 && !e.is_shutdown()

@@ -200,8 +200,8 @@ where
     Ok(())
 }
 
-/// A dropped family guard's `release`, spawned on the current runtime (see
-/// [`spawn_from_drop`]); outside one, the lease frees the hold.
+/// A dropped family guard's `release`, spawned on the client's runtime from any thread (see
+/// [`spawn_from_drop`]); once that runtime has ended, the lease frees the hold.
 pub(crate) fn release_dropped<F>(client: &Client, name: Arc<str>, release: F)
 where
     F: Future<Output = Result<bool>> + Send + 'static,

@@ -16,7 +16,7 @@ use crate::node::FamilyScript;
 use crate::options::LockOptions;
 use crate::owner::Owner;
 use crate::shared::Client;
-use crate::task::FinishOnDrop;
+use crate::task::{FinishOnDrop, spawn_from_drop};
 
 mod acquire;
 
@@ -250,12 +250,9 @@ impl ReadWriteLock {
     }
 
     /// Gives back `share`, which nobody is in any more: queued at once, then finished in the
-    /// background whatever becomes of the caller. Outside a runtime the share ends with its
-    /// lease.
+    /// background whatever becomes of the caller. Outside a runtime (a plain thread) it is
+    /// spawned on the client's.
     pub(crate) fn give_back(&self, share: Arc<Share>) {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
         let lock = self.clone();
         let release = async move {
             if let Err(e) = lock.release(Hold::Share, &share.field, false).await {
@@ -263,6 +260,9 @@ impl ReadWriteLock {
             }
         };
         let background = &self.client.inner.background;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return spawn_from_drop(background, release);
+        }
         // One poll queues it; dropped unfinished, it finishes in the background.
         let queued = FinishOnDrop::new(release, |()| async {}).tracked(background);
         let _ = queued.now_or_never();

@@ -17,9 +17,12 @@ mod calls;
 mod deploy;
 
 use calls::{batch, family_calls, lock_calls, release_calls};
-use deploy::{acl, dial, link, replicas, sentinel, shape, tls, transport};
+use deploy::{acl, capabilities, dial, link, replicas, sentinel, shape, tls, transport};
 
 pub(crate) use acl::denied;
+pub use capabilities::ServerWarning;
+#[allow(unused_imports)] // For the kinds that will choose by what the server can do.
+pub(crate) use capabilities::{Capabilities, ServerInfo, Version};
 pub(crate) use dial::Dial;
 pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
@@ -122,6 +125,8 @@ pub(crate) struct Node {
     replicas: Arc<replicas::ReplicaState>,
     /// A lazy client's rights check, run before its first script call or pipeline.
     rights: Option<Arc<acl::Pending>>,
+    /// What the servers are and can do, learnt at connect (`deploy/capabilities.rs`).
+    capabilities: Arc<Capabilities>,
 }
 
 impl Node {
@@ -136,7 +141,7 @@ impl Node {
         let keyspace = Arc::new(Keyspace::of(target, dial)?);
         let conn = shape::connect(target, timeout, lazy, dial).await?;
         let link = Link::new(target, &conn, timeout, dial)?;
-        Ok(Node {
+        let mut node = Node {
             conn,
             keyspace,
             link,
@@ -145,7 +150,12 @@ impl Node {
             batches: Arc::default(),
             replicas: Arc::default(),
             rights: None,
-        })
+            capabilities: Arc::default(),
+        };
+        if !lazy {
+            node.capabilities = Arc::new(node.learn_capabilities().await);
+        }
+        Ok(node)
     }
 
     /// Sets how long fencing counters outlive their lease (from the client's config).

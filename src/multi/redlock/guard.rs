@@ -21,7 +21,8 @@ use super::shared::Shared;
 ///
 /// # Drop
 /// Drop never blocks: it stops the renewal at once and spawns the release on every node on the
-/// current runtime; without a runtime the leases free the keys. A guard leaked with
+/// runtime its clients were built on, from any thread; once that runtime has ended, the leases
+/// free the keys. A guard leaked with
 /// `std::mem::forget` is never released and its renewal runs on as long as the runtime does.
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
