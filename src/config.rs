@@ -58,7 +58,10 @@ pub struct Config {
     ///
     /// Waiters queue on the server, and a release gives what it frees to the first of them at
     /// once. A waiter whose process died holds a grant for this long at most; a live one claims
-    /// it within a round trip.
+    /// it within a round trip. A waiter with a fixed lease
+    /// ([`LockOptions::lease`](crate::LockOptions::lease)) is granted its whole lease instead
+    /// (it needs no claim, so a hand-over costs one script call fewer), and one that died while
+    /// queued keeps a granted lock for that lease, as a holder that died does.
     ///
     /// With [`timeout`](Config::timeout) it also bounds how long a waiter's place in the queue
     /// outlives the waiter's last attempt (a live waiter attempts again before it ends): a

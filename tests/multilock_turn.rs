@@ -89,8 +89,16 @@ async fn stop_churn(client: &Client, names: &Names, children: Vec<Child>) -> u64
             let status = wait_child(&mut child, Duration::from_secs(60));
             assert!(status.success(), "a churner failed: {status}");
             let mut out = String::new();
-            child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-            let line = out.lines().find_map(|l| l.strip_prefix("sections ")).unwrap();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            let line = out
+                .lines()
+                .find_map(|l| l.strip_prefix("sections "))
+                .unwrap();
             total += line.trim().parse::<u64>().unwrap();
         }
         total
@@ -158,7 +166,11 @@ async fn a_multilock_gets_its_turn_behind_churn(target: Target, processes: usize
         held.unlock().await.unwrap();
 
         let started = Instant::now();
-        let held = plain.try_lock_with(wait).await.unwrap().expect("a plain waiter");
+        let held = plain
+            .try_lock_with(wait)
+            .await
+            .unwrap()
+            .expect("a plain waiter");
         plain_waits.push(started.elapsed());
         increment(&client, &names.counter).await;
         ours += 1;

@@ -20,10 +20,14 @@ impl Lock {
         let config = &inner.config;
         let claim_ms = config.claim_lease.as_millis() as u64;
         let slack_ms = config.queue_slack().as_millis() as u64;
-        // A fixed lease shorter than the claim lease is the grant's whole lease; not for a
-        // client that polls, whose next look may come later than that lease's end.
+        // A fixed lease is the grant's whole lease: the waiter holds the lock from the grant's
+        // message on, for its lease, with no attempt to claim it (a claim lease the waiter
+        // lengthened itself cost a third script call per hand-over). A waiter that died while
+        // queued then keeps a granted lock for its lease, as a holder that died does. Not for a
+        // client that polls, whose next look may come later than that lease's end: it claims
+        // the grant with its next attempt, within the claim lease.
         let claim_ms = match (lease, config.wait_by) {
-            (Lease::Fixed(_), WaitBy::PubSub) => claim_ms.min(lease.ms()),
+            (Lease::Fixed(_), WaitBy::PubSub) => lease.ms(),
             _ => claim_ms,
         };
         let nonce = inner.next_nonce();
@@ -39,8 +43,8 @@ impl Lock {
     /// after the server queued us), for the grant's claim lease; the watchdog lengthens that to
     /// the lease soon after. `None` when the message cannot be trusted alone: the claim lease
     /// is half spent, the lock wants replica acknowledgement (a grant has no `WAIT` behind it),
-    /// a fixed lease is longer than the claim lease, or the grant came without the token a
-    /// fenced lock needs. The next attempt then claims the grant (count 1, the lease, a token).
+    /// a fixed lease is longer than the grant's (a client that polls), or the grant came without
+    /// the token a fenced lock needs. The next attempt then claims the grant (count 1, the lease, a token).
     pub(super) fn hold_from_grant(
         &self,
         field: &Arc<str>,
