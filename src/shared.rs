@@ -104,11 +104,13 @@ impl Inner {
         !self.shut_down.swap(true, Ordering::AcqRel)
     }
 
+    /// Whether the client still takes calls: not shut down, and polled inside a tokio runtime
+    /// (outside one, its timers and connections would panic).
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.shut_down.load(Ordering::Acquire) {
             Err(Error::Shutdown)
         } else {
-            Ok(())
+            crate::task::in_runtime()
         }
     }
 

@@ -7,6 +7,15 @@ use std::task::{Context, Poll};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
+/// [`Error::NoRuntime`] unless called inside a tokio runtime: checked where a call begins,
+/// before anything that needs one (a timer, a connection, a spawn) would panic. One
+/// thread-local read and a reference count up and down.
+pub(crate) fn in_runtime() -> crate::Result<()> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| crate::Error::NoRuntime)
+}
+
 /// Aborts its task when dropped: the owner of a background task holds one of these.
 #[derive(Debug)]
 pub(crate) struct AbortOnDrop(pub JoinHandle<()>);
