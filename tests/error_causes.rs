@@ -165,6 +165,13 @@ fn a_future_polled_outside_tokio_is_an_error_not_a_panic() {
         .expect("a status read outside tokio panicked")
         .expect("a status read outside tokio finished");
     assert!(status.unwrap_err().is_no_runtime());
+    // A guard taken in a runtime, given back outside one.
+    let lock = client.lock(&unique_name("outside")).unwrap();
+    let guard = rt.block_on(lock.lock()).unwrap();
+    let unlocked = poll_on_plain_thread(async move { guard.unlock().await })
+        .expect("an unlock outside tokio panicked")
+        .expect("an unlock outside tokio finished");
+    assert!(unlocked.unwrap_err().is_no_runtime());
     rt.block_on(client.shutdown()).unwrap();
 }
 
