@@ -167,6 +167,15 @@ pub enum Error {
         "a redlease future was polled outside a tokio runtime; run it in one (#[tokio::main], Runtime::block_on) or use redlease::blocking"
     )]
     NoRuntime,
+    /// `redlease::testing::TestServer` (the `testing` feature) could not start a
+    /// server: no `redis-server` or `valkey-server` binary was found (the message says how to
+    /// install one), or the one found did not start or answer in time (the message has the
+    /// end of its log).
+    #[error("test server: {reason}")]
+    TestServer {
+        /// What went wrong, and what to do about it.
+        reason: String,
+    },
     /// The lock stayed held by another owner for as long as the caller chose to wait: a
     /// `lock_with` (or `acquire_with`) whose [`LockOptions::wait`](crate::LockOptions::wait)
     /// ran out, or `#[redlease::locked(busy = error)]`. Not an outage: Redis answered.
@@ -244,6 +253,12 @@ impl Error {
     /// ([`Error::NoRuntime`]).
     pub fn is_no_runtime(&self) -> bool {
         matches!(self, Error::NoRuntime)
+    }
+
+    /// True when a `redlease::testing::TestServer` could not start
+    /// ([`Error::TestServer`]).
+    pub fn is_test_server(&self) -> bool {
+        matches!(self, Error::TestServer { .. })
     }
 
     /// True when the client was shut down ([`Error::Shutdown`]).

@@ -79,7 +79,7 @@ async fn a_server_that_needs_a_password_is_an_auth_error_not_an_acl_check() {
     assert!(text.contains("NOAUTH"), "{text}");
     assert!(!text.contains("ACL"), "{text}");
     // The same when the rights are not checked at connect: the first lock says so.
-    let client = Client::builder(&server.url())
+    let client = Client::builder(server.url())
         .check_rights(false)
         .build()
         .await
