@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tracing::Instrument;
 
-use super::state::{Calls, ElectionKeys, RETENTION};
+use super::state::{Calls, END, ElectionKeys, RETENTION};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -71,7 +71,7 @@ impl Term {
     /// one; the new revision, or `None` when it no longer was.
     pub(crate) async fn end(&self, why: &str) -> Result<Option<u64>> {
         self.calls()
-            .as_leader("resign", &self.hold.field, self.term, Some(why))
+            .as_leader(END, &self.hold.field, self.term, Some(why))
             .await
     }
 

@@ -204,6 +204,9 @@ fn protocol(reply: &Value) -> Error {
     }
 }
 
+/// The script's operation that records the end of a term (`resigned` or `lost`).
+pub(crate) const END: &str = "resign";
+
 /// The script's calls on one election.
 pub(crate) struct Calls<'a> {
     pub client: &'a Client,
@@ -214,7 +217,14 @@ impl Calls<'_> {
     /// Runs the operation `op` with its arguments `args` (after the retention).
     async fn call(&self, op: &str, args: &[&str]) -> Result<Value> {
         let inner = &self.client.inner;
-        inner.check_open()?;
+        if op == END {
+            // Recording the end of a term is part of giving it back, as the release of its
+            // lock is: a resignation dropped just before `Client::shutdown` (which waits for
+            // it) still says "resigned", or the next reader would say "expired".
+            crate::task::in_runtime()?;
+        } else {
+            inner.check_open()?;
+        }
         let retention = itoa::Buffer::new()
             .format(RETENTION.as_millis() as u64)
             .to_owned();
