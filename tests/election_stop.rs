@@ -74,6 +74,50 @@ async fn a_leadership_dropped_then_shut_down_at_once_records_resigned() {
     assert_eq!(status.last_change, Some(ChangeCause::Resigned));
 }
 
+/// Candidates of different clients are queued on the server in the order they found the
+/// election led: a resignation hands it to the first of them, then the next (docs/election.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resignation_hands_over_to_candidates_in_queue_order() {
+    support::init_tracing();
+    let server = Server::start();
+    let name = unique_name("order");
+    let [a, b, c, observer] = support::clients(&server).await;
+    let lock = observer.lock(&name).unwrap();
+    let queued = |n: u64| {
+        let lock = lock.clone();
+        async move {
+            support::eventually_async(5 * SECOND, || async {
+                lock.status().await.unwrap().listening_clients == n
+            })
+            .await
+        }
+    };
+    let first = a.election(&name).unwrap().campaign("a").await.unwrap();
+    // c queues before b, although b is the older client.
+    let campaign = |client: &Client, value: &'static str| {
+        let election = client.election(&name).unwrap();
+        tokio::spawn(async move { election.campaign(value).await.unwrap() })
+    };
+    let c_waits = campaign(&c, "c");
+    assert!(queued(1).await, "c is queued");
+    let b_waits = campaign(&b, "b");
+    assert!(queued(2).await, "b is queued behind c");
+    first.resign().await.unwrap();
+    let second = tokio::time::timeout(5 * SECOND, c_waits)
+        .await
+        .expect("the first queued candidate leads")
+        .unwrap();
+    assert_eq!(second.value(), "c");
+    assert!(!b_waits.is_finished(), "b still waits");
+    second.resign().await.unwrap();
+    let third = tokio::time::timeout(5 * SECOND, b_waits)
+        .await
+        .expect("then the next")
+        .unwrap();
+    assert_eq!(third.value(), "b");
+    third.resign().await.unwrap();
+}
+
 /// Marks the lines of a leader process that the parent reads.
 const MARK: &str = "LEADER ";
 

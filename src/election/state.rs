@@ -53,7 +53,8 @@ pub enum ChangeCause {
     Elected,
     /// The leader published a new value ([`Leadership::proclaim`](crate::Leadership::proclaim)).
     Proclaimed,
-    /// The leader resigned (or its [`Leadership`](crate::Leadership) was dropped).
+    /// The leader resigned (or its [`Leadership`](crate::Leadership) was dropped, or its
+    /// client shut down).
     Resigned,
     /// The leader's client found its lease lost (the watchdog found the lock gone, or Redis
     /// stayed unreachable past the leadership's validity) and said so.
