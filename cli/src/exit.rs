@@ -22,8 +22,7 @@ pub const INTERNAL: u8 = 71;
 pub const TEMPFAIL: u8 = 75;
 /// Redis sent a reply this version does not understand.
 pub const PROTOCOL: u8 = 76;
-/// The Redis user (ACL) lacks a right redlease needs, the message naming it; or the server
-/// refused the credentials (none given, or wrong) (EX_NOPERM).
+/// The Redis user (ACL) lacks a right redlease needs; the message names it (EX_NOPERM).
 pub const NO_PERMISSION: u8 = 77;
 /// The TLS handshake failed: an untrusted or misnamed server certificate, or a refused client
 /// certificate (EX_CONFIG: a setting to fix, not an outage).
@@ -68,12 +67,13 @@ pub fn code_of(error: &Error) -> u8 {
     match error {
         Error::WrongType { .. } => DATA,
         Error::Protocol { .. } => PROTOCOL,
-        Error::NoPermission { .. } | Error::Auth { .. } => NO_PERMISSION,
+        Error::NoPermission { .. } => NO_PERMISSION,
         Error::Tls { .. } => TLS,
-        // Refused us (READONLY replica, OOM), or too few Redlock nodes answered:
+        // Refused us (NOAUTH, READONLY replica, OOM), or too few Redlock nodes answered:
         // either way the service cannot be used.
         // A master name no sentinel knows is a Redis that cannot be used, as an unreachable one.
         Error::Redis { .. }
+        | Error::Auth { .. }
         | Error::Timeout { .. }
         | Error::Quorum { .. }
         | Error::UnknownMaster { .. } => UNAVAILABLE,
