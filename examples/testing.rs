@@ -3,10 +3,13 @@
 //!
 //! The three tests at the bottom are the ones to copy into your crate (with
 //! `redlease = { version = "0.1", features = ["testing"] }` under `[dev-dependencies]`): each
-//! takes a Redis URL; here they get a private server. `main` runs the same checks against
-//! `$REDIS_URL`:
+//! starts its own server in one line, `TestServer::start()`, a `redis-server` (or
+//! `valkey-server`) from `PATH` that is killed when the test ends; nothing to set up, no URL.
+//! `cargo test --example testing --features testing` runs them. `main` runs the same checks
+//! against `$REDIS_URL` when set, else against a `TestServer` too:
 //!
 //! ```text
+//! cargo run --example testing --features testing
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example testing --features testing
 //! ```
 
@@ -94,7 +97,12 @@ async fn nightly_skips_while_another_process_runs_it(url: &str) -> redlease::Res
 
 #[tokio::main]
 async fn main() -> redlease::Result<()> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    // Kept alive until the end of main (when no URL is given).
+    let mut server = None;
+    let url = match std::env::var("REDIS_URL") {
+        Ok(url) => url,
+        Err(_) => server.insert(testing::TestServer::start()?).url(),
+    };
     export_stops_when_its_lease_lapses(&url).await?;
     export_stops_when_renewals_fail(&url).await?;
     nightly_skips_while_another_process_runs_it(&url).await?;
@@ -103,16 +111,12 @@ async fn main() -> redlease::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "../tests/support/mod.rs"]
-mod support;
-
-#[cfg(test)]
 mod tests {
-    use super::*;
+    use redlease::testing::TestServer;
 
     #[tokio::test]
     async fn export_stops_when_its_lease_lapses() {
-        let server = support::Server::start();
+        let server = TestServer::start().unwrap();
         super::export_stops_when_its_lease_lapses(&server.url())
             .await
             .unwrap();
@@ -120,7 +124,7 @@ mod tests {
 
     #[tokio::test]
     async fn export_stops_when_renewals_fail() {
-        let server = support::Server::start();
+        let server = TestServer::start().unwrap();
         super::export_stops_when_renewals_fail(&server.url())
             .await
             .unwrap();
@@ -128,7 +132,7 @@ mod tests {
 
     #[tokio::test]
     async fn nightly_skips_while_another_process_runs_it() {
-        let server = support::Server::start();
+        let server = TestServer::start().unwrap();
         super::nightly_skips_while_another_process_runs_it(&server.url())
             .await
             .unwrap();

@@ -175,8 +175,11 @@ impl ClientBuilder {
     /// timeout; [`Error::UnknownMaster`] when no sentinel knows the master's name;
     /// [`Error::Tls`] when the TLS handshake fails (an untrusted server certificate, a
     /// refused client certificate); [`Error::NoPermission`] when the Redis user lacks a right
-    /// this crate needs (see [`check_rights`](ClientBuilder::check_rights)).
+    /// this crate needs (see [`check_rights`](ClientBuilder::check_rights)); [`Error::Auth`]
+    /// when the server refuses the credentials (none given, or wrong); [`Error::NoRuntime`]
+    /// when polled outside a tokio runtime.
     pub async fn build(self) -> Result<Client> {
+        crate::task::in_runtime()?;
         self.config.validate()?;
         if let Some(risk) = self.config.risks() {
             tracing::warn!("{risk}");

@@ -146,6 +146,36 @@ pub enum Error {
         /// The server's answer.
         reason: String,
     },
+    /// The server refused this client's credentials: it needs a password and none was given
+    /// (`NOAUTH`), or the user name or password is wrong (`WRONGPASS`). Put them in the URL
+    /// (`redis://user:password@host:port`, or `redis://:password@host:port` for the default
+    /// user). A setting to fix, not an outage.
+    #[error(
+        "authentication failed during {operation}: {reason} (give the user and password in the URL: redis://user:password@host:port)"
+    )]
+    Auth {
+        /// What was being done.
+        operation: &'static str,
+        /// The server's answer.
+        reason: String,
+    },
+    /// A future of this crate was polled outside a tokio runtime (by another executor, or by
+    /// a plain thread): its timers and connections need one. Run it inside a tokio runtime
+    /// (`#[tokio::main]`, `#[tokio::test]`, `Runtime::block_on`), or use
+    /// `redlease::blocking` (the `blocking` feature), which brings its own.
+    #[error(
+        "a redlease future was polled outside a tokio runtime; run it in one (#[tokio::main], Runtime::block_on) or use redlease::blocking"
+    )]
+    NoRuntime,
+    /// `redlease::testing::TestServer` (the `testing` feature) could not start a
+    /// server: no `redis-server` or `valkey-server` binary was found (the message says how to
+    /// install one), or the one found did not start or answer in time (the message has the
+    /// end of its log).
+    #[error("test server: {reason}")]
+    TestServer {
+        /// What went wrong, and what to do about it.
+        reason: String,
+    },
     /// The lock stayed held by another owner for as long as the caller chose to wait: a
     /// `lock_with` (or `acquire_with`) whose [`LockOptions::wait`](crate::LockOptions::wait)
     /// ran out, or `#[redlease::locked(busy = error)]`. Not an outage: Redis answered.
@@ -242,6 +272,24 @@ impl Error {
         matches!(self, Error::NoPermission { .. })
     }
 
+    /// True when the server refused the credentials ([`Error::Auth`]): none given to a server
+    /// that needs them (`NOAUTH`), or a wrong user name or password (`WRONGPASS`).
+    pub fn is_auth(&self) -> bool {
+        matches!(self, Error::Auth { .. })
+    }
+
+    /// True when a future of this crate was polled outside a tokio runtime
+    /// ([`Error::NoRuntime`]).
+    pub fn is_no_runtime(&self) -> bool {
+        matches!(self, Error::NoRuntime)
+    }
+
+    /// True when a `redlease::testing::TestServer` could not start
+    /// ([`Error::TestServer`]).
+    pub fn is_test_server(&self) -> bool {
+        matches!(self, Error::TestServer { .. })
+    }
+
     /// True when the client was shut down ([`Error::Shutdown`]).
     pub fn is_shutdown(&self) -> bool {
         matches!(self, Error::Shutdown)
@@ -281,7 +329,8 @@ impl Error {
         )
     }
 
-    /// Wraps a redis-rs error, recognising WRONGTYPE so callers get [`Error::WrongType`].
+    /// Wraps a redis-rs error, recognising WRONGTYPE so callers get [`Error::WrongType`], and
+    /// a refusal of the credentials ([`Error::Auth`]).
     pub(crate) fn redis(operation: &'static str, key: &str, source: redis::RedisError) -> Self {
         let wrong_type =
             source.code() == Some("WRONGTYPE") || source.to_string().contains("WRONGTYPE");
@@ -290,7 +339,29 @@ impl Error {
                 key: key.to_owned(),
             }
         } else {
-            Error::Redis { operation, source }
+            Error::Redis { operation, source }.named()
+        }
+    }
+
+    /// A Redis error that is a refusal of the credentials becomes [`Error::Auth`]; anything
+    /// else is unchanged. `NOAUTH` comes from a server asked without a password, `WRONGPASS`
+    /// (or redis-rs's own "authentication failed") from a wrong one, in a reply or at connect.
+    pub(crate) fn named(self) -> Self {
+        let Error::Redis { operation, source } = &self else {
+            return self;
+        };
+        let text = source.to_string();
+        let refused = source.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
+            || text.contains("NOAUTH")
+            || text.contains("WRONGPASS");
+        if refused {
+            Error::Auth {
+                operation,
+                reason: text,
+            }
+        } else {
+            self
         }
     }
 }

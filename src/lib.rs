@@ -234,7 +234,8 @@
 //! ## Testing your code
 //! With the `testing` feature, `redlease::testing` makes a guard's lease lapse, pauses a client's
 //! renewals, or holds a lock from another client, against a real server, so your code's
-//! reactions to a lost lease, a slow grant and a busy lock can be tested.
+//! reactions to a lost lease, a slow grant and a busy lock can be tested; its `TestServer`
+//! starts a private `redis-server` for a test in one line (no URL to set) and kills it after.
 //!
 //! ## What a lease-based lock can and cannot promise
 //! A lease lock cannot by itself protect a resource from a holder that is paused past its

@@ -22,6 +22,7 @@ use crate::turns::Releasing;
 /// Gives back one guard's hold: local bookkeeping first (synchronously, so the watchdog stops
 /// renewing at once), then the server.
 pub(crate) async fn release_hold(client: &Client, hold: &Arc<Hold>) -> Result<()> {
+    crate::task::in_runtime()?;
     let local = release_locally(client, hold)?;
     // Lost by time (no renewal confirmed in time) but still our registered hold: give it back
     // on the server all the same, in case the key survived, and report the loss.
@@ -67,7 +68,9 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
         LocalRelease::Detached => {
             // Either lost (and maybe re-taken since by the same owner, so the server's hold is
             // not ours to decrement) or released by shutdown.
-            inner.check_open()?;
+            if inner.is_shut_down() {
+                return Err(Error::Shutdown);
+            }
             Err(Error::LeaseLost {
                 name: hold.keys.name.to_string(),
             })

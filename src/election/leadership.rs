@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tracing::Instrument;
 
-use super::state::{Calls, ElectionKeys, RETENTION};
+use super::state::{Calls, END, ElectionKeys, RETENTION};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -71,7 +71,7 @@ impl Term {
     /// one; the new revision, or `None` when it no longer was.
     pub(crate) async fn end(&self, why: &str) -> Result<Option<u64>> {
         self.calls()
-            .as_leader("resign", &self.hold.field, self.term, Some(why))
+            .as_leader(END, &self.hold.field, self.term, Some(why))
             .await
     }
 
@@ -320,15 +320,18 @@ impl std::fmt::Debug for Leadership {
 }
 
 /// While the term lasts: when its lease is lost, say so on the server (observers see
-/// [`Lost`](crate::ChangeCause::Lost) at once rather than at the lease's expiry); meanwhile
-/// keep the election's state from expiring.
+/// [`Lost`](crate::ChangeCause::Lost) at once rather than at the lease's expiry; a loss to
+/// the client's shutdown is a [`Resigned`](crate::ChangeCause::Resigned)); meanwhile keep the
+/// election's state from expiring.
 async fn monitor(term: Arc<Term>) {
     let lost = term.hold.lost();
     tokio::pin!(lost);
     loop {
         tokio::select! {
             () = &mut lost => {
-                if let Err(e) = term.end("lost").await {
+                // Lost to a shutdown of its client: a deliberate stop, as a resignation is.
+                let why = if term.client.inner.is_shut_down() { "resigned" } else { "lost" };
+                if let Err(e) = term.end(why).await {
                     tracing::debug!(election = %term.keys.lock.name, error = %e, "could not record the lost leadership; it is recorded when its lease runs out");
                 }
                 return;

@@ -154,7 +154,9 @@ impl Election {
     /// lock, so two campaigns of one process compete like any two candidates.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a value over 64 KiB; [`Error::WrongType`] when the
+    /// [`Error::InvalidArgument`] for a value over 64 KiB; [`Error::InvalidDuration`] naming
+    /// the `election lease` set on the election when it is zero or absurd (or the `election lock
+    /// delay` when absurd); [`Error::WrongType`] when the
     /// election's lock key holds something else; [`Error::Timeout`] or [`Error::Redis`] when
     /// Redis fails (waiting does not hide errors); [`Error::Shutdown`]; [`Error::LeaseLost`]
     /// when the win could not be recorded 8 times in a row (someone deletes the election's
@@ -187,6 +189,13 @@ impl Election {
 
     async fn campaign_within(&self, value: &str, wait: Wait) -> Result<Option<Leadership>> {
         check_value(value)?;
+        // Named as the election's settings, before the lock's checks would name the lock's.
+        if let Some(lease) = self.lease {
+            crate::config::lease_ms("election lease", lease)?;
+        }
+        if let Some(delay) = self.lock_delay.filter(|d| !d.is_zero()) {
+            crate::config::check_duration("election lock delay", delay)?;
+        }
         let span = tracing::debug_span!(
             "campaign",
             election = %self.name(),

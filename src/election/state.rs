@@ -53,7 +53,8 @@ pub enum ChangeCause {
     Elected,
     /// The leader published a new value ([`Leadership::proclaim`](crate::Leadership::proclaim)).
     Proclaimed,
-    /// The leader resigned (or its [`Leadership`](crate::Leadership) was dropped).
+    /// The leader resigned (or its [`Leadership`](crate::Leadership) was dropped, or its
+    /// client shut down).
     Resigned,
     /// The leader's client found its lease lost (the watchdog found the lock gone, or Redis
     /// stayed unreachable past the leadership's validity) and said so.
@@ -204,6 +205,9 @@ fn protocol(reply: &Value) -> Error {
     }
 }
 
+/// The script's operation that records the end of a term (`resigned` or `lost`).
+pub(crate) const END: &str = "resign";
+
 /// The script's calls on one election.
 pub(crate) struct Calls<'a> {
     pub client: &'a Client,
@@ -214,7 +218,14 @@ impl Calls<'_> {
     /// Runs the operation `op` with its arguments `args` (after the retention).
     async fn call(&self, op: &str, args: &[&str]) -> Result<Value> {
         let inner = &self.client.inner;
-        inner.check_open()?;
+        if op == END {
+            // Recording the end of a term is part of giving it back, as the release of its
+            // lock is: a resignation dropped just before `Client::shutdown` (which waits for
+            // it) still says "resigned", or the next reader would say "expired".
+            crate::task::in_runtime()?;
+        } else {
+            inner.check_open()?;
+        }
         let retention = itoa::Buffer::new()
             .format(RETENTION.as_millis() as u64)
             .to_owned();

@@ -131,6 +131,13 @@ pub struct LockStatus {
     pub fence: Option<u64>,
 }
 
+impl LockStatus {
+    /// Whether somebody held the lock when it was read (it has at least one owner).
+    pub fn is_held(&self) -> bool {
+        !self.owners.is_empty()
+    }
+}
+
 /// One owner of a lock, from [`LockStatus::holders`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

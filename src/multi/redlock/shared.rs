@@ -92,7 +92,7 @@ impl Shared {
         if state.closed {
             return self.nodes.len();
         }
-        let open = |held: &&LockGuard| held.client().inner.check_open().is_ok();
+        let open = |held: &&LockGuard| !held.client().inner.is_shut_down();
         state.slots.iter().flatten().filter(open).count()
     }
 

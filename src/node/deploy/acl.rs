@@ -205,12 +205,34 @@ fn on_a_replica(error: &Error) -> bool {
         || source.to_string().contains("ReadOnly:")
 }
 
-/// A refusal (NOPERM) becomes [`Error::NoPermission`]; anything else is unchanged. Also for
-/// the errors of connecting (a cluster's topology reads, `CLUSTER SLOTS`).
+/// A refusal (NOPERM) becomes [`Error::NoPermission`], a refusal of the credentials
+/// [`Error::Auth`], a server that could not be reached an error of `connect`; anything else is
+/// unchanged. Also for the errors of connecting (a cluster's topology reads, `CLUSTER SLOTS`).
 pub(crate) fn denied(error: Error, prefix: &str) -> Error {
+    let error = match error.named() {
+        // The check runs first on a new connection: the refusal is the connection's.
+        Error::Auth { reason, .. } => {
+            return Error::Auth {
+                operation: "connect",
+                reason,
+            };
+        }
+        other => other,
+    };
     let Error::Redis { source, .. } = &error else {
         return error;
     };
+    if unreachable(source) {
+        // The check's first call is a lazy client's first connection: a server that cannot be
+        // reached says so, not that rights are missing.
+        let Error::Redis { source, .. } = error else {
+            return error;
+        };
+        return Error::Redis {
+            operation: "connect",
+            source,
+        };
+    }
     let text = source.to_string();
     let refused = source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
         || text.contains("NOPERM")
@@ -228,6 +250,14 @@ pub(crate) fn denied(error: Error, prefix: &str) -> Error {
         right: right_of(&text, &command, prefix),
         reason: text,
     }
+}
+
+/// Whether `source` says the server could not be reached (refused, reset, dropped, timed out).
+fn unreachable(source: &redis::RedisError) -> bool {
+    source.is_io_error()
+        || source.is_connection_refusal()
+        || source.is_connection_dropped()
+        || source.is_timeout()
 }
 
 /// The right a refusal names: keys or channels under the prefix, or the command.
