@@ -223,8 +223,11 @@
 //! | `redlease_replica_acks_short_total` | counter | `write` | acquisitions and renewals (`acquire`, `renew`) that fewer replicas acknowledged than [`Replicas`] wanted |
 //! | `redlease_server_warnings_total` | counter | `warning`, `policy` | at connect, per [`ServerWarning`] of a server: `eviction` with the server's `maxmemory-policy` |
 //!
-//! `kind` is `lock` for [`Lock`] (and the members of [`MultiLock`] and [`RedLock`] in `held`,
-//! hold time and leases lost); the family kinds do not record these series yet.
+//! `kind` is `lock` for [`Lock`] and [`FairLock`] (and the members of [`MultiLock`] and
+//! [`RedLock`] in `held`, hold time and leases lost), `read` and `write` for the sides of a
+//! [`ReadWriteLock`] (readers of one client sharing one read hold count once in `held`),
+//! `permit` for a [`PermitSemaphore`]'s permits, and `semaphore` for a [`Semaphore`]'s
+//! acquisitions (its permits are not holds: no `held`, hold time or leases lost).
 //!
 //! Spans (at `DEBUG`, target `redlease`): `acquire` (fields `lock`, `owner`, and on success
 //! `attempts` and `wait_ms`), `release` (`lock`, `owner`, `outcome`), `renew` (one watchdog

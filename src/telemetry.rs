@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use metrics::Label;
 
+use crate::error::Result;
+
 pub(crate) const ACQUIRE_WAIT: &str = "redlease_acquire_wait_seconds";
 pub(crate) const ACQUIRE_ATTEMPTS: &str = "redlease_acquire_attempts";
 pub(crate) const CONTENDED: &str = "redlease_acquire_contended_total";
@@ -28,6 +30,12 @@ pub(crate) const SERVER_WARNINGS: &str = "redlease_server_warnings_total";
 
 /// The `kind` label of [`Lock`](crate::Lock) (and of the members of `MultiLock` and `RedLock`).
 pub(crate) const LOCK: &str = "lock";
+/// The `kind` labels of the family: the read and write sides of a `ReadWriteLock`, a
+/// `Semaphore`'s permits, a `PermitSemaphore`'s.
+pub(crate) const READ: &str = "read";
+pub(crate) const WRITE: &str = "write";
+pub(crate) const SEMAPHORE: &str = "semaphore";
+pub(crate) const PERMIT: &str = "permit";
 
 /// Records `value` in the histogram `name`.
 pub(crate) fn observe(name: &'static str, value: Duration) {
@@ -218,6 +226,19 @@ impl Acquisition {
     /// Records the wait with its outcome; the time from the call.
     pub(crate) fn finish(mut self, outcome: Outcome) -> Duration {
         self.record(outcome)
+    }
+
+    /// Records how an acquisition on `wait`'s terms ended, from what it answered: granted
+    /// (`Ok(true)`), not granted (`Ok(false)`: busy for a single attempt, else the wait ran
+    /// out), or an error.
+    pub(crate) fn finish_with<T>(self, wait: crate::terms::Wait, granted: &Result<T>, got: bool) {
+        let outcome = match granted {
+            Err(_) => Outcome::Error,
+            Ok(_) if got => Outcome::Acquired,
+            Ok(_) if matches!(wait, crate::terms::Wait::Once) => Outcome::Busy,
+            Ok(_) => Outcome::Timeout,
+        };
+        self.finish(outcome);
     }
 
     fn record(&mut self, outcome: Outcome) -> Duration {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::hold::{FamilyHold, FamilyHolds, GiveBack, Renewing};
 use crate::shared::Client;
+use crate::telemetry::{LostReason, Series};
 use crate::terms::{Lease, Validity};
 
 struct State {
@@ -16,6 +17,13 @@ struct State {
     validity: Validity,
     /// Its guard is gone: a renewal in flight then tells nobody anything.
     closed: AtomicBool,
+    /// Its metrics: counted in `held` from the grant until it is lost or its guard is gone.
+    series: Series,
+    granted_at: Instant,
+    /// Still counted in `held`.
+    counted: AtomicBool,
+    /// A fixed lease (never renewed): running out is expiry, not a failed renewal.
+    fixed: bool,
 }
 
 impl State {
@@ -24,16 +32,33 @@ impl State {
             return true;
         }
         if self.validity.ran_out() {
-            self.lose("its validity ran out before a renewal confirmed it");
+            match self.fixed {
+                true => self.lose(LostReason::Expired, "its fixed lease ran out"),
+                false => self.lose(
+                    LostReason::RenewalFailed,
+                    "its validity ran out before a renewal confirmed it",
+                ),
+            }
             return true;
         }
         false
     }
 
-    fn lose(&self, why: &str) {
+    fn lose(&self, reason: LostReason, why: &str) {
         let name = &self.name;
-        self.validity
-            .mark(|| tracing::warn!(lock = %name, "hold lost: {why}"));
+        self.validity.mark(|| {
+            tracing::warn!(lock = %name, "hold lost: {why}");
+            self.series.lost(reason);
+            self.let_go(false);
+        });
+    }
+
+    /// Out of `held` (once), with the hold's time when it was released rather than lost.
+    fn let_go(&self, released: bool) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            self.series
+                .let_go(released.then(|| self.granted_at.elapsed()));
+        }
     }
 }
 
@@ -96,7 +121,7 @@ where
                     false
                 }
                 Ok(false) => {
-                    state.lose("a renewal found it gone");
+                    state.lose(LostReason::ServerLost, "a renewal found it gone");
                     true
                 }
                 Err(e) => {
@@ -109,7 +134,8 @@ where
 
     /// Ends it (its guard reports it lost) and releases it.
     fn give_back(&self) -> GiveBack {
-        self.state.lose("the client shut down");
+        self.state
+            .lose(LostReason::Shutdown, "the client shut down");
         Box::pin((self.release)())
     }
 }
@@ -118,8 +144,10 @@ impl Kept {
     /// A hold of `client` granted by a request sent at `started`. A watchdog lease is renewed
     /// by the client's watchdog with `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is
     /// gone); `release` gives the hold back if the client shuts down while the guard lives.
+    /// Counted in the metrics of `kind` (`telemetry.rs`) while it is held.
     pub(super) fn new<F, Fut, R, RFut>(
         client: &Client,
+        kind: &'static str,
         name: Arc<str>,
         lease: Lease,
         started: Instant,
@@ -135,10 +163,16 @@ impl Kept {
         let valid_for = lease
             .duration()
             .saturating_sub(client.inner.config.drift(lease.duration()));
+        let series = (client.inner.config.lock_label).series(kind, &name);
+        series.hold_began();
         let state = Arc::new(State {
             name,
             validity: Validity::new(started + valid_for),
             closed: AtomicBool::new(false),
+            series,
+            granted_at: Instant::now(),
+            counted: AtomicBool::new(true),
+            fixed: matches!(lease, Lease::Fixed(_)),
         });
         let registry = client.inner.holds.family.clone();
         let id = registry.open(Arc::new(Open {
@@ -177,6 +211,9 @@ impl Kept {
 
 impl Drop for Kept {
     fn drop(&mut self) {
+        // A lease that ran out while the guard lived was lost, not released.
+        self.state.is_lost();
+        self.state.let_go(true);
         self.state.closed.store(true, Ordering::Release);
         self.open.0.close(self.open.1);
     }

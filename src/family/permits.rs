@@ -13,7 +13,8 @@ use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask, finish_unlock, relea
 use crate::node::FamilyScript;
 use crate::options::LockOptions;
 use crate::shared::Client;
-use crate::terms::Lease;
+use crate::telemetry::{self, PERMIT};
+use crate::terms::{Lease, Wait};
 
 static SCRIPT: FamilyScript = FamilyScript::new(
     "permits",
@@ -172,6 +173,15 @@ impl PermitSemaphore {
     pub async fn try_acquire_with(&self, options: LockOptions) -> Result<Option<Permit>> {
         let watchdog = self.client.inner.config.watchdog_lease;
         let (lease, wait) = options.terms(watchdog)?;
+        let series = (self.client.inner.config.lock_label).series(PERMIT, &self.keys.name);
+        let measured = telemetry::Acquisition::start(series);
+        let granted = self.wait_for_permit(lease, wait).await;
+        measured.finish_with(wait, &granted, matches!(granted, Ok(Some(_))));
+        granted
+    }
+
+    /// A permit on `lease` terms, waiting as `wait` allows.
+    async fn wait_for_permit(&self, lease: Lease, wait: Wait) -> Result<Option<Permit>> {
         // The waiter's name is its permit's id.
         let id = queued::waiter_name(&self.client);
         let terms = queued::terms(&self.client, wait);
@@ -213,7 +223,7 @@ impl PermitSemaphore {
             }
         };
         let name = self.keys.name.clone();
-        let kept = Kept::new(&self.client, name, lease, started, renew, release);
+        let kept = Kept::new(&self.client, PERMIT, name, lease, started, renew, release);
         Permit {
             semaphore: self.clone(),
             id,

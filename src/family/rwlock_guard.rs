@@ -12,6 +12,7 @@ use crate::family::kept::Kept;
 use crate::family::rwlock::{Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_share::{OwnHeld, Share};
 use crate::family::{finish_unlock, release_dropped};
+use crate::telemetry;
 use crate::terms::Lease;
 
 /// The lease side of `hold` of `field`, granted by a request sent at `started`: renewed while
@@ -43,7 +44,11 @@ pub(crate) fn kept(
         }
     };
     let name = lock.keys.name.clone();
-    Kept::new(&lock.client, name, lease, started, renew, release)
+    let kind = match hold.kind() {
+        Kind::Read => telemetry::READ,
+        Kind::Write => telemetry::WRITE,
+    };
+    Kept::new(&lock.client, kind, name, lease, started, renew, release)
 }
 
 /// One read or write hold.

@@ -10,6 +10,8 @@ use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask};
 use crate::node::FamilyScript;
 use crate::options::{LockOptions, positive};
 use crate::shared::Client;
+use crate::telemetry::{self, SEMAPHORE};
+use crate::terms::Wait;
 
 static SCRIPT: FamilyScript = FamilyScript::new(
     "semaphore",
@@ -221,6 +223,15 @@ impl Semaphore {
     /// As [`acquire`](Semaphore::acquire).
     pub async fn try_acquire_with(&self, options: LockOptions) -> Result<bool> {
         let (permits, wait) = options.permits_and_wait()?;
+        let series = (self.client.inner.config.lock_label).series(SEMAPHORE, &self.keys.name);
+        let measured = telemetry::Acquisition::start(series);
+        let taken = self.wait_for_permits(permits, wait).await;
+        measured.finish_with(wait, &taken, matches!(taken, Ok(true)));
+        taken
+    }
+
+    /// `permits` permits, waiting as `wait` allows.
+    async fn wait_for_permits(&self, permits: u32, wait: Wait) -> Result<bool> {
         let waiter = queued::waiter_name(&self.client);
         let terms = queued::terms(&self.client, wait);
         let withdrawal = self.clone().withdraw(waiter.clone());

@@ -12,6 +12,7 @@ use crate::family::rwlock_guard::RwHold;
 use crate::family::rwlock_share::{Join, Joined};
 use crate::family::{Attempt, Reply, Taken, ask};
 use crate::options::LockOptions;
+use crate::telemetry;
 use crate::terms::{Lease, Wait};
 
 /// How a hold is asked for.
@@ -29,6 +30,20 @@ impl Side {
         let lock = &self.lock;
         let watchdog = lock.client.inner.config.watchdog_lease;
         let (lease, wait) = options.terms(watchdog)?;
+        let kind = match self.kind {
+            Kind::Read => telemetry::READ,
+            Kind::Write => telemetry::WRITE,
+        };
+        let series = (lock.client.inner.config.lock_label).series(kind, &lock.keys.name);
+        let measured = telemetry::Acquisition::start(series);
+        let held = self.wait_for_hold(lease, wait).await;
+        measured.finish_with(wait, &held, matches!(held, Ok(Some(_))));
+        held
+    }
+
+    /// A hold on `lease` terms, waiting as `wait` allows.
+    async fn wait_for_hold(&self, lease: Lease, wait: Wait) -> Result<Option<RwHold>> {
+        let lock = &self.lock;
         let field = lock.field();
         let shares = &lock.shares;
         let asking = match self.kind {
