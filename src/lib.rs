@@ -338,11 +338,11 @@ pub use family::{
 pub use guard::LockGuard;
 pub use identity::ClientInfo;
 pub use keys::MAX_NAME_LEN;
-pub use lock::{Holder, Lock, LockStatus, RemainingLease};
+pub use lock::{Holder, Lock, LockStatus, RemainingLease, Waiter};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 #[cfg(feature = "tls-rustls")]
 pub use node::TlsOptions;
-pub use options::LockOptions;
+pub use options::{LockOptions, MAX_METADATA_LEN};
 pub use owner::Owner;
 pub use scope::HeldLock;
 pub use shared::Client;

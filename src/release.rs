@@ -110,7 +110,11 @@ async fn release_remotely(
         delay_ms: hold.delay(),
         last,
     };
-    match send(client, request, offer, Some(releasing)).await? {
+    let sent = send(client, request, offer, Some(releasing)).await;
+    if last && hold.has_metadata() {
+        forget_metadata(client, hold).await;
+    }
+    match sent? {
         Release::NotHeld => {
             let why = "the hold was gone from the server at release";
             hold.mark_lost(crate::telemetry::LostReason::ServerLost, why);
@@ -120,6 +124,17 @@ async fn release_remotely(
         }
         Release::Released | Release::HandedOver { .. } => Ok(()),
         Release::StillHeld(_) => Ok(()),
+    }
+}
+
+/// Removes the metadata of `hold` (its last release) from the client's announcement. A failure
+/// is only logged: the hold is gone, and status shows a holder's metadata only.
+async fn forget_metadata(client: &Client, hold: &Hold) {
+    let inner = &client.inner;
+    let (prefix, me) = (&inner.config.prefix, &inner.me);
+    let what = (&*hold.keys.hash, &*hold.field);
+    if let Err(e) = crate::identity::drop_metadata(&inner.node, prefix, me, what).await {
+        tracing::debug!(lock = %hold.keys.name, error = %e, "could not remove the hold's metadata");
     }
 }
 

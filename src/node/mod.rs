@@ -16,7 +16,7 @@ use crate::scripts;
 mod calls;
 mod deploy;
 
-use calls::{batch, family_calls, lock_calls, release_calls};
+use calls::{batch, family_calls, lock_calls, queue_read, release_calls};
 use deploy::{acl, dial, link, replicas, sentinel, shape, tls, transport};
 
 pub(crate) use acl::denied;
@@ -25,6 +25,7 @@ pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
 pub(crate) use lock_calls::{AcquireCall, AcquireTerms, QueueTerms};
+pub(crate) use queue_read::QueueView;
 pub(crate) use release_calls::{Latch, ReleaseArgs, Successor};
 pub(crate) use replicas::{Acks, Shortfall, WaitFor};
 use shape::Conn;
@@ -310,11 +311,12 @@ impl Node {
         type Pairs<V> = Vec<(String, V)>;
         let (owners, ttl, fence, queued): (Pairs<u64>, i64, Option<u64>, Pairs<String>) =
             self.query_pipeline("inspect", &keys.hash, &pipe).await?;
-        // The watch marker of MultiLock members ('~', `lua/queue.lua`) is nobody's entry.
+        // The watch marker of MultiLock members ('~', `lua/queue.lua`) is nobody's entry, and
+        // '@<name>' is when a name was listed, beside its entry.
         let queued = queued
             .into_iter()
             .map(|(field, _)| field)
-            .filter(|field| field != "~")
+            .filter(|field| field != "~" && !field.starts_with('@'))
             .collect();
         Ok(Snapshot {
             owners: owners.into_iter().map(|(f, n)| (f, holds(n))).collect(),
