@@ -72,8 +72,16 @@ async fn three_processes_waiting_are_listed_in_order_and_served_in_it() {
     assert_eq!(first.len(), 3);
     for (i, waiter) in first.iter().enumerate() {
         assert_eq!(waiter.position, i + 1);
-        let client = waiter.client.as_ref().expect("each worker announced itself");
-        assert_eq!(client.pid, pids[i], "position {} is the {i}th to come", i + 1);
+        let client = waiter
+            .client
+            .as_ref()
+            .expect("each worker announced itself");
+        assert_eq!(
+            client.pid,
+            pids[i],
+            "position {} is the {i}th to come",
+            i + 1
+        );
         assert!(waiter.field.starts_with(&client.id), "{waiter:?}");
         assert!(waiter.place_expires_in > Duration::ZERO);
     }
@@ -99,7 +107,11 @@ async fn three_processes_waiting_are_listed_in_order_and_served_in_it() {
     for _ in 0..20 {
         lock.waiters().await.unwrap();
     }
-    assert_eq!(queue_content(&server, &name), before, "reading changed the queue");
+    assert_eq!(
+        queue_content(&server, &name),
+        before,
+        "reading changed the queue"
+    );
     // The script writes nothing: the server runs it as read-only (EVAL_RO refuses a write).
     let hash = key_of(&name);
     let read: redis::Value = redis::cmd("EVAL_RO")
@@ -110,7 +122,10 @@ async fn three_processes_waiting_are_listed_in_order_and_served_in_it() {
         .arg(1000)
         .query(&mut server.conn())
         .unwrap();
-    assert!(matches!(read, redis::Value::Array(ref v) if v.len() == 1 + 3 * 3), "{read:?}");
+    assert!(
+        matches!(read, redis::Value::Array(ref v) if v.len() == 1 + 3 * 3),
+        "{read:?}"
+    );
 
     guard.unlock().await.unwrap();
     all_succeed(children).await;
@@ -169,7 +184,10 @@ async fn a_waiter_that_gives_up_leaves_no_record_and_an_old_entry_has_no_age() {
     assert_eq!(listed[0].waited, None);
     assert!(listed[0].client.is_none(), "nobody announced `old-client`");
     let left = listed[0].place_expires_in;
-    assert!(left > Duration::from_secs(55) && left <= Duration::from_secs(60), "{left:?}");
+    assert!(
+        left > Duration::from_secs(55) && left <= Duration::from_secs(60),
+        "{left:?}"
+    );
     guard.unlock().await.unwrap();
 }
 
@@ -196,7 +214,13 @@ async fn every_kind_with_a_queue_lists_its_waiters() {
     support::join_within(vec![waiting], Duration::from_secs(5), "the fair waiter").await;
 
     let name = unique_name("rw-waited");
-    let writing = a.read_write_lock(&name).unwrap().write().lock().await.unwrap();
+    let writing = a
+        .read_write_lock(&name)
+        .unwrap()
+        .write()
+        .lock()
+        .await
+        .unwrap();
     let rw = b.read_write_lock(&name).unwrap();
     let reader = tokio::spawn(async move {
         let guard = rw.read().lock().await.unwrap();
@@ -210,7 +234,11 @@ async fn every_kind_with_a_queue_lists_its_waiters() {
     assert!(listed);
     let waiter = &rw.waiters().await.unwrap()[0];
     assert!(waiter.field.starts_with(&b.id().to_string()));
-    assert!(!waiter.field.contains('#'), "the owner, not the wait: {}", waiter.field);
+    assert!(
+        !waiter.field.contains('#'),
+        "the owner, not the wait: {}",
+        waiter.field
+    );
     assert!(waiter.waited.is_some());
     writing.unlock().await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), reader)
@@ -254,7 +282,10 @@ async fn metadata_travels_with_the_hold_into_status() {
         .unwrap();
     let status = view.status().await.unwrap();
     assert_eq!(status.holders.len(), 1);
-    assert_eq!(status.holders[0].metadata.as_deref(), Some("export job 8812"));
+    assert_eq!(
+        status.holders[0].metadata.as_deref(),
+        Some("export job 8812")
+    );
     // A re-entry with other metadata replaces it; one without keeps it.
     let again = lock
         .lock_with(LockOptions::new().metadata("export job 8812, part 2"))
@@ -307,7 +338,10 @@ async fn bad_metadata_is_a_typed_error() {
         .await
         .unwrap();
     let status = lock.status().await.unwrap();
-    assert_eq!(status.holders[0].metadata.as_deref(), Some(longest.as_str()));
+    assert_eq!(
+        status.holders[0].metadata.as_deref(),
+        Some(longest.as_str())
+    );
     guard.unlock().await.unwrap();
     let sem = client.semaphore(&name).unwrap();
     let err = sem
