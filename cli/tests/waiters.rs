@@ -105,7 +105,11 @@ fn status_lists_three_waiting_processes_in_order() {
         pids.iter().map(|&p| i64::from(p)).collect::<Vec<_>>()
     );
     let watched = finish(rl(&server.url(), "watch --count 1", &name, &[])).stdout();
-    assert!(watched.contains(&format!("queue: 1. ")), "{watched}");
+    let first_waiter = format!(":{} redlease, waiting", pids[0]);
+    assert!(
+        watched.contains("queue: 1. ") && watched.contains(&first_waiter),
+        "{watched}"
+    );
 
     fs::write(dir.path("stop"), "").unwrap();
     assert_eq!(holder.finish(LIMIT).code(), Some(0));
