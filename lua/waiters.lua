@@ -12,7 +12,7 @@
 -- order (the order they are granted in). Left out: dead entries (past their deadline: the
 -- next call that meets them drops them), names listed without an entry (the same), the watch
 -- marker '~' of MultiLock members. 'listed' is when the name was put in the list ('@<name>',
--- queue.lua); '' for an entry written by a version that did not keep it.
+-- queue.lua: '<s> <us>'); '' for an entry written by a version that did not keep it.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -144,9 +144,10 @@ impl LockOptions {
     /// kinds refuse it with [`Error::InvalidArgument`]. Defaults to none, which costs nothing.
     ///
     /// Stored in the holding client's announcement (beside its host, pid and program) by one
-    /// more command after the lock is taken, so it lives while the hold does: the last
-    /// release of the owner removes it, and it goes with the client's announcement when the
-    /// process ends. A re-entry with metadata replaces the owner's.
+    /// more round trip after the lock is taken (and one before the owner's last release,
+    /// which removes it), so it lives while the hold does, and goes with the announcement
+    /// when the process ends. A re-entry with metadata replaces the owner's. A hold that was
+    /// lost (its lease ran out) takes its metadata away when its guard is dropped.
     ///
     /// # Errors
     /// Using the options fails with [`Error::InvalidMetadata`] when `text` is longer than

@@ -9,7 +9,7 @@ mod support;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use redlease::{Client, Error, LockOptions, MAX_METADATA_LEN};
+use redlease::{Client, Error, LockOptions, MAX_METADATA_LEN, Owner};
 use support::workers::{self, all_succeed};
 use support::{Server, clients, exists, key_of, unique_name};
 
@@ -313,6 +313,51 @@ async fn metadata_travels_with_the_hold_into_status() {
     let status = view.status().await.unwrap();
     assert_eq!(status.holders[0].metadata, None);
     guard.unlock().await.unwrap();
+    // Dropped (released in the background) and taken again at once with new metadata: the
+    // removal of the old one never takes the new one with it.
+    for i in 0..20 {
+        let text = format!("round {i}");
+        let guard = lock
+            .lock_with(LockOptions::new().metadata(&text))
+            .await
+            .unwrap();
+        let status = view.status().await.unwrap();
+        assert_eq!(status.holders[0].metadata.as_deref(), Some(text.as_str()));
+        drop(guard);
+    }
+}
+
+/// A hold that was lost (here: forced open) takes its metadata away when its guard goes, so
+/// the owner's next hold without metadata shows none.
+#[tokio::test]
+async fn a_lost_hold_takes_its_metadata_away_with_its_guard() {
+    let server = Server::start();
+    let name = unique_name("lost-metadata");
+    let [holder, viewer] = clients(&server).await;
+    let lock = holder.lock(&name).unwrap().with_owner(Owner::new());
+    let guard = lock
+        .lock_with(LockOptions::new().metadata("job 1"))
+        .await
+        .unwrap();
+    assert!(lock.force_unlock().await.unwrap());
+    assert!(guard.is_lost());
+    drop(guard);
+    let announcement = format!("redlease:client:{}", holder.id());
+    // Removed in the background (the guard was dropped): this runtime's thread must be free.
+    let gone = support::eventually_async(Duration::from_secs(5), || async {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(&announcement)
+            .query(&mut server.conn())
+            .unwrap();
+        !fields.iter().any(|f| f.starts_with("meta "))
+    })
+    .await;
+    assert!(gone, "the lost hold's metadata stayed");
+    let again = lock.lock().await.unwrap();
+    let status = viewer.lock(&name).unwrap().status().await.unwrap();
+    assert_eq!(status.holders.len(), 1);
+    assert_eq!(status.holders[0].metadata, None);
+    again.unlock().await.unwrap();
 }
 
 /// Metadata too long or with a control character is refused before anything is taken; kinds

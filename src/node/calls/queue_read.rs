@@ -72,6 +72,14 @@ fn text(value: &Value) -> Option<String> {
     }
 }
 
+/// When a name was listed, in ms, from its record `<s> <us>` (TIME's reply, `lua/queue.lua`);
+/// `None` without one (an entry of an older version) or for a damaged one.
+fn listed_ms(record: &str) -> Option<u64> {
+    let (s, us) = record.split_once(' ')?;
+    let (s, us): (u64, u64) = (s.parse().ok()?, us.parse().ok()?);
+    s.checked_mul(1000)?.checked_add(us / 1000)
+}
+
 /// `{now, name, deadline, listed or '', ...}` as a [`QueueView`]; `None` for another shape.
 fn parse(reply: &Value) -> Option<QueueView> {
     let Value::Array(items) = reply else {
@@ -87,10 +95,7 @@ fn parse(reply: &Value) -> Option<QueueView> {
             Some(QueueEntry {
                 name: text(&e[0])?,
                 deadline_ms: int(&e[1])?,
-                listed_ms: match text(&e[2])? {
-                    listed if listed.is_empty() => None,
-                    listed => Some(listed.parse().ok()?),
-                },
+                listed_ms: listed_ms(&text(&e[2])?),
             })
         })
         .collect::<Option<Vec<_>>>()?;
@@ -114,7 +119,7 @@ mod tests {
             Value::Int(1_000),
             bulk("a:1"),
             Value::Int(5_000),
-            bulk("900"),
+            bulk("0 900123"),
             bulk("b:2"),
             Value::Int(6_000),
             bulk(""),
@@ -141,6 +146,14 @@ mod tests {
     }
 
     #[test]
+    fn a_listing_record_is_read_to_the_millisecond_and_a_damaged_one_is_none() {
+        assert_eq!(listed_ms("1796457805 95123"), Some(1_796_457_805_095));
+        assert_eq!(listed_ms("1796457805"), None);
+        assert_eq!(listed_ms("soon 5"), None);
+        assert_eq!(listed_ms(""), None);
+    }
+
+    #[test]
     fn a_reply_of_another_shape_is_none() {
         assert_eq!(parse(&Value::Int(1)), None);
         assert_eq!(parse(&Value::Array(vec![])), None);
@@ -149,8 +162,8 @@ mod tests {
             parse(&Value::Array(vec![
                 Value::Int(1),
                 bulk("a:1"),
-                Value::Int(2),
-                bulk("soon")
+                bulk("soon"),
+                bulk("")
             ])),
             None
         );
