@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redlease::{Client, Error, LockOptions, MAX_METADATA_LEN, Owner};
 use support::workers::{self, all_succeed};
-use support::{Server, clients, exists, key_of, unique_name};
+use support::{Cluster, Server, clients, exists, key_of, unique_name};
 
 fn spawn_worker(envs: &[(&str, String)]) -> Child {
     workers::spawn_worker("waiting_worker", envs, Stdio::null())
@@ -189,6 +189,34 @@ async fn a_waiter_that_gives_up_leaves_no_record_and_an_old_entry_has_no_age() {
         "{left:?}"
     );
     guard.unlock().await.unwrap();
+}
+
+/// On a Redis Cluster the queue's keys share the lock's slot: the read goes to its primary,
+/// for a lock on each primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_read_on_a_cluster() {
+    let cluster = Cluster::start();
+    let holder = support::cluster_client(&cluster).await;
+    let waiter = support::cluster_client(&cluster).await;
+    let viewer = support::cluster_client(&cluster).await;
+    for (name, _) in cluster.names_per_primary("waited-cl", 1) {
+        let guard = holder.lock(&name).unwrap().lock().await.unwrap();
+        let waiting = support::spawn_waiter(waiter.lock(&name).unwrap());
+        let lock = viewer.lock(&name).unwrap();
+        let listed = support::eventually_async(Duration::from_secs(10), || async {
+            lock.waiters().await.unwrap().len() == 1
+        })
+        .await;
+        assert!(listed, "{name}: the waiter was never listed");
+        let status = lock.status().await.unwrap();
+        assert_eq!(status.waiters.len(), 1);
+        let listed = &status.waiters[0];
+        assert!(listed.field.starts_with(&waiter.id().to_string()));
+        assert!(listed.waited.is_some());
+        assert_eq!(listed.client.as_ref().unwrap().pid, std::process::id());
+        guard.unlock().await.unwrap();
+        support::join_within(vec![waiting], Duration::from_secs(10), "the waiter").await;
+    }
 }
 
 /// The other kinds with a queue list their waiters the same way: a fair lock's, a read-write
