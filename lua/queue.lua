@@ -9,7 +9,10 @@
 --                    past its deadline (the server's clock) and dropped by whichever call
 --                    next meets it; a grant to it waits a claim lease for its claim. A kind
 --                    may keep records of its own here under a name out of the list (they do
---                    not start with a digit).
+--                    not start with a digit). Beside each listed name, '@<name>' -> the
+--                    server's clock when the name was listed, '<s> <us>' as TIME says it (how
+--                    long it has waited: `Lock::waiters`, lua/waiters.lua): written with the
+--                    listing, deleted with the entry, kept when a refresh keeps the place.
 -- Both keys share the object's hash tag (so its slot) and expire with the latest deadline in
 -- them (clients may give their waiters' entries different lives).
 --
@@ -27,12 +30,13 @@
 -- 30.9k with the lock's queue and the family's apart, 34.8k with this file's six): a refused
 -- waiter's attempt pays for them, so this file stays a handful of small functions.
 
-local queue_clock
--- The server's clock in ms, read once per call and only when a deadline is needed.
+local queue_clock, queue_time
+-- The server's clock in ms, read once per call and only when a deadline is needed; queue_time
+-- keeps TIME's reply (seconds, microseconds: strings).
 local function now()
     if not queue_clock then
-        local t = redis.call('TIME')
-        queue_clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        queue_time = redis.call('TIME')
+        queue_clock = tonumber(queue_time[1]) * 1000 + math.floor(tonumber(queue_time[2]) / 1000)
     end
     return queue_clock
 end
@@ -46,7 +50,7 @@ end
 
 -- Takes `name` out of the queue of `key`, wherever it is.
 local function dequeue(key, name)
-    if redis.call('HDEL', key .. ':qd', name) == 1 then
+    if redis.call('HDEL', key .. ':qd', name, '@' .. name) > 0 then
         redis.call('LREM', key .. ':q', 1, name)
     end
 end
@@ -61,13 +65,18 @@ local function enqueue(key, name, life, terms)
     local q, qd = key .. ':q', key .. ':qd'
     local old = tonumber(string.match(redis.call('HGET', qd, name) or '', '^(%d+) '))
     -- The list first: in a slot migration an error must come before a write it would orphan.
+    local entry = (now() + life) .. ' ' .. terms
     if not old or old <= now() then
         if old then
             redis.call('LREM', q, 1, name)
         end
         redis.call('RPUSH', q, name)
+        -- Listed now: when it was, in the same write (no call more), as TIME said it (no
+        -- number printed: about half the cost of the record).
+        redis.call('HSET', qd, name, entry, '@' .. name, queue_time[1] .. ' ' .. queue_time[2])
+    else
+        redis.call('HSET', qd, name, entry)
     end
-    redis.call('HSET', qd, name, (now() + life) .. ' ' .. terms)
     -- Each key on its own: one may exist without the other after a partial write.
     outlive(q, life)
     outlive(qd, life)
@@ -97,7 +106,7 @@ local function first_live(key, known_head, terms)
         end
         -- Dead, not the kind's, or listed without an entry: it is gone now.
         redis.call('LPOP', q)
-        redis.call('HDEL', qd, head)
+        redis.call('HDEL', qd, head, '@' .. head)
     end
     return nil
 end
@@ -105,5 +114,5 @@ end
 -- Takes the queue of `key`'s head `name` out (first_live found it).
 local function pop(key, name)
     redis.call('LPOP', key .. ':q')
-    redis.call('HDEL', key .. ':qd', name)
+    redis.call('HDEL', key .. ':qd', name, '@' .. name)
 end

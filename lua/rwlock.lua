@@ -376,7 +376,7 @@ end
 -- Deletes what is kept under waiter name `name` (`value`): its record, or its place.
 local function forget(name, value)
     if value then
-        redis.call('HDEL', fifo_entries, name)
+        redis.call('HDEL', fifo_entries, name, '@' .. name)
         if not record_of(value) then
             redis.call('LREM', fifo_queue, 1, name)
         end

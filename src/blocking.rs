@@ -264,6 +264,14 @@ impl Lock {
         self.rt.block_on(self.inner.status())
     }
 
+    /// See [`crate::Lock::waiters`].
+    ///
+    /// # Errors
+    /// As [`crate::Lock::waiters`].
+    pub fn waiters(&self) -> Result<Vec<crate::Waiter>> {
+        self.rt.block_on(self.inner.waiters())
+    }
+
     /// See [`crate::Lock::force_unlock`].
     ///
     /// # Errors

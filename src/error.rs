@@ -29,6 +29,14 @@ pub enum Error {
     /// Any other argument that cannot be used (an empty node list, a bad URL, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The text given to [`LockOptions::metadata`](crate::LockOptions::metadata) cannot be
+    /// stored: longer than [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN) bytes, or with a
+    /// control character (a line break would split the CLI's lines).
+    #[error("invalid lock metadata: {reason}")]
+    InvalidMetadata {
+        /// Why it was rejected.
+        reason: String,
+    },
     /// The current owner holds no hold of this lock, so there is nothing to release.
     #[error("lock `{name}` is not held by this owner")]
     NotHeld {

@@ -51,6 +51,9 @@ pub(crate) struct Hold {
     /// Its labels in the metrics; `counted` while it counts in the `held` gauge.
     series: Series,
     counted: AtomicBool,
+    /// Metadata of this owner's hold is stored in the client's announcement
+    /// ([`LockOptions::metadata`](crate::LockOptions::metadata)): its last release removes it.
+    metadata: AtomicBool,
 }
 
 impl Hold {
@@ -80,7 +83,18 @@ impl Hold {
             at_risk: AtomicBool::new(false),
             series,
             counted: AtomicBool::new(true),
+            metadata: AtomicBool::new(false),
         }
+    }
+
+    /// Takes note that metadata of this hold is (about to be) stored.
+    pub(crate) fn set_metadata(&self) {
+        self.metadata.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether metadata of this hold was stored, for its last release to remove.
+    pub(crate) fn has_metadata(&self) -> bool {
+        self.metadata.load(Ordering::Relaxed)
     }
 
     /// Takes it out of the `held` gauge, once; `released`: by its last guard's release (its

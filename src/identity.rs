@@ -1,7 +1,9 @@
 //! Who a client is, written where operators can read it: one small hash per client,
 //! `P:client:<uuid>` = {host, pid, program, started_ms, version}, kept alive by the watchdog.
 //! `Lock::status` (and the CLI's `status` and `list`) turn an owner field's uuid into the
-//! process that holds the lock.
+//! process that holds the lock. The same hash carries the metadata of the client's holds
+//! ([`LockOptions::metadata`](crate::LockOptions::metadata)), one field
+//! `meta <lock hash> <owner field>` each, so it lives exactly as long as the announcement.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -98,13 +100,24 @@ pub(crate) async fn withdraw(node: &Node, prefix: &str, me: &ClientInfo) -> Resu
     node.query::<()>(&cmd).await
 }
 
-/// The announcements of the clients `ids`, in order (`None` for one that has none: gone, or
-/// a client of another version).
-pub(crate) async fn lookup(
-    node: &Node,
-    prefix: &str,
-    ids: &[&str],
-) -> Result<Vec<Option<ClientInfo>>> {
+/// What one client's announcement says: the process (`None` when it has none: gone, or a
+/// client of another version) and the metadata of its holds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Announcement {
+    pub info: Option<ClientInfo>,
+    /// `meta <lock hash> <owner field>` -> metadata ([`metadata_field`]).
+    metadata: HashMap<String, String>,
+}
+
+impl Announcement {
+    /// The metadata of `field`'s hold of the lock whose hash is `hash`, if it set some.
+    pub(crate) fn metadata(&self, hash: &str, field: &str) -> Option<String> {
+        self.metadata.get(&metadata_field(hash, field)).cloned()
+    }
+}
+
+/// The announcements of the clients `ids`, in order.
+pub(crate) async fn lookup(node: &Node, prefix: &str, ids: &[&str]) -> Result<Vec<Announcement>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -117,8 +130,62 @@ pub(crate) async fn lookup(
     Ok(ids
         .iter()
         .zip(all)
-        .map(|(id, fields)| ClientInfo::from_fields(id, fields))
+        .map(|(id, mut fields)| {
+            let mut metadata = HashMap::new();
+            fields.retain(|name, value| {
+                let is_metadata = name.starts_with(METADATA);
+                if is_metadata {
+                    metadata.insert(name.clone(), std::mem::take(value));
+                }
+                !is_metadata
+            });
+            Announcement {
+                info: ClientInfo::from_fields(id, fields),
+                metadata,
+            }
+        })
         .collect())
+}
+
+/// How a metadata field of an announcement starts.
+const METADATA: &str = "meta ";
+
+/// The announcement field of the metadata of `field`'s hold of the lock `hash`.
+fn metadata_field(hash: &str, field: &str) -> String {
+    format!("{METADATA}{hash} {field}")
+}
+
+/// Stores `text` as the metadata of `field`'s hold of the lock `hash`, in this client's
+/// announcement, which lives `ttl` from now at least (as long as the watchdog keeps it).
+pub(crate) async fn store_metadata(
+    node: &Node,
+    prefix: &str,
+    me: &ClientInfo,
+    ttl: Duration,
+    (hash, field): (&str, &str),
+    text: &str,
+) -> Result<()> {
+    let key = key(prefix, &me.id);
+    let mut pipe = redis::pipe();
+    pipe.hset(&key, metadata_field(hash, field), text)
+        .ignore()
+        .pexpire(&key, ttl.as_millis().max(1) as i64)
+        .ignore();
+    node.query_pipeline("store lock metadata", &key, &pipe)
+        .await
+}
+
+/// Removes the metadata of `field`'s hold of the lock `hash` (its last release).
+pub(crate) async fn drop_metadata(
+    node: &Node,
+    prefix: &str,
+    me: &ClientInfo,
+    (hash, field): (&str, &str),
+) -> Result<()> {
+    let mut cmd = redis::cmd("HDEL");
+    cmd.arg(key(prefix, &me.id))
+        .arg(metadata_field(hash, field));
+    node.query::<()>(&cmd).await
 }
 
 /// The client id of an owner field `<client uuid>:<owner>`.

@@ -278,7 +278,7 @@
 //! | `P:{N}` | hash | field `<client uuid>:<owner>` → hold count (0: one hold, given from the queue) | the last release; else the lease (PEXPIRE), or the claim lease for a hold given from the queue until its holder's watchdog lengthens it |
 //! | `P:{N}:fence` | string | the last fencing token (fenced locks only) | the lease it was last written with plus [`Config::fence_grace`] (60 s) |
 //! | `P:{N}:delay` | string | lock-delay marker of a holder that set [`Lock::lock_delay`]; every acquirer honours it | a release; else the lease plus the delay |
-//! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it | the last waiter leaves; else the latest waiter deadline |
+//! | `P:{N}:q`, `P:{N}:qd` | list, hash | the lock's waiters across processes, first come first; each one's deadline, claim lease, fence grace, lock-delay and the nonce of the attempt that queued it, and (`@<owner field>`) when it took its place ([`Lock::waiters`]) | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:latch:<request>` | string | makes a retried release idempotent (written when holds remain, or for a give-back) | max(5 × [`Config::timeout`], 5 s) |
 //! | `P:{N}:semaphore` | string | available permits of the semaphore `N` | [`Semaphore::delete`] (permits are state you set) |
 //! | `P:{N}:semaphore:g` | hash | `<client uuid>:w<n>` → a grant to a queued waiter: permits set aside until it claims them (`s`, a claim deadline), or handed over by a release of its own client (`t`, kept for a waiter that missed the reply) | the calls that claim or withdraw them, the client's next release (`t`), or their deadline |
@@ -288,7 +288,7 @@
 //! | `P:{N}:rw` | hash | read-write lock `N`: writer `w`/`wn`/`wd`, readers `r:<owner>`/`rd:<owner>` (deadlines on the server's clock; a hold count of 0 is a grant to a queued waiter, held for it until its claim lease ends) | the last release; else the latest deadline in it |
 //! | `P:{N}:rw:q`, `:qd` | list, hash | the read-write lock's waiters across processes (owner fields), first come first; each one's deadline, side wanted and claim lease | the last waiter leaves; else the latest waiter deadline |
 //! | `P:{N}:election`, `P:{N}:election:log` | hash, list | election `N` (its leader holds the fenced lock `N`): state, term, value and process of the leader, revision, transitions; the last 64 changes | an hour after the lock's lease (a leader keeps pushing it back) |
-//! | `P:client:<uuid>` | hash | the client's process (host, pid, program), for `status` and `list` | [`Client::shutdown`]; else the watchdog lease plus 1 s |
+//! | `P:client:<uuid>` | hash | the client's process (host, pid, program), for `status` and `list`; `meta <lock key> <owner field>` → the [`LockOptions::metadata`] of a hold, until its last release | [`Client::shutdown`]; else the watchdog lease plus 1 s |
 //!
 //! Channels (no memory when nobody listens): `P:{N}:unlock:<client uuid>` (a release gave the
 //! lock to a queued waiter of that client: `g <claim ms> <token> <nonce> <owner field>`; a
@@ -357,12 +357,12 @@ pub use family::{
 pub use guard::LockGuard;
 pub use identity::ClientInfo;
 pub use keys::MAX_NAME_LEN;
-pub use lock::{Holder, Lock, LockStatus, RemainingLease};
+pub use lock::{Holder, Lock, LockStatus, RemainingLease, Waiter};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use node::ServerWarning;
 #[cfg(feature = "tls-rustls")]
 pub use node::TlsOptions;
-pub use options::LockOptions;
+pub use options::{LockOptions, MAX_METADATA_LEN};
 pub use owner::Owner;
 pub use scope::HeldLock;
 pub use shared::Client;

@@ -14,9 +14,11 @@ use crate::scripts::Release;
 use crate::shared::Client;
 use crate::terms::{Lease, Wait};
 
+mod metadata;
 mod status;
 
-pub use status::{Holder, LockStatus, RemainingLease};
+pub(crate) use status::read_waiters;
+pub use status::{Holder, LockStatus, RemainingLease, Waiter};
 
 /// A handle to one named lock of a [`Client`]. Cheap to clone; holds nothing by itself.
 ///
@@ -208,7 +210,7 @@ impl Lock {
     /// The checked lease and wait of `options` for this lock (its watchdog lease when none
     /// is given).
     pub(crate) fn terms_of(&self, options: &LockOptions) -> Result<(Lease, Wait)> {
-        options.terms(self.watchdog()?.duration())
+        options.lock_terms(self.watchdog()?.duration())
     }
 
     pub(crate) fn watchdog(&self) -> Result<Lease> {
@@ -272,7 +274,9 @@ impl Lock {
     /// As [`Lock::lock`].
     pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<LockGuard>> {
         let (lease, wait) = self.terms_of(&options)?;
-        self.acquire(lease, wait).await
+        let metadata = options.checked_metadata()?;
+        let got = self.acquire(lease, wait).await?;
+        self.with_metadata(got, metadata).await
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. For

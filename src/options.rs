@@ -36,6 +36,68 @@ pub struct LockOptions {
     wait: Option<Duration>,
     lease: Option<Duration>,
     permits: Option<u32>,
+    metadata: Option<Metadata>,
+}
+
+/// Longest [`LockOptions::metadata`] accepted, in bytes: room for a job id, a request id and a
+/// trace id, kept inline so that [`LockOptions`] stays `Copy`, and short enough to show on one
+/// line of `redlease status` and `list`.
+pub const MAX_METADATA_LEN: usize = 128;
+
+/// The text of [`LockOptions::metadata`], inline (so the options stay `Copy`); or why it was
+/// refused, reported when the options are used.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Metadata {
+    Text {
+        len: u8,
+        bytes: [u8; MAX_METADATA_LEN],
+    },
+    TooLong(usize),
+    ControlCharacter,
+}
+
+const _: () = assert!(MAX_METADATA_LEN <= u8::MAX as usize);
+
+impl Metadata {
+    fn new(text: &str) -> Metadata {
+        if text.len() > MAX_METADATA_LEN {
+            return Metadata::TooLong(text.len());
+        }
+        if text.chars().any(char::is_control) {
+            return Metadata::ControlCharacter;
+        }
+        let mut bytes = [0; MAX_METADATA_LEN];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Metadata::Text {
+            // At most MAX_METADATA_LEN, checked above.
+            len: text.len() as u8,
+            bytes,
+        }
+    }
+
+    fn checked(&self) -> Result<&str> {
+        match self {
+            Metadata::Text { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .map_err(|e| Error::InvalidMetadata {
+                    reason: e.to_string(),
+                }),
+            Metadata::TooLong(n) => Err(Error::InvalidMetadata {
+                reason: format!("{n} bytes; at most {MAX_METADATA_LEN}"),
+            }),
+            Metadata::ControlCharacter => Err(Error::InvalidMetadata {
+                reason: "a control character (line break, tab, ...)".into(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.checked() {
+            Ok(text) => write!(f, "{text:?}"),
+            Err(e) => write!(f, "<{e}>"),
+        }
+    }
 }
 
 impl LockOptions {
@@ -75,6 +137,49 @@ impl LockOptions {
         self
     }
 
+    /// A short text stored with the hold while it lasts: a job id, a request id, who runs
+    /// what. [`Lock::status`](crate::Lock::status) shows it with the holder
+    /// ([`Holder::metadata`](crate::Holder::metadata)), and so do `redlease status`, `list`
+    /// and `watch`. For a [`Lock`](crate::Lock) and a [`FairLock`](crate::FairLock); the other
+    /// kinds refuse it with [`Error::InvalidArgument`]. Defaults to none, which costs nothing.
+    ///
+    /// Stored in the holding client's announcement (beside its host, pid and program) by one
+    /// more round trip after the lock is taken (and one before the owner's last release,
+    /// which removes it), so it lives while the hold does, and goes with the announcement
+    /// when the process ends. A re-entry with metadata replaces the owner's. A hold that was
+    /// lost (its lease ran out) takes its metadata away when its guard is dropped.
+    ///
+    /// # Errors
+    /// Using the options fails with [`Error::InvalidMetadata`] when `text` is longer than
+    /// [`MAX_METADATA_LEN`] bytes or has a control character. Acquiring fails with the error
+    /// of the write when the text could not be stored (the lock is given back).
+    ///
+    /// ```
+    /// use redlease::LockOptions;
+    ///
+    /// let options = LockOptions::new().metadata("export job 8812, request 5f1c");
+    /// # let _ = options;
+    /// ```
+    pub fn metadata(mut self, text: &str) -> LockOptions {
+        self.metadata = Some(Metadata::new(text));
+        self
+    }
+
+    /// The checked metadata of these options, for the kinds that store it.
+    pub(crate) fn checked_metadata(&self) -> Result<Option<&str>> {
+        self.metadata.as_ref().map(Metadata::checked).transpose()
+    }
+
+    /// Refuses metadata, for kinds that do not store it.
+    fn no_metadata(&self) -> Result<()> {
+        match self.metadata {
+            Some(_) => Err(Error::InvalidArgument(
+                "LockOptions::metadata applies to a Lock and a FairLock only".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// One attempt: `wait(Duration::ZERO)`, what every `try_lock()` asks for.
     pub(crate) fn once() -> LockOptions {
         LockOptions::new().wait(Duration::ZERO)
@@ -84,13 +189,20 @@ impl LockOptions {
     /// (MultiLock, RedLock), with the checked wait; one permit only.
     pub(crate) fn lease_and_wait(&self) -> Result<(Option<Duration>, Wait)> {
         self.one_permit()?;
+        self.no_metadata()?;
         Ok((self.lease, self.checked_wait()?))
     }
 
     /// The checked lease and wait of these options, `watchdog` being the lease kept by renewal
     /// when no lease is given (the lock family's kinds, which have no lease of their own); one
-    /// permit only.
+    /// permit only, no metadata.
     pub(crate) fn terms(&self, watchdog: Duration) -> Result<(Lease, Wait)> {
+        self.no_metadata()?;
+        self.lock_terms(watchdog)
+    }
+
+    /// [`terms`](Self::terms), metadata allowed (a [`Lock`](crate::Lock) stores it).
+    pub(crate) fn lock_terms(&self, watchdog: Duration) -> Result<(Lease, Wait)> {
         self.one_permit()?;
         let lease = match self.lease {
             Some(lease) => Lease::fixed(lease)?,
@@ -106,6 +218,7 @@ impl LockOptions {
     /// permits have no lease.
     pub(crate) fn permits_and_wait(&self) -> Result<(u32, Wait)> {
         self.no_lease("a Semaphore's permits have")?;
+        self.no_metadata()?;
         let permits = self.permits.unwrap_or(1);
         positive("permits", permits)?;
         Ok((permits, self.checked_wait()?))
@@ -116,6 +229,7 @@ impl LockOptions {
     pub(crate) fn wait_only(&self) -> Result<Wait> {
         self.no_lease("a CountDownLatch has")?;
         self.one_permit()?;
+        self.no_metadata()?;
         self.checked_wait()
     }
 

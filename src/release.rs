@@ -23,7 +23,15 @@ use crate::turns::Releasing;
 /// renewing at once), then the server.
 pub(crate) async fn release_hold(client: &Client, hold: &Arc<Hold>) -> Result<()> {
     crate::task::in_runtime()?;
-    let local = release_locally(client, hold)?;
+    let local = match release_locally(client, hold) {
+        Ok(local) => local,
+        Err(e) => {
+            if stale_metadata(client, hold) {
+                forget_metadata(client, hold).await;
+            }
+            return Err(e);
+        }
+    };
     // Lost by time (no renewal confirmed in time) but still our registered hold: give it back
     // on the server all the same, in case the key survived, and report the loss.
     let lost = hold.is_lost();
@@ -44,7 +52,14 @@ pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
     // the watchdog renew a dropped guard's hold until the task ran (forever if the runtime was
     // shutting down and never ran it).
     let Ok(local) = release_locally(client, hold) else {
-        // Lost or shut down: nothing of ours left on the server to give back.
+        // Lost or shut down: nothing of ours left on the server to give back (but the lost
+        // hold's metadata).
+        if stale_metadata(client, hold) {
+            let background = &client.inner.background;
+            let (client, hold) = (client.clone(), hold.clone());
+            let forget = async move { forget_metadata(&client, &hold).await };
+            spawn_from_drop(background, forget);
+        }
         return;
     };
     let background = &client.inner.background;
@@ -113,6 +128,11 @@ async fn release_remotely(
         delay_ms: hold.delay(),
         last,
     };
+    if last && hold.has_metadata() {
+        // Before the release: once the lock is given back the owner may take it again with
+        // new metadata, which a removal sent after the release could delete.
+        forget_metadata(client, hold).await;
+    }
     match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
             let why = "the hold was gone from the server at release";
@@ -123,6 +143,29 @@ async fn release_remotely(
         }
         Release::Released | Release::HandedOver { .. } => Ok(()),
         Release::StillHeld(_) => Ok(()),
+    }
+}
+
+/// Whether `hold`, lost, left metadata that no hold of its owner has now (a hold taken since
+/// with metadata has its own, which stays). Not at shutdown: the announcement goes then.
+fn stale_metadata(client: &Client, hold: &Hold) -> bool {
+    let inner = &client.inner;
+    hold.has_metadata()
+        && inner.check_open().is_ok()
+        && inner
+            .holds
+            .get(&hold.keys.hash, &hold.field)
+            .is_none_or(|now| !now.has_metadata())
+}
+
+/// Removes the metadata of `hold` (its last release) from the client's announcement. A failure
+/// is only logged: the hold is gone, and status shows a holder's metadata only.
+async fn forget_metadata(client: &Client, hold: &Hold) {
+    let inner = &client.inner;
+    let (prefix, me) = (&inner.config.prefix, &inner.me);
+    let what = (&*hold.keys.hash, &*hold.field);
+    if let Err(e) = crate::identity::drop_metadata(&inner.node, prefix, me, what).await {
+        tracing::debug!(lock = %hold.keys.name, error = %e, "could not remove the hold's metadata");
     }
 }
 

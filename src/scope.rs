@@ -134,8 +134,10 @@ impl Lock {
         Fut: Future<Output = T>,
     {
         let (lease, wait) = self.terms_of(&options)?;
+        let metadata = options.checked_metadata()?;
         crate::owner::in_new_scope(async move {
-            let Some(guard) = self.acquire(lease, wait).await? else {
+            let got = self.acquire(lease, wait).await?;
+            let Some(guard) = self.with_metadata(got, metadata).await? else {
                 return Ok(None);
             };
             let held = HeldLock {

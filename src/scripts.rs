@@ -58,6 +58,10 @@ pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// `waiters.lua`: reads a waiter queue, changing nothing.
+pub(crate) static WAITERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/waiters.lua")));
+
 /// What `acquire.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {

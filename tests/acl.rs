@@ -109,6 +109,15 @@ async fn family_round(client: &Client, name: &str) {
     latch.wait().await.unwrap();
     let fair = client.fair_lock(name).unwrap();
     fair.lock().await.unwrap().unlock().await.unwrap();
+    // A hold's metadata is written to, and removed from, the client's announcement.
+    let with_metadata = redlease::LockOptions::new().metadata("job 1");
+    let lock = client.lock(name).unwrap();
+    lock.lock_with(with_metadata)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

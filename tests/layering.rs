@@ -314,6 +314,7 @@ const CALLS: &[&str] = &[
     "batch",
     "family_calls",
     "lock_calls",
+    "queue_read",
     "release_calls",
     "renew_by_node",
     "scan",

@@ -1,10 +1,11 @@
-//! `redlease list`: the locks held now, with their holders, hold counts, leases, listening
-//! clients and fences, for people or (`--json`) for scripts.
+//! `redlease list`: the locks held now, with their holders (and what they said of their hold,
+//! its metadata), hold counts, leases, listening clients and fences, for people or (`--json`,
+//! the waiters too) for scripts.
 
 use std::time::Duration;
 
 use humantime::format_duration;
-use redlease::{Client, LockStatus};
+use redlease::{Client, ClientInfo, LockStatus, Waiter};
 use serde_json::{Value, json};
 
 use crate::args::ListArgs;
@@ -39,17 +40,67 @@ pub async fn list(args: ListArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// `host:pid program`, or the owner field when the holder did not announce itself.
+/// `host:pid program (holds×) [metadata]`, or the owner field when the holder did not
+/// announce itself.
 pub fn holder_text(status: &LockStatus) -> String {
     status
         .holders
         .iter()
-        .map(|h| match &h.client {
-            Some(c) => format!("{}:{} {} ({}×)", c.host, c.pid, c.program, h.holds),
-            None => format!("{} ({}×)", h.field, h.holds),
+        .map(|h| {
+            let who = process_text(h.client.as_ref(), &h.field);
+            match &h.metadata {
+                Some(meta) => format!("{who} ({}×) [{meta}]", h.holds),
+                None => format!("{who} ({}×)", h.holds),
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `host:pid program`, or `field` when its client did not announce itself.
+pub fn process_text(client: Option<&ClientInfo>, field: &str) -> String {
+    match client {
+        Some(c) => format!("{}:{} {}", c.host, c.pid, c.program),
+        None => field.to_owned(),
+    }
+}
+
+/// One waiter for people: `host:pid program, waiting 2s 104ms`.
+pub fn waiter_text(w: &Waiter) -> String {
+    let who = process_text(w.client.as_ref(), &w.field);
+    match w.waited {
+        Some(waited) => format!("{who}, waiting {}", format_duration(whole_ms(waited))),
+        None => format!("{who}, waiting (since unknown)"),
+    }
+}
+
+/// `d` to the millisecond, as people read it.
+fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}
+
+/// A client as JSON.
+pub fn client_json(client: Option<&ClientInfo>) -> Value {
+    client.map_or(Value::Null, |c| {
+        json!({"id": c.id, "host": c.host, "pid": c.pid, "program": c.program,
+               "started_ms": c.started_ms, "version": c.version})
+    })
+}
+
+/// The waiters as JSON, first to be served first (shared with `status` and `watch`).
+pub fn waiters_json(waiters: &[Waiter]) -> Vec<Value> {
+    waiters
+        .iter()
+        .map(|w| {
+            json!({
+                "position": w.position,
+                "owner": w.field,
+                "waited_ms": w.waited.map(|d| d.as_millis() as u64),
+                "place_expires_ms": w.place_expires_in.as_millis() as u64,
+                "client": client_json(w.client.as_ref()),
+            })
+        })
+        .collect()
 }
 
 fn lease_text(lease: Option<Duration>) -> String {
@@ -87,11 +138,8 @@ pub fn holders_json(status: &LockStatus) -> Vec<Value> {
         .holders
         .iter()
         .map(|h| {
-            let client = h.client.as_ref().map(|c| {
-                json!({"id": c.id, "host": c.host, "pid": c.pid, "program": c.program,
-                       "started_ms": c.started_ms, "version": c.version})
-            });
-            json!({"owner": h.field, "holds": h.holds, "client": client})
+            json!({"owner": h.field, "holds": h.holds, "client": client_json(h.client.as_ref()),
+                   "metadata": h.metadata})
         })
         .collect()
 }
@@ -107,6 +155,7 @@ fn to_json(client: &Client, held: &[(String, LockStatus)]) -> Value {
                 "holders": holders_json(s),
                 "remaining_lease_ms": s.remaining_lease.map(|d| d.as_millis() as u64),
                 "listening_clients": s.listening_clients,
+                "waiters": waiters_json(&s.waiters),
                 "fence": s.fence,
             })
         })

@@ -1,4 +1,5 @@
-//! `redlease status`: the server's view of a lock, for people or (`--json`) for scripts.
+//! `redlease status`: the server's view of a lock (holders, their metadata, the waiters in
+//! its queue), for people or (`--json`) for scripts.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::args::StatusArgs;
 use crate::exit::Failure;
+use crate::list;
 use crate::nodes::{self, Answer, quorum};
 use crate::output;
 
@@ -72,15 +74,32 @@ fn owners(views: &[NodeView]) -> BTreeMap<String, (u64, usize)> {
     all
 }
 
+/// What `owner` said of its hold (its metadata), as any node has it.
+fn metadata_of<'a>(views: &'a [NodeView], owner: &str) -> Option<&'a str> {
+    views
+        .iter()
+        .filter_map(|v| v.result.as_ref().ok())
+        .flat_map(|s| s.holders.iter())
+        .find_map(|h| h.metadata.as_deref().filter(|_| h.field == owner))
+}
+
 /// The process behind `owner`, as its client announced itself on any node.
 fn process_of<'a>(views: &'a [NodeView], owner: &str) -> Option<&'a redlease::ClientInfo> {
     views
         .iter()
         .filter_map(|v| v.result.as_ref().ok())
         .flat_map(|s| s.holders.iter())
-        .find(|h| h.field == owner)?
+        .find(|h| h.field == owner && h.client.is_some())?
         .client
         .as_ref()
+}
+
+/// The waiters of a single node (with several, each node's are shown with it).
+fn single_node_waiters(views: &[NodeView]) -> &[redlease::Waiter] {
+    match views {
+        [one] => one.result.as_ref().map_or(&[], |s| &s.waiters),
+        _ => &[],
+    }
 }
 
 fn ms(d: Option<Duration>) -> Value {
@@ -92,11 +111,10 @@ fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
     let owners: Vec<Value> = owners(views)
         .into_iter()
         .map(|(owner, (holds, nodes))| {
-            let client = process_of(views, &owner).map(|c| {
-                json!({"id": c.id, "host": c.host, "pid": c.pid, "program": c.program,
-                       "started_ms": c.started_ms, "version": c.version})
-            });
-            json!({"owner": owner, "holds": holds, "nodes": nodes, "client": client})
+            let client = list::client_json(process_of(views, &owner));
+            let metadata = metadata_of(views, &owner);
+            json!({"owner": owner, "holds": holds, "nodes": nodes, "client": client,
+                   "metadata": metadata})
         })
         .collect();
     let per_node: Vec<Value> = views
@@ -110,6 +128,7 @@ fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
                 "remaining_lease_ms": ms(s.remaining_lease),
                 "fence": s.fence,
                 "listening_clients": s.listening_clients,
+                "waiters": list::waiters_json(&s.waiters),
             }),
             Err(e) => json!({"url": v.shown, "reachable": false, "error": e}),
         })
@@ -121,6 +140,7 @@ fn to_json(name: &str, key: &str, views: &[NodeView]) -> Value {
         "nodes_held": nodes_held,
         "quorum": quorum(views.len()),
         "owners": owners,
+        "waiters": list::waiters_json(single_node_waiters(views)),
         "remaining_lease_ms": ms(majority_lease(views)),
         "fence": highest_fence(views),
         "nodes": per_node,
@@ -149,6 +169,9 @@ fn to_text(name: &str, key: &str, views: &[NodeView]) -> String {
             if let Some(c) = process_of(views, &owner) {
                 out += &format!("by     {}:{} {}\n", c.host, c.pid, c.program);
             }
+            if let Some(meta) = metadata_of(views, &owner) {
+                out += &format!("meta   {meta}\n");
+            }
         }
         if let Some(Ok(s)) = views.first().map(|v| &v.result)
             && s.listening_clients > 0
@@ -158,6 +181,9 @@ fn to_text(name: &str, key: &str, views: &[NodeView]) -> String {
                 s.listening_clients,
                 plural(s.listening_clients, "client")
             );
+        }
+        for w in single_node_waiters(views) {
+            out += &format!("queue  {}. {}\n", w.position, list::waiter_text(w));
         }
     }
     if held {

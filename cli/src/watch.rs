@@ -1,11 +1,12 @@
-//! `redlease watch`: one line per change of a lock's state, as it happens.
+//! `redlease watch`: one line per change of a lock's state (its holders, the waiters in its
+//! queue), as it happens.
 
 use redlease::LockStatus;
 use serde_json::json;
 
 use crate::args::WatchArgs;
 use crate::exit::Failure;
-use crate::list::{holder_text, holders_json};
+use crate::list::{holder_text, holders_json, waiter_text, waiters_json};
 use crate::nodes;
 use crate::output;
 
@@ -21,6 +22,8 @@ enum Change {
     HandedOver,
     /// The same owner took it again or gave back a re-entry.
     Recounted,
+    /// The same holds; the waiters in its queue changed (one came, one left or was served).
+    Queue,
 }
 
 fn change(before: Option<&LockStatus>, now: &LockStatus) -> Option<Change> {
@@ -37,11 +40,22 @@ fn change(before: Option<&LockStatus>, now: &LockStatus) -> Option<Change> {
             } else if before.owners != now.owners {
                 Some(Change::Recounted)
             } else {
-                None
+                queue_changed(before, now)
             }
         }
-        (false, false) => None,
+        (false, false) => before.and_then(|b| queue_changed(b, now)),
     }
+}
+
+/// [`Change::Queue`] when other waiters are in the queue, or in another order.
+fn queue_changed(before: &LockStatus, now: &LockStatus) -> Option<Change> {
+    let fields = |s: &LockStatus| {
+        s.waiters
+            .iter()
+            .map(|w| w.field.clone())
+            .collect::<Vec<_>>()
+    };
+    (fields(before) != fields(now)).then_some(Change::Queue)
 }
 
 pub async fn watch(args: WatchArgs) -> Result<u8, Failure> {
@@ -67,6 +81,7 @@ pub async fn watch(args: WatchArgs) -> Result<u8, Failure> {
                 Change::Released => "released",
                 Change::HandedOver => "handed over",
                 Change::Recounted => "recounted",
+                Change::Queue => "queue",
             }),
         };
         if let Some(event) = event {
@@ -96,16 +111,23 @@ fn print_event(args: &WatchArgs, event: &str, status: &LockStatus) {
             "event": event,
             "name": args.name,
             "holders": holders_json(status),
+            "waiters": waiters_json(&status.waiters),
             "remaining_lease_ms": status.remaining_lease.map(|d| d.as_millis() as u64),
             "fence": status.fence,
         }));
-    } else if status.holders.is_empty() {
-        output::line(format!("{at}  {event:<11}  {}", args.name));
-    } else {
-        output::line(format!(
-            "{at}  {event:<11}  {}  by {}",
-            args.name,
-            holder_text(status)
-        ));
+        return;
     }
+    let mut line = format!("{at}  {event:<11}  {}", args.name);
+    if !status.holders.is_empty() {
+        line += &format!("  by {}", holder_text(status));
+    }
+    if !status.waiters.is_empty() {
+        let waiting: Vec<String> = status
+            .waiters
+            .iter()
+            .map(|w| format!("{}. {}", w.position, waiter_text(w)))
+            .collect();
+        line += &format!("  queue: {}", waiting.join("; "));
+    }
+    output::line(line);
 }

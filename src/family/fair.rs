@@ -73,6 +73,22 @@ impl FairLock {
         self.lock.key()
     }
 
+    /// Who waits in the lock's queue, first to be served first: [`Lock::waiters`].
+    ///
+    /// # Errors
+    /// As [`Lock::waiters`].
+    pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
+        self.lock.waiters().await
+    }
+
+    /// The server's view of the lock, its waiters included: [`Lock::status`].
+    ///
+    /// # Errors
+    /// As [`Lock::status`].
+    pub async fn status(&self) -> Result<crate::lock::LockStatus> {
+        self.lock.status().await
+    }
+
     crate::options::ways_to_ask!(
         LockGuard,
         name,

@@ -91,6 +91,17 @@ impl PermitSemaphore {
         &self.keys.key
     }
 
+    /// Who waits in its queue on the server, first to be served first, read without changing
+    /// anything: as [`Lock::waiters`](crate::Lock::waiters); each [`Waiter::field`](crate::Waiter::field) is the permit id the
+    /// waiter asks for.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Timeout`](crate::Error::Timeout)
+    /// or [`Error::Redis`](crate::Error::Redis).
+    pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
+        crate::lock::read_waiters(&self.client, &self.keys.key, false).await
+    }
+
     async fn call(&self, op: &str, arg: &str, lease_ms: u64) -> Result<Reply> {
         self.client.inner.check_open()?;
         self.send(op, arg, lease_ms).await

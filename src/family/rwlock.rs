@@ -186,6 +186,16 @@ impl ReadWriteLock {
         &self.keys.key
     }
 
+    /// Who waits in its queue on the server, first to be served first, read without changing
+    /// anything: as [`Lock::waiters`](crate::Lock::waiters), readers and writers in one queue.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Timeout`](crate::Error::Timeout)
+    /// or [`Error::Redis`](crate::Error::Redis).
+    pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
+        crate::lock::read_waiters(&self.client, &self.keys.key, true).await
+    }
+
     /// The read side.
     pub fn read(&self) -> ReadLock {
         ReadLock(Side {

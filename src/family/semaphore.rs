@@ -96,6 +96,17 @@ impl Semaphore {
         &self.keys.key
     }
 
+    /// Who waits in its queue on the server, first to be served first, read without changing
+    /// anything: as [`Lock::waiters`](crate::Lock::waiters); each [`Waiter::field`](crate::Waiter::field) names one wait,
+    /// `<client uuid>:w<n>` (a semaphore's permits have no owner).
+    ///
+    /// # Errors
+    /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Timeout`](crate::Error::Timeout)
+    /// or [`Error::Redis`](crate::Error::Redis).
+    pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
+        crate::lock::read_waiters(&self.client, &self.keys.key, false).await
+    }
+
     async fn call(&self, op: &str, n: u32) -> Result<Reply> {
         self.client.inner.check_open()?;
         self.send(op, n, &[]).await

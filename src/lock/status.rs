@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use super::Lock;
 use crate::error::Result;
+use crate::node::QueueView;
+use crate::shared::Client;
 
 impl Lock {
     /// Whether anybody holds the lock.
@@ -55,46 +57,66 @@ impl Lock {
         self.client.inner.node.snapshot(&self.keys).await
     }
 
-    /// The server's view: owner fields with hold counts, remaining lease, fencing counter.
+    /// The server's view: owner fields with hold counts, remaining lease, fencing counter,
+    /// and who waits ([`LockStatus::waiters`], as [`Lock::waiters`] reads them).
+    ///
+    /// Also counts the clients waiting for the lock. Each holder and waiter is named by the
+    /// process behind it ([`Holder::client`], [`Waiter::client`]: host, pid, program) when its
+    /// client announced itself (every client does, while its watchdog runs), and each holder
+    /// carries its [`metadata`](crate::LockOptions::metadata); that costs one more round trip
+    /// when the lock is held or waited for.
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
-    ///
-    /// Also counts the clients waiting for the lock. Each holder is named by the process behind it ([`Holder::client`]: host, pid, program)
-    /// when its client announced itself (every client does, while its watchdog runs); that
-    /// costs one more round trip when the lock is held.
     pub async fn status(&self) -> Result<LockStatus> {
-        let snap = self.snapshot().await?;
+        self.client.inner.check_open()?;
         let inner = &self.client.inner;
+        let (snap, queue) = futures_util::future::try_join(
+            inner.node.snapshot(&self.keys),
+            inner.node.read_queue(&self.keys.hash),
+        )
+        .await?;
         let mut ids: Vec<&str> = snap
             .owners
             .iter()
             .map(|(field, _)| crate::identity::client_of(field))
+            .chain(
+                queue
+                    .entries
+                    .iter()
+                    .map(|e| crate::identity::client_of(&e.name)),
+            )
             .collect();
         ids.sort_unstable();
         ids.dedup();
         let channel = self.keys.channel_name();
-        let (infos, listening) = futures_util::future::try_join(
+        let (announced, listening) = futures_util::future::try_join(
             crate::identity::lookup(&inner.node, &inner.config.prefix, &ids),
             inner.node.listeners(&channel),
         )
         .await?;
+        let announcement = |field: &str| {
+            let id = crate::identity::client_of(field);
+            ids.iter()
+                .position(|known| *known == id)
+                .and_then(|i| announced.get(i))
+        };
         let holders = snap
             .owners
             .iter()
             .map(|(field, holds)| {
-                let id = crate::identity::client_of(field);
-                let client = ids
-                    .iter()
-                    .position(|known| *known == id)
-                    .and_then(|i| infos.get(i).cloned().flatten());
+                let found = announcement(field);
                 Holder {
                     field: field.clone(),
                     holds: *holds,
-                    client,
+                    client: found.and_then(|a| a.info.clone()),
+                    metadata: found.and_then(|a| a.metadata(&self.keys.hash, field)),
                 }
             })
             .collect();
+        let waiters = waiters_of(&queue, false, |field| {
+            announcement(field).and_then(|a| a.info.clone())
+        });
         // Waiters of a `Lock` are queued (and listen on their own client's grant channel);
         // others (MultiLock members) listen on the lock's channel.
         let mut queued: Vec<&str> = snap
@@ -106,12 +128,98 @@ impl Lock {
         queued.dedup();
         Ok(LockStatus {
             holders,
+            waiters,
             listening_clients: listening + queued.len() as u64,
             owners: snap.owners,
             remaining_lease: snap.ttl,
             fence: snap.fence,
         })
     }
+
+    /// Who waits for the lock in its queue on the server, first to be served first: each
+    /// waiter's owner, place, how long it has waited and the process behind it. Reading
+    /// changes nothing: one script call that only reads (the queue, its entries and the
+    /// server's clock, at one instant), then the waiters' announcements; no waiter moves, no
+    /// entry is dropped, no grant is made or delayed.
+    ///
+    /// One waiter per client and lock: a client's tasks that wait for the same lock line up
+    /// in the client, and only the first of them waits in the server's queue (the next one
+    /// takes its place when it is served). A plain `Lock`'s waiter takes its place at its
+    /// first refused attempt, a [`FairLock`](crate::FairLock)'s at its first attempt. A
+    /// waiter whose client stopped asking (it crashed) is listed until its place lives out
+    /// ([`Waiter::place_expires_in`]). MultiLock members waiting for the lock are not in the
+    /// queue (they are counted in [`LockStatus::listening_clients`]). At most
+    /// 1,000 waiters are read, from the head.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+    /// let lock = client.lock("reports")?;
+    /// for waiter in lock.waiters().await? {
+    ///     let who = waiter
+    ///         .client
+    ///         .as_ref()
+    ///         .map_or(waiter.field.clone(), |c| format!("{}:{} {}", c.host, c.pid, c.program));
+    ///     println!("{}. {who}, waiting {:?}", waiter.position, waiter.waited);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
+        read_waiters(&self.client, &self.keys.hash, false).await
+    }
+}
+
+/// The waiters of the queue of the object whose key is `key` ([`Lock::waiters`] and the
+/// family's): `by_wait` when its names are `<owner field>#<wait id>` (the read-write lock).
+pub(crate) async fn read_waiters(client: &Client, key: &str, by_wait: bool) -> Result<Vec<Waiter>> {
+    let inner = &client.inner;
+    inner.check_open()?;
+    let queue = inner.node.read_queue(key).await?;
+    let mut ids: Vec<&str> = queue
+        .entries
+        .iter()
+        .map(|e| crate::identity::client_of(&e.name))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let announced = crate::identity::lookup(&inner.node, &inner.config.prefix, &ids).await?;
+    Ok(waiters_of(&queue, by_wait, |field| {
+        let id = crate::identity::client_of(field);
+        ids.iter()
+            .position(|known| *known == id)
+            .and_then(|i| announced.get(i)?.info.clone())
+    }))
+}
+
+/// The queue's entries as [`Waiter`]s, `client` naming the process behind an owner field.
+fn waiters_of(
+    queue: &QueueView,
+    by_wait: bool,
+    client: impl Fn(&str) -> Option<crate::identity::ClientInfo>,
+) -> Vec<Waiter> {
+    let since = |ms: u64| Duration::from_millis(queue.now_ms.saturating_sub(ms));
+    queue
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let field = match entry.name.rsplit_once('#') {
+                Some((field, _)) if by_wait => field,
+                _ => entry.name.as_str(),
+            };
+            Waiter {
+                position: i + 1,
+                field: field.to_owned(),
+                waited: entry.listed_ms.map(since),
+                place_expires_in: Duration::from_millis(
+                    entry.deadline_ms.saturating_sub(queue.now_ms),
+                ),
+                client: client(field),
+            }
+        })
+        .collect()
 }
 
 /// The server's view of a lock, from [`Lock::status`].
@@ -122,6 +230,9 @@ pub struct LockStatus {
     pub owners: Vec<(String, u64)>,
     /// The same owners, each with the process behind it when known.
     pub holders: Vec<Holder>,
+    /// The waiters in the lock's queue on the server, first to be served first (see
+    /// [`Lock::waiters`]).
+    pub waiters: Vec<Waiter>,
     /// Clients waiting for this lock: queued on the server (a `Lock` waiter), or listening for
     /// its release (a MultiLock member), counted once however many of their tasks wait.
     pub listening_clients: u64,
@@ -147,6 +258,30 @@ pub struct Holder {
     /// Its hold count.
     pub holds: u64,
     /// The process behind the client, if it announced itself and is still alive.
+    pub client: Option<crate::identity::ClientInfo>,
+    /// What the holder said about its hold ([`LockOptions::metadata`](crate::LockOptions::metadata)),
+    /// if it said something and its client is still alive.
+    pub metadata: Option<String>,
+}
+
+/// One waiter in a queue on the server, from [`Lock::waiters`] (and the other kinds' `waiters`)
+/// and [`LockStatus::waiters`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// Its place: 1 is served next, when what it waits for is free.
+    pub position: usize,
+    /// The owner it waits for, `<client uuid>:<owner>` (as [`Holder::field`]); a
+    /// [`Semaphore`](crate::Semaphore)'s waiter has no owner: its wait, `<client uuid>:w<n>`.
+    pub field: String,
+    /// How long it has waited in the queue (since it took its place, on the server's clock);
+    /// `None` when its place was taken by a redlease version that did not record when.
+    pub waited: Option<Duration>,
+    /// How long its place lives if its client stops asking (a lock's waiter: the holder's
+    /// remaining lease and a margin, set again by each of its attempts, which a live waiter
+    /// makes before then); the place of a waiter that crashed goes when this runs out.
+    pub place_expires_in: Duration,
+    /// The process behind its client, if it announced itself and is still alive.
     pub client: Option<crate::identity::ClientInfo>,
 }
 

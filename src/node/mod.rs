@@ -16,7 +16,7 @@ use crate::scripts;
 mod calls;
 mod deploy;
 
-use calls::{batch, family_calls, lock_calls, release_calls};
+use calls::{batch, family_calls, lock_calls, queue_read, release_calls};
 use deploy::{acl, capabilities, dial, link, replicas, sentinel, shape, tls, transport};
 
 pub(crate) use acl::denied;
@@ -28,6 +28,7 @@ pub(crate) use family_calls::FamilyScript;
 pub(crate) use link::{Event, Link, Sink};
 use lock_calls::Batches;
 pub(crate) use lock_calls::{AcquireCall, AcquireTerms, QueueTerms};
+pub(crate) use queue_read::QueueView;
 pub(crate) use release_calls::{Latch, ReleaseArgs, Successor};
 pub(crate) use replicas::{Acks, Shortfall, WaitFor};
 use shape::Conn;
@@ -320,7 +321,12 @@ impl Node {
         type Pairs<V> = Vec<(String, V)>;
         let (owners, ttl, fence, queued): (Pairs<u64>, i64, Option<u64>, Pairs<String>) =
             self.query_pipeline("inspect", &keys.hash, &pipe).await?;
-        let queued = queued.into_iter().map(|(field, _)| field).collect();
+        // '@<name>' is when a name was listed, beside its entry.
+        let queued = queued
+            .into_iter()
+            .map(|(field, _)| field)
+            .filter(|field| !field.starts_with('@'))
+            .collect();
         Ok(Snapshot {
             owners: owners.into_iter().map(|(f, n)| (f, holds(n))).collect(),
             ttl: (ttl >= 0).then(|| Duration::from_millis(ttl as u64)),
