@@ -13,11 +13,11 @@ dequeue(hash, field)
 if redis.call('HGET', hash, field) ~= '0' then
     return 0
 end
+-- The lock-delay marker the grant wrote for a hold nobody used (queue_lock.lua) goes with it,
+-- before the next waiter's grant, which writes its own when its terms ask for one: a marker
+-- left for a waiter without a delay would refuse every acquirer once that waiter released.
+redis.call('DEL', hash .. ':delay')
 -- The next waiter's hold first, while ours keeps the hash alive (see release.lua).
-local head = grant_head(hash)
+grant_head(hash)
 redis.call('HDEL', hash, field)
-if not head then
-    -- The lock-delay marker the grant wrote for a hold nobody used (queue_lock.lua) goes with it.
-    redis.call('DEL', hash .. ':delay')
-end
 return 1

@@ -22,7 +22,12 @@ use crate::turns::Releasing;
 /// Gives back one guard's hold: local bookkeeping first (synchronously, so the watchdog stops
 /// renewing at once), then the server.
 pub(crate) async fn release_hold(client: &Client, hold: &Arc<Hold>) -> Result<()> {
-    crate::task::in_runtime()?;
+    if let Err(e) = crate::task::in_runtime() {
+        // Polled outside tokio: the caller hears of it, and the hold is released as a dropped
+        // guard's is, on the client's runtime (a guard that unlocks is never dropped armed).
+        release_hold_in_background(client, hold);
+        return Err(e);
+    }
     let local = match release_locally(client, hold) {
         Ok(local) => local,
         Err(e) => {

@@ -165,13 +165,20 @@ fn a_future_polled_outside_tokio_is_an_error_not_a_panic() {
         .expect("a status read outside tokio panicked")
         .expect("a status read outside tokio finished");
     assert!(status.unwrap_err().is_no_runtime());
-    // A guard taken in a runtime, given back outside one.
-    let lock = client.lock(&unique_name("outside")).unwrap();
+    // A guard taken in a runtime, given back outside one: the caller hears of it, and the
+    // hold is released all the same (on the client's runtime), not left until shutdown.
+    let name = unique_name("outside");
+    let lock = client.lock(&name).unwrap();
     let guard = rt.block_on(lock.lock()).unwrap();
     let unlocked = poll_on_plain_thread(async move { guard.unlock().await })
         .expect("an unlock outside tokio panicked")
         .expect("an unlock outside tokio finished");
     assert!(unlocked.unwrap_err().is_no_runtime());
+    let released = support::eventually(Duration::from_secs(2), || {
+        !support::exists(&server, &support::key_of(&name))
+    });
+    assert!(released, "the hold outlived its guard's unlock");
+    assert_eq!(client.held_count(), 0);
     rt.block_on(client.shutdown()).unwrap();
 }
 

@@ -432,3 +432,60 @@ async fn a_server_without_the_script_loads_it_once_and_grants() {
     guard.unlock().await.unwrap();
     assert!(all_free(&server, &names));
 }
+
+/// A waiting MultiLock with a fixed lease: the member taken first kept its lease running while
+/// the busy one was awaited (long enough to run out); the guard handed out holds every member
+/// with its whole lease from then on.
+#[tokio::test]
+async fn a_waited_multilock_with_a_fixed_lease_holds_every_member_for_the_lease() {
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let names = unique_names("fixed-turn", 2);
+    let busy = b.lock(&names[1]).unwrap().lock().await.unwrap();
+    let release_later = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        busy.unlock().await.unwrap();
+    });
+    let lease = Duration::from_millis(700);
+    let multi = MultiLock::new(locks(&a, &names)).unwrap();
+    let guard = multi
+        .try_lock_with(LockOptions::new().lease(lease).wait(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("both members, once the busy one was released");
+    for name in &names {
+        let left = support::pttl(&server, &key_of(name));
+        assert!(
+            left > 400 && left <= 700,
+            "{name}: {left} ms left of a {lease:?} lease"
+        );
+    }
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+    release_later.await.unwrap();
+    assert!(all_free(&server, &names));
+}
+
+/// One task acquiring a lock and a MultiLock over it at once: the acquisition that starts
+/// second is refused (as two `lock()` calls of one task are), never both admitted.
+#[tokio::test]
+async fn a_multilock_and_a_lock_of_one_task_at_once_are_not_both_admitted() {
+    let server = Server::start();
+    let [a] = clients(&server).await;
+    let names = unique_names("joined-multi", 2);
+    let single = a.lock(&names[0]).unwrap();
+    let multi = MultiLock::new(locks(&a, &names)).unwrap();
+    let (one, all) = tokio::join!(single.lock(), multi.lock());
+    match (one, all) {
+        (Ok(guard), Err(e)) => {
+            assert!(e.is_concurrent_acquisition(), "{e}");
+            guard.unlock().await.unwrap();
+        }
+        (Err(e), Ok(guard)) => {
+            assert!(e.is_concurrent_acquisition(), "{e}");
+            guard.unlock().await.unwrap();
+        }
+        (one, all) => panic!("one guard and one refusal, got {one:?} and {all:?}"),
+    }
+    assert!(all_free(&server, &names));
+}

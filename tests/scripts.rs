@@ -7,7 +7,7 @@ mod support;
 
 use redis::{Connection, RedisResult, Script, Value};
 
-use support::{Server, command_calls, owners, pttl};
+use support::{Server, command_calls, exists, owners, pttl};
 
 const HASH: &str = "t:{lock}";
 const FENCE: &str = "t:{lock}:fence";
@@ -20,6 +20,12 @@ const ACQUIRE: &str = concat!(
     include_str!("../lua/fence.lua"),
     include_str!("../lua/queue_lock.lua"),
     include_str!("../lua/acquire.lua")
+);
+const WITHDRAW: &str = concat!(
+    include_str!("../lua/queue.lua"),
+    include_str!("../lua/fence.lua"),
+    include_str!("../lua/queue_lock.lua"),
+    include_str!("../lua/withdraw.lua")
 );
 const RELEASE: &str = concat!(
     include_str!("../lua/release_plain.lua"),
@@ -617,6 +623,42 @@ fn a_waiter_whose_entry_died_queues_again_at_the_back() {
     assert_eq!(count_of(&mut conn, "c:1"), Some(0), "granted to c");
     assert_eq!(count_of(&mut conn, "b:1"), None);
     assert_eq!(queue_of(&mut conn), ["b:1"]);
+}
+
+/// A grant to a waiter with a lock-delay writes the marker; when that waiter withdraws, the
+/// grant passes to the next waiter, which asked for no delay: the marker goes with the unused
+/// grant, or it would refuse every acquirer (whatever their own delay) once that waiter
+/// released.
+#[test]
+fn a_withdrawn_grant_takes_its_lock_delay_marker_with_it() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let marker = format!("{HASH}:delay");
+    acquire_as(&mut conn, "a:1");
+    wait_call(&mut conn, "b:1", 30_000);
+    // b asked for a 5 s lock-delay (the long form's terms: claim, grace, delay, nonce).
+    let (s, _): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    redis::cmd("HSET")
+        .arg(format!("{HASH}:qd"))
+        .arg("b:1")
+        .arg(format!("{} 1500 - 5000 7", (s + 60) * 1000))
+        .exec(&mut conn)
+        .unwrap();
+    wait_call(&mut conn, "c:1", 30_000);
+    assert_eq!(
+        release_call(&mut conn, "a:1", (1, 1, "-"), None).unwrap(),
+        0
+    );
+    assert_eq!(count_of(&mut conn, "b:1"), Some(0), "granted to b");
+    assert!(exists(&server, &marker), "with b's marker");
+    let withdrawn: i64 = Script::new(WITHDRAW)
+        .key(HASH)
+        .arg("b:1")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(withdrawn, 1);
+    assert_eq!(count_of(&mut conn, "c:1"), Some(0), "passed on to c");
+    assert!(!exists(&server, &marker), "b's marker went with its grant");
 }
 
 /// A strict lock's single attempt (`FairLock::try_lock`): slack `-1`, unfenced, no claim, no

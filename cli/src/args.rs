@@ -297,7 +297,7 @@ pub struct RunArgs {
     /// (ShedLock's lockAtLeastFor): a fleet whose crons fire a little apart runs a short job
     /// once. After the command exits, redlease waits with the lock held until then, releases
     /// it and exits with the command's status.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_hold_at_least)]
     pub hold_at_least: Option<Duration>,
     /// Print nothing when the lock is busy (not acquired within --wait): just exit 75, so
     /// cron mails nothing. Other failures are still reported.
@@ -460,6 +460,18 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (try 500ms, 30s, 2m)"))
 }
 
+/// The longest `--hold-at-least`: the library's bound on every duration (365 days).
+fn parse_hold_at_least(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d > redlease::MAX_DURATION {
+        return Err(format!(
+            "must be at most {}",
+            humantime::format_duration(redlease::MAX_DURATION)
+        ));
+    }
+    Ok(d)
+}
+
 fn parse_positive(text: &str) -> Result<Duration, String> {
     let d = parse_duration(text)?;
     if d.is_zero() {
@@ -518,6 +530,23 @@ mod tests {
         assert!(parse_duration("30").is_err());
         assert!(parse_lease("50ms").is_err());
         assert!(parse_positive("0s").is_err());
+    }
+
+    /// A huge --hold-at-least is refused at parsing (it overflowed the clock, a panic).
+    #[test]
+    fn hold_at_least_is_bounded() {
+        assert_eq!(parse_hold_at_least("5s"), Ok(Duration::from_secs(5)));
+        assert!(parse_hold_at_least("366days").is_err());
+        assert!(parse_hold_at_least("500000000years").is_err());
+        let cli = Cli::try_parse_from([
+            "redlease",
+            "run",
+            "--hold-at-least",
+            "500000000years",
+            "L",
+            "true",
+        ]);
+        assert!(cli.is_err());
     }
 
     #[test]

@@ -128,6 +128,25 @@ pub(crate) async fn attempt_batch(
         .iter()
         .map(|p| inner.turns.start(&p.keys.hash, &p.field))
         .collect();
+    // As `Lock::acquire` does: an implicit owner's acquisitions of a lock in progress at once
+    // are concurrent for certain, and refused before anything is sent.
+    let overlapping = order.iter().zip(&acquiring).find(|(_, a)| a.overlapping());
+    if let Some((planned, _)) = overlapping {
+        let owner = batch
+            .iter()
+            .map(|(lock, _)| lock.owner())
+            .find(|owner| owner.is_implicit());
+        if let Some(owner) = owner {
+            let error = Error::ConcurrentAcquisition {
+                name: planned.keys.name.to_string(),
+                owner: owner.to_string(),
+            };
+            return batch
+                .iter()
+                .map(|_| Outcome::Failed(error.clone()))
+                .collect();
+        }
+    }
     let mut _turns = Vec::with_capacity(acquiring.len());
     for a in &acquiring {
         a.settled().await;

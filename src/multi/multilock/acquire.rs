@@ -47,7 +47,7 @@ impl MultiLock {
         if deadline.remaining().is_none() {
             return Ok(None);
         }
-        in_turn(&members, deadline).await
+        in_turn(&members, fixed, deadline).await
     }
 }
 
@@ -58,23 +58,51 @@ impl MultiLock {
 /// waiting for another the other holds. Giving up (the wait ran out, an error) gives back what
 /// was held; a member's wait is cancel-safe, and a dropped future drops the guards it held,
 /// which release them.
-async fn in_turn(members: &[(Lock, Lease)], deadline: Wait) -> Result<Option<MultiLockGuard>> {
+///
+/// A `fixed` lease of a member taken early kept running while the later ones were awaited:
+/// once all are held, each of those is extended to the whole lease from now before the guard
+/// is handed out. One whose lease ran out meanwhile (another owner may have taken it) gives
+/// everything back, and the members are awaited again within the wait.
+async fn in_turn(
+    members: &[(Lock, Lease)],
+    fixed: Option<Duration>,
+    deadline: Wait,
+) -> Result<Option<MultiLockGuard>> {
     let mut order: Vec<usize> = (0..members.len()).collect();
     order.sort_by_cached_key(|&i| (members[i].0.keys.hash.clone(), members[i].0.keyspace()));
-    let mut held: Vec<Option<LockGuard>> = members.iter().map(|_| None).collect();
-    for i in order {
-        let (lock, lease) = &members[i];
-        match lock.acquire(*lease, deadline).await {
-            Ok(Some(guard)) => held[i] = Some(guard),
-            outcome => {
-                give_back(held.into_iter().flatten(), None).await;
-                return outcome.map(|_| None);
+    // Each round ends with every member held or the wait spent (or an error).
+    loop {
+        let mut held: Vec<Option<LockGuard>> = members.iter().map(|_| None).collect();
+        for &i in &order {
+            let (lock, lease) = &members[i];
+            match lock.acquire(*lease, deadline).await {
+                Ok(Some(guard)) => held[i] = Some(guard),
+                outcome => {
+                    give_back(held.into_iter().flatten(), None).await;
+                    return outcome.map(|_| None);
+                }
+            }
+        }
+        let held: Vec<LockGuard> = held.into_iter().flatten().collect();
+        let Some(lease) = fixed else {
+            return Ok(Some(MultiLockGuard::new(held)));
+        };
+        let last = order.last().copied();
+        let earlier = order.iter().filter(|&&i| Some(i) != last);
+        let extended = join_all(earlier.map(|&i| held[i].extend(lease))).await;
+        match extended.into_iter().find_map(Result::err) {
+            None => return Ok(Some(MultiLockGuard::new(held))),
+            Some(e) => {
+                give_back(held, None).await;
+                if !e.is_lease_lost() {
+                    return Err(e);
+                }
+                if deadline.remaining().is_none() {
+                    return Ok(None);
+                }
             }
         }
     }
-    Ok(Some(MultiLockGuard::new(
-        held.into_iter().flatten().collect(),
-    )))
 }
 
 /// One round over every member: what was granted, which members are held elsewhere, and the
