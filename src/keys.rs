@@ -45,14 +45,9 @@ impl LockKeys {
         Derived::new(&self.hash, ":delay")
     }
 
-    /// `P:{N}:unlock`: the channel waiters listen on.
+    /// `P:{N}:unlock`: the stem of the lock's grant channels (`grant_channel`).
     pub(crate) fn channel(&self) -> Derived<'_> {
         Derived::new(&self.hash, ":unlock")
-    }
-
-    /// The channel name as a string of its own (for the subscriber's table).
-    pub(crate) fn channel_name(&self) -> Arc<str> {
-        self.channel().to_string().into()
     }
 
     /// `P:{N}:unlock:<client id>`: where a release tells one client that it granted the lock to
@@ -157,7 +152,7 @@ mod tests {
         };
         assert_eq!(&*keys.hash, "p:{orders:{42} x}");
         assert_eq!(keys.fence().to_string(), "p:{orders:{42} x}:fence");
-        assert_eq!(&*keys.channel_name(), "p:{orders:{42} x}:unlock");
+        assert_eq!(&*keys.grant_channel("c"), "p:{orders:{42} x}:unlock:c");
         assert_eq!(
             keys.latch("c", 7).to_string(),
             "p:{orders:{42} x}:latch:c:7"

@@ -89,12 +89,7 @@ impl Lock {
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        let channel = self.keys.channel_name();
-        let (announced, listening) = futures_util::future::try_join(
-            crate::identity::lookup(&inner.node, &inner.config.prefix, &ids),
-            inner.node.listeners(&channel),
-        )
-        .await?;
+        let announced = crate::identity::lookup(&inner.node, &inner.config.prefix, &ids).await?;
         let announcement = |field: &str| {
             let id = crate::identity::client_of(field);
             ids.iter()
@@ -117,8 +112,7 @@ impl Lock {
         let waiters = waiters_of(&queue, false, |field| {
             announcement(field).and_then(|a| a.info.clone())
         });
-        // Waiters of a `Lock` are queued (and listen on their own client's grant channel);
-        // others (MultiLock members) listen on the lock's channel.
+        // Every waiter of a lock is queued (a MultiLock's members too), one per client.
         let mut queued: Vec<&str> = snap
             .queued
             .iter()
@@ -129,7 +123,7 @@ impl Lock {
         Ok(LockStatus {
             holders,
             waiters,
-            listening_clients: listening + queued.len() as u64,
+            listening_clients: queued.len() as u64,
             owners: snap.owners,
             remaining_lease: snap.ttl,
             fence: snap.fence,
@@ -233,8 +227,8 @@ pub struct LockStatus {
     /// The waiters in the lock's queue on the server, first to be served first (see
     /// [`Lock::waiters`]).
     pub waiters: Vec<Waiter>,
-    /// Clients waiting for this lock: queued on the server (a `Lock` waiter), or listening for
-    /// its release (a MultiLock member), counted once however many of their tasks wait.
+    /// Clients waiting for this lock in its queue on the server, counted once however many of
+    /// their tasks wait.
     pub listening_clients: u64,
     /// Remaining lease; `None` when free or without expiry.
     pub remaining_lease: Option<Duration>,

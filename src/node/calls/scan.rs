@@ -1,5 +1,5 @@
 //! What operators ask of a deployment beyond one lock's keys: the held locks (`SCAN` on a
-//! server, on every primary of a cluster) and how many clients listen on a lock's channel.
+//! server, on every primary of a cluster).
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Value};
@@ -30,34 +30,6 @@ impl Node {
             }
         }
         Ok(found)
-    }
-
-    /// How many connections listen on `channel` (a lock's unlock channel, named after its
-    /// key): `PUBSUB NUMSUB` on a server; on a cluster `PUBSUB SHARDNUMSUB` at the primary of
-    /// the channel's slot, plus plain subscribers there (servers without sharded pub/sub).
-    pub(crate) async fn listeners(&self, channel: &str) -> Result<u64> {
-        let count = |sub: &str, at: Option<SingleNodeRoutingInfo>| {
-            let mut cmd = redis::cmd("PUBSUB");
-            cmd.arg(sub).arg(channel);
-            async move {
-                let reply = self.routed(cmd, at).await?;
-                let pairs: Vec<(String, u64)> = redis::from_redis_value(reply)
-                    .map_err(|e| Error::redis("count listeners", "", e.into()))?;
-                Ok::<u64, Error>(pairs.first().map_or(0, |(_, n)| *n))
-            }
-        };
-        match &self.conn {
-            Conn::Server(_) => count("NUMSUB", None).await,
-            Conn::Cluster(_) => {
-                let slot = crate::node::shape::slot(channel);
-                let primary =
-                    SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-                let sharded = count("SHARDNUMSUB", Some(primary.clone()))
-                    .await
-                    .unwrap_or(0);
-                Ok(sharded + count("NUMSUB", Some(primary)).await?)
-            }
-        }
     }
 
     /// `SCAN ... TYPE hash` through one server (`at` on a cluster) until done or `limit`.
