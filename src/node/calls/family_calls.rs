@@ -272,7 +272,6 @@ mod tests {
     #[test]
     fn every_family_publish_is_rewritten_for_a_cluster() {
         for source in [
-            include_str!("../../../lua/queue.lua"),
             include_str!("../../../lua/queue_permits.lua"),
             include_str!("../../../lua/latch.lua"),
             include_str!("../../../lua/election.lua"),
