@@ -228,14 +228,13 @@ impl Acquisition {
         self.record(outcome)
     }
 
-    /// Records how an acquisition on `wait`'s terms ended, from what it answered: granted
-    /// (`Ok(true)`), not granted (`Ok(false)`: busy for a single attempt, else the wait ran
-    /// out), or an error.
-    pub(crate) fn finish_with<T>(self, wait: crate::terms::Wait, granted: &Result<T>, got: bool) {
+    /// Records how an acquisition ended, from what it answered: an error, granted (`got`), or
+    /// not granted (busy for a `single` attempt, else the wait ran out).
+    pub(crate) fn finish_with<T>(self, single: bool, granted: &Result<T>, got: bool) {
         let outcome = match granted {
             Err(_) => Outcome::Error,
             Ok(_) if got => Outcome::Acquired,
-            Ok(_) if matches!(wait, crate::terms::Wait::Once) => Outcome::Busy,
+            Ok(_) if single => Outcome::Busy,
             Ok(_) => Outcome::Timeout,
         };
         self.finish(outcome);

@@ -187,7 +187,11 @@ impl PermitSemaphore {
         let series = (self.client.inner.config.lock_label).series(PERMIT, &self.keys.name);
         let measured = telemetry::Acquisition::start(series);
         let granted = self.wait_for_permit(lease, wait).await;
-        measured.finish_with(wait, &granted, matches!(granted, Ok(Some(_))));
+        measured.finish_with(
+            matches!(wait, Wait::Once),
+            &granted,
+            matches!(granted, Ok(Some(_))),
+        );
         granted
     }
 

@@ -237,7 +237,11 @@ impl Semaphore {
         let series = (self.client.inner.config.lock_label).series(SEMAPHORE, &self.keys.name);
         let measured = telemetry::Acquisition::start(series);
         let taken = self.wait_for_permits(permits, wait).await;
-        measured.finish_with(wait, &taken, matches!(taken, Ok(true)));
+        measured.finish_with(
+            matches!(wait, Wait::Once),
+            &taken,
+            matches!(taken, Ok(true)),
+        );
         taken
     }
 

@@ -37,7 +37,11 @@ impl Side {
         let series = (lock.client.inner.config.lock_label).series(kind, &lock.keys.name);
         let measured = telemetry::Acquisition::start(series);
         let held = self.wait_for_hold(lease, wait).await;
-        measured.finish_with(wait, &held, matches!(held, Ok(Some(_))));
+        measured.finish_with(
+            matches!(wait, Wait::Once),
+            &held,
+            matches!(held, Ok(Some(_))),
+        );
         held
     }
 
