@@ -1,7 +1,7 @@
 //! What operators ask of a deployment beyond one lock's keys: the held locks (`SCAN` on a
 //! server, on every primary of a cluster).
 
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Value};
 
 use crate::error::{Error, Result};
