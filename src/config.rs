@@ -74,6 +74,35 @@ pub struct Config {
     /// between two waits of a process, it makes no difference; each lingering channel costs
     /// one subscription on the server for that long.
     pub channel_linger: Duration,
+    /// Whether the server tells this client at once when a held lock's key is changed by
+    /// someone else: deleted, flushed, evicted, expired or forced. Defaults to `true`.
+    ///
+    /// On, the client keeps one more connection to the server, and the server pushes a notice
+    /// when such a key is written (Redis's client-side caching, `CLIENT TRACKING`, which needs
+    /// Redis 6 or Valkey). The client then reads whether the hold is still there and, if not,
+    /// marks its guard lost at once: [`LockGuard::lost`](crate::LockGuard::lost) resolves
+    /// within milliseconds instead of at the next renewal (up to a third of the lease later).
+    /// A reconnect of that connection (a restart, a Sentinel switch) checks every hold at once.
+    /// The renewals stay as they are, and so does the local validity deadline: a holder cut
+    /// off from the server hears nothing and still learns it at the deadline.
+    ///
+    /// Covers the holds of [`Lock`](crate::Lock) and `FairLock` (and the member locks of a
+    /// `MultiLock`) on one server or behind Sentinel; a Redis Cluster and the other kinds learn
+    /// of a loss at their next renewal. A server, proxy or user that refuses `HELLO 3` or
+    /// `CLIENT TRACKING` is logged once (`tracing` warning) and the client goes on without it.
+    /// Off, the client behaves as without it: no extra connection, no reads.
+    ///
+    /// Cost: one `HEXISTS` per held lock shortly after its grant (see
+    /// [`loss_notice_delay`](Config::loss_notice_delay)) and after each of its renewals (the
+    /// renewal is a write, which the server reports too), sent in batches.
+    pub loss_notice: bool,
+    /// How long after its grant a hold is first checked and armed for the loss notice.
+    /// Defaults to 10 milliseconds; zero arms each hold as soon as the notice sees it.
+    ///
+    /// A lock released sooner is never read at all, so short critical sections (the common
+    /// case) cost the server nothing more. A hold lost within this time is told at the end of
+    /// it, when it is first checked.
+    pub loss_notice_delay: Duration,
 }
 
 /// The default of [`Config::claim_lease`].
@@ -81,6 +110,9 @@ pub(crate) const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(2);
 
 /// The default of [`Config::channel_linger`].
 pub(crate) const DEFAULT_CHANNEL_LINGER: Duration = Duration::from_millis(500);
+
+/// The default of [`Config::loss_notice_delay`].
+pub(crate) const DEFAULT_LOSS_NOTICE_DELAY: Duration = Duration::from_millis(10);
 
 /// The default of [`Config::fence_grace`].
 pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
@@ -171,6 +203,8 @@ impl Default for Config {
             claim_lease: DEFAULT_CLAIM_LEASE,
             lock_label: LockLabel::off(),
             channel_linger: DEFAULT_CHANNEL_LINGER,
+            loss_notice: true,
+            loss_notice_delay: DEFAULT_LOSS_NOTICE_DELAY,
         }
     }
 }
@@ -258,6 +292,7 @@ impl Config {
         for (what, value) in [
             ("channel linger", self.channel_linger),
             ("fence grace", self.fence_grace),
+            ("loss notice delay", self.loss_notice_delay),
         ] {
             if value > MAX_DURATION {
                 return Err(Error::InvalidDuration {

@@ -22,9 +22,11 @@ use crate::terms::{Lease, Validity};
 
 mod early_renewals;
 mod family_holds;
+mod fresh;
 
 use early_renewals::EarlyRenewals;
 pub(crate) use family_holds::{FamilyHold, FamilyHolds, GiveBack, Renewing};
+pub(crate) use fresh::Fresh;
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
@@ -256,6 +258,8 @@ pub(crate) struct Holds {
     early: EarlyRenewals,
     /// The lock family's holds (shared with their guards, which deregister them).
     pub family: Arc<FamilyHolds>,
+    /// Holds registered since the loss notice last looked (`watchdog/notice.rs`).
+    pub fresh: Arc<Fresh>,
 }
 
 /// What shutdown took out of the registry: every hold of every kind.
@@ -300,7 +304,9 @@ impl Holds {
         let fresh = |orphans: u32| {
             let hold = make();
             hold.orphans.store(orphans, Ordering::Release);
-            Arc::new(hold)
+            let hold = Arc::new(hold);
+            self.fresh.push(&hold);
+            hold
         };
         match self.map.entry((hash.clone(), field.clone())) {
             Entry::Occupied(mut entry) => {
@@ -362,6 +368,17 @@ impl Holds {
             .filter(|e| matches!(e.value().lease, Lease::Watchdog(_)))
             .map(|e| e.value().clone())
             .collect()
+    }
+
+    /// Every hold of the reentrant locks, of every lease.
+    pub(crate) fn all(&self) -> Vec<Arc<Hold>> {
+        self.map.iter().map(|e| e.value().clone()).collect()
+    }
+
+    /// Whether `hold` is the live hold of its (lock, owner), not lost nor released.
+    pub(crate) fn is_current(&self, hold: &Arc<Hold>) -> bool {
+        self.get(&hold.keys.hash, &hold.field)
+            .is_some_and(|current| Arc::ptr_eq(&current, hold))
     }
 
     /// Every hold of the lock `hash`, whatever its owner (a walk over all holds).

@@ -15,6 +15,7 @@ use crate::scripts;
 
 mod calls;
 mod deploy;
+mod tracking;
 
 use calls::{batch, family_calls, lock_calls, release_calls};
 use deploy::{acl, dial, link, replicas, sentinel, shape, tls, transport};
@@ -31,6 +32,7 @@ use shape::Conn;
 pub(crate) use shape::Target;
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsOptions;
+pub(crate) use tracking::{Tracked, Unavailable};
 pub(crate) use transport::bounded;
 use transport::{evalsha, evalsha_without_keys, once_more_if_dropped};
 

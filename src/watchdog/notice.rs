@@ -1,0 +1,293 @@
+//! The loss notice: the server tells the client at once when the key of a held lock changes,
+//! and a hold found gone is marked lost then, not at its next renewal (up to a third of the
+//! lease later). On unless [`Config::loss_notice`](crate::Config::loss_notice) is off.
+//!
+//! How it works. One task per client, beside the watchdog's, keeps a tracking connection
+//! (`node/tracking.rs`): a connection on which the server remembers every key read and pushes
+//! an `invalidate` message when the key is next written, deleted, expired, evicted or flushed.
+//! The task's reads are the ownership checks themselves: one `HEXISTS <lock hash> <owner>` per
+//! hold, pipelined. A check answers whether the hold is still on the server and, being a read,
+//! arms the next notice for its key. So:
+//!
+//! - a hold is checked (and armed) [`loss_notice_delay`](crate::Config::loss_notice_delay)
+//!   after its grant: a lock released sooner is never read, and the uncontended
+//!   acquire-release path pays no round trip and no server work for the notice;
+//! - on a notice for a key, every armed hold of that key is checked again, all the notices
+//!   that arrived meanwhile in one pipeline; a hold found gone is lost at once (the watchdog's
+//!   own path, [`super::lose`]: its guard's `lost()` resolves), the rest are armed again. Every
+//!   write of the key reports, this client's own renewals and re-entries included (the
+//!   connection never writes, so `NOLOOP` would not tell them apart): those checks find the
+//!   hold and re-arm it. A check never marks lost a hold released or replaced meanwhile (the
+//!   registry decides, as for a renewal);
+//! - a flush reports no key: every armed hold is checked;
+//! - the server forgets what a connection tracked when it drops. On every (re)connect,
+//!   and behind Sentinel on a switch of master, every hold is checked at once.
+//!
+//! What it does not change: renewals, and the local validity deadline, which stays the last
+//! resort for a holder cut off from the server (it hears no notice).
+//!
+//! Costs, per held lock: one `HEXISTS` after the delay and one per write of its key (a
+//! renewal every third of the lease, a re-entry); on the server, one entry of its tracking
+//! table (`tracking-table-max-keys`: beyond it the server drops entries with a notice, which
+//! costs a check each and nothing else). A cluster is not covered yet: its holds are lost at
+//! their next renewal, as before; so are the lock family's holds (semaphores' permits,
+//! read-write locks, latches, leaderships).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::lose;
+use crate::hold::Hold;
+use crate::node::{Tracked, Unavailable};
+use crate::shared::Inner;
+use crate::telemetry::LostReason;
+
+/// The first pause before connecting again after a failure; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause between two connection attempts: as the command connection's own retries
+/// (at most 500 ms apart, `node/deploy/dial.rs`), so both are back about together.
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+
+/// The armed holds, by the key whose notice checks them.
+type Armed = HashMap<Arc<str>, Vec<Weak<Hold>>>;
+
+/// The loss notice's task: runs until the client is gone (or the watchdog's task, which owns
+/// it, is stopped), or for good when the server refuses tracking.
+pub(super) async fn run(weak: Weak<Inner>) {
+    let Some(inner) = weak.upgrade() else { return };
+    if !inner.config.loss_notice {
+        return;
+    }
+    let Some(tracking) = inner.node.tracking() else {
+        return;
+    };
+    let timeout = inner.config.timeout;
+    inner.holds.fresh.collect(true);
+    drop(inner);
+    let mut pause = FIRST_PAUSE;
+    // Bounded by the client's life: each turn either connects or pauses.
+    loop {
+        let (tx, rx) = mpsc::unbounded_channel();
+        match tracking.connect(timeout, tx).await {
+            Ok(tracked) => {
+                pause = FIRST_PAUSE;
+                match listen(&weak, tracked, rx).await {
+                    Ok(()) => return,
+                    Err(why) => tracing::debug!(%why, "loss notice connection lost; reconnecting"),
+                }
+            }
+            Err(Unavailable::Refused(why)) => {
+                tracing::warn!(
+                    %why,
+                    "the server refuses client-side caching (CLIENT TRACKING): lost locks are noticed at their next renewal; set loss_notice(false) to not try"
+                );
+                if let Some(inner) = weak.upgrade() {
+                    inner.holds.fresh.collect(false);
+                }
+                return;
+            }
+            Err(Unavailable::Down(why)) => {
+                tracing::debug!(%why, "loss notice cannot connect; trying again");
+            }
+        }
+        if weak.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+}
+
+/// Serves one connection: checks every hold, then arms fresh holds and answers notices until
+/// the connection is lost (an error: connect again) or the client is gone (`Ok`).
+async fn listen(
+    weak: &Weak<Inner>,
+    mut tracked: Tracked,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+) -> Result<(), Unavailable> {
+    let mut armed = Armed::new();
+    // What the server tracked for an earlier connection is forgotten: check every hold now.
+    {
+        let Some(inner) = weak.upgrade() else {
+            return Ok(());
+        };
+        inner.holds.fresh.take();
+        let all = inner.holds.all();
+        let lost = check(&inner, &mut tracked, all, &mut armed).await?;
+        if lost > 0 {
+            tracing::debug!(lost, "holds found gone on connecting the loss notice");
+        }
+    }
+    // Holds granted but not armed yet, oldest first, with when each is due.
+    let mut waiting: Vec<(Instant, Weak<Hold>)> = Vec::new();
+    let mut switched = tracked.switched.take();
+    loop {
+        let Some(inner) = weak.upgrade() else {
+            return Ok(());
+        };
+        let delay = inner.config.loss_notice_delay;
+        let fresh = inner.holds.fresh.clone();
+        let before = waiting.len();
+        waiting.extend(fresh.take().into_iter().filter_map(|weak_hold| {
+            let hold = weak_hold.upgrade()?;
+            let due = Instant::from_std(hold.granted_at) + delay;
+            Some((due, weak_hold))
+        }));
+        if waiting.len() > before {
+            // Nearly in order already: grants are registered about as they are made.
+            waiting.sort_by_key(|(due, _)| *due);
+        }
+        let next_due = waiting.first().map(|(due, _)| *due);
+        let event = {
+            let added = fresh.added.notified();
+            let due = async {
+                match next_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let moved = async {
+                match switched.as_mut() {
+                    Some(watch) => {
+                        let _ = watch.changed().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            // Wait holding only the notification, not the client: a dropped client must be
+            // able to end this task.
+            drop(inner);
+            tokio::select! {
+                push = pushes.recv() => Event::Push(push),
+                _ = added => Event::Fresh,
+                _ = due => Event::Due,
+                _ = moved => Event::Moved,
+            }
+        };
+        let Some(inner) = weak.upgrade() else {
+            return Ok(());
+        };
+        match event {
+            Event::Fresh => {}
+            Event::Due => {
+                let now = Instant::now();
+                let ready = waiting.partition_point(|(due, _)| *due <= now);
+                let holds: Vec<Arc<Hold>> = waiting
+                    .drain(..ready)
+                    .filter_map(|(_, hold)| hold.upgrade())
+                    .collect();
+                check(&inner, &mut tracked, holds, &mut armed).await?;
+            }
+            Event::Moved => {
+                return Err(Unavailable::Down("the master moved".into()));
+            }
+            Event::Push(None) => return Err(Unavailable::Down("push channel closed".into())),
+            Event::Push(Some(first)) => {
+                // Every notice already here goes in the same round of checks.
+                let mut keys = Notices::default();
+                keys.add(first);
+                while let Ok(push) = pushes.try_recv() {
+                    keys.add(push);
+                }
+                if keys.disconnected {
+                    return Err(Unavailable::Down("disconnected".into()));
+                }
+                let holds = keys.holds(&mut armed);
+                if !holds.is_empty() {
+                    check(&inner, &mut tracked, holds, &mut armed).await?;
+                }
+            }
+        }
+    }
+}
+
+enum Event {
+    Push(Option<PushInfo>),
+    Fresh,
+    Due,
+    Moved,
+}
+
+/// The notices of one round: the keys named, or every key (a flush), or a lost connection.
+#[derive(Default)]
+struct Notices {
+    keys: Vec<String>,
+    everything: bool,
+    disconnected: bool,
+}
+
+impl Notices {
+    fn add(&mut self, push: PushInfo) {
+        match push.kind {
+            PushKind::Invalidate => match push.data.into_iter().next() {
+                Some(Value::Array(keys)) | Some(Value::Set(keys)) => {
+                    for key in keys {
+                        if let Value::BulkString(bytes) = key {
+                            self.keys.push(String::from_utf8_lossy(&bytes).into_owned());
+                        }
+                    }
+                }
+                // `FLUSHDB`/`FLUSHALL` (or the server dropping its whole table): every key.
+                _ => self.everything = true,
+            },
+            PushKind::Disconnection => self.disconnected = true,
+            _ => {}
+        }
+    }
+
+    /// Takes the holds armed on the keys named out of `armed`: they are checked again (and
+    /// armed again if still held).
+    fn holds(self, armed: &mut Armed) -> Vec<Arc<Hold>> {
+        let lists: Vec<Vec<Weak<Hold>>> = if self.everything {
+            armed.drain().map(|(_, list)| list).collect()
+        } else {
+            self.keys
+                .iter()
+                .filter_map(|key| armed.remove(key.as_str()))
+                .collect()
+        };
+        lists
+            .into_iter()
+            .flatten()
+            .filter_map(|hold| hold.upgrade())
+            .collect()
+    }
+}
+
+/// Checks `holds` on the server in one round: those gone are lost at once, the rest armed
+/// (in `armed`). Holds released or replaced meanwhile, or already lost, are left alone.
+/// Returns how many were lost.
+async fn check(
+    inner: &Inner,
+    tracked: &mut Tracked,
+    mut holds: Vec<Arc<Hold>>,
+    armed: &mut Armed,
+) -> Result<usize, Unavailable> {
+    holds.retain(|hold| inner.holds.is_current(hold));
+    if holds.is_empty() {
+        return Ok(0);
+    }
+    let pairs: Vec<(&str, &str)> = holds
+        .iter()
+        .map(|hold| (&*hold.keys.hash, &*hold.field))
+        .collect();
+    let flags = tracked.check(&pairs).await?;
+    let mut lost = 0;
+    for (hold, held) in holds.iter().zip(flags) {
+        if held {
+            armed
+                .entry(hold.keys.hash.clone())
+                .or_default()
+                .push(Arc::downgrade(hold));
+        } else {
+            let why = "the server reported its key changed and it no longer holds it";
+            lost += lose(inner, hold, LostReason::ServerLost, why);
+        }
+    }
+    Ok(lost)
+}
