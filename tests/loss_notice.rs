@@ -349,3 +349,38 @@ async fn the_notice_keeps_one_tracking_connection_and_none_when_off() {
     );
     off.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_tracking_right_still_locks_and_is_told_at_renewal() {
+    support::init_tracing();
+    let server = Server::start();
+    // Every right but CLIENT TRACKING.
+    redis_cmd(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "notracking",
+            "reset",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-client|tracking",
+        ],
+    );
+    let url = format!("redis://notracking:pw@127.0.0.1:{}", server.port());
+    let holder = Client::connect(&url).await.unwrap();
+    let name = unique_name("notice-refused");
+    let guard = hold(&holder, &name).await;
+    let key = key_of(&name);
+    let took = lost_after(&guard, Duration::from_millis(300), || {
+        redis_cmd(&server, &["DEL", &key])
+    })
+    .await;
+    assert_eq!(took, None, "no notice without the right");
+    assert_eq!(holder.renew_now().await.unwrap().lost, 1);
+    assert!(guard.is_lost());
+    holder.shutdown().await.unwrap();
+}
