@@ -26,7 +26,7 @@ mod fresh;
 
 use early_renewals::EarlyRenewals;
 pub(crate) use family_holds::{FamilyHold, FamilyHolds, GiveBack, Renewing};
-pub(crate) use fresh::Fresh;
+pub(crate) use fresh::{Fresh, Noted};
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
@@ -103,6 +103,15 @@ impl Hold {
     pub(crate) fn delay(&self) -> Option<u64> {
         let delay = self.delay_ms.load(Ordering::Relaxed);
         (delay > 0).then_some(delay)
+    }
+
+    /// Where the server keeps it: its owner field in the lock's hash.
+    pub(crate) fn presence(&self) -> crate::node::Presence {
+        crate::node::Presence {
+            key: self.keys.hash.clone(),
+            field: self.field.clone(),
+            value: None,
+        }
     }
 
     /// A renewal of this hold for `lease_ms`.
@@ -305,7 +314,7 @@ impl Holds {
             let hold = make();
             hold.orphans.store(orphans, Ordering::Release);
             let hold = Arc::new(hold);
-            self.fresh.push(&hold);
+            self.fresh.lock(&hold);
             hold
         };
         match self.map.entry((hash.clone(), field.clone())) {
@@ -370,9 +379,17 @@ impl Holds {
             .collect()
     }
 
-    /// Every hold of the reentrant locks, of every lease.
-    pub(crate) fn all(&self) -> Vec<Arc<Hold>> {
-        self.map.iter().map(|e| e.value().clone()).collect()
+    /// Every hold of every kind.
+    pub(crate) fn all(&self) -> Vec<Noted> {
+        let locks = self
+            .map
+            .iter()
+            .map(|e| Noted::Lock(Arc::downgrade(e.value())));
+        let family = self.family.all();
+        let family = family
+            .iter()
+            .map(|hold| Noted::Family(Arc::downgrade(hold)));
+        locks.chain(family).collect()
     }
 
     /// Whether `hold` is the live hold of its (lock, owner), not lost nor released.

@@ -384,3 +384,91 @@ async fn a_user_without_the_tracking_right_still_locks_and_is_told_at_renewal() 
     assert!(guard.is_lost());
     holder.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_familys_holds_are_told_too() {
+    support::init_tracing();
+    let server = Server::start();
+    let holder = client(&server).await;
+    let name = unique_name("notice-family");
+
+    // A permit: its field in the semaphore's hash, deleted with the key.
+    let semaphore = holder.permit_semaphore(&name).unwrap();
+    semaphore.set_permits(2).await.unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    tokio::time::sleep(SETTLE).await;
+    let lost = permit.lost();
+    let started = Instant::now();
+    redis_cmd(&server, &["DEL", &format!("{}:permits", key_of(&name))]);
+    let took = tokio::time::timeout(NOTICE_WITHIN, lost)
+        .await
+        .ok()
+        .map(|()| started.elapsed());
+    println!("DEL of the permits -> permit lost(): {took:?}");
+    assert!(took.is_some(), "a deleted permit was not noticed");
+    assert!(permit.is_lost());
+
+    // A read and a write hold of two read-write locks, both flushed.
+    let rw_a = holder.read_write_lock(&format!("{name}-a")).unwrap();
+    let rw_b = holder.read_write_lock(&format!("{name}-b")).unwrap();
+    let read = rw_a.read().lock().await.unwrap();
+    let write = rw_b.write().lock().await.unwrap();
+    tokio::time::sleep(SETTLE).await;
+    assert!(!read.is_lost() && !write.is_lost());
+    let both = futures_util::future::join(read.lost(), write.lost());
+    let started = Instant::now();
+    redis_cmd(&server, &["FLUSHDB"]);
+    let took = tokio::time::timeout(NOTICE_WITHIN, both)
+        .await
+        .ok()
+        .map(|_| started.elapsed());
+    println!("FLUSHDB -> read and write holds lost(): {took:?}");
+    assert!(took.is_some(), "flushed read-write holds were not noticed");
+    holder.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn family_holds_renewed_by_the_watchdog_are_never_falsely_lost() {
+    support::init_tracing();
+    let server = Server::start();
+    let holder = client_with(&server, |b| {
+        b.watchdog_lease(Duration::from_millis(150))
+            .timeout(Duration::from_millis(50))
+    })
+    .await;
+    let name = unique_name("notice-family-busy");
+    let semaphore = holder.permit_semaphore(&name).unwrap();
+    semaphore.set_permits(3).await.unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    let rw = holder.read_write_lock(&name).unwrap();
+    let read = rw.read().lock().await.unwrap();
+    let other = holder.read_write_lock(&format!("{name}-w")).unwrap();
+    let write = other.write().lock().await.unwrap();
+    let started = Instant::now();
+    // 2 s, some 40 renewals of each; bounded by the count too.
+    for _ in 0..200 {
+        if started.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        assert!(
+            !permit.is_lost(),
+            "permit lost after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            !read.is_lost(),
+            "read hold lost after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            !write.is_lost(),
+            "write hold lost after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    permit.release().await.unwrap();
+    read.unlock().await.unwrap();
+    write.unlock().await.unwrap();
+    holder.shutdown().await.unwrap();
+}

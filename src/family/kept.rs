@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::hold::{FamilyHold, FamilyHolds, GiveBack, Renewing};
+use crate::node::Presence;
 use crate::shared::Client;
 use crate::terms::{Lease, Validity};
 
@@ -52,6 +53,8 @@ struct Open<F, R> {
     valid_for: Duration,
     renew: F,
     release: R,
+    /// Where the server keeps it (the loss notice reads it there).
+    presence: Presence,
 }
 
 impl<F, Fut, R, RFut> FamilyHold for Open<F, R>
@@ -112,12 +115,30 @@ where
         self.state.lose("the client shut down");
         Box::pin((self.release)())
     }
+
+    fn presence(&self) -> &Presence {
+        &self.presence
+    }
+
+    fn is_live(&self) -> bool {
+        !self.state.closed.load(Ordering::Acquire) && !self.state.is_lost()
+    }
+
+    fn gone(&self, why: &str) -> bool {
+        if !self.is_live() {
+            return false;
+        }
+        self.state.lose(why);
+        true
+    }
 }
 
 impl Kept {
     /// A hold of `client` granted by a request sent at `started`. A watchdog lease is renewed
     /// by the client's watchdog with `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is
     /// gone); `release` gives the hold back if the client shuts down while the guard lives.
+    /// `presence` says where the server keeps it, for the loss notice.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new<F, Fut, R, RFut>(
         client: &Client,
         name: Arc<str>,
@@ -125,6 +146,7 @@ impl Kept {
         started: Instant,
         renew: F,
         release: R,
+        presence: Presence,
     ) -> Kept
     where
         F: Fn() -> Fut + Send + Sync + 'static,
@@ -141,13 +163,16 @@ impl Kept {
             closed: AtomicBool::new(false),
         });
         let registry = client.inner.holds.family.clone();
-        let id = registry.open(Arc::new(Open {
+        let open: Arc<dyn FamilyHold> = Arc::new(Open {
             state: state.clone(),
             lease,
             valid_for,
             renew,
             release,
-        }));
+            presence,
+        });
+        let id = registry.open(open.clone());
+        client.inner.holds.fresh.family(&open);
         client.inner.watchdog.adopt(lease);
         Kept {
             state,

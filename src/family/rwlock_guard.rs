@@ -35,6 +35,20 @@ pub(crate) fn kept(
             }
         }
     };
+    // Where the hold is in the lock's hash (`lua/rwlock.lua`): a reader's count `r:<owner>`,
+    // the writer's name in `w`.
+    let presence = match hold.kind() {
+        Kind::Read => crate::node::Presence {
+            key: lock.keys.key.clone(),
+            field: format!("r:{field}").into(),
+            value: None,
+        },
+        Kind::Write => crate::node::Presence {
+            key: lock.keys.key.clone(),
+            field: "w".into(),
+            value: Some(field.clone()),
+        },
+    };
     let release = {
         let lock = lock.clone();
         move || {
@@ -43,7 +57,7 @@ pub(crate) fn kept(
         }
     };
     let name = lock.keys.name.clone();
-    Kept::new(&lock.client, name, lease, started, renew, release)
+    Kept::new(&lock.client, name, lease, started, renew, release, presence)
 }
 
 /// One read or write hold.

@@ -32,7 +32,7 @@ use shape::Conn;
 pub(crate) use shape::Target;
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsOptions;
-pub(crate) use tracking::{Tracked, Unavailable};
+pub(crate) use tracking::{Presence, Tracked, Unavailable};
 pub(crate) use transport::bounded;
 use transport::{evalsha, evalsha_without_keys, once_more_if_dropped};
 

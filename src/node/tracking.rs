@@ -16,6 +16,7 @@
 //! holds are known lost at their next renewal, as before). Behind Sentinel the connection
 //! follows the command connection's master, and a switch is reported like a disconnection.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -146,19 +147,36 @@ fn resp3(client: &redis::Client) -> Result<redis::Client, Unavailable> {
     redis::Client::open(info.set_redis_settings(settings)).map_err(classify)
 }
 
+/// Where the server keeps one hold: a field of a hash, and the value that field must have when
+/// the field alone does not name the holder (a read-write lock's writer, `w`).
+#[derive(Debug, Clone)]
+pub(crate) struct Presence {
+    pub key: Arc<str>,
+    pub field: Arc<str>,
+    pub value: Option<Arc<str>>,
+}
+
 impl Tracked {
-    /// Whether each owner field still holds its lock hash (`HEXISTS`), in order. Each read
-    /// arms tracking of its key: any later change of it is pushed.
-    pub(crate) async fn check(&mut self, holds: &[(&str, &str)]) -> Result<Vec<bool>, Unavailable> {
+    /// Whether each hold is still on the server (`HEXISTS key field`, or `HGET key field`
+    /// compared with its value), in order. Each read arms tracking of its key: any later
+    /// change of it is pushed.
+    pub(crate) async fn check(&mut self, holds: &[&Presence]) -> Result<Vec<bool>, Unavailable> {
         let mut out = Vec::with_capacity(holds.len());
         for chunk in holds.chunks(CHECKS_PER_CALL) {
             let mut pipe = redis::pipe();
-            for (hash, field) in chunk {
-                pipe.cmd("HEXISTS").arg(*hash).arg(*field);
+            // A read refused (WRONGTYPE) answers for its hold only, not for the batch.
+            pipe.ignore_errors();
+            for hold in chunk {
+                let name = if hold.value.is_some() {
+                    "HGET"
+                } else {
+                    "HEXISTS"
+                };
+                pipe.cmd(name).arg(&*hold.key).arg(&*hold.field);
             }
-            let read = pipe.query_async::<Vec<bool>>(&mut self.conn);
-            let flags = match tokio::time::timeout(self.timeout, read).await {
-                Ok(flags) => flags.map_err(classify)?,
+            let read = pipe.query_async::<Vec<redis::Value>>(&mut self.conn);
+            let replies = match tokio::time::timeout(self.timeout, read).await {
+                Ok(replies) => replies.map_err(classify)?,
                 Err(_) => {
                     return Err(Unavailable::Down(format!(
                         "no answer within {:?}",
@@ -166,7 +184,30 @@ impl Tracked {
                     )));
                 }
             };
-            out.extend(flags);
+            if replies.len() != chunk.len() {
+                return Err(Unavailable::Down(format!(
+                    "{} replies to {} reads",
+                    replies.len(),
+                    chunk.len()
+                )));
+            }
+            for (hold, reply) in chunk.iter().zip(replies) {
+                out.push(match (&hold.value, reply) {
+                    (None, redis::Value::Int(n)) => n == 1,
+                    (None, redis::Value::Boolean(held)) => held,
+                    (Some(value), redis::Value::BulkString(bytes)) => {
+                        bytes.as_slice() == value.as_bytes()
+                    }
+                    (Some(_), redis::Value::Nil) => false,
+                    // Somebody wrote another type at the key: no lock's hash any more.
+                    (_, redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => false,
+                    // Anything else: not known gone (the renewal will tell).
+                    (_, other) => {
+                        tracing::debug!(key = %hold.key, reply = ?other, "unexpected check reply");
+                        true
+                    }
+                });
+            }
         }
         Ok(out)
     }

@@ -42,8 +42,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::lose;
-use crate::hold::Hold;
-use crate::node::{Tracked, Unavailable};
+use crate::hold::{FamilyHold, Hold, Noted};
+use crate::node::{Presence, Tracked, Unavailable};
 use crate::shared::Inner;
 use crate::telemetry::LostReason;
 
@@ -54,7 +54,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(10);
 const MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// The armed holds, by the key whose notice checks them.
-type Armed = HashMap<Arc<str>, Vec<Weak<Hold>>>;
+type Armed = HashMap<Arc<str>, Vec<Noted>>;
 
 /// The loss notice's task: runs until the client is gone (or the watchdog's task, which owns
 /// it, is stopped), or for good when the server refuses tracking.
@@ -124,7 +124,7 @@ async fn listen(
         }
     }
     // Holds granted but not armed yet, oldest first, with when each is due.
-    let mut waiting: Vec<(Instant, Weak<Hold>)> = Vec::new();
+    let mut waiting: Vec<(Instant, Noted)> = Vec::new();
     let mut switched = tracked.switched.take();
     loop {
         let Some(inner) = weak.upgrade() else {
@@ -133,11 +133,12 @@ async fn listen(
         let delay = inner.config.loss_notice_delay;
         let fresh = inner.holds.fresh.clone();
         let before = waiting.len();
-        waiting.extend(fresh.take().into_iter().filter_map(|weak_hold| {
-            let hold = weak_hold.upgrade()?;
-            let due = Instant::from_std(hold.granted_at) + delay;
-            Some((due, weak_hold))
-        }));
+        waiting.extend(
+            fresh
+                .take()
+                .into_iter()
+                .map(|(noted_at, hold)| (Instant::from_std(noted_at) + delay, hold)),
+        );
         if waiting.len() > before {
             // Nearly in order already: grants are registered about as they are made.
             waiting.sort_by_key(|(due, _)| *due);
@@ -177,10 +178,7 @@ async fn listen(
             Event::Due => {
                 let now = Instant::now();
                 let ready = waiting.partition_point(|(due, _)| *due <= now);
-                let holds: Vec<Arc<Hold>> = waiting
-                    .drain(..ready)
-                    .filter_map(|(_, hold)| hold.upgrade())
-                    .collect();
+                let holds: Vec<Noted> = waiting.drain(..ready).map(|(_, hold)| hold).collect();
                 check(&inner, &mut tracked, holds, &mut armed).await?;
             }
             Event::Moved => {
@@ -242,8 +240,8 @@ impl Notices {
 
     /// Takes the holds armed on the keys named out of `armed`: they are checked again (and
     /// armed again if still held).
-    fn holds(self, armed: &mut Armed) -> Vec<Arc<Hold>> {
-        let lists: Vec<Vec<Weak<Hold>>> = if self.everything {
+    fn holds(self, armed: &mut Armed) -> Vec<Noted> {
+        let lists: Vec<Vec<Noted>> = if self.everything {
             armed.drain().map(|(_, list)| list).collect()
         } else {
             self.keys
@@ -251,11 +249,44 @@ impl Notices {
                 .filter_map(|key| armed.remove(key.as_str()))
                 .collect()
         };
-        lists
-            .into_iter()
-            .flatten()
-            .filter_map(|hold| hold.upgrade())
-            .collect()
+        lists.into_iter().flatten().collect()
+    }
+}
+
+/// One hold being checked: a lock's or a family kind's.
+enum Live {
+    Lock(Arc<Hold>),
+    Family(Arc<dyn FamilyHold>),
+}
+
+impl Live {
+    /// The hold, if it is still this client's and not known lost.
+    fn of(inner: &Inner, noted: &Noted) -> Option<Live> {
+        match noted {
+            Noted::Lock(hold) => {
+                let hold = hold.upgrade()?;
+                inner.holds.is_current(&hold).then_some(Live::Lock(hold))
+            }
+            Noted::Family(hold) => {
+                let hold = hold.upgrade()?;
+                hold.is_live().then_some(Live::Family(hold))
+            }
+        }
+    }
+
+    fn presence(&self) -> Presence {
+        match self {
+            Live::Lock(hold) => hold.presence(),
+            Live::Family(hold) => hold.presence().clone(),
+        }
+    }
+
+    /// Tells its guard it is lost: 1, or 0 when it was released meanwhile.
+    fn lose(&self, inner: &Inner, why: &str) -> usize {
+        match self {
+            Live::Lock(hold) => lose(inner, hold, LostReason::ServerLost, why),
+            Live::Family(hold) => usize::from(hold.gone(why)),
+        }
     }
 }
 
@@ -265,28 +296,27 @@ impl Notices {
 async fn check(
     inner: &Inner,
     tracked: &mut Tracked,
-    mut holds: Vec<Arc<Hold>>,
+    holds: Vec<Noted>,
     armed: &mut Armed,
 ) -> Result<usize, Unavailable> {
-    holds.retain(|hold| inner.holds.is_current(hold));
-    if holds.is_empty() {
+    let (noted, live): (Vec<Noted>, Vec<Live>) = holds
+        .into_iter()
+        .filter_map(|noted| Live::of(inner, &noted).map(|live| (noted, live)))
+        .unzip();
+    if live.is_empty() {
         return Ok(0);
     }
-    let pairs: Vec<(&str, &str)> = holds
-        .iter()
-        .map(|hold| (&*hold.keys.hash, &*hold.field))
-        .collect();
-    let flags = tracked.check(&pairs).await?;
+    let presences: Vec<Presence> = live.iter().map(Live::presence).collect();
+    let reads: Vec<&Presence> = presences.iter().collect();
+    let flags = tracked.check(&reads).await?;
     let mut lost = 0;
-    for (hold, held) in holds.iter().zip(flags) {
+    for (((noted, live), presence), held) in noted.into_iter().zip(&live).zip(presences).zip(flags)
+    {
         if held {
-            armed
-                .entry(hold.keys.hash.clone())
-                .or_default()
-                .push(Arc::downgrade(hold));
+            armed.entry(presence.key).or_default().push(noted);
         } else {
             let why = "the server reported its key changed and it no longer holds it";
-            lost += lose(inner, hold, LostReason::ServerLost, why);
+            lost += live.lose(inner, why);
         }
     }
     Ok(lost)
