@@ -312,7 +312,7 @@ async fn a_watchdog_renewing_every_few_milliseconds_never_makes_a_false_loss() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_notice_keeps_one_tracking_connection_and_none_when_off() {
+async fn the_notice_keeps_one_tracking_connection_from_the_first_hold_and_none_when_off() {
     support::init_tracing();
     let server = Server::start();
     let tracking = |server: &Server| -> usize {
@@ -330,11 +330,30 @@ async fn the_notice_keeps_one_tracking_connection_and_none_when_off() {
             .count()
     };
     let on = client(&server).await;
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(
+        tracking(&server),
+        0,
+        "no tracking connection before the first hold"
+    );
+    let guard = on
+        .lock(&unique_name("notice-conn"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     assert!(
         support::eventually(Duration::from_secs(2), || tracking(&server) == 1),
-        "a client with the notice keeps one tracking connection"
+        "a client with the notice keeps one tracking connection once it holds a lock"
     );
+    guard.unlock().await.unwrap();
     let off = client_with(&server, |b| b.loss_notice(false)).await;
+    let held = off
+        .lock(&unique_name("notice-conn-off"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     tokio::time::sleep(SETTLE).await;
     assert_eq!(
         tracking(&server),
@@ -470,5 +489,28 @@ async fn family_holds_renewed_by_the_watchdog_are_never_falsely_lost() {
     permit.release().await.unwrap();
     read.unlock().await.unwrap();
     write.unlock().await.unwrap();
+    holder.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_notice_uses_the_clients_certificates() {
+    support::init_tracing();
+    let Some(server) = support::tls::TlsServer::start(false) else {
+        return;
+    };
+    let holder = Client::builder(server.url())
+        .tls(server.pki.ca_only())
+        .build()
+        .await
+        .unwrap();
+    let name = unique_name("notice-tls");
+    let guard = hold(&holder, &name).await;
+    let key = key_of(&name);
+    let took = lost_after(&guard, NOTICE_WITHIN, || {
+        redis_cmd(&server.server, &["DEL", &key])
+    })
+    .await;
+    println!("DEL over TLS -> lost(): {took:?}");
+    assert!(took.is_some(), "no notice over TLS");
     holder.shutdown().await.unwrap();
 }

@@ -9,6 +9,7 @@
 //! hold, pipelined. A check answers whether the hold is still on the server and, being a read,
 //! arms the next notice for its key. So:
 //!
+//! - the connection opens at the client's first hold;
 //! - a hold is checked (and armed) [`loss_notice_delay`](crate::Config::loss_notice_delay)
 //!   after its grant: a lock released sooner is never read, and the uncontended
 //!   acquire-release path pays no round trip and no server work for the notice;
@@ -67,8 +68,18 @@ pub(super) async fn run(weak: Weak<Inner>) {
         return;
     };
     let timeout = inner.config.timeout;
-    inner.holds.fresh.collect(true);
+    let fresh = inner.holds.fresh.clone();
+    fresh.collect(true);
+    // Connect at the first hold: a client that never holds anything (a waiter that gives up,
+    // `status`, the CLI's reads) opens no tracking connection at all.
+    let first = fresh.added.notified();
+    let held = inner.holds.len() > 0;
     drop(inner);
+    if !held {
+        first.await;
+        // Left for `listen`, which takes what was noted.
+        fresh.added.notify_one();
+    }
     let mut pause = FIRST_PAUSE;
     // Bounded by the client's life: each turn either connects or pauses.
     loop {
