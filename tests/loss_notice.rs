@@ -360,6 +360,7 @@ async fn the_notice_keeps_one_tracking_connection_from_the_first_hold_and_none_w
         1,
         "a client with the notice off tracks nothing"
     );
+    held.unlock().await.unwrap();
     on.shutdown().await.unwrap();
     drop(on);
     assert!(
