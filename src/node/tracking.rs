@@ -89,7 +89,21 @@ pub(crate) struct Tracked {
     /// Behind Sentinel: changes when the command connection moved to another master; this
     /// connection is then on the wrong server and must be opened again.
     pub switched: Option<watch::Receiver<u64>>,
+    /// Behind Sentinel: every check also asks `ROLE`.
+    behind_sentinel: bool,
     timeout: Duration,
+}
+
+/// `ROLE`'s first word, from its reply.
+fn role_of(reply: &redis::Value) -> Option<&[u8]> {
+    match reply {
+        redis::Value::Array(parts) => match parts.first() {
+            Some(redis::Value::BulkString(role)) => Some(role),
+            Some(redis::Value::SimpleString(role)) => Some(role.as_bytes()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 impl Tracking {
@@ -105,11 +119,21 @@ impl Tracking {
                 Tracking::Server(client) => (resp3(client)?, None),
                 Tracking::Sentinel(conn) => {
                     let switched = conn.switched();
-                    let (_, client) = conn
-                        .resolver()
-                        .resolve()
-                        .await
-                        .map_err(|e| Unavailable::Down(e.to_string()))?;
+                    // The master the command connection follows (a sentinel asked now may
+                    // still name the old one for a while after a failover), or the one the
+                    // sentinels name when the command connection has none yet.
+                    let client = match conn.master_url() {
+                        Some(url) => redis::Client::open(url).map_err(classify)?,
+                        None => {
+                            let (_, client) = conn
+                                .resolver()
+                                .resolve()
+                                .await
+                                .map_err(|e| Unavailable::Down(e.to_string()))?;
+                            client
+                        }
+                    };
+                    tracing::debug!(master = %client.get_connection_info().addr(), "loss notice follows the master");
                     (resp3(&client)?, Some(switched))
                 }
             };
@@ -126,6 +150,7 @@ impl Tracking {
             let () = on.query_async(&mut conn).await.map_err(classify)?;
             Ok(Tracked {
                 conn,
+                behind_sentinel: switched.is_some(),
                 switched,
                 timeout,
             })
@@ -174,8 +199,14 @@ impl Tracked {
                 };
                 pipe.cmd(name).arg(&*hold.key).arg(&*hold.field);
             }
+            // Behind Sentinel, a master demoted to a replica in a failover empties itself for a
+            // full sync: reads there would report holds gone that the new master has. The
+            // reads count only if the server was still a master after them.
+            if self.behind_sentinel {
+                pipe.cmd("ROLE");
+            }
             let read = pipe.query_async::<Vec<redis::Value>>(&mut self.conn);
-            let replies = match tokio::time::timeout(self.timeout, read).await {
+            let mut replies = match tokio::time::timeout(self.timeout, read).await {
                 Ok(replies) => replies.map_err(classify)?,
                 Err(_) => {
                     return Err(Unavailable::Down(format!(
@@ -184,6 +215,14 @@ impl Tracked {
                     )));
                 }
             };
+            if self.behind_sentinel {
+                let role = replies.pop();
+                if role.as_ref().and_then(role_of) != Some(b"master".as_slice()) {
+                    return Err(Unavailable::Down(format!(
+                        "the server is no longer the master: ROLE answered {role:?}"
+                    )));
+                }
+            }
             if replies.len() != chunk.len() {
                 return Err(Unavailable::Down(format!(
                     "{} replies to {} reads",

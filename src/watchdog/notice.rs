@@ -86,10 +86,15 @@ pub(super) async fn run(weak: Weak<Inner>) {
         let (tx, rx) = mpsc::unbounded_channel();
         match tracking.connect(timeout, tx).await {
             Ok(tracked) => {
-                pause = FIRST_PAUSE;
+                let served = Instant::now();
                 match listen(&weak, tracked, rx).await {
                     Ok(()) => return,
                     Err(why) => tracing::debug!(%why, "loss notice connection lost; reconnecting"),
+                }
+                // A connection that fails at once (a server that is no master) is tried
+                // again no faster than one that cannot be opened.
+                if served.elapsed() > MAX_PAUSE {
+                    pause = FIRST_PAUSE;
                 }
             }
             Err(Unavailable::Refused(why)) => {
@@ -129,10 +134,9 @@ async fn listen(
         };
         inner.holds.fresh.take();
         let all = inner.holds.all();
+        let holds = all.len();
         let lost = check(&inner, &mut tracked, all, &mut armed).await?;
-        if lost > 0 {
-            tracing::debug!(lost, "holds found gone on connecting the loss notice");
-        }
+        tracing::debug!(holds, lost, "loss notice connected; every hold checked");
     }
     // Holds granted but not armed yet, oldest first, with when each is due.
     let mut waiting: Vec<(Instant, Noted)> = Vec::new();
