@@ -571,3 +571,24 @@ async fn behind_sentinel_the_notice_follows_a_failover_without_a_false_loss() {
     assert!(took.is_some(), "the notice did not follow the new master");
     holder.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_hears_at_once_that_its_leadership_is_gone() {
+    support::init_tracing();
+    let server = Server::start();
+    let holder = client(&server).await;
+    let name = unique_name("notice-leader");
+    let leadership = holder.election(&name).unwrap().campaign("me").await.unwrap();
+    tokio::time::sleep(SETTLE).await;
+    assert!(!leadership.is_lost());
+    let lost = leadership.lost();
+    let started = Instant::now();
+    redis_cmd(&server, &["DEL", &key_of(&name)]);
+    let took = tokio::time::timeout(NOTICE_WITHIN, lost)
+        .await
+        .ok()
+        .map(|()| started.elapsed());
+    println!("DEL of the election's lock -> leadership lost(): {took:?}");
+    assert!(took.is_some(), "a leader was not told within {NOTICE_WITHIN:?}");
+    holder.shutdown().await.unwrap();
+}
