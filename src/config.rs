@@ -96,12 +96,15 @@ pub struct Config {
     /// [`loss_notice_delay`](Config::loss_notice_delay)) and after each of its renewals (the
     /// renewal is a write, which the server reports too), sent in batches.
     pub loss_notice: bool,
-    /// How long after its grant a hold is first checked and armed for the loss notice.
-    /// Defaults to 10 milliseconds; zero arms each hold as soon as the notice sees it.
+    /// How long after its grant a hold is first checked and armed for the loss notice, at the
+    /// least: holds are armed in rounds at most this far apart, so each between one and two
+    /// delays after its grant. Defaults to 10 milliseconds; zero arms each hold as soon as the
+    /// notice sees it.
     ///
-    /// A lock released sooner is never read at all, so short critical sections (the common
-    /// case) cost the server nothing more. A hold lost within this time is told at the end of
-    /// it, when it is first checked.
+    /// A lock released sooner is never read at all, and a steady stream of short holds wakes
+    /// the notice once per delay: short critical sections (the common case) cost the server
+    /// nothing more and the client next to nothing. A hold lost before it is armed is told
+    /// when it is first checked.
     pub loss_notice_delay: Duration,
 }
 

@@ -384,18 +384,13 @@ impl Holds {
         let locks = self
             .map
             .iter()
-            .map(|e| Noted::Lock(Arc::downgrade(e.value())));
+            .map(|e| Noted::Lock(e.key().0.clone(), e.key().1.clone()));
         let family = self.family.all();
+        let now = Instant::now();
         let family = family
             .iter()
-            .map(|hold| Noted::Family(Arc::downgrade(hold)));
+            .map(|hold| Noted::Family(Arc::downgrade(hold), now));
         locks.chain(family).collect()
-    }
-
-    /// Whether `hold` is the live hold of its (lock, owner), not lost nor released.
-    pub(crate) fn is_current(&self, hold: &Arc<Hold>) -> bool {
-        self.get(&hold.keys.hash, &hold.field)
-            .is_some_and(|current| Arc::ptr_eq(&current, hold))
     }
 
     /// Every hold of the lock `hash`, whatever its owner (a walk over all holds).

@@ -578,7 +578,12 @@ async fn a_leader_hears_at_once_that_its_leadership_is_gone() {
     let server = Server::start();
     let holder = client(&server).await;
     let name = unique_name("notice-leader");
-    let leadership = holder.election(&name).unwrap().campaign("me").await.unwrap();
+    let leadership = holder
+        .election(&name)
+        .unwrap()
+        .campaign("me")
+        .await
+        .unwrap();
     tokio::time::sleep(SETTLE).await;
     assert!(!leadership.is_lost());
     let lost = leadership.lost();
@@ -589,6 +594,9 @@ async fn a_leader_hears_at_once_that_its_leadership_is_gone() {
         .ok()
         .map(|()| started.elapsed());
     println!("DEL of the election's lock -> leadership lost(): {took:?}");
-    assert!(took.is_some(), "a leader was not told within {NOTICE_WITHIN:?}");
+    assert!(
+        took.is_some(),
+        "a leader was not told within {NOTICE_WITHIN:?}"
+    );
     holder.shutdown().await.unwrap();
 }

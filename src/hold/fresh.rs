@@ -16,15 +16,18 @@ use super::{FamilyHold, Hold};
 /// A hold noted for the loss notice, of either part of the registry.
 #[derive(Clone)]
 pub(crate) enum Noted {
-    Lock(Weak<Hold>),
-    Family(Weak<dyn FamilyHold>),
+    /// A lock's hold by its lock hash and owner field: whichever hold of that owner is the
+    /// live one when it is looked at. Noting it costs two reference counts, and keeps no hold
+    /// (nor its memory) alive.
+    Lock(Arc<str>, Arc<str>),
+    /// A family hold, with when it was noted.
+    Family(Weak<dyn FamilyHold>, Instant),
 }
 
 #[derive(Default)]
 pub(crate) struct Fresh {
     on: AtomicBool,
-    /// Each with when it was noted.
-    list: Mutex<Vec<(Instant, Noted)>>,
+    list: Mutex<Vec<Noted>>,
     /// Wakes the loss notice when the list stops being empty.
     pub added: Notify,
 }
@@ -39,22 +42,22 @@ impl Fresh {
     }
 
     /// Notes a new lock hold, while collecting.
-    pub(crate) fn lock(&self, hold: &Arc<Hold>) {
+    pub(crate) fn lock(&self, hold: &Hold) {
         if self.on.load(Ordering::Acquire) {
-            self.push(Noted::Lock(Arc::downgrade(hold)));
+            self.push(Noted::Lock(hold.keys.hash.clone(), hold.field.clone()));
         }
     }
 
     /// Notes a new family hold, while collecting.
     pub(crate) fn family(&self, hold: &Arc<dyn FamilyHold>) {
         if self.on.load(Ordering::Acquire) {
-            self.push(Noted::Family(Arc::downgrade(hold)));
+            self.push(Noted::Family(Arc::downgrade(hold), Instant::now()));
         }
     }
 
     fn push(&self, noted: Noted) {
         let mut list = self.list.lock();
-        list.push((Instant::now(), noted));
+        list.push(noted);
         if list.len() == 1 {
             drop(list);
             self.added.notify_one();
@@ -62,7 +65,7 @@ impl Fresh {
     }
 
     /// Everything noted so far, oldest first.
-    pub(crate) fn take(&self) -> Vec<(Instant, Noted)> {
+    pub(crate) fn take(&self) -> Vec<Noted> {
         std::mem::take(&mut *self.list.lock())
     }
 }

@@ -11,8 +11,9 @@
 //!
 //! - the connection opens at the client's first hold;
 //! - a hold is checked (and armed) [`loss_notice_delay`](crate::Config::loss_notice_delay)
-//!   after its grant: a lock released sooner is never read, and the uncontended
-//!   acquire-release path pays no round trip and no server work for the notice;
+//!   after its grant, in rounds at most one delay apart (so between one and two delays after
+//!   it): a lock released sooner is never read, and the uncontended acquire-release path pays
+//!   no round trip and no server work for the notice;
 //! - on a notice for a key, every armed hold of that key is checked again, all the notices
 //!   that arrived meanwhile in one pipeline; a hold found gone is lost at once (the watchdog's
 //!   own path, [`super::lose`]: its guard's `lost()` resolves), the rest are armed again. Every
@@ -149,8 +150,12 @@ async fn listen(
         let lost = check(&inner, &mut tracked, all, &mut armed).await?;
         tracing::debug!(holds, lost, "loss notice connected; every hold checked");
     }
-    // Holds granted but not armed yet, oldest first, with when each is due.
-    let mut waiting: Vec<(Instant, Noted)> = Vec::new();
+    // Holds granted but not armed yet.
+    let mut pending: Vec<Noted> = Vec::new();
+    // Holds are armed in rounds at most one delay apart: a steady stream of short holds (W1)
+    // wakes the task once per delay, not once per hold. A hold is thus armed between one and
+    // two delays after its grant.
+    let mut last_round = std::time::Instant::now();
     let mut switched = tracked.switched.take();
     loop {
         let Some(inner) = weak.upgrade() else {
@@ -158,22 +163,12 @@ async fn listen(
         };
         let delay = inner.config.loss_notice_delay;
         let fresh = inner.holds.fresh.clone();
-        let before = waiting.len();
-        waiting.extend(
-            fresh
-                .take()
-                .into_iter()
-                .map(|(noted_at, hold)| (Instant::from_std(noted_at) + delay, hold)),
-        );
-        if waiting.len() > before {
-            // Nearly in order already: grants are registered about as they are made.
-            waiting.sort_by_key(|(due, _)| *due);
-        }
-        let next_due = waiting.first().map(|(due, _)| *due);
+        pending.extend(fresh.take());
+        let next_round = (!pending.is_empty()).then(|| Instant::from_std(last_round + delay));
         let event = {
             let added = fresh.added.notified();
             let due = async {
-                match next_due {
+                match next_round {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
@@ -191,9 +186,9 @@ async fn listen(
             drop(inner);
             tokio::select! {
                 push = pushes.recv() => Event::Push(push),
-                // While holds wait, the next one due wakes the task and it takes the fresh
-                // ones then (due later, all of them): no wake-up per acquisition.
-                _ = added, if waiting.is_empty() => Event::Fresh,
+                // While holds wait, the next round takes the fresh ones too: no wake-up per
+                // acquisition.
+                _ = added, if pending.is_empty() => Event::Fresh,
                 _ = due => Event::Due,
                 _ = moved => Event::Moved,
             }
@@ -204,10 +199,18 @@ async fn listen(
         match event {
             Event::Fresh => {}
             Event::Due => {
-                let now = Instant::now();
-                let ready = waiting.partition_point(|(due, _)| *due <= now);
-                let holds: Vec<Noted> = waiting.drain(..ready).map(|(_, hold)| hold).collect();
-                check(&inner, &mut tracked, holds, &mut armed).await?;
+                let now = std::time::Instant::now();
+                last_round = now;
+                let mut ready = Vec::new();
+                for noted in std::mem::take(&mut pending) {
+                    match granted_at(&inner, &noted) {
+                        // Released (or lost) meanwhile: nothing to arm.
+                        None => {}
+                        Some(at) if at + delay <= now => ready.push(noted),
+                        Some(_) => pending.push(noted),
+                    }
+                }
+                check(&inner, &mut tracked, ready, &mut armed).await?;
             }
             Event::Moved => {
                 return Err(Unavailable::Down("the master moved".into()));
@@ -281,6 +284,14 @@ impl Notices {
     }
 }
 
+/// When the hold `noted` stands for was granted (a family hold: noted), if it is still live.
+fn granted_at(inner: &Inner, noted: &Noted) -> Option<std::time::Instant> {
+    match noted {
+        Noted::Lock(hash, field) => inner.holds.get(hash, field).map(|hold| hold.granted_at),
+        Noted::Family(hold, at) => hold.upgrade()?.is_live().then_some(*at),
+    }
+}
+
 /// One hold being checked: a lock's or a family kind's.
 enum Live {
     Lock(Arc<Hold>),
@@ -291,14 +302,19 @@ impl Live {
     /// The hold, if it is still this client's and not known lost.
     fn of(inner: &Inner, noted: &Noted) -> Option<Live> {
         match noted {
-            Noted::Lock(hold) => {
-                let hold = hold.upgrade()?;
-                inner.holds.is_current(&hold).then_some(Live::Lock(hold))
-            }
-            Noted::Family(hold) => {
+            Noted::Lock(hash, field) => inner.holds.get(hash, field).map(Live::Lock),
+            Noted::Family(hold, _) => {
                 let hold = hold.upgrade()?;
                 hold.is_live().then_some(Live::Family(hold))
             }
+        }
+    }
+
+    /// Which hold it is (its address).
+    fn id(&self) -> usize {
+        match self {
+            Live::Lock(hold) => Arc::as_ptr(hold) as *const () as usize,
+            Live::Family(hold) => Arc::as_ptr(hold) as *const () as usize,
         }
     }
 
@@ -327,9 +343,12 @@ async fn check(
     holds: Vec<Noted>,
     armed: &mut Armed,
 ) -> Result<usize, Unavailable> {
+    // A lock taken and released again and again is noted each time: one read per hold.
+    let mut seen = std::collections::HashSet::new();
     let (noted, live): (Vec<Noted>, Vec<Live>) = holds
         .into_iter()
         .filter_map(|noted| Live::of(inner, &noted).map(|live| (noted, live)))
+        .filter(|(_, live)| seen.insert(live.id()))
         .unzip();
     if live.is_empty() {
         return Ok(0);
