@@ -16,7 +16,7 @@ use support::{Server, client, client_with, exists, key_of, unique_name};
 /// measured by `make bench`; a loaded test machine gets more room).
 const NOTICE_WITHIN: Duration = Duration::from_secs(1);
 
-/// Longer than the loss notice's arming delay (10 ms by default), so the hold is armed.
+/// Longer than two of the loss notice's arming delays (10 ms by default), so the hold is armed.
 const SETTLE: Duration = Duration::from_millis(100);
 
 /// Holds `name` through `client` under the watchdog, then waits until it is armed.

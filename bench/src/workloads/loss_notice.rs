@@ -14,8 +14,9 @@ use crate::model::{
 };
 use crate::stats::{micros, p50_p99};
 
-/// Past the loss notice's arming delay (10 ms by default), so each trial's hold is armed.
-const SETTLE: Duration = Duration::from_millis(20);
+/// Past two of the loss notice's arming delays (10 ms by default; a hold is armed one to two
+/// delays after its grant), so each trial's hold is armed.
+const SETTLE: Duration = Duration::from_millis(30);
 /// A trial that takes longer failed: the watchdog alone would take seconds.
 const LIMIT: Duration = Duration::from_secs(5);
 
