@@ -128,6 +128,8 @@ where
         if !self.is_live() {
             return false;
         }
+        // Known gone: valid no longer.
+        self.state.validity.cap(Instant::now());
         self.state.lose(why);
         true
     }
