@@ -82,15 +82,19 @@ pub struct Config {
     /// Redis 6 or Valkey). The client then reads whether the hold is still there and, if not,
     /// marks its guard lost at once: [`LockGuard::lost`](crate::LockGuard::lost) resolves
     /// within milliseconds instead of at the next renewal (up to a third of the lease later).
+    /// Measured (`make bench`, L1, one server on loopback, 50 trials each): 34–77 µs median
+    /// after a `DEL`, a `FLUSHDB` or a force-unlock by another client, 1.5 ms at most.
     /// A reconnect of that connection (a restart, a Sentinel switch) checks every hold at once.
     /// The renewals stay as they are, and so does the local validity deadline: a holder cut
     /// off from the server hears nothing and still learns it at the deadline.
     ///
-    /// Covers the holds of [`Lock`](crate::Lock) and `FairLock` (and the member locks of a
-    /// `MultiLock`) on one server or behind Sentinel; a Redis Cluster and the other kinds learn
-    /// of a loss at their next renewal. A server, proxy or user that refuses `HELLO 3` or
-    /// `CLIENT TRACKING` is logged once (`tracing` warning) and the client goes on without it.
-    /// Off, the client behaves as without it: no extra connection, no reads.
+    /// Covers every hold under a lease: [`Lock`](crate::Lock), `FairLock`, a `MultiLock`'s
+    /// members, a `PermitSemaphore`'s permits, read and write holds, a `Leadership`; on one
+    /// server (TLS included) or behind Sentinel, where it follows the master. A Redis Cluster
+    /// learns of a loss at the next renewal, as before. The connection opens at the client's
+    /// first hold. A server, proxy or user that refuses `HELLO 3` or `CLIENT TRACKING` (the
+    /// ACL right `+client|tracking`) is logged once (`tracing` warning) and the client goes on
+    /// without it. Off, the client behaves as without it: no extra connection, no reads.
     ///
     /// Cost: one `HEXISTS` per held lock shortly after its grant (see
     /// [`loss_notice_delay`](Config::loss_notice_delay)) and after each of its renewals (the
