@@ -78,6 +78,21 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether the server tells this client at once when a held lock's key is deleted,
+    /// flushed, evicted or forced; see [`Config::loss_notice`]. Defaults to `true`; switch it
+    /// off for servers or proxies without `CLIENT TRACKING`.
+    pub fn loss_notice(mut self, on: bool) -> Self {
+        self.config.loss_notice = on;
+        self
+    }
+
+    /// How long after its grant a hold is armed for the loss notice; see
+    /// [`Config::loss_notice_delay`]. Defaults to 10 milliseconds.
+    pub fn loss_notice_delay(mut self, delay: Duration) -> Self {
+        self.config.loss_notice_delay = delay;
+        self
+    }
+
     /// Limit for connecting and for each round trip. Defaults to 2 seconds.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.config.timeout = timeout;

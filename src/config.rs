@@ -89,6 +89,42 @@ pub struct Config {
     /// ([`Client::server_warnings`](crate::Client::server_warnings)). Defaults to `false`.
     /// See docs/guarantees.md, *Eviction*.
     pub refuse_evicting_servers: bool,
+    /// Whether the server tells this client at once when a held lock's key is changed by
+    /// someone else: deleted, flushed, evicted, expired or forced. Defaults to `true`.
+    ///
+    /// On, the client keeps one more connection to the server, and the server pushes a notice
+    /// when such a key is written (Redis's client-side caching, `CLIENT TRACKING`, which needs
+    /// Redis 6 or Valkey). The client then reads whether the hold is still there and, if not,
+    /// marks its guard lost at once: [`LockGuard::lost`](crate::LockGuard::lost) resolves
+    /// within milliseconds instead of at the next renewal (up to a third of the lease later).
+    /// Measured (`make bench`, L1, one server on loopback, 50 trials each): 34–77 µs median
+    /// after a `DEL`, a `FLUSHDB` or a force-unlock by another client, 1.5 ms at most.
+    /// A reconnect of that connection (a restart, a Sentinel switch) checks every hold at once.
+    /// The renewals stay as they are, and so does the local validity deadline: a holder cut
+    /// off from the server hears nothing and still learns it at the deadline.
+    ///
+    /// Covers every hold under a lease: [`Lock`](crate::Lock), `FairLock`, a `MultiLock`'s
+    /// members, a `PermitSemaphore`'s permits, read and write holds, a `Leadership`; on one
+    /// server (TLS included) or behind Sentinel, where it follows the master. A Redis Cluster
+    /// learns of a loss at the next renewal, as before. The connection opens at the client's
+    /// first hold. A server, proxy or user that refuses `HELLO 3` or `CLIENT TRACKING` (the
+    /// ACL right `+client|tracking`) is logged once (`tracing` warning) and the client goes on
+    /// without it. Off, the client behaves as without it: no extra connection, no reads.
+    ///
+    /// Cost: one `HEXISTS` per held lock shortly after its grant (see
+    /// [`loss_notice_delay`](Config::loss_notice_delay)) and after each of its renewals (the
+    /// renewal is a write, which the server reports too), sent in batches.
+    pub loss_notice: bool,
+    /// How long after its grant a hold is first checked and armed for the loss notice, at the
+    /// least: holds are armed in rounds at most this far apart, so each between one and two
+    /// delays after its grant. Defaults to 10 milliseconds; zero arms each hold as soon as the
+    /// notice sees it.
+    ///
+    /// A lock released sooner is never read at all, and a steady stream of short holds wakes
+    /// the notice once per delay: short critical sections (the common case) cost the server
+    /// nothing more and the client next to nothing. A hold lost before it is armed is told
+    /// when it is first checked.
+    pub loss_notice_delay: Duration,
 }
 
 /// The default of [`Config::claim_lease`].
@@ -96,6 +132,9 @@ pub(crate) const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(2);
 
 /// The default of [`Config::channel_linger`].
 pub(crate) const DEFAULT_CHANNEL_LINGER: Duration = Duration::from_millis(500);
+
+/// The default of [`Config::loss_notice_delay`].
+pub(crate) const DEFAULT_LOSS_NOTICE_DELAY: Duration = Duration::from_millis(10);
 
 /// The default of [`Config::fence_grace`].
 pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
@@ -188,6 +227,8 @@ impl Default for Config {
             lock_label: LockLabel::off(),
             channel_linger: DEFAULT_CHANNEL_LINGER,
             refuse_evicting_servers: false,
+            loss_notice: true,
+            loss_notice_delay: DEFAULT_LOSS_NOTICE_DELAY,
         }
     }
 }
@@ -274,6 +315,7 @@ impl Config {
         for (what, value) in [
             ("channel linger", self.channel_linger),
             ("fence grace", self.fence_grace),
+            ("loss notice delay", self.loss_notice_delay),
         ] {
             if value > MAX_DURATION {
                 return Err(Error::InvalidDuration {

@@ -22,9 +22,11 @@ use crate::terms::{Lease, Validity};
 
 mod early_renewals;
 mod family_holds;
+mod fresh;
 
 use early_renewals::EarlyRenewals;
 pub(crate) use family_holds::{FamilyHold, FamilyHolds, GiveBack, Renewing};
+pub(crate) use fresh::{Fresh, Noted};
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
@@ -115,6 +117,15 @@ impl Hold {
     pub(crate) fn delay(&self) -> Option<u64> {
         let delay = self.delay_ms.load(Ordering::Relaxed);
         (delay > 0).then_some(delay)
+    }
+
+    /// Where the server keeps it: its owner field in the lock's hash.
+    pub(crate) fn presence(&self) -> crate::node::Presence {
+        crate::node::Presence {
+            key: self.keys.hash.clone(),
+            field: self.field.clone(),
+            value: None,
+        }
     }
 
     /// A renewal of this hold for `lease_ms`.
@@ -270,6 +281,8 @@ pub(crate) struct Holds {
     early: EarlyRenewals,
     /// The lock family's holds (shared with their guards, which deregister them).
     pub family: Arc<FamilyHolds>,
+    /// Holds registered since the loss notice last looked (`watchdog/notice.rs`).
+    pub fresh: Arc<Fresh>,
 }
 
 /// What shutdown took out of the registry: every hold of every kind.
@@ -314,7 +327,9 @@ impl Holds {
         let fresh = |orphans: u32| {
             let hold = make();
             hold.orphans.store(orphans, Ordering::Release);
-            Arc::new(hold)
+            let hold = Arc::new(hold);
+            self.fresh.lock(&hold);
+            hold
         };
         match self.map.entry((hash.clone(), field.clone())) {
             Entry::Occupied(mut entry) => {
@@ -376,6 +391,20 @@ impl Holds {
             .filter(|e| matches!(e.value().lease, Lease::Watchdog(_)))
             .map(|e| e.value().clone())
             .collect()
+    }
+
+    /// Every hold of every kind.
+    pub(crate) fn all(&self) -> Vec<Noted> {
+        let locks = self
+            .map
+            .iter()
+            .map(|e| Noted::Lock(e.key().0.clone(), e.key().1.clone()));
+        let family = self.family.all();
+        let now = Instant::now();
+        let family = family
+            .iter()
+            .map(|hold| Noted::Family(Arc::downgrade(hold), now));
+        locks.chain(family).collect()
     }
 
     /// Every hold of the lock `hash`, whatever its owner (a walk over all holds).

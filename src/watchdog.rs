@@ -18,6 +18,7 @@ use crate::task::AbortOnDrop;
 use crate::telemetry::LostReason;
 
 mod early;
+mod notice;
 
 /// Locks per renewal script call: large enough that 100,000 locks take 100 calls, small enough
 /// that one call does not stall the server for long (each lock costs two O(1) commands).
@@ -54,6 +55,8 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> AbortOnDrop {
 async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
     // The early renewals' task ends with this one (aborted with it) or with the client.
     let _early = AbortOnDrop(tokio::spawn(early::run(weak.clone())));
+    // So does the loss notice's (`notice.rs`), when it is on.
+    let _notice = AbortOnDrop(tokio::spawn(notice::run(weak.clone())));
     let mut last_tick = tokio::time::Instant::now();
     loop {
         let Some(inner) = weak.upgrade() else { return };

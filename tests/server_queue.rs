@@ -560,13 +560,15 @@ async fn an_attempt_granted_while_the_client_shuts_down_sends_no_withdrawal() {
 
 /// Our lock `name` held on `ours` terms (the outer hold), then forced by another client, which
 /// takes it on `theirs` terms before our watchdog notices: our lock, our outer guard, theirs.
+/// Our client runs without the loss notice, which would tell it at once (tests/loss_notice.rs).
 async fn taken_over(
     server: &Server,
     name: &str,
     ours: LockOptions,
     theirs: LockOptions,
 ) -> (redlease::Lock, redlease::LockGuard, redlease::LockGuard) {
-    let [our_client, their_client] = clients(server).await;
+    let our_client = support::client_with(server, |b| b.loss_notice(false)).await;
+    let their_client = support::client(server).await;
     let lock = our_client.lock(name).unwrap();
     let outer = lock.lock_with(ours).await.unwrap();
     let other_lock = their_client.lock(name).unwrap();

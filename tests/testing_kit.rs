@@ -41,7 +41,9 @@ async fn expire_lease_expires_the_key_and_loses_the_guard_at_once() {
 #[tokio::test]
 async fn expire_lease_never_expires_a_lock_another_owner_holds_by_now() {
     let server = support::Server::start();
-    let [client, other] = support::clients(&server).await;
+    // Without the loss notice, which would tell this client at once (tests/loss_notice.rs).
+    let client = support::client_with(&server, |b| b.loss_notice(false)).await;
+    let other = support::client(&server).await;
     let guard = client.lock("taken-over").unwrap().lock().await.unwrap();
     // Another process forces it and takes it before this client noticed.
     let theirs = other.lock("taken-over").unwrap();

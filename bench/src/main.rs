@@ -13,6 +13,7 @@ mod family_suite;
 mod floor;
 mod locker;
 mod model;
+mod notice_suite;
 mod peers;
 #[cfg(feature = "redlease")]
 mod redlease_impl;
@@ -279,6 +280,10 @@ async fn run(
         election_suite::election(&mut runner, c).await;
         runner.run_queued().await;
     }
+    if cfg.wants("L1") {
+        notice_suite::loss_notice(&mut runner, c).await;
+        runner.run_queued().await;
+    }
     if cfg.cell.is_some() {
         // Do not wait for threads or tasks an implementation left behind.
         use std::io::Write as _;
@@ -413,6 +418,11 @@ two clients by `resign()`, the candidate waiting in `campaign` (latency = the ca
 `campaign` returning − the `resign()` call); E2 kills a leader process (this binary, 1 s lease, \
 renewed every third of it) with SIGKILL while a candidate waits: the takeover is bounded by the \
 lease and at least two thirds of it.
+- L1, the loss notice (redlease only): a holder under the watchdog (default 30 s lease) holds a \
+lock, armed for the notice; its key is then deleted (`DEL`), flushed (`FLUSHDB`) or \
+force-unlocked from another client: the time from that command's reply to the holder's \
+`lost()` resolving, 50 trials of each (10 with `--quick`). Without the notice it is the next \
+renewal, up to 10 s.
 - W7 (C7: the same on the cluster): K separate OS processes (one task and one client each, \
 started by the cell's process, which inherits the run's CPU placement) contend on one lock for \
 a fixed time, each incrementing a counter non-atomically under it (GET, then SET, on a key of \

@@ -129,6 +129,12 @@ metrics! {
     TAKEOVER_RESIGN = "resign() to the next leader's campaign returning";
     TAKEOVER_KILL = "kill -9 of the leader to the next leader's campaign returning";
     LEASE = "leader lease";
+    NOTICE_DEL = "DEL of the key to the holder's lost()";
+    NOTICE_DEL_MAX = "max DEL of the key to the holder's lost()";
+    NOTICE_FLUSH = "FLUSHDB to the holder's lost()";
+    NOTICE_FLUSH_MAX = "max FLUSHDB to the holder's lost()";
+    NOTICE_FORCE = "force_unlock by another client to the holder's lost()";
+    NOTICE_FORCE_MAX = "max force_unlock by another client to the holder's lost()";
     RTT_WAKE = "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
     ACQUISITIONS = "acquisitions";
     SCRIPTS_PER_ACQ = "script calls per acquisition (server)";

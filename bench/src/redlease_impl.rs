@@ -16,9 +16,13 @@ pub struct Redlease {
 }
 
 impl Redlease {
+    /// With `REDLEASE_BENCH_LOSS_NOTICE=off` in the environment (inherited by the cells'
+    /// processes), the client runs without the loss notice: the price of the notice is the
+    /// ratio of two runs.
     pub async fn new(url: &str) -> Result<Self> {
+        let notice = std::env::var("REDLEASE_BENCH_LOSS_NOTICE").map_or(true, |v| v != "off");
         Ok(Redlease {
-            client: Client::connect(url).await?,
+            client: Client::builder(url).loss_notice(notice).build().await?,
         })
     }
 

@@ -275,8 +275,10 @@ impl Leadership {
         let resign = async move {
             let ended = term.end("resigned").await;
             let released = guard.unlock().await;
-            ended?;
-            released
+            // A lost lease is the answer, whatever recording the end met (a leader told of
+            // its loss at once may resign before the connection is back).
+            released?;
+            ended.map(drop)
         };
         // Finished in the background when the caller stops waiting; shutdown waits for it.
         let background = self.leading.term.client.inner.background.clone();

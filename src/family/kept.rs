@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::hold::{FamilyHold, FamilyHolds, GiveBack, Renewing};
+use crate::node::Presence;
 use crate::shared::Client;
 use crate::telemetry::{LostReason, Series};
 use crate::terms::{Lease, Validity};
@@ -77,6 +78,8 @@ struct Open<F, R> {
     valid_for: Duration,
     renew: F,
     release: R,
+    /// Where the server keeps it (the loss notice reads it there).
+    presence: Presence,
 }
 
 impl<F, Fut, R, RFut> FamilyHold for Open<F, R>
@@ -138,21 +141,40 @@ where
             .lose(LostReason::Shutdown, "the client shut down");
         Box::pin((self.release)())
     }
+
+    fn presence(&self) -> &Presence {
+        &self.presence
+    }
+
+    fn is_live(&self) -> bool {
+        !self.state.closed.load(Ordering::Acquire) && !self.state.is_lost()
+    }
+
+    fn gone(&self, why: &str) -> bool {
+        if !self.is_live() {
+            return false;
+        }
+        // Known gone: valid no longer.
+        self.state.validity.cap(Instant::now());
+        self.state.lose(LostReason::ServerLost, why);
+        true
+    }
 }
 
 impl Kept {
     /// A hold of `client` granted by a request sent at `started`. A watchdog lease is renewed
     /// by the client's watchdog with `renew` (`Ok(true)`: renewed, `Ok(false)`: the hold is
     /// gone); `release` gives the hold back if the client shuts down while the guard lives.
-    /// Counted in the metrics of `kind` (`telemetry.rs`) while it is held.
+    /// Counted in the metrics of its kind (`telemetry.rs`, with its name) while it is held;
+    /// `presence` says where the server keeps it, for the loss notice.
     pub(super) fn new<F, Fut, R, RFut>(
         client: &Client,
-        kind: &'static str,
-        name: Arc<str>,
+        (kind, name): (&'static str, Arc<str>),
         lease: Lease,
         started: Instant,
         renew: F,
         release: R,
+        presence: Presence,
     ) -> Kept
     where
         F: Fn() -> Fut + Send + Sync + 'static,
@@ -175,13 +197,16 @@ impl Kept {
             fixed: matches!(lease, Lease::Fixed(_)),
         });
         let registry = client.inner.holds.family.clone();
-        let id = registry.open(Arc::new(Open {
+        let open: Arc<dyn FamilyHold> = Arc::new(Open {
             state: state.clone(),
             lease,
             valid_for,
             renew,
             release,
-        }));
+            presence,
+        });
+        let id = registry.open(open.clone());
+        client.inner.holds.fresh.family(&open);
         client.inner.watchdog.adopt(lease);
         Kept {
             state,

@@ -187,9 +187,17 @@ where
     let background = &client.inner.background;
     let held = match release {
         Some(release) => {
-            FinishOnDrop::new(release, |_| async {})
+            let released = FinishOnDrop::new(release, |_| async {})
                 .tracked(background)
-                .await?
+                .await;
+            match released {
+                Ok(held) => held,
+                // Known lost: that is the answer, whatever the release met (a hold told of
+                // its loss at once may be released before the connection is back); but a
+                // client shut down says so.
+                Err(e) if lost && !matches!(e, Error::Shutdown) => false,
+                Err(e) => return Err(e),
+            }
         }
         None => true,
     };

@@ -238,7 +238,21 @@ impl PermitSemaphore {
             }
         };
         let name = self.keys.name.clone();
-        let kept = Kept::new(&self.client, PERMIT, name, lease, started, renew, release);
+        // The permit's field in the semaphore's hash (`lua/permits.lua`).
+        let presence = crate::node::Presence {
+            key: self.keys.key.clone(),
+            field: format!("p:{id}").into(),
+            value: None,
+        };
+        let kept = Kept::new(
+            &self.client,
+            (PERMIT, name),
+            lease,
+            started,
+            renew,
+            release,
+            presence,
+        );
         Permit {
             semaphore: self.clone(),
             id,

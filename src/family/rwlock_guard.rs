@@ -36,6 +36,20 @@ pub(crate) fn kept(
             }
         }
     };
+    // Where the hold is in the lock's hash (`lua/rwlock.lua`): a reader's count `r:<owner>`,
+    // the writer's name in `w`.
+    let presence = match hold.kind() {
+        Kind::Read => crate::node::Presence {
+            key: lock.keys.key.clone(),
+            field: format!("r:{field}").into(),
+            value: None,
+        },
+        Kind::Write => crate::node::Presence {
+            key: lock.keys.key.clone(),
+            field: "w".into(),
+            value: Some(field.clone()),
+        },
+    };
     let release = {
         let lock = lock.clone();
         move || {
@@ -48,7 +62,15 @@ pub(crate) fn kept(
         Kind::Read => telemetry::READ,
         Kind::Write => telemetry::WRITE,
     };
-    Kept::new(&lock.client, kind, name, lease, started, renew, release)
+    Kept::new(
+        &lock.client,
+        (kind, name),
+        lease,
+        started,
+        renew,
+        release,
+        presence,
+    )
 }
 
 /// One read or write hold.

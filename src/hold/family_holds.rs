@@ -13,6 +13,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::error::Result;
+use crate::node::Presence;
 
 /// A release in flight, as shutdown runs it.
 pub(crate) type GiveBack = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
@@ -29,6 +30,13 @@ pub(crate) trait FamilyHold: Send + Sync {
     fn renew(&self) -> Option<Renewing>;
     /// Marks the hold ended by shutdown (its guard reports it lost) and returns its release.
     fn give_back(&self) -> GiveBack;
+    /// Where the server keeps it, for the loss notice (`watchdog/notice.rs`).
+    fn presence(&self) -> &Presence;
+    /// Neither released nor known lost.
+    fn is_live(&self) -> bool;
+    /// The server no longer has it (the loss notice found it gone): marks it lost. False when
+    /// it was released or lost meanwhile.
+    fn gone(&self, why: &str) -> bool;
 }
 
 /// The family's holds, by registration id.
@@ -48,6 +56,11 @@ impl FamilyHolds {
 
     pub(crate) fn close(&self, id: u64) {
         self.map.lock().remove(&id);
+    }
+
+    /// Every registered hold.
+    pub(crate) fn all(&self) -> Vec<Arc<dyn FamilyHold>> {
+        self.map.lock().values().cloned().collect()
     }
 
     /// The renewals of every hold kept under a watchdog lease (one watchdog tick's).

@@ -15,6 +15,7 @@ use crate::scripts;
 
 mod calls;
 mod deploy;
+mod tracking;
 
 use calls::{batch, family_calls, lock_calls, queue_read, release_calls};
 use deploy::{acl, capabilities, dial, link, replicas, sentinel, shape, tls, transport};
@@ -35,6 +36,7 @@ use shape::Conn;
 pub(crate) use shape::Target;
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsOptions;
+pub(crate) use tracking::{Presence, Tracked, Unavailable};
 pub(crate) use transport::bounded;
 use transport::{evalsha, evalsha_without_keys, once_more_if_dropped};
 

@@ -7,6 +7,9 @@ pub mod election;
 /// F1-F3: the lock family against our own `Lock`.
 #[cfg(feature = "redlease")]
 pub mod family;
+/// L1: how soon a holder hears that its lock is gone.
+#[cfg(feature = "redlease")]
+pub mod loss_notice;
 /// W3: many tasks, a key each.
 pub mod many_keys;
 /// W1 (and W5, RedLock): one task, one key, one call at a time.

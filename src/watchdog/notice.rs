@@ -1,0 +1,374 @@
+//! The loss notice: the server tells the client at once when the key of a held lock changes,
+//! and a hold found gone is marked lost then, not at its next renewal (up to a third of the
+//! lease later). On unless [`Config::loss_notice`](crate::Config::loss_notice) is off.
+//!
+//! How it works. One task per client, beside the watchdog's, keeps a tracking connection
+//! (`node/tracking.rs`): a connection on which the server remembers every key read and pushes
+//! an `invalidate` message when the key is next written, deleted, expired, evicted or flushed.
+//! The task's reads are the ownership checks themselves: one `HEXISTS <lock hash> <owner>` per
+//! hold, pipelined. A check answers whether the hold is still on the server and, being a read,
+//! arms the next notice for its key. So:
+//!
+//! - the connection opens at the client's first hold;
+//! - a hold is checked (and armed) [`loss_notice_delay`](crate::Config::loss_notice_delay)
+//!   after its grant, in rounds at most one delay apart (so between one and two delays after
+//!   it): a lock released sooner is never read, and the uncontended acquire-release path pays
+//!   no round trip and no server work for the notice;
+//! - on a notice for a key, every armed hold of that key is checked again, all the notices
+//!   that arrived meanwhile in one pipeline; a hold found gone is lost at once (the watchdog's
+//!   own path, [`super::lose`]: its guard's `lost()` resolves), the rest are armed again. Every
+//!   write of the key reports, this client's own renewals and re-entries included (the
+//!   connection never writes, so `NOLOOP` would not tell them apart): those checks find the
+//!   hold and re-arm it. A check never marks lost a hold released or replaced meanwhile (the
+//!   registry decides, as for a renewal);
+//! - a flush reports no key: every armed hold is checked;
+//! - the server forgets what a connection tracked when it drops. On every (re)connect,
+//!   and behind Sentinel on a switch of master, every hold is checked at once. Behind
+//!   Sentinel the connection follows the command connection's master, and every check also
+//!   asks `ROLE`: a demoted master empties itself for a full sync, and reads there must not
+//!   report holds gone that the new master still has.
+//!
+//! What it does not change: renewals, and the local validity deadline, which stays the last
+//! resort for a holder cut off from the server (it hears no notice).
+//!
+//! Every kind that keeps a hold under a lease is covered through the one registry: the
+//! reentrant locks' holds (`Lock`, `FairLock`, a `MultiLock`'s members, a `Leadership`'s
+//! term) by their owner field in the lock's hash, the lock family's by where each kind keeps
+//! it ([`Presence`]: a permit's `p:<id>`, a reader's `r:<owner>`, the writer's name in `w`).
+//!
+//! Costs, per held lock: one read after the delay and one per write of its key (a renewal
+//! every third of the lease, a re-entry); on the server, one entry of its tracking table
+//! (`tracking-table-max-keys`: beyond it the server drops entries with a notice, which costs
+//! a check each and nothing else). A hold released within the delay costs nothing on the
+//! server, and the task wakes about twice per delay whatever the rate of acquisitions.
+//!
+//! Not covered yet: a Redis Cluster (its holds are lost at their next renewal, as before),
+//! and what holds no lease in the registry (a `Semaphore`'s counted permits, a
+//! `CountDownLatch`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::lose;
+use crate::hold::{FamilyHold, Hold, Noted};
+use crate::node::{Presence, Tracked, Unavailable};
+use crate::shared::Inner;
+use crate::telemetry::LostReason;
+
+/// The first pause before connecting again after a failure; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause between two connection attempts: as the command connection's own retries
+/// (at most 500 ms apart, `node/deploy/dial.rs`), so both are back about together.
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+
+/// The armed holds, by the key whose notice checks them.
+type Armed = HashMap<Arc<str>, Vec<Noted>>;
+
+/// The loss notice's task: runs until the client is gone (or the watchdog's task, which owns
+/// it, is stopped), or for good when the server refuses tracking.
+pub(super) async fn run(weak: Weak<Inner>) {
+    let Some(inner) = weak.upgrade() else { return };
+    if !inner.config.loss_notice {
+        return;
+    }
+    let Some(tracking) = inner.node.tracking() else {
+        return;
+    };
+    let timeout = inner.config.timeout;
+    let fresh = inner.holds.fresh.clone();
+    fresh.collect(true);
+    // Connect at the first hold: a client that never holds anything (a waiter that gives up,
+    // `status`, the CLI's reads) opens no tracking connection at all.
+    let first = fresh.added.notified();
+    let held = inner.holds.len() > 0;
+    drop(inner);
+    if !held {
+        first.await;
+        // Left for `listen`, which takes what was noted.
+        fresh.added.notify_one();
+    }
+    let mut pause = FIRST_PAUSE;
+    // Bounded by the client's life: each turn either connects or pauses.
+    loop {
+        let (tx, rx) = mpsc::unbounded_channel();
+        match tracking.connect(timeout, tx).await {
+            Ok(tracked) => {
+                let served = Instant::now();
+                match listen(&weak, tracked, rx).await {
+                    Ok(()) => return,
+                    Err(why) => tracing::debug!(%why, "loss notice connection lost; reconnecting"),
+                }
+                // A connection that fails at once (a server that is no master) is tried
+                // again no faster than one that cannot be opened.
+                if served.elapsed() > MAX_PAUSE {
+                    pause = FIRST_PAUSE;
+                }
+            }
+            Err(Unavailable::Refused(why)) => {
+                tracing::warn!(
+                    %why,
+                    "the server refuses client-side caching (CLIENT TRACKING): lost locks are noticed at their next renewal; set loss_notice(false) to not try"
+                );
+                if let Some(inner) = weak.upgrade() {
+                    inner.holds.fresh.collect(false);
+                }
+                return;
+            }
+            Err(Unavailable::Down(why)) => {
+                tracing::debug!(%why, "loss notice cannot connect; trying again");
+            }
+        }
+        if weak.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+}
+
+/// Serves one connection: checks every hold, then arms fresh holds and answers notices until
+/// the connection is lost (an error: connect again) or the client is gone (`Ok`).
+async fn listen(
+    weak: &Weak<Inner>,
+    mut tracked: Tracked,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+) -> Result<(), Unavailable> {
+    let mut armed = Armed::new();
+    // What the server tracked for an earlier connection is forgotten: check every hold now.
+    {
+        let Some(inner) = weak.upgrade() else {
+            return Ok(());
+        };
+        inner.holds.fresh.take();
+        let all = inner.holds.all();
+        let holds = all.len();
+        let lost = check(&inner, &mut tracked, all, &mut armed).await?;
+        tracing::debug!(holds, lost, "loss notice connected; every hold checked");
+    }
+    // Holds granted but not armed yet.
+    let mut pending: Vec<Noted> = Vec::new();
+    // Holds are armed in rounds at most one delay apart: a steady stream of short holds (W1)
+    // wakes the task once per delay, not once per hold. A hold is thus armed between one and
+    // two delays after its grant.
+    let mut last_round = std::time::Instant::now();
+    let mut switched = tracked.switched.take();
+    loop {
+        let Some(inner) = weak.upgrade() else {
+            return Ok(());
+        };
+        let delay = inner.config.loss_notice_delay;
+        let fresh = inner.holds.fresh.clone();
+        pending.extend(fresh.take());
+        let next_round = (!pending.is_empty()).then(|| Instant::from_std(last_round + delay));
+        let event = {
+            let added = fresh.added.notified();
+            let due = async {
+                match next_round {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let moved = async {
+                match switched.as_mut() {
+                    Some(watch) => {
+                        let _ = watch.changed().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            // Wait holding only the notification, not the client: a dropped client must be
+            // able to end this task.
+            drop(inner);
+            tokio::select! {
+                push = pushes.recv() => Event::Push(push),
+                // While holds wait, the next round takes the fresh ones too: no wake-up per
+                // acquisition.
+                _ = added, if pending.is_empty() => Event::Fresh,
+                _ = due => Event::Due,
+                _ = moved => Event::Moved,
+            }
+        };
+        let Some(inner) = weak.upgrade() else {
+            return Ok(());
+        };
+        match event {
+            Event::Fresh => {}
+            Event::Due => {
+                let now = std::time::Instant::now();
+                last_round = now;
+                let mut ready = Vec::new();
+                for noted in std::mem::take(&mut pending) {
+                    match granted_at(&inner, &noted) {
+                        // Released (or lost) meanwhile: nothing to arm.
+                        None => {}
+                        Some(at) if at + delay <= now => ready.push(noted),
+                        Some(_) => pending.push(noted),
+                    }
+                }
+                check(&inner, &mut tracked, ready, &mut armed).await?;
+            }
+            Event::Moved => {
+                return Err(Unavailable::Down("the master moved".into()));
+            }
+            Event::Push(None) => return Err(Unavailable::Down("push channel closed".into())),
+            Event::Push(Some(first)) => {
+                // Every notice already here goes in the same round of checks.
+                let mut keys = Notices::default();
+                keys.add(first);
+                while let Ok(push) = pushes.try_recv() {
+                    keys.add(push);
+                }
+                if keys.disconnected {
+                    return Err(Unavailable::Down("disconnected".into()));
+                }
+                let holds = keys.holds(&mut armed);
+                if !holds.is_empty() {
+                    check(&inner, &mut tracked, holds, &mut armed).await?;
+                }
+            }
+        }
+    }
+}
+
+enum Event {
+    Push(Option<PushInfo>),
+    Fresh,
+    Due,
+    Moved,
+}
+
+/// The notices of one round: the keys named, or every key (a flush), or a lost connection.
+#[derive(Default)]
+struct Notices {
+    keys: Vec<String>,
+    everything: bool,
+    disconnected: bool,
+}
+
+impl Notices {
+    fn add(&mut self, push: PushInfo) {
+        match push.kind {
+            PushKind::Invalidate => match push.data.into_iter().next() {
+                Some(Value::Array(keys)) | Some(Value::Set(keys)) => {
+                    for key in keys {
+                        if let Value::BulkString(bytes) = key {
+                            self.keys.push(String::from_utf8_lossy(&bytes).into_owned());
+                        }
+                    }
+                }
+                // `FLUSHDB`/`FLUSHALL` (or the server dropping its whole table): every key.
+                _ => self.everything = true,
+            },
+            PushKind::Disconnection => self.disconnected = true,
+            _ => {}
+        }
+    }
+
+    /// Takes the holds armed on the keys named out of `armed`: they are checked again (and
+    /// armed again if still held).
+    fn holds(self, armed: &mut Armed) -> Vec<Noted> {
+        let lists: Vec<Vec<Noted>> = if self.everything {
+            armed.drain().map(|(_, list)| list).collect()
+        } else {
+            self.keys
+                .iter()
+                .filter_map(|key| armed.remove(key.as_str()))
+                .collect()
+        };
+        lists.into_iter().flatten().collect()
+    }
+}
+
+/// When the hold `noted` stands for was granted (a family hold: noted), if it is still live.
+fn granted_at(inner: &Inner, noted: &Noted) -> Option<std::time::Instant> {
+    match noted {
+        Noted::Lock(hash, field) => inner.holds.get(hash, field).map(|hold| hold.granted_at),
+        Noted::Family(hold, at) => hold.upgrade()?.is_live().then_some(*at),
+    }
+}
+
+/// One hold being checked: a lock's or a family kind's.
+enum Live {
+    Lock(Arc<Hold>),
+    Family(Arc<dyn FamilyHold>),
+}
+
+impl Live {
+    /// The hold, if it is still this client's and not known lost.
+    fn of(inner: &Inner, noted: &Noted) -> Option<Live> {
+        match noted {
+            Noted::Lock(hash, field) => inner.holds.get(hash, field).map(Live::Lock),
+            Noted::Family(hold, _) => {
+                let hold = hold.upgrade()?;
+                hold.is_live().then_some(Live::Family(hold))
+            }
+        }
+    }
+
+    /// Which hold it is (its address).
+    fn id(&self) -> usize {
+        match self {
+            Live::Lock(hold) => Arc::as_ptr(hold) as *const () as usize,
+            Live::Family(hold) => Arc::as_ptr(hold) as *const () as usize,
+        }
+    }
+
+    fn presence(&self) -> Presence {
+        match self {
+            Live::Lock(hold) => hold.presence(),
+            Live::Family(hold) => hold.presence().clone(),
+        }
+    }
+
+    /// Tells its guard it is lost: 1, or 0 when it was released meanwhile. A hold known gone
+    /// is valid no longer: its validity ends now.
+    fn lose(&self, inner: &Inner, why: &str) -> usize {
+        match self {
+            Live::Lock(hold) => {
+                hold.cap_validity(std::time::Instant::now());
+                lose(inner, hold, LostReason::ServerLost, why)
+            }
+            Live::Family(hold) => usize::from(hold.gone(why)),
+        }
+    }
+}
+
+/// Checks `holds` on the server in one round: those gone are lost at once, the rest armed
+/// (in `armed`). Holds released or replaced meanwhile, or already lost, are left alone.
+/// Returns how many were lost.
+async fn check(
+    inner: &Inner,
+    tracked: &mut Tracked,
+    holds: Vec<Noted>,
+    armed: &mut Armed,
+) -> Result<usize, Unavailable> {
+    // A lock taken and released again and again is noted each time: one read per hold.
+    let mut seen = std::collections::HashSet::new();
+    let (noted, live): (Vec<Noted>, Vec<Live>) = holds
+        .into_iter()
+        .filter_map(|noted| Live::of(inner, &noted).map(|live| (noted, live)))
+        .filter(|(_, live)| seen.insert(live.id()))
+        .unzip();
+    if live.is_empty() {
+        return Ok(0);
+    }
+    let presences: Vec<Presence> = live.iter().map(Live::presence).collect();
+    let reads: Vec<&Presence> = presences.iter().collect();
+    let flags = tracked.check(&reads).await?;
+    let mut lost = 0;
+    for (((noted, live), presence), held) in noted.into_iter().zip(&live).zip(presences).zip(flags)
+    {
+        if held {
+            armed.entry(presence.key).or_default().push(noted);
+        } else {
+            let why = "the server reported its key changed and it no longer holds it";
+            lost += live.lose(inner, why);
+        }
+    }
+    Ok(lost)
+}
