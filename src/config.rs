@@ -97,7 +97,7 @@ pub struct Config {
     /// Redis 6 or Valkey). The client then reads whether the hold is still there and, if not,
     /// marks its guard lost at once: [`LockGuard::lost`](crate::LockGuard::lost) resolves
     /// within milliseconds instead of at the next renewal (up to a third of the lease later).
-    /// Measured (`make bench`, L1, one server on loopback, 50 trials each): 34–77 µs median
+    /// Measured (`make bench`, L1, one server on loopback, 50 trials each): 25–77 µs median
     /// after a `DEL`, a `FLUSHDB` or a force-unlock by another client, 1.5 ms at most.
     /// A reconnect of that connection (a restart, a Sentinel switch) checks every hold at once.
     /// The renewals stay as they are, and so does the local validity deadline: a holder cut

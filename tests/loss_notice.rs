@@ -7,6 +7,7 @@
 
 mod support;
 
+use futures_util::FutureExt;
 use std::time::{Duration, Instant};
 
 use redlease::{Client, LockGuard};
@@ -491,6 +492,30 @@ async fn family_holds_renewed_by_the_watchdog_are_never_falsely_lost() {
     permit.release().await.unwrap();
     read.unlock().await.unwrap();
     write.unlock().await.unwrap();
+    // Their own releases' writes are noticed too, and must not make a releasing hold lost:
+    // armed holds (past the arming delay) released 20 times each, a lost() future taken
+    // before each release must stay pending.
+    for round in 0..20 {
+        let permit = semaphore.acquire().await.unwrap();
+        let read = rw.read().lock().await.unwrap();
+        let write = other.write().lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let lost = [
+            permit.lost().boxed(),
+            read.lost().boxed(),
+            write.lost().boxed(),
+        ];
+        permit.release().await.unwrap();
+        read.unlock().await.unwrap();
+        write.unlock().await.unwrap();
+        for (kind, lost) in ["permit", "read", "write"].into_iter().zip(lost) {
+            let told = tokio::time::timeout(Duration::from_millis(30), lost).await;
+            assert!(
+                told.is_err(),
+                "round {round}: a released {kind} hold was told lost"
+            );
+        }
+    }
     holder.shutdown().await.unwrap();
 }
 

@@ -154,9 +154,9 @@ where
         if !self.is_live() {
             return false;
         }
-        // Known gone: valid no longer.
-        self.state.validity.cap(Instant::now());
+        // Known gone: marked first (so the reason is this one), then valid no longer.
         self.state.lose(LostReason::ServerLost, why);
+        self.state.validity.cap(Instant::now());
         true
     }
 }
@@ -214,6 +214,14 @@ impl Kept {
         }
     }
 
+    /// Its guard is releasing it: from now on nothing it hears of the hold (a renewal in
+    /// flight, the loss notice of its own release's write) makes it lost. Called before the
+    /// release is sent, since the server's answer (and its notice) may come before the guard is
+    /// gone.
+    pub(super) fn closing(&self) {
+        self.state.closed.store(true, Ordering::Release);
+    }
+
     /// Lost when marked so, or once `valid_until` has passed without a confirmed renewal (for a
     /// fixed lease: once it ran out), as a [`LockGuard`](crate::LockGuard)'s. Sticky.
     pub(super) fn is_lost(&self) -> bool {
@@ -236,10 +244,10 @@ impl Kept {
 
 impl Drop for Kept {
     fn drop(&mut self) {
+        self.closing();
         // A lease that ran out while the guard lived was lost, not released.
         self.state.is_lost();
         self.state.let_go(true);
-        self.state.closed.store(true, Ordering::Release);
         self.open.0.close(self.open.1);
     }
 }

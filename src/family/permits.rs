@@ -325,6 +325,7 @@ impl Permit {
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         let lost = self.kept.is_lost();
+        self.kept.closing();
         let semaphore = &self.semaphore;
         let release = Some(self.give_back());
         finish_unlock(&semaphore.client, &semaphore.keys.name, lost, release).await

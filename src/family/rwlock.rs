@@ -263,6 +263,7 @@ impl ReadWriteLock {
     /// background whatever becomes of the caller. Outside a runtime (a plain thread) it is
     /// spawned on the client's.
     pub(crate) fn give_back(&self, share: Arc<Share>) {
+        share.kept.closing();
         let lock = self.clone();
         let release = async move {
             if let Err(e) = lock.release(Hold::Share, &share.field, false).await {

@@ -146,6 +146,8 @@ impl RwHold {
     /// last one out (see [`leave`](Self::leave)).
     fn give_back(&self) -> Option<impl Future<Output = Result<bool>> + Send + 'static> {
         let (hold, field) = self.leave()?;
+        // Its own hold, or the share it was the last one out of: released from now on.
+        self.kept().closing();
         let lock = self.lock.clone();
         Some(async move { lock.release(hold, &field, true).await })
     }

@@ -240,6 +240,15 @@ impl Tracked {
                     (Some(_), redis::Value::Nil) => false,
                     // Somebody wrote another type at the key: no lock's hash any more.
                     (_, redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => false,
+                    // A refused read (LOADING after a restart, BUSY behind a slow script,
+                    // NOPERM) armed nothing: the server does not track a key it did not read.
+                    // The connection is made again and every hold checked anew.
+                    (_, redis::Value::ServerError(e)) => {
+                        return Err(Unavailable::Down(format!(
+                            "a check of {} was refused: {e:?}",
+                            hold.key
+                        )));
+                    }
                     // Anything else: not known gone (the renewal will tell).
                     (_, other) => {
                         tracing::debug!(key = %hold.key, reply = ?other, "unexpected check reply");

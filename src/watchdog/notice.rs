@@ -123,8 +123,11 @@ pub(super) async fn run(weak: Weak<Inner>) {
                 tracing::debug!(%why, "loss notice cannot connect; trying again");
             }
         }
-        if weak.strong_count() == 0 {
-            return;
+        // Holds noted meanwhile are not kept: the next connection checks every hold anyway,
+        // and a list nobody drains would grow with every acquisition while it cannot connect.
+        match weak.upgrade() {
+            Some(inner) => drop(inner.holds.fresh.take()),
+            None => return,
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
