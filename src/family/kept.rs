@@ -154,9 +154,11 @@ where
         if !self.is_live() {
             return false;
         }
-        // Known gone: marked first (so the reason is this one), then valid no longer.
-        self.state.lose(LostReason::ServerLost, why);
+        // Known gone: valid no longer, then marked, so whoever hears of the loss finds the
+        // validity ended too. (An `is_lost` in between would record the loss as a lapsed
+        // validity instead: the metric's reason only.)
         self.state.validity.cap(Instant::now());
+        self.state.lose(LostReason::ServerLost, why);
         true
     }
 }
