@@ -35,6 +35,7 @@ mod binary;
 mod cluster;
 mod host;
 mod locks;
+pub mod metrics;
 mod probe;
 pub mod replica;
 pub mod sentinel;
