@@ -105,9 +105,9 @@ pub struct Config {
     ///
     /// Covers every hold under a lease: [`Lock`](crate::Lock), `FairLock`, a `MultiLock`'s
     /// members, a `PermitSemaphore`'s permits, read and write holds, a `Leadership`; on one
-    /// server (TLS included) or behind Sentinel, where it follows the master. A Redis Cluster
-    /// learns of a loss at the next renewal, as before. The connection opens at the client's
-    /// first hold. A server, proxy or user that refuses `HELLO 3` or `CLIENT TRACKING` (the
+    /// server (TLS included), behind Sentinel, where it follows the master, and on a Redis
+    /// Cluster, with one connection per primary that follows failovers and slot moves. The
+    /// connections open at the client's first hold. A server, proxy or user that refuses `HELLO 3` or `CLIENT TRACKING` (the
     /// ACL right `+client|tracking`) is logged once (`tracing` warning) and the client goes on
     /// without it. Off, the client behaves as without it: no extra connection, no reads.
     ///

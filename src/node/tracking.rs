@@ -1,10 +1,10 @@
-//! The connection that hears from the server when a held key changes (`CLIENT TRACKING`, the
+//! The connections that hear from the server when a held key changes (`CLIENT TRACKING`, the
 //! server's client-side caching protocol). The watchdog's loss notice (`watchdog/notice.rs`)
-//! keeps one per client and decides what to read; this file only knows how to reach the
-//! server and how a read arms tracking.
+//! keeps one set per client and decides what to read; this file only knows how to reach the
+//! servers and how a read arms tracking.
 //!
-//! It is a RESP3 connection of its own, beside the command connection, with tracking on in the
-//! default mode: the server remembers every key this connection read and sends one
+//! Each is a RESP3 connection of its own, beside the command connection, with tracking on in
+//! the default mode: the server remembers every key this connection read and sends one
 //! `invalidate` push when the key is next written, deleted, expired, evicted or flushed
 //! (`FLUSHDB`/`FLUSHALL`: one push naming no key), then forgets it until it is read again. It
 //! never writes, so every write of the key by anyone, this client's own renewals included,
@@ -12,30 +12,47 @@
 //! the reads are the ownership checks themselves (`HEXISTS hash owner`), so one reply both
 //! says whether the hold is still there and arms the next notice.
 //!
-//! One server and a master behind Sentinel only: a cluster has no such connection yet (its
-//! holds are known lost at their next renewal, as before). Behind Sentinel the connection
-//! follows the command connection's master, and a switch is reported like a disconnection.
+//! Where the connections go:
+//! - one server: one connection;
+//! - behind Sentinel: one, to the master the command connection follows; a switch is reported
+//!   like a disconnection, and every check also asks `ROLE` (a demoted master empties itself);
+//! - a Redis Cluster: one per primary, from the slot map (`CLUSTER SLOTS`) at each connect,
+//!   each read sent to the primary of its key's slot. A read a node no longer serves is answered
+//!   `MOVED` or `ASK` (a slot moved, a primary demoted by a failover): the read says nothing, and
+//!   the connections are made again from a fresh map, every hold checked anew. A slot moved
+//!   away deletes its keys from the old primary, which pushes their invalidation: the move is
+//!   heard as soon as it touches a held key.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::try_join_all;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, ProtocolVersion, PushInfo, RedisError};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ErrorKind, ProtocolVersion, PushInfo, RedisError,
+};
 use tokio::sync::{mpsc, watch};
 
 use super::Node;
 use super::link::Link;
 use super::sentinel::SentinelConn;
+use super::shape::slot;
 
 /// Keys read per pipeline: as the watchdog's renewal batches, a call that does not stall the
 /// server for long.
 const CHECKS_PER_CALL: usize = 1000;
 
-/// How to open the tracking connection of a node.
+/// How to open the tracking connections of a node.
 #[derive(Clone)]
 pub(crate) enum Tracking {
     Server(Box<redis::Client>),
     Sentinel(SentinelConn),
+    /// A cluster: the node (its command connection asks for the slot map) and a seed's
+    /// settings (TLS, user), which every primary's connection takes with its own address.
+    Cluster {
+        node: Box<Node>,
+        seed: Box<redis::Client>,
+    },
 }
 
 /// Why the tracking connection could not be opened or used.
@@ -57,35 +74,51 @@ impl std::fmt::Display for Unavailable {
     }
 }
 
+/// Refused for good only when asking again cannot help: the user lacks the right (`NOPERM`,
+/// a bad password), or the server (or a proxy) does not know RESP3 or `CLIENT TRACKING`
+/// (`NOPROTO`, `ERR unknown command`). Anything else (a server restarting or loading, a
+/// cluster between two maps, a full server, a dropped connection) is tried again later.
 fn classify(e: RedisError) -> Unavailable {
-    let transient = e.is_io_error()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.kind() == ErrorKind::Io
-        // Restarting, loading its data, or a replica promoted a moment ago.
-        || matches!(e.code(), Some("LOADING" | "BUSY" | "MASTERDOWN" | "READONLY"));
-    if transient {
-        Unavailable::Down(e.to_string())
+    let text = e.to_string();
+    let refused = e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOPERM" | "NOPROTO" | "WRONGPASS"))
+        || (e.code() == Some("ERR") && !text.contains("max number of clients"));
+    if refused {
+        Unavailable::Refused(text)
     } else {
-        Unavailable::Refused(e.to_string())
+        Unavailable::Down(text)
     }
 }
 
 impl Node {
-    /// How to open this node's tracking connection; `None` on a cluster (not covered yet).
+    /// How to open this node's tracking connections.
     pub(crate) fn tracking(&self) -> Option<Tracking> {
         match &self.link {
             Link::Server(client) => Some(Tracking::Server(client.clone())),
             Link::Sentinel(conn) => Some(Tracking::Sentinel(conn.clone())),
-            Link::Cluster { .. } => None,
+            Link::Cluster { seeds, dial, .. } => {
+                let seed = seeds.first().map(|seed| dial.server_client(seed))?;
+                match seed {
+                    Ok(seed) => Some(Tracking::Cluster {
+                        node: Box::new(self.clone()),
+                        seed: Box::new(seed),
+                    }),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no loss notice: the seed's settings do not make a client");
+                        None
+                    }
+                }
+            }
         }
     }
 }
 
-/// An open tracking connection.
+/// Open tracking connections: one, or one per primary of a cluster.
 pub(crate) struct Tracked {
-    conn: MultiplexedConnection,
+    conns: Vec<MultiplexedConnection>,
+    /// On a cluster, which connection serves which slots (inclusive ranges); empty elsewhere
+    /// (every read goes to the one connection).
+    routes: Vec<((u16, u16), usize)>,
     /// Behind Sentinel: changes when the command connection moved to another master; this
     /// connection is then on the wrong server and must be opened again.
     pub switched: Option<watch::Receiver<u64>>,
@@ -107,16 +140,20 @@ fn role_of(reply: &redis::Value) -> Option<&[u8]> {
 }
 
 impl Tracking {
-    /// Opens the connection, with its pushes (invalidations, and redis-rs's `Disconnection`
-    /// when it drops) sent to `pushes`, and turns tracking on. Bounded by `timeout`.
+    /// Opens the connections, with their pushes (invalidations, and redis-rs's
+    /// `Disconnection` when one drops) sent to `pushes`, and turns tracking on. Bounded by
+    /// `timeout`.
     pub(crate) async fn connect(
         &self,
         timeout: Duration,
         pushes: mpsc::UnboundedSender<PushInfo>,
     ) -> Result<Tracked, Unavailable> {
         let open = async {
-            let (client, switched) = match self {
-                Tracking::Server(client) => (resp3(client)?, None),
+            match self {
+                Tracking::Server(client) => {
+                    let conn = open_tracked(&resp3(client)?, timeout, pushes).await?;
+                    Ok(Tracked::new(vec![conn], Vec::new(), None, timeout))
+                }
                 Tracking::Sentinel(conn) => {
                     let switched = conn.switched();
                     // The master the command connection follows (a sentinel asked now may
@@ -134,32 +171,93 @@ impl Tracking {
                         }
                     };
                     tracing::debug!(master = %client.get_connection_info().addr(), "loss notice follows the master");
-                    (resp3(&client)?, Some(switched))
+                    let conn = open_tracked(&resp3(&client)?, timeout, pushes).await?;
+                    Ok(Tracked::new(
+                        vec![conn],
+                        Vec::new(),
+                        Some(switched),
+                        timeout,
+                    ))
                 }
-            };
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_push_sender(pushes);
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(classify)?;
-            let mut on = redis::cmd("CLIENT");
-            on.arg("TRACKING").arg("ON");
-            let () = on.query_async(&mut conn).await.map_err(classify)?;
-            Ok(Tracked {
-                conn,
-                behind_sentinel: switched.is_some(),
-                switched,
-                timeout,
-            })
+                Tracking::Cluster { node, seed } => {
+                    let owners = node
+                        .slot_owners()
+                        .await
+                        .map_err(|e| Unavailable::Down(e.to_string()))?;
+                    if owners.is_empty() {
+                        return Err(Unavailable::Down("no slot map".into()));
+                    }
+                    // One connection per primary, whatever the number of its slot ranges.
+                    let mut primaries: Vec<(String, u16)> = Vec::new();
+                    let mut routes = Vec::with_capacity(owners.len());
+                    for owner in owners {
+                        let at = (owner.host, owner.port);
+                        let index = match primaries.iter().position(|known| *known == at) {
+                            Some(index) => index,
+                            None => {
+                                primaries.push(at);
+                                primaries.len() - 1
+                            }
+                        };
+                        routes.push((owner.slots, index));
+                    }
+                    let opens = primaries.iter().map(|(host, port)| {
+                        let pushes = pushes.clone();
+                        async move {
+                            let client = at_address(seed, host, *port)?;
+                            open_tracked(&client, timeout, pushes).await
+                        }
+                    });
+                    let conns = try_join_all(opens).await?;
+                    tracing::debug!(primaries = conns.len(), "loss notice on every primary");
+                    Ok(Tracked::new(conns, routes, None, timeout))
+                }
+            }
         };
         match tokio::time::timeout(timeout, open).await {
             Ok(result) => result,
             Err(_) => Err(Unavailable::Down(format!("no answer within {timeout:?}"))),
         }
     }
+}
+
+/// Opens one tracking connection to `client`'s server, pushing to `pushes`.
+async fn open_tracked(
+    client: &redis::Client,
+    timeout: Duration,
+    pushes: mpsc::UnboundedSender<PushInfo>,
+) -> Result<MultiplexedConnection, Unavailable> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_push_sender(pushes);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(classify)?;
+    let mut on = redis::cmd("CLIENT");
+    on.arg("TRACKING").arg("ON");
+    let () = on.query_async(&mut conn).await.map_err(classify)?;
+    Ok(conn)
+}
+
+/// A RESP3 client for the cluster node at `host:port`, with the seed's settings (TLS, user).
+fn at_address(seed: &redis::Client, host: &str, port: u16) -> Result<redis::Client, Unavailable> {
+    let info = seed.get_connection_info().clone();
+    let addr = match info.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    resp3(&redis::Client::open(info.set_addr(addr)).map_err(classify)?)
 }
 
 /// The same client, speaking RESP3 (pushes need it).
@@ -182,81 +280,139 @@ pub(crate) struct Presence {
 }
 
 impl Tracked {
+    fn new(
+        conns: Vec<MultiplexedConnection>,
+        routes: Vec<((u16, u16), usize)>,
+        switched: Option<watch::Receiver<u64>>,
+        timeout: Duration,
+    ) -> Tracked {
+        Tracked {
+            conns,
+            routes,
+            behind_sentinel: switched.is_some(),
+            switched,
+            timeout,
+        }
+    }
+
+    /// Which connection reads `key`: the one, or its slot's primary's.
+    fn route(&self, key: &str) -> Result<usize, Unavailable> {
+        if self.routes.is_empty() {
+            return Ok(0);
+        }
+        let slot = slot(key);
+        self.routes
+            .iter()
+            .find(|((first, last), _)| (*first..=*last).contains(&slot))
+            .map(|(_, index)| *index)
+            .ok_or_else(|| Unavailable::Down(format!("slot {slot} has no primary in the map")))
+    }
+
     /// Whether each hold is still on the server (`HEXISTS key field`, or `HGET key field`
     /// compared with its value), in order. Each read arms tracking of its key: any later
-    /// change of it is pushed.
+    /// change of it is pushed. On a cluster each primary reads its own keys, all at once.
     pub(crate) async fn check(&mut self, holds: &[&Presence]) -> Result<Vec<bool>, Unavailable> {
-        let mut out = Vec::with_capacity(holds.len());
-        for chunk in holds.chunks(CHECKS_PER_CALL) {
-            let mut pipe = redis::pipe();
-            // A read refused (WRONGTYPE) answers for its hold only, not for the batch.
-            pipe.ignore_errors();
-            for hold in chunk {
-                let name = if hold.value.is_some() {
-                    "HGET"
-                } else {
-                    "HEXISTS"
-                };
-                pipe.cmd(name).arg(&*hold.key).arg(&*hold.field);
-            }
-            // Behind Sentinel, a master demoted to a replica in a failover empties itself for a
-            // full sync: reads there would report holds gone that the new master has. The
-            // reads count only if the server was still a master after them.
-            if self.behind_sentinel {
-                pipe.cmd("ROLE");
-            }
-            let read = pipe.query_async::<Vec<redis::Value>>(&mut self.conn);
-            let mut replies = match tokio::time::timeout(self.timeout, read).await {
-                Ok(replies) => replies.map_err(classify)?,
-                Err(_) => {
-                    return Err(Unavailable::Down(format!(
-                        "no answer within {:?}",
-                        self.timeout
-                    )));
-                }
-            };
-            if self.behind_sentinel {
-                let role = replies.pop();
-                if role.as_ref().and_then(role_of) != Some(b"master".as_slice()) {
-                    return Err(Unavailable::Down(format!(
-                        "the server is no longer the master: ROLE answered {role:?}"
-                    )));
-                }
-            }
-            if replies.len() != chunk.len() {
-                return Err(Unavailable::Down(format!(
-                    "{} replies to {} reads",
-                    replies.len(),
-                    chunk.len()
-                )));
-            }
-            for (hold, reply) in chunk.iter().zip(replies) {
-                out.push(match (&hold.value, reply) {
-                    (None, redis::Value::Int(n)) => n == 1,
-                    (None, redis::Value::Boolean(held)) => held,
-                    (Some(value), redis::Value::BulkString(bytes)) => {
-                        bytes.as_slice() == value.as_bytes()
-                    }
-                    (Some(_), redis::Value::Nil) => false,
-                    // Somebody wrote another type at the key: no lock's hash any more.
-                    (_, redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => false,
-                    // A refused read (LOADING after a restart, BUSY behind a slow script,
-                    // NOPERM) armed nothing: the server does not track a key it did not read.
-                    // The connection is made again and every hold checked anew.
-                    (_, redis::Value::ServerError(e)) => {
-                        return Err(Unavailable::Down(format!(
-                            "a check of {} was refused: {e:?}",
-                            hold.key
-                        )));
-                    }
-                    // Anything else: not known gone (the renewal will tell).
-                    (_, other) => {
-                        tracing::debug!(key = %hold.key, reply = ?other, "unexpected check reply");
-                        true
-                    }
-                });
+        let mut by_conn: Vec<Vec<usize>> = vec![Vec::new(); self.conns.len()];
+        for (i, hold) in holds.iter().enumerate() {
+            by_conn[self.route(&hold.key)?].push(i);
+        }
+        let (role, timeout) = (self.behind_sentinel, self.timeout);
+        let asked: Vec<(usize, Vec<&Presence>)> = by_conn
+            .iter()
+            .enumerate()
+            .filter(|(_, mine)| !mine.is_empty())
+            .map(|(conn, mine)| (conn, mine.iter().map(|&i| holds[i]).collect()))
+            .collect();
+        let reads = asked.iter().map(|(conn, mine)| {
+            let mut conn = self.conns[*conn].clone();
+            async move { read(&mut conn, mine, role, timeout).await }
+        });
+        let answers = try_join_all(reads).await?;
+        let mut out = vec![true; holds.len()];
+        for ((conn, _), flags) in asked.iter().zip(answers) {
+            for (&i, held) in by_conn[*conn].iter().zip(flags) {
+                out[i] = held;
             }
         }
         Ok(out)
     }
+}
+
+/// [`Tracked::check`] on one connection; `role`: behind Sentinel, also ask `ROLE`.
+async fn read(
+    conn: &mut MultiplexedConnection,
+    holds: &[&Presence],
+    role: bool,
+    timeout: Duration,
+) -> Result<Vec<bool>, Unavailable> {
+    let mut out = Vec::with_capacity(holds.len());
+    for chunk in holds.chunks(CHECKS_PER_CALL) {
+        let mut pipe = redis::pipe();
+        // A read refused (WRONGTYPE) answers for its hold only, not for the batch.
+        pipe.ignore_errors();
+        for hold in chunk {
+            let name = if hold.value.is_some() {
+                "HGET"
+            } else {
+                "HEXISTS"
+            };
+            pipe.cmd(name).arg(&*hold.key).arg(&*hold.field);
+        }
+        // Behind Sentinel, a master demoted to a replica in a failover empties itself for a
+        // full sync: reads there would report holds gone that the new master has. The
+        // reads count only if the server was still a master after them.
+        if role {
+            pipe.cmd("ROLE");
+        }
+        let read = pipe.query_async::<Vec<redis::Value>>(conn);
+        let mut replies = match tokio::time::timeout(timeout, read).await {
+            Ok(replies) => replies.map_err(classify)?,
+            Err(_) => {
+                return Err(Unavailable::Down(format!("no answer within {timeout:?}")));
+            }
+        };
+        if role {
+            let role = replies.pop();
+            if role.as_ref().and_then(role_of) != Some(b"master".as_slice()) {
+                return Err(Unavailable::Down(format!(
+                    "the server is no longer the master: ROLE answered {role:?}"
+                )));
+            }
+        }
+        if replies.len() != chunk.len() {
+            return Err(Unavailable::Down(format!(
+                "{} replies to {} reads",
+                replies.len(),
+                chunk.len()
+            )));
+        }
+        for (hold, reply) in chunk.iter().zip(replies) {
+            out.push(match (&hold.value, reply) {
+                (None, redis::Value::Int(n)) => n == 1,
+                (None, redis::Value::Boolean(held)) => held,
+                (Some(value), redis::Value::BulkString(bytes)) => {
+                    bytes.as_slice() == value.as_bytes()
+                }
+                (Some(_), redis::Value::Nil) => false,
+                // Somebody wrote another type at the key: no lock's hash any more.
+                (_, redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => false,
+                // A refused read (LOADING after a restart, BUSY behind a slow script,
+                // NOPERM, a cluster node's MOVED or ASK for a slot it no longer serves)
+                // armed nothing and says nothing: the connections are made again and every
+                // hold checked anew.
+                (_, redis::Value::ServerError(e)) => {
+                    return Err(Unavailable::Down(format!(
+                        "a check of {} was refused: {e:?}",
+                        hold.key
+                    )));
+                }
+                // Anything else: not known gone (the renewal will tell).
+                (_, other) => {
+                    tracing::debug!(key = %hold.key, reply = ?other, "unexpected check reply");
+                    true
+                }
+            });
+        }
+    }
+    Ok(out)
 }

@@ -3,7 +3,8 @@
 //! lease later). On unless [`Config::loss_notice`](crate::Config::loss_notice) is off.
 //!
 //! How it works. One task per client, beside the watchdog's, keeps a tracking connection
-//! (`node/tracking.rs`): a connection on which the server remembers every key read and pushes
+//! (`node/tracking.rs`; on a cluster one per primary, each key read where its slot is served):
+//! a connection on which the server remembers every key read and pushes
 //! an `invalidate` message when the key is next written, deleted, expired, evicted or flushed.
 //! The task's reads are the ownership checks themselves: one `HEXISTS <lock hash> <owner>` per
 //! hold, pipelined. A check answers whether the hold is still on the server and, being a read,
@@ -27,6 +28,10 @@
 //!   Sentinel the connection follows the command connection's master, and every check also
 //!   asks `ROLE`: a demoted master empties itself for a full sync, and reads there must not
 //!   report holds gone that the new master still has.
+//! - on a cluster, a read answered `MOVED` or `ASK` (a failover demoted its node, its slot
+//!   moved or is moving) says nothing: the connections are made again from a fresh slot map
+//!   and every hold is checked there. A slot moved away with a held key is heard at once: its
+//!   old primary deletes the key, which it reports.
 //!
 //! What it does not change: renewals, and the local validity deadline, which stays the last
 //! resort for a holder cut off from the server (it hears no notice).
@@ -42,8 +47,7 @@
 //! a check each and nothing else). A hold released within the delay costs nothing on the
 //! server, and the task wakes about twice per delay whatever the rate of acquisitions.
 //!
-//! Not covered yet: a Redis Cluster (its holds are lost at their next renewal, as before),
-//! and what holds no lease in the registry (a `Semaphore`'s counted permits, a
+//! Not covered: what holds no lease in the registry (a `Semaphore`'s counted permits, a
 //! `CountDownLatch`).
 
 use std::collections::HashMap;

@@ -38,10 +38,10 @@ pub(crate) struct NodeRenewal {
 }
 
 /// A primary, by address; the slots it serves.
-struct Owner {
-    host: String,
-    port: u16,
-    slots: (u16, u16),
+pub(crate) struct Owner {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) slots: (u16, u16),
 }
 
 impl Node {
@@ -193,8 +193,8 @@ impl Node {
         Ok((flags.into_iter().map(|f| f == 1).collect(), acks))
     }
 
-    /// Which primary serves which slots (`CLUSTER SLOTS`, from any node).
-    async fn slot_owners(&self) -> Result<Vec<Owner>> {
+    /// Which primary serves which slots (`CLUSTER SLOTS`, from any node); on one server, none.
+    pub(crate) async fn slot_owners(&self) -> Result<Vec<Owner>> {
         let Conn::Cluster(conn) = &self.conn else {
             return Ok(Vec::new());
         };
