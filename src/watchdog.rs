@@ -296,6 +296,10 @@ pub(crate) fn lose(inner: &Inner, hold: &Arc<Hold>, reason: LostReason, why: &st
     if !inner.holds.detach(hold) {
         return 0;
     }
+    #[cfg(feature = "testing")]
+    if reason == LostReason::ServerLost {
+        crate::testing::server_reported_loss(inner, hold.presence());
+    }
     // `is_lost` may have marked it already (its validity ran out); it still counts once here.
     hold.mark_lost(reason, why);
     1

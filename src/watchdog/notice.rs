@@ -340,7 +340,14 @@ impl Live {
                 hold.cap_validity(std::time::Instant::now());
                 lose(inner, hold, LostReason::ServerLost, why)
             }
-            Live::Family(hold) => usize::from(hold.gone(why)),
+            Live::Family(hold) => {
+                let gone = hold.gone(why);
+                #[cfg(feature = "testing")]
+                if gone {
+                    crate::testing::server_reported_loss(inner, hold.presence().clone());
+                }
+                usize::from(gone)
+            }
         }
     }
 }

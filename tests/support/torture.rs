@@ -216,11 +216,16 @@ where
             busy_until = Some(busy_until.map_or(iv.end, |until| until.max(iv.end)));
         }
     }
+    // Each loss the server reported is read again at once (`redlease::testing::false_losses`);
+    // the last of those reads lands well within this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (false_losses, audited) = audit();
     let c = &counts;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     eprintln!(
         "torture counts ({shape}): acquisitions {}, acquire errors {}, faults {}, writes accepted {}, \
-         late writes rejected {}, token reuse {}, lost guards {}, overlaps {}",
+         late writes rejected {}, token reuse {}, lost guards {}, overlaps {}, \
+         server-reported losses {audited} of which false {false_losses}",
         load(&c.acquisitions),
         load(&c.acquire_errors),
         load(&c.faults),
@@ -238,6 +243,10 @@ where
         "two holders were given the same token"
     );
     assert_eq!(overlaps, 0, "guards that were not lost overlapped");
+    assert_eq!(
+        false_losses, 0,
+        "a hold was marked lost while still on the server"
+    );
     if fences == Fences::Durable && load(&c.lost_guards) == 0 {
         assert_eq!(
             load(&c.late_writes_rejected),
@@ -272,4 +281,18 @@ pub fn fenced_lock(client: &Client, names: &[String]) -> Acquire {
                 .await
         }
     })
+}
+
+/// The process's false losses and the server-reported losses read again (the `testing`
+/// feature's audit; without it, none). The CLI's tests share this file and have no such
+/// feature.
+#[allow(unexpected_cfgs)]
+fn audit() -> (u64, u64) {
+    #[cfg(feature = "testing")]
+    return (
+        redlease::testing::false_losses(),
+        redlease::testing::audited_losses(),
+    );
+    #[cfg(not(feature = "testing"))]
+    (0, 0)
 }
