@@ -54,6 +54,14 @@ async fn eight_processes_with_a_fixed_lease_take_turns_in_two_calls() {
     eight_processes_take_turns("count-fixed", 2.3).await;
 }
 
+/// Every other way of holding a lock hands over the same way: fenced with a fixed lease, and
+/// with a lock-delay under the watchdog (a released hold leaves no delay behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_fenced_or_with_a_lock_delay_take_turns_in_two_calls() {
+    eight_processes_take_turns("count-fenced", 2.3).await;
+    eight_processes_take_turns("count-delay", 2.3).await;
+}
+
 async fn eight_processes_take_turns(mode: &str, most_calls: f64) {
     let server = Server::start();
     let name = unique_name("turns");
@@ -384,12 +392,15 @@ async fn queue_worker() {
                 }
             }
         }
-        "count" | "count-fixed" => {
+        "count" | "count-fixed" | "count-fenced" | "count-delay" => {
             let counter = var("REDLEASE_QW_COUNTER");
             let rounds: usize = var("REDLEASE_QW_ROUNDS").parse().unwrap();
-            let options = match mode.as_str() {
-                "count-fixed" => LockOptions::new().lease(Duration::from_secs(10)),
-                _ => LockOptions::new(),
+            let fixed = LockOptions::new().lease(Duration::from_secs(10));
+            let (lock, options) = match mode.as_str() {
+                "count-fixed" => (lock, fixed),
+                "count-fenced" => (lock.fenced(true), fixed),
+                "count-delay" => (lock.lock_delay(Duration::from_secs(1)), LockOptions::new()),
+                _ => (lock, LockOptions::new()),
             };
             for _ in 0..rounds {
                 let guard = lock.lock_with(options).await.unwrap();
