@@ -18,9 +18,9 @@ FALSE_LOSS_LOG := $(CURDIR)/target/false-losses.log
 export REDLEASE_FALSE_LOSS_LOG := $(FALSE_LOSS_LOG)
 
 test: deps
-	@mkdir -p target && rm -f $(FALSE_LOSS_LOG)
+	@mkdir -p target && rm -f "$(FALSE_LOSS_LOG)"
 	$(CARGO) test --workspace --exclude redlease-bench --features redlease/testing
-	@if [[ -s $(FALSE_LOSS_LOG) ]]; then echo "false losses (a hold marked lost while still on the server):"; cat $(FALSE_LOSS_LOG); exit 1; else echo "false losses: 0"; fi
+	@if [[ -s "$(FALSE_LOSS_LOG)" ]]; then echo "false losses (a hold marked lost while still on the server):"; cat "$(FALSE_LOSS_LOG)"; exit 1; else echo "false losses: 0"; fi
 	$(MAKE) --no-print-directory test-valkey
 	$(MAKE) --no-print-directory --keep-going lint doc features package
 
@@ -40,9 +40,9 @@ test-valkey:
 # `make test` runs them for 8 s.
 # Prints their counts; REDLEASE_TORTURE_SEED repeats a run's faults.
 torture: deps
-	@mkdir -p target && rm -f $(FALSE_LOSS_LOG)
+	@mkdir -p target && rm -f "$(FALSE_LOSS_LOG)"
 	REDLEASE_TORTURE_SECS=$${TORTURE_SECS:-120} $(CARGO) test -p redlease --features testing --test cluster_torture --test torture --test sentinel_torture -- --nocapture
-	@if [[ -s $(FALSE_LOSS_LOG) ]]; then echo "false losses:"; cat $(FALSE_LOSS_LOG); exit 1; else echo "false losses: 0"; fi
+	@if [[ -s "$(FALSE_LOSS_LOG)" ]]; then echo "false losses:"; cat "$(FALSE_LOSS_LOG)"; exit 1; else echo "false losses: 0"; fi
 
 lint:
 	$(CARGO) fmt --all --check

@@ -69,12 +69,16 @@ pub(crate) struct Inner {
     pub dialed: OnceLock<(Target, Dial)>,
     shut_down: AtomicBool,
     next_request: AtomicU64,
+    /// This client, for work that outlives the call that starts it and must not keep the
+    /// client alive.
+    pub this: Weak<Inner>,
 }
 
 impl Inner {
     pub(crate) fn new(id: Uuid, me: ClientInfo, config: Config, node: Node) -> Arc<Self> {
         let id_text: Arc<str> = id.to_string().into();
-        Arc::new(Inner {
+        Arc::new_cyclic(|this| Inner {
+            this: this.clone(),
             id,
             me,
             subscriber: Subscriber::new(

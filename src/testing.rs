@@ -21,10 +21,10 @@
 //! | [`pause_renewals`] | the client's watchdog stops renewing while the pause lives | leases run out after their length, as with Redis unreachable: guards are lost (reason `renewal_failed`), the keys expire on the server |
 //! | [`hold_elsewhere`] | a second client of the same deployment holds the lock with a fixed lease | [`Lock::try_lock`] returns `None`, `try_lock_with` a wait runs out, `lock()` waits until the lease ends or [`HeldElsewhere::release`] |
 //!
-//! With the feature on, every loss the server reported (a renewal, or the loss notice's check,
+//! With the feature on, a loss the server reported (a renewal, or the loss notice's check,
 //! found the hold gone) is read again at once; a hold still there is a *false loss*, counted by
-//! [`false_losses`] (our own fault runs and benchmark assert it stays 0) and, when the
-//! [`FALSE_LOSS_LOG`] environment variable names a file, appended to it.
+//! [`false_losses`] (our own test runs fail on one) and, when the [`FALSE_LOSS_LOG`]
+//! environment variable names a file, appended to it.
 //!
 //! Enable it for your tests only:
 //!

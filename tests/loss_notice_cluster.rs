@@ -192,3 +192,54 @@ async fn a_slot_moved_with_its_held_key_is_no_loss_and_stays_watched() {
     assert!(took.is_some(), "the notice did not follow the moved slot");
     holder.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_a_held_key_migrates_the_other_primaries_holds_stay_watched() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let holder = cluster_client(&cluster).await;
+    let names = cluster.names_per_primary("notice-cl-migrating", 2);
+    let mut guards = Vec::new();
+    for (name, primary) in &names {
+        guards.push((hold(&holder, name).await, name.clone(), *primary));
+    }
+    let (moving, from) = (key_of(&guards[0].1), guards[0].2);
+    let to = names.iter().map(|(_, p)| *p).find(|p| *p != from).unwrap();
+    let slot = key_slot(&moving);
+    // The key is at `to`; its old primary answers ASK for it until the slot is handed over.
+    let (_, to_id) = tokio::task::block_in_place(|| cluster.move_slot_keys(slot, to));
+    tokio::time::sleep(FOLLOWED).await;
+    assert!(
+        !guards[0].0.is_lost(),
+        "a hold whose slot is moving was marked lost"
+    );
+    // Meanwhile every other hold is told at once: the moving key's check answers for itself.
+    for (guard, name, primary) in guards.iter().skip(1) {
+        if key_slot(&key_of(name)) == slot {
+            continue;
+        }
+        let took = lost_after(guard, NOTICE_WITHIN, || {
+            run(&cluster, *primary, &["DEL", &key_of(name)])
+        })
+        .await;
+        println!("DEL on primary {primary} while a slot migrates -> lost(): {took:?}");
+        let took = took.expect("no notice while a slot migrates");
+        assert!(
+            took < Duration::from_millis(300),
+            "a notice waited for the migration: {took:?}"
+        );
+    }
+    tokio::task::block_in_place(|| cluster.finish_migration(slot, from, to, &to_id));
+    tokio::time::sleep(FOLLOWED).await;
+    assert!(
+        !guards[0].0.is_lost(),
+        "a hold moved with its slot was marked lost"
+    );
+    let took = lost_after(&guards[0].0, NOTICE_WITHIN, || {
+        run(&cluster, to, &["DEL", &moving])
+    })
+    .await;
+    println!("DEL at the slot's new primary -> lost(): {took:?}");
+    assert!(took.is_some(), "the notice did not follow the moved slot");
+    holder.shutdown().await.unwrap();
+}

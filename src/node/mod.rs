@@ -36,7 +36,7 @@ use shape::Conn;
 pub(crate) use shape::Target;
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsOptions;
-pub(crate) use tracking::{Presence, Tracked, Unavailable};
+pub(crate) use tracking::{Moves, Presence, Tracked, Unavailable};
 pub(crate) use transport::bounded;
 use transport::{evalsha, evalsha_without_keys, once_more_if_dropped};
 
@@ -130,6 +130,10 @@ pub(crate) struct Node {
     rights: Option<Arc<acl::Pending>>,
     /// What the servers are and can do, learnt at connect (`deploy/capabilities.rs`).
     capabilities: Arc<Capabilities>,
+    /// On a cluster: a fingerprint of the slot map last read (`CLUSTER SLOTS`, at each
+    /// watchdog tick and each connect of the loss notice), which the notice watches to follow
+    /// a map that changed without telling its connections (`tracking.rs`).
+    slot_map: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Node {
@@ -154,6 +158,7 @@ impl Node {
             replicas: Arc::default(),
             rights: None,
             capabilities: Arc::default(),
+            slot_map: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
         if !lazy {
             node.capabilities = Arc::new(node.learn_capabilities().await);

@@ -34,6 +34,7 @@ use redis::{
 use tokio::sync::{mpsc, watch};
 
 use super::Node;
+use super::calls::renew_by_node::fingerprint;
 use super::link::Link;
 use super::sentinel::SentinelConn;
 use super::shape::slot;
@@ -75,14 +76,18 @@ impl std::fmt::Display for Unavailable {
 }
 
 /// Refused for good only when asking again cannot help: the user lacks the right (`NOPERM`,
-/// a bad password), or the server (or a proxy) does not know RESP3 or `CLIENT TRACKING`
-/// (`NOPROTO`, `ERR unknown command`). Anything else (a server restarting or loading, a
+/// a bad password or none), or the server (or a proxy) does not know RESP3 or `CLIENT
+/// TRACKING` (`HELLO` unknown before Redis 6, `NOPROTO`, `ERR unknown command`). Anything else (a server restarting or loading, a
 /// cluster between two maps, a full server, a dropped connection) is tried again later.
 fn classify(e: RedisError) -> Unavailable {
     let text = e.to_string();
-    let refused = e.kind() == ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOPERM" | "NOPROTO" | "WRONGPASS"))
-        || (e.code() == Some("ERR") && !text.contains("max number of clients"));
+    let refused = matches!(
+        e.kind(),
+        ErrorKind::AuthenticationFailed | ErrorKind::RESP3NotSupported
+    ) || matches!(
+        e.code(),
+        Some("NOPERM" | "NOPROTO" | "WRONGPASS" | "NOAUTH")
+    ) || (e.code() == Some("ERR") && !text.contains("max number of clients"));
     if refused {
         Unavailable::Refused(text)
     } else {
@@ -113,15 +118,48 @@ impl Node {
     }
 }
 
+/// What tells that a tracking connection is on the wrong server, though it is still open.
+pub(crate) enum Moves {
+    /// One server: nothing moves.
+    Never,
+    /// Behind Sentinel: changes when the command connection moved to another master.
+    Sentinel(watch::Receiver<u64>),
+    /// A cluster: the fingerprint of the slot map last read by anyone (the watchdog reads it
+    /// at each tick), and that of the map the connections were opened from. A primary frozen
+    /// or cut off without closing its connections, then replaced, is seen here.
+    Cluster(watch::Receiver<u64>, u64),
+}
+
+impl Moves {
+    /// Resolves when the connections must be opened again (never, for one server).
+    pub(crate) async fn next(&mut self) {
+        match self {
+            Moves::Never => std::future::pending().await,
+            Moves::Sentinel(switched) => {
+                if switched.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            Moves::Cluster(map, opened_from) => loop {
+                if map.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if *map.borrow_and_update() != *opened_from {
+                    return;
+                }
+            },
+        }
+    }
+}
+
 /// Open tracking connections: one, or one per primary of a cluster.
 pub(crate) struct Tracked {
     conns: Vec<MultiplexedConnection>,
     /// On a cluster, which connection serves which slots (inclusive ranges); empty elsewhere
     /// (every read goes to the one connection).
     routes: Vec<((u16, u16), usize)>,
-    /// Behind Sentinel: changes when the command connection moved to another master; this
-    /// connection is then on the wrong server and must be opened again.
-    pub switched: Option<watch::Receiver<u64>>,
+    /// What tells that the connections are on the wrong servers; taken by the notice.
+    pub moves: Moves,
     /// Behind Sentinel: every check also asks `ROLE`.
     behind_sentinel: bool,
     timeout: Duration,
@@ -152,7 +190,7 @@ impl Tracking {
             match self {
                 Tracking::Server(client) => {
                     let conn = open_tracked(&resp3(client)?, timeout, pushes).await?;
-                    Ok(Tracked::new(vec![conn], Vec::new(), None, timeout))
+                    Ok(Tracked::new(vec![conn], Vec::new(), Moves::Never, timeout))
                 }
                 Tracking::Sentinel(conn) => {
                     let switched = conn.switched();
@@ -175,7 +213,7 @@ impl Tracking {
                     Ok(Tracked::new(
                         vec![conn],
                         Vec::new(),
-                        Some(switched),
+                        Moves::Sentinel(switched),
                         timeout,
                     ))
                 }
@@ -187,6 +225,10 @@ impl Tracking {
                     if owners.is_empty() {
                         return Err(Unavailable::Down("no slot map".into()));
                     }
+                    // Read after this map was published: a later read of another map shows.
+                    let mut map = node.slot_map.subscribe();
+                    map.mark_unchanged();
+                    let moves = Moves::Cluster(map, fingerprint(&owners));
                     // One connection per primary, whatever the number of its slot ranges.
                     let mut primaries: Vec<(String, u16)> = Vec::new();
                     let mut routes = Vec::with_capacity(owners.len());
@@ -210,7 +252,7 @@ impl Tracking {
                     });
                     let conns = try_join_all(opens).await?;
                     tracing::debug!(primaries = conns.len(), "loss notice on every primary");
-                    Ok(Tracked::new(conns, routes, None, timeout))
+                    Ok(Tracked::new(conns, routes, moves, timeout))
                 }
             }
         };
@@ -279,18 +321,77 @@ pub(crate) struct Presence {
     pub value: Option<Arc<str>>,
 }
 
+impl Presence {
+    /// The read that tells whether the hold is there.
+    fn read(&self) -> redis::Cmd {
+        let mut read = redis::cmd(if self.value.is_some() {
+            "HGET"
+        } else {
+            "HEXISTS"
+        });
+        read.arg(&*self.key).arg(&*self.field);
+        read
+    }
+
+    /// Whether `reply` to [`read`](Presence::read) says the hold is there: `None` when it
+    /// cannot say (a node that does not serve the key now: `ASK` for a slot being moved).
+    /// `MOVED` and other refusals are errors (`Err`): the connections are made again.
+    fn held(&self, reply: redis::Value) -> Result<Option<bool>, Unavailable> {
+        Ok(Some(match (&self.value, reply) {
+            (None, redis::Value::Int(n)) => n == 1,
+            (None, redis::Value::Boolean(held)) => held,
+            (Some(value), redis::Value::BulkString(bytes)) => bytes.as_slice() == value.as_bytes(),
+            (Some(_), redis::Value::Nil) => false,
+            // Somebody wrote another type at the key: no lock's hash any more.
+            (_, redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => false,
+            // The key is at the slot's next owner, or not yet: ask again later.
+            (_, redis::Value::ServerError(e)) if e.code() == "ASK" => return Ok(None),
+            // A refused read (LOADING after a restart, BUSY behind a slow script, NOPERM, a
+            // node's MOVED for a slot it no longer serves) armed nothing and says nothing:
+            // the connections are made again and every hold checked anew.
+            (_, redis::Value::ServerError(e)) => {
+                return Err(Unavailable::Down(format!(
+                    "a check of {} was refused: {e:?}",
+                    self.key
+                )));
+            }
+            // Anything else: not known gone (the renewal will tell).
+            (_, other) => {
+                tracing::debug!(key = %self.key, reply = ?other, "unexpected check reply");
+                true
+            }
+        }))
+    }
+}
+
+impl Node {
+    /// Whether the hold is on the server, read through the command connection: where the
+    /// hold's renewals and release go (following a cluster's redirections, behind Sentinel
+    /// the master the client follows).
+    pub(crate) async fn has(&self, presence: &Presence) -> crate::Result<bool> {
+        let reply = self.query::<redis::Value>(&presence.read()).await?;
+        match presence.held(reply) {
+            Ok(Some(held)) => Ok(held),
+            Ok(None) | Err(_) => Err(crate::Error::Protocol {
+                script: "hexists",
+                reply: "a presence read the server did not answer".into(),
+            }),
+        }
+    }
+}
+
 impl Tracked {
     fn new(
         conns: Vec<MultiplexedConnection>,
         routes: Vec<((u16, u16), usize)>,
-        switched: Option<watch::Receiver<u64>>,
+        moves: Moves,
         timeout: Duration,
     ) -> Tracked {
         Tracked {
             conns,
             routes,
-            behind_sentinel: switched.is_some(),
-            switched,
+            behind_sentinel: matches!(moves, Moves::Sentinel(_)),
+            moves,
             timeout,
         }
     }
@@ -311,7 +412,10 @@ impl Tracked {
     /// Whether each hold is still on the server (`HEXISTS key field`, or `HGET key field`
     /// compared with its value), in order. Each read arms tracking of its key: any later
     /// change of it is pushed. On a cluster each primary reads its own keys, all at once.
-    pub(crate) async fn check(&mut self, holds: &[&Presence]) -> Result<Vec<bool>, Unavailable> {
+    pub(crate) async fn check(
+        &mut self,
+        holds: &[&Presence],
+    ) -> Result<Vec<Option<bool>>, Unavailable> {
         let mut by_conn: Vec<Vec<usize>> = vec![Vec::new(); self.conns.len()];
         for (i, hold) in holds.iter().enumerate() {
             by_conn[self.route(&hold.key)?].push(i);
@@ -328,7 +432,7 @@ impl Tracked {
             async move { read(&mut conn, mine, role, timeout).await }
         });
         let answers = try_join_all(reads).await?;
-        let mut out = vec![true; holds.len()];
+        let mut out = vec![None; holds.len()];
         for ((conn, _), flags) in asked.iter().zip(answers) {
             for (&i, held) in by_conn[*conn].iter().zip(flags) {
                 out[i] = held;
@@ -344,19 +448,14 @@ async fn read(
     holds: &[&Presence],
     role: bool,
     timeout: Duration,
-) -> Result<Vec<bool>, Unavailable> {
+) -> Result<Vec<Option<bool>>, Unavailable> {
     let mut out = Vec::with_capacity(holds.len());
     for chunk in holds.chunks(CHECKS_PER_CALL) {
         let mut pipe = redis::pipe();
-        // A read refused (WRONGTYPE) answers for its hold only, not for the batch.
+        // A read refused (WRONGTYPE, ASK) answers for its hold only, not for the batch.
         pipe.ignore_errors();
         for hold in chunk {
-            let name = if hold.value.is_some() {
-                "HGET"
-            } else {
-                "HEXISTS"
-            };
-            pipe.cmd(name).arg(&*hold.key).arg(&*hold.field);
+            pipe.add_command(hold.read());
         }
         // Behind Sentinel, a master demoted to a replica in a failover empties itself for a
         // full sync: reads there would report holds gone that the new master has. The
@@ -387,31 +486,7 @@ async fn read(
             )));
         }
         for (hold, reply) in chunk.iter().zip(replies) {
-            out.push(match (&hold.value, reply) {
-                (None, redis::Value::Int(n)) => n == 1,
-                (None, redis::Value::Boolean(held)) => held,
-                (Some(value), redis::Value::BulkString(bytes)) => {
-                    bytes.as_slice() == value.as_bytes()
-                }
-                (Some(_), redis::Value::Nil) => false,
-                // Somebody wrote another type at the key: no lock's hash any more.
-                (_, redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => false,
-                // A refused read (LOADING after a restart, BUSY behind a slow script,
-                // NOPERM, a cluster node's MOVED or ASK for a slot it no longer serves)
-                // armed nothing and says nothing: the connections are made again and every
-                // hold checked anew.
-                (_, redis::Value::ServerError(e)) => {
-                    return Err(Unavailable::Down(format!(
-                        "a check of {} was refused: {e:?}",
-                        hold.key
-                    )));
-                }
-                // Anything else: not known gone (the renewal will tell).
-                (_, other) => {
-                    tracing::debug!(key = %hold.key, reply = ?other, "unexpected check reply");
-                    true
-                }
-            });
+            out.push(hold.held(reply)?);
         }
     }
     Ok(out)

@@ -54,13 +54,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::lose;
 use crate::hold::{FamilyHold, Hold, Noted};
-use crate::node::{Presence, Tracked, Unavailable};
+use crate::node::{Moves, Presence, Tracked, Unavailable};
 use crate::shared::Inner;
 use crate::telemetry::LostReason;
 
@@ -146,6 +147,7 @@ async fn listen(
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
 ) -> Result<(), Unavailable> {
     let mut armed = Armed::new();
+    let mut unsettled = Unsettled::default();
     // What the server tracked for an earlier connection is forgotten: check every hold now.
     {
         let Some(inner) = weak.upgrade() else {
@@ -154,16 +156,17 @@ async fn listen(
         inner.holds.fresh.take();
         let all = inner.holds.all();
         let holds = all.len();
-        let lost = check(&inner, &mut tracked, all, &mut armed).await?;
+        let lost = check(&inner, &mut tracked, all, &mut armed, &mut unsettled).await?;
         tracing::debug!(holds, lost, "loss notice connected; every hold checked");
     }
     // Holds granted but not armed yet.
     let mut pending: Vec<Noted> = Vec::new();
+
     // Holds are armed in rounds at most one delay apart: a steady stream of short holds (W1)
     // wakes the task once per delay, not once per hold. A hold is thus armed between one and
     // two delays after its grant.
     let mut last_round = std::time::Instant::now();
-    let mut switched = tracked.switched.take();
+    let mut moves = std::mem::replace(&mut tracked.moves, Moves::Never);
     loop {
         let Some(inner) = weak.upgrade() else {
             return Ok(());
@@ -180,14 +183,8 @@ async fn listen(
                     None => std::future::pending().await,
                 }
             };
-            let moved = async {
-                match switched.as_mut() {
-                    Some(watch) => {
-                        let _ = watch.changed().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
+            let moved = moves.next();
+            let unsettled_due = unsettled.due();
             // Wait holding only the notification, not the client: a dropped client must be
             // able to end this task.
             drop(inner);
@@ -198,6 +195,7 @@ async fn listen(
                 _ = added, if pending.is_empty() => Event::Fresh,
                 _ = due => Event::Due,
                 _ = moved => Event::Moved,
+                _ = unsettled_due => Event::Unsettled,
             }
         };
         let Some(inner) = weak.upgrade() else {
@@ -217,10 +215,15 @@ async fn listen(
                         Some(_) => pending.push(noted),
                     }
                 }
-                check(&inner, &mut tracked, ready, &mut armed).await?;
+                check(&inner, &mut tracked, ready, &mut armed, &mut unsettled).await?;
             }
             Event::Moved => {
-                return Err(Unavailable::Down("the master moved".into()));
+                return Err(Unavailable::Down("the master or the slot map moved".into()));
+            }
+            Event::Unsettled => {
+                let again = unsettled.take();
+                check(&inner, &mut tracked, again, &mut armed, &mut unsettled).await?;
+                unsettled.after_round();
             }
             Event::Push(None) => return Err(Unavailable::Down("push channel closed".into())),
             Event::Push(Some(first)) => {
@@ -235,7 +238,7 @@ async fn listen(
                 }
                 let holds = keys.holds(&mut armed);
                 if !holds.is_empty() {
-                    check(&inner, &mut tracked, holds, &mut armed).await?;
+                    check(&inner, &mut tracked, holds, &mut armed, &mut unsettled).await?;
                 }
             }
         }
@@ -247,6 +250,57 @@ enum Event {
     Fresh,
     Due,
     Moved,
+    Unsettled,
+}
+
+/// Holds whose check could not say (a key in a slot being moved, a verdict the command
+/// connection could not confirm yet, as while it reconnects after a restart): checked again
+/// alone, rather than every hold of every primary, after a pause that grows as a failed
+/// connection's does ([`FIRST_PAUSE`] doubling to [`MAX_PAUSE`]) while rounds stay unsettled.
+struct Unsettled {
+    holds: Vec<Noted>,
+    at: Option<Instant>,
+    pause: Duration,
+}
+
+impl Default for Unsettled {
+    fn default() -> Unsettled {
+        Unsettled {
+            holds: Vec::new(),
+            at: None,
+            pause: FIRST_PAUSE,
+        }
+    }
+}
+
+impl Unsettled {
+    fn push(&mut self, noted: Noted) {
+        let pause = self.pause;
+        self.at.get_or_insert_with(|| Instant::now() + pause);
+        self.holds.push(noted);
+    }
+
+    /// After a round of checks of unsettled holds: the next pause is longer if some still are.
+    fn after_round(&mut self) {
+        self.pause = if self.holds.is_empty() {
+            FIRST_PAUSE
+        } else {
+            (self.pause * 2).min(MAX_PAUSE)
+        };
+    }
+
+    /// Resolves when they are to be checked again (never while there are none).
+    async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn take(&mut self) -> Vec<Noted> {
+        self.at = None;
+        std::mem::take(&mut self.holds)
+    }
 }
 
 /// The notices of one round: the keys named, or every key (a flush), or a lost connection.
@@ -353,13 +407,17 @@ impl Live {
 }
 
 /// Checks `holds` on the server in one round: those gone are lost at once, the rest armed
-/// (in `armed`). Holds released or replaced meanwhile, or already lost, are left alone.
-/// Returns how many were lost.
+/// (in `armed`). Holds released or replaced meanwhile, or already lost, are left alone. A
+/// hold the tracking connection finds gone is lost only once the command connection (the
+/// way its renewals and its release reach it) finds it gone too: a tracking connection on
+/// the wrong server (a map or master that moved unseen) can then cost a notice, never a
+/// false loss. Holds whose check could not say go to `unsettled`. Returns how many were lost.
 async fn check(
     inner: &Inner,
     tracked: &mut Tracked,
     holds: Vec<Noted>,
     armed: &mut Armed,
+    unsettled: &mut Unsettled,
 ) -> Result<usize, Unavailable> {
     // A lock taken and released again and again is noted each time: one read per hold.
     let mut seen = std::collections::HashSet::new();
@@ -374,15 +432,38 @@ async fn check(
     let presences: Vec<Presence> = live.iter().map(Live::presence).collect();
     let reads: Vec<&Presence> = presences.iter().collect();
     let flags = tracked.check(&reads).await?;
-    let mut lost = 0;
+    let confirmations = join_all(
+        presences
+            .iter()
+            .zip(&flags)
+            .filter(|(_, held)| **held == Some(false))
+            .map(|(presence, _)| inner.node.has(presence)),
+    )
+    .await;
+    let mut confirmations = confirmations.into_iter();
+    let (mut lost, mut disagreed) = (0, false);
     for (((noted, live), presence), held) in noted.into_iter().zip(&live).zip(presences).zip(flags)
     {
-        if held {
-            armed.entry(presence.key).or_default().push(noted);
-        } else {
-            let why = "the server reported its key changed and it no longer holds it";
-            lost += live.lose(inner, why);
+        match held {
+            Some(true) => armed.entry(presence.key).or_default().push(noted),
+            None => unsettled.push(noted),
+            Some(false) => match confirmations.next() {
+                Some(Ok(false)) => {
+                    let why = "the server reported its key changed and it no longer holds it";
+                    lost += live.lose(inner, why);
+                }
+                Some(Ok(true)) => {
+                    disagreed = true;
+                    unsettled.push(noted);
+                }
+                _ => unsettled.push(noted),
+            },
         }
+    }
+    if disagreed {
+        return Err(Unavailable::Down(
+            "a tracking connection found gone a hold the server still has".into(),
+        ));
     }
     Ok(lost)
 }

@@ -37,6 +37,19 @@ pub(crate) struct NodeRenewal {
     pub calls: usize,
 }
 
+/// What tells two slot maps apart: their ranges and primaries, hashed.
+pub(crate) fn fingerprint(owners: &[Owner]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut ranges: Vec<(u16, u16, &str, u16)> = owners
+        .iter()
+        .map(|o| (o.slots.0, o.slots.1, o.host.as_str(), o.port))
+        .collect();
+    ranges.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ranges.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// A primary, by address; the slots it serves.
 pub(crate) struct Owner {
     pub(crate) host: String,
@@ -240,6 +253,12 @@ impl Node {
                 slots: (start, end),
             });
         }
+        let fingerprint = fingerprint(&owners);
+        self.slot_map.send_if_modified(|seen| {
+            let changed = *seen != fingerprint;
+            *seen = fingerprint;
+            changed
+        });
         Ok(owners)
     }
 }
