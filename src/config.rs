@@ -113,7 +113,8 @@ pub struct Config {
     ///
     /// Cost: one `HEXISTS` per held lock shortly after its grant (see
     /// [`loss_notice_delay`](Config::loss_notice_delay)) and after each of its renewals (the
-    /// renewal is a write, which the server reports too), sent in batches.
+    /// renewal is a write, which the server reports too), sent in batches; and one more read,
+    /// through the command connection, of a hold found gone before it is marked lost.
     pub loss_notice: bool,
     /// How long after its grant a hold is first checked and armed for the loss notice, at the
     /// least: holds are armed in rounds at most this far apart, so each between one and two

@@ -16,8 +16,9 @@
 //!   it): a lock released sooner is never read, and the uncontended acquire-release path pays
 //!   no round trip and no server work for the notice;
 //! - on a notice for a key, every armed hold of that key is checked again, all the notices
-//!   that arrived meanwhile in one pipeline; a hold found gone is lost at once (the watchdog's
-//!   own path, [`super::lose`]: its guard's `lost()` resolves), the rest are armed again. Every
+//!   that arrived meanwhile in one pipeline; a hold found gone is read once more through the
+//!   command connection, where its renewals go, and lost when that agrees (the watchdog's own
+//!   path, [`super::lose`]: its guard's `lost()` resolves), the rest are armed again. Every
 //!   write of the key reports, this client's own renewals and re-entries included (the
 //!   connection never writes, so `NOLOOP` would not tell them apart): those checks find the
 //!   hold and re-arm it. A check never marks lost a hold released or replaced meanwhile (the
