@@ -308,6 +308,7 @@
 
 mod acquire;
 mod attempt;
+mod backoff;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;

@@ -71,6 +71,7 @@ pub(crate) struct Inner {
     next_request: AtomicU64,
     /// This client, for work that outlives the call that starts it and must not keep the
     /// client alive.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub this: Weak<Inner>,
 }
 

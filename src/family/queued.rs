@@ -12,6 +12,7 @@
 //! are resolved from it, without a message or another attempt ([`Handed`] keeps their names
 //! until the client's next release deletes the server's records of them).
 
+use crate::backoff::Backoff;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,7 +79,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool>>,
 {
-    let mut pause = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     for attempt in 1..=WITHDRAW_TRIES {
         let Err(e) = withdraw().await else {
             return;
@@ -88,8 +89,7 @@ where
             return;
         }
         tracing::debug!(semaphore = %name, error = %e, "withdrawal failed; sending it again");
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(5));
+        backoff.sleep().await;
     }
 }
 

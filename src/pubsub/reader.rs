@@ -6,8 +6,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{Channel, Subscriber};
+use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::node::{Event, Sink, bounded};
+
+/// The longest pause between two tries to subscribe or to connect the subscriber.
+const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// A grant message of `lua/queue.lua`: `g <claim ms> <token or -> <nonce> <owner field>`.
 struct Grant<'a> {
@@ -96,7 +100,7 @@ impl Subscriber {
     }
 
     async fn try_subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Backoff::new(Duration::from_millis(20), LONGEST_PAUSE);
         for _ in 0..20 {
             if self.stopped.load(Ordering::Acquire) {
                 return;
@@ -149,8 +153,7 @@ impl Subscriber {
                     Err(e) => tracing::debug!(channel = %name, error = %e, "no primary yet"),
                 }
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            backoff.sleep().await;
         }
     }
 
@@ -185,7 +188,7 @@ impl Subscriber {
 
 /// Owns the subscriber connection: reads messages, and reconnects with backoff when it drops.
 pub(super) async fn run_reader(weak: Weak<Subscriber>) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), LONGEST_PAUSE);
     let mut reconnect = false;
     loop {
         let Some(subscriber) = weak.upgrade() else {
@@ -203,8 +206,7 @@ pub(super) async fn run_reader(weak: Weak<Subscriber>) {
             Err(e) => {
                 tracing::debug!(error = %e, "subscriber connection failed; retrying");
                 drop(subscriber);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                backoff.sleep().await;
                 continue;
             }
         };
@@ -212,11 +214,10 @@ pub(super) async fn run_reader(weak: Weak<Subscriber>) {
             tracing::debug!(error = %e, "resubscribe failed; reconnecting");
             // Back off: a refused SUBSCRIBE (ACL, say) would otherwise reconnect in a tight loop.
             drop(subscriber);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            backoff.sleep().await;
             continue;
         }
-        backoff = Duration::from_millis(50);
+        backoff.reset();
         if reconnect {
             // Unlock messages may have been lost while disconnected.
             subscriber.wake_all();

@@ -61,6 +61,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::lose;
+use crate::backoff::Backoff;
 use crate::hold::{FamilyHold, Hold, Noted};
 use crate::node::{Moves, Presence, Tracked, Unavailable};
 use crate::shared::Inner;
@@ -98,7 +99,7 @@ pub(super) async fn run(weak: Weak<Inner>) {
         // Left for `listen`, which takes what was noted.
         fresh.added.notify_one();
     }
-    let mut pause = FIRST_PAUSE;
+    let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
     // Bounded by the client's life: each turn either connects or pauses.
     loop {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -112,7 +113,7 @@ pub(super) async fn run(weak: Weak<Inner>) {
                 // A connection that fails at once (a server that is no master) is tried
                 // again no faster than one that cannot be opened.
                 if served.elapsed() > MAX_PAUSE {
-                    pause = FIRST_PAUSE;
+                    backoff.reset();
                 }
             }
             Err(Unavailable::Refused(why)) => {
@@ -135,8 +136,7 @@ pub(super) async fn run(weak: Weak<Inner>) {
             Some(inner) => drop(inner.holds.fresh.take()),
             None => return,
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(MAX_PAUSE);
+        backoff.sleep().await;
     }
 }
 
@@ -261,7 +261,7 @@ enum Event {
 struct Unsettled {
     holds: Vec<Noted>,
     at: Option<Instant>,
-    pause: Duration,
+    backoff: Backoff,
 }
 
 impl Default for Unsettled {
@@ -269,25 +269,24 @@ impl Default for Unsettled {
         Unsettled {
             holds: Vec::new(),
             at: None,
-            pause: FIRST_PAUSE,
+            backoff: Backoff::new(FIRST_PAUSE, MAX_PAUSE),
         }
     }
 }
 
 impl Unsettled {
     fn push(&mut self, noted: Noted) {
-        let pause = self.pause;
+        let pause = self.backoff.peek();
         self.at.get_or_insert_with(|| Instant::now() + pause);
         self.holds.push(noted);
     }
 
-    /// After a round of checks of unsettled holds: the next pause is longer if some still are.
+    /// After a round of checks of unsettled holds: none left, the next pause is the first
+    /// again.
     fn after_round(&mut self) {
-        self.pause = if self.holds.is_empty() {
-            FIRST_PAUSE
-        } else {
-            (self.pause * 2).min(MAX_PAUSE)
-        };
+        if self.holds.is_empty() {
+            self.backoff.reset();
+        }
     }
 
     /// Resolves when they are to be checked again (never while there are none).
@@ -298,8 +297,10 @@ impl Unsettled {
         }
     }
 
+    /// Takes them to be checked again; those still unsettled after wait twice as long.
     fn take(&mut self) -> Vec<Noted> {
         self.at = None;
+        self.backoff.pause();
         std::mem::take(&mut self.holds)
     }
 }

@@ -7,10 +7,16 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, RedisResult};
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::node::sentinel::{self, SentinelConn, ServerConn};
 use crate::node::shape::{self, Conn};
+
+/// A call sent again while a cluster or a Sentinel group is in transition (a failover, a slot
+/// moving) waits 20 ms, doubling up to 200 ms, within its own time limit.
+const FIRST_RESEND: Duration = Duration::from_millis(20);
+const LONGEST_RESEND: Duration = Duration::from_millis(200);
 
 impl Node {
     /// Runs an arbitrary command (tests, tools) with the node's timeout.
@@ -176,14 +182,13 @@ impl Node {
             Conn::Cluster(_) => {}
         }
         let deadline = tokio::time::Instant::now() + limit;
-        let mut pause = Duration::from_millis(20);
+        let mut backoff = Backoff::new(FIRST_RESEND, LONGEST_RESEND);
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             match request(remaining).await {
-                Err(e) if in_transition(&e) && remaining > pause * 2 => {
+                Err(e) if in_transition(&e) && remaining > backoff.peek() * 2 => {
                     tracing::debug!(error = %e, "cluster in transition; sending again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(200));
+                    backoff.sleep().await;
                 }
                 outcome => return outcome,
             }
@@ -236,12 +241,12 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let deadline = tokio::time::Instant::now() + limit;
-    let mut pause = Duration::from_millis(20);
+    let mut backoff = Backoff::new(FIRST_RESEND, LONGEST_RESEND);
     loop {
         let seen = conn.generation();
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         match request(remaining).await {
-            Err(e) if sentinel::master_moved(&e) && remaining > pause * 2 => {
+            Err(e) if sentinel::master_moved(&e) && remaining > backoff.peek() * 2 => {
                 tracing::debug!(error = %e, "the master may have moved; asking the sentinels");
                 let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
                 match tokio::time::timeout(remaining, conn.refresh(seen)).await {
@@ -249,8 +254,7 @@ where
                     Ok(Ok(())) if conn.generation() != seen => continue,
                     _ => {}
                 }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(200));
+                backoff.sleep().await;
             }
             outcome => return outcome,
         }

@@ -1,0 +1,60 @@
+//! The pause between two tries of something that failed: it doubles from a first pause up to
+//! a longest one while the failures go on, and starts over after a success. Every retry loop
+//! of the client uses it, with its own bounds (named where it is used); a polling waiter's
+//! pause, which is also drawn at random, is `pubsub/channel.rs`'s `Poll`.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) const fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff {
+            first,
+            max,
+            next: first,
+        }
+    }
+
+    /// The pause the next failure will take.
+    pub(crate) fn peek(&self) -> Duration {
+        self.next
+    }
+
+    /// The pause to take now; the one after is twice as long, up to the longest.
+    pub(crate) fn pause(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.max);
+        now
+    }
+
+    /// Sleeps for [`pause`](Backoff::pause).
+    pub(crate) async fn sleep(&mut self) {
+        tokio::time::sleep(self.pause()).await;
+    }
+
+    /// After a success: the next failure pauses for the first pause again.
+    pub(crate) fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_up_to_the_longest_and_starts_over() {
+        let ms = Duration::from_millis;
+        let mut backoff = Backoff::new(ms(10), ms(35));
+        let pauses: Vec<Duration> = (0..4).map(|_| backoff.pause()).collect();
+        assert_eq!(pauses, [ms(10), ms(20), ms(35), ms(35)]);
+        backoff.reset();
+        assert_eq!(backoff.peek(), ms(10));
+    }
+}
