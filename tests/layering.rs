@@ -197,21 +197,18 @@ fn the_check_sees_a_transport_module_naming_a_lock_kind() {
     );
 }
 
-/// Inside the lock kinds' layer, lowest first: the lock itself (its engine: acquisition,
-/// attempts, grants, guards, releases, the watchdog, scoped runs), then what is built on it.
+/// Inside the lock kinds' layer, lowest first: the lock itself (its engine in `lock/`:
+/// acquisition, attempts, grants, scoped runs; its guards, releases and the watchdog), then
+/// what is built on it.
 /// MultiLock and RedLock are made of locks; the family's `Guard` trait covers their guards too;
 /// an election is a lock with a published value.
 const LOCK_LAYER: &[&[&str]] = &[
     &[
-        "acquire",
-        "attempt",
-        "grant",
         "guard",
         "lock",
         "owner",
         "queue_place",
         "release",
-        "scope",
         "wait",
         "watchdog",
     ],
