@@ -199,6 +199,11 @@ impl Lock {
         self
     }
 
+    /// The replica acknowledgement this lock asks for: its own, else the client's.
+    pub(crate) fn replicas_wanted(&self) -> Replicas {
+        self.replicas.unwrap_or(self.client.inner.config.replicas)
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.keys.name

@@ -123,7 +123,7 @@ async fn wait_for_grant(
 /// The replica acknowledgement this lock asks for (its own, else the client's), checked, and
 /// whether it may be handed the lock by a release of this client.
 async fn hand_over_terms(lock: &Lock) -> Result<(Replicas, bool)> {
-    let replicas = lock.replicas.unwrap_or(lock.client.inner.config.replicas);
+    let replicas = lock.replicas_wanted();
     replicas.validate()?;
     // A hand-over from a release of this client is written by that release, with no `WAIT`
     // behind it: a lock that wants replica acknowledgement takes no hand-overs, so every

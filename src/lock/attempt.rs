@@ -68,14 +68,7 @@ pub(super) async fn send(
         wait,
         unqueued: unqueued.clone(),
     };
-    let abandoned = Abandoned {
-        client: client.clone(),
-        keys: lock.keys.clone(),
-        field: field.clone(),
-        lease,
-        sent,
-        queued: queue.is_some(),
-    };
+    let abandoned = request.clone();
     // Should the caller stop waiting, the request (its undo and withdrawal after a dropped
     // connection included) and a give-back or a withdrawal finish in the background: they
     // count as an operation of this owner in flight until then (`turns.rs`), so the owner's
@@ -88,9 +81,11 @@ pub(super) async fn send(
         );
         move || turns.start_release(&hash, &field)
     };
-    let call = FinishOnDrop::new(request.run(), move |outcome| abandoned.finish(outcome))
-        .tracked(&client.inner.background)
-        .keeping_while_abandoned(in_flight);
+    let call = FinishOnDrop::new(request.run(), move |outcome| {
+        abandoned.undo_abandoned(outcome, sent)
+    })
+    .tracked(&client.inner.background)
+    .keeping_while_abandoned(in_flight);
     match tokio::time::timeout(timeout, call).await {
         Ok(outcome) => outcome.map(|acquire| (acquire, !unqueued.load(Ordering::Acquire))),
         Err(_) => Err(Error::Timeout {
@@ -101,6 +96,7 @@ pub(super) async fn send(
 }
 
 /// One acquire as sent, owned, so that it can finish in the background.
+#[derive(Clone)]
 struct Request {
     client: Client,
     keys: Arc<LockKeys>,
@@ -189,20 +185,10 @@ impl Request {
     }
 }
 
-/// What an attempt whose caller stopped waiting leaves to its background completion.
-struct Abandoned {
-    client: Client,
-    keys: Arc<LockKeys>,
-    field: Arc<str>,
-    lease: Duration,
-    sent: Instant,
-    /// Whether the request may have queued us.
-    queued: bool,
-}
-
-impl Abandoned {
-    /// Undoes what the abandoned request's `outcome` left: a grant, or a queue entry.
-    async fn finish(self, outcome: Result<Acquire>) {
+impl Request {
+    /// Undoes what this request, sent at `sent` and abandoned by its caller, left according to
+    /// its `outcome`: a grant, or a queue entry.
+    async fn undo_abandoned(self, outcome: Result<Acquire>, sent: Instant) {
         let (client, keys, field) = (&self.client, &self.keys, &self.field);
         let Ok(Acquire::Acquired { .. }) = outcome else {
             // A refusal that queued us (or an error after which it may have): the caller's
@@ -212,7 +198,7 @@ impl Abandoned {
             // idle for a claim lease. Withdraw again, now that the request is done; unless
             // another wait of this owner is in progress (tasks sharing an `Owner`): the
             // entry is that wait's now, and so may be a grant it is taking from a message.
-            if self.queued && !client.inner.turns.acquiring(&keys.hash, field) {
+            if self.terms.queue.is_some() && !client.inner.turns.acquiring(&keys.hash, field) {
                 withdraw_entry(client, keys, field).await;
             }
             return;
@@ -221,12 +207,12 @@ impl Abandoned {
         // owner acquired again meanwhile; unless it could expire before the release lands,
         // which would then take a later hold instead. It lives at least until `sent +
         // lease`; half of that leaves the release room to arrive.
-        if self.sent.elapsed() >= self.lease / 2 {
+        let lease_ms = self.terms.lease_ms;
+        if sent.elapsed() >= Duration::from_millis(lease_ms) / 2 {
             tracing::debug!(lock = %keys.name, "abandoned grant answered too late to give back; it expires with its lease");
             return;
         }
         tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
-        let lease_ms = self.lease.as_millis() as u64;
         if let Err(e) = give_back(client, keys, field, lease_ms, 1).await {
             tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
         }

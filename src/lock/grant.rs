@@ -111,8 +111,7 @@ pub(super) fn guard(
     started: Instant,
 ) -> Result<LockGuard> {
     let guard = register(lock, field, lease, grant, token, started)?;
-    let replicas = lock.replicas.unwrap_or(lock.client.inner.config.replicas);
-    guard.hold().set_replicas(replicas);
+    guard.hold().set_replicas(lock.replicas_wanted());
     Ok(guard)
 }
 

@@ -60,9 +60,8 @@ pub(super) fn grant_from_message(
         Lease::Fixed(_) => lease.ms() <= terms.claim_ms,
         Lease::Watchdog(_) => true,
     };
-    let replicas = lock.replicas.unwrap_or(inner.config.replicas);
     if !whole
-        || replicas != Replicas::Off
+        || lock.replicas_wanted() != Replicas::Off
         || (lock.fenced && token.is_none())
         || sent.elapsed() >= claim / 2
     {
