@@ -412,13 +412,15 @@ impl Lock {
 
     /// Takes the lock on `lease` terms, waiting as `wait` allows (`lock/acquire.rs`): the
     /// guard, or `None` when the wait ran out.
+    ///
+    /// Not an `async fn`: the frame's future itself, one future fewer in every caller's stack,
+    /// which the compiler walks to prove it `Send` (up to a recursion limit that an election
+    /// spawned by an application reaches).
     pub(crate) fn acquire(
         &self,
         lease: Lease,
         wait: Wait,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
-        // Not an `async fn`: one future fewer in every caller's, whose `Send` the compiler
-        // proves by walking them all.
         acquire::take(self, lease, wait)
     }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::config::Replicas;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::local_queue::Ticket;
@@ -60,7 +59,15 @@ async fn wait_for_grant(
 ) -> Result<Option<LockGuard>> {
     let inner = &lock.client.inner;
     inner.check_open()?;
-    let (replicas, take_over) = hand_over_terms(lock).await?;
+    let replicas = lock.replicas_wanted();
+    replicas.validate()?;
+    // A hand-over from a release of this client is written by that release, with no `WAIT`
+    // behind it: a lock that wants replica acknowledgement takes no hand-overs, so every
+    // grant of it comes through an attempt (the release frees it and wakes us instead).
+    // A lock-delay's marker is written by acquisitions and renewals, not by a hand-over,
+    // so such a lock takes none either.
+    lock.check_lock_delay()?;
+    let take_over = inner.node.wait_for(replicas).await.is_none() && lock.lock_delay.is_none();
     let owner = lock.owner();
     tracing::Span::current().record("owner", tracing::field::display(&owner));
     let field = owner.field(&inner.id_text);
@@ -118,21 +125,6 @@ async fn wait_for_grant(
         place.withdraw().await;
     }
     outcome
-}
-
-/// The replica acknowledgement this lock asks for (its own, else the client's), checked, and
-/// whether it may be handed the lock by a release of this client.
-async fn hand_over_terms(lock: &Lock) -> Result<(Replicas, bool)> {
-    let replicas = lock.replicas_wanted();
-    replicas.validate()?;
-    // A hand-over from a release of this client is written by that release, with no `WAIT`
-    // behind it: a lock that wants replica acknowledgement takes no hand-overs, so every
-    // grant of it comes through an attempt (the release frees it and wakes us instead).
-    // A lock-delay's marker is written by acquisitions and renewals, not by a hand-over,
-    // so such a lock takes none either.
-    lock.check_lock_delay()?;
-    let acknowledged = lock.client.inner.node.wait_for(replicas).await.is_some();
-    Ok((replicas, !acknowledged && lock.lock_delay.is_none()))
 }
 
 /// Starts `owner`'s acquisition, once its releases of the lock still in flight are done

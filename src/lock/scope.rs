@@ -61,15 +61,20 @@ impl std::fmt::Debug for HeldLock {
 /// [`Lock::try_run`] once its terms are checked: the lock taken on `lease` and `wait` in a new
 /// lock scope, `body` run under it and cancelled if the lease is lost, the lock released when
 /// the body ends.
-pub(super) async fn run<F, Fut, T>(
-    lock: &Lock,
+///
+/// Not an `async fn`: the scope's future itself, so that a caller's stack of futures is no
+/// deeper than with the body written in `Lock::try_run` (the compiler walks that stack to
+/// prove it `Send`, up to a recursion limit an application's `tokio::spawn` can reach).
+pub(super) fn run<'a, F, Fut, T>(
+    lock: &'a Lock,
     (lease, wait): (Lease, Wait),
-    metadata: Option<&str>,
+    metadata: Option<&'a str>,
     body: F,
-) -> Result<Option<T>>
+) -> impl Future<Output = Result<Option<T>>> + 'a
 where
-    F: FnOnce(HeldLock) -> Fut,
-    Fut: Future<Output = T>,
+    F: FnOnce(HeldLock) -> Fut + 'a,
+    Fut: Future<Output = T> + 'a,
+    T: 'a,
 {
     crate::owner::in_new_scope(async move {
         let got = acquire::take(lock, lease, wait).await?;
@@ -96,7 +101,6 @@ where
             }),
         }
     })
-    .await
 }
 
 /// Releases the lock of a body that finished: the body's value stands whatever the release says.

@@ -157,7 +157,15 @@ impl LockWaiter<'_> {
         let (lease_ms, replicas) = (self.terms.lease.ms(), self.terms.replicas);
         let (answer, answered_queued) =
             attempt::send(lock, &self.field, lease_ms, reentry, replicas, queue).await?;
-        self.judge(answer, started, queue, answered_queued).await
+        match answer {
+            Acquire::Acquired { count, token } => self.acquired(count, token, started).await,
+            Acquire::AlreadyHeld => Err(Error::WouldDeadlock {
+                name: lock.keys.name.to_string(),
+            }),
+            Acquire::HeldElsewhere { ttl } => {
+                Ok(self.held_elsewhere(ttl, started, queue, answered_queued))
+            }
+        }
     }
 
     /// The lock from a grant's message naming our latest queued attempt, if one came and can
@@ -204,61 +212,48 @@ impl LockWaiter<'_> {
         queue
     }
 
-    /// What the server's `answer` to the attempt sent at `started` with `queue` makes of it
-    /// (`answered_queued`: the answer is the queued request's, not that of the unqueued retry
-    /// after a dropped connection).
-    async fn judge(
-        &mut self,
-        answer: Acquire,
-        started: Instant,
-        queue: Option<QueueTerms>,
-        answered_queued: bool,
-    ) -> Result<Option<Attempt<LockGuard>>> {
-        self.ttl = match answer {
-            Acquire::Acquired { count, token } => match self.acquired(count, token, started).await?
-            {
-                Some(guard) => return Ok(Some(Attempt::Done(guard))),
-                // Spent on arrival and not confirmed: try again, within the wait.
-                None => Some(Duration::ZERO),
-            },
-            Acquire::AlreadyHeld => {
-                return Err(Error::WouldDeadlock {
-                    name: self.lock.keys.name.to_string(),
-                });
-            }
-            Acquire::HeldElsewhere { ttl } => {
-                self.reentered_hold_gone();
-                if let Some(terms) = queue.filter(|_| self.place.is_some()) {
-                    if !answered_queued {
-                        return Ok(None);
-                    }
-                    // Only a grant naming this attempt may come now.
-                    self.queued_by = Some((terms, started));
-                }
-                ttl
-            }
-        };
-        Ok(Some(self.again()))
-    }
-
-    /// The guard of a grant in the attempt's reply; `None` when it was spent on arrival and
-    /// could not be confirmed.
+    /// The attempt sent at `started` was granted: its guard, or (spent on arrival and not
+    /// confirmed) another attempt within the wait.
     async fn acquired(
         &mut self,
         count: u32,
         token: u64,
         started: Instant,
-    ) -> Result<Option<LockGuard>> {
+    ) -> Result<Option<Attempt<LockGuard>>> {
         let (lock, lease) = (self.lock, self.terms.lease);
         let Some(since) = grant::confirmed(lock, &self.field, lease, started).await? else {
-            return Ok(None);
+            self.ttl = Some(Duration::ZERO);
+            return Ok(Some(self.again()));
         };
         // The script took our place out with the grant: marked before registering, which
         // fails at shutdown (the hold is given back then, and a withdrawal would take out a
         // waiter of the same owner).
         self.place_taken();
         let field = self.field.clone();
-        grant::guard(lock, field, lease, Grant::Counted(count), token, since).map(Some)
+        let guard = grant::guard(lock, field, lease, Grant::Counted(count), token, since)?;
+        Ok(Some(Attempt::Done(guard)))
+    }
+
+    /// Another owner holds the lock, for `ttl` more, as the attempt sent at `started` with
+    /// `queue` found (`answered_queued`: the answer is the queued request's, not that of the
+    /// unqueued retry after a dropped connection, which took us out of the queue: `None`).
+    fn held_elsewhere(
+        &mut self,
+        ttl: Option<Duration>,
+        started: Instant,
+        queue: Option<QueueTerms>,
+        answered_queued: bool,
+    ) -> Option<Attempt<LockGuard>> {
+        self.reentered_hold_gone();
+        if let Some(terms) = queue.filter(|_| self.place.is_some()) {
+            if !answered_queued {
+                return None;
+            }
+            // Only a grant naming this attempt may come now.
+            self.queued_by = Some((terms, started));
+        }
+        self.ttl = ttl;
+        Some(self.again())
     }
 
     /// Another owner holds the lock: the hold we re-entered is gone on the server (forced, or
