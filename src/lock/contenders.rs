@@ -61,7 +61,7 @@ pub(super) async fn wait_between_attempts(
     };
     // As this client's head, offer to take the lock over from a local holder's release.
     let mut offered = offer(&napping);
-    let handed = async {
+    let handed_over = async {
         match offered.as_mut() {
             Some(offered) => offered.answered().await,
             None => std::future::pending().await,
@@ -69,7 +69,7 @@ pub(super) async fn wait_between_attempts(
     };
     let answer = tokio::select! {
         biased;
-        answer = handed => Some(answer),
+        answer = handed_over => Some(answer),
         _ = sub.notified() => None,
         _ = local_release => None,
         _ = tokio::time::sleep(nap) => None,

@@ -10,7 +10,6 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Grant, Hold};
-use crate::keys::LockKeys;
 use crate::node::Renewal;
 use crate::shared::Inner;
 use crate::terms::Lease;
@@ -38,7 +37,12 @@ pub(super) async fn confirmed(
         return Ok(Some(started));
     }
     tracing::debug!(lock = %lock.keys.name, "grant arrived with its lease half spent; renewing it before use");
-    let mut unconfirmed = Unconfirmed::new(&lock.client, &lock.keys, field, lease.ms());
+    let mut unconfirmed = Unconfirmed {
+        lock,
+        field,
+        lease_ms: lease.ms(),
+        armed: true,
+    };
     let renewing = Instant::now();
     let renewal = Renewal {
         hash: &lock.keys.hash,
@@ -118,29 +122,13 @@ pub(super) fn guard(
 /// A grant on the server that no guard owns yet: given back in the background unless
 /// [`confirmed`](Unconfirmed::confirmed) (registered, or found gone) before it is dropped.
 struct Unconfirmed<'a> {
-    client: &'a crate::Client,
-    keys: &'a Arc<LockKeys>,
+    lock: &'a Lock,
     field: &'a Arc<str>,
     lease_ms: u64,
     armed: bool,
 }
 
-impl<'a> Unconfirmed<'a> {
-    fn new(
-        client: &'a crate::Client,
-        keys: &'a Arc<LockKeys>,
-        field: &'a Arc<str>,
-        lease_ms: u64,
-    ) -> Self {
-        Unconfirmed {
-            client,
-            keys,
-            field,
-            lease_ms,
-            armed: true,
-        }
-    }
-
+impl Unconfirmed<'_> {
     fn confirmed(&mut self) {
         self.armed = false;
     }
@@ -150,7 +138,8 @@ impl Drop for Unconfirmed<'_> {
     fn drop(&mut self) {
         if self.armed {
             let why = "grant not confirmed";
-            give_back_in_background(self.client, self.keys, self.field, self.lease_ms, why);
+            let (client, keys) = (&self.lock.client, &self.lock.keys);
+            give_back_in_background(client, keys, self.field, self.lease_ms, why);
         }
     }
 }
