@@ -11,13 +11,13 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::{Acks, AcquireTerms, Latch, QueueTerms, ReleaseArgs, WaitFor};
 use crate::queue_place::withdraw_entry;
+use crate::release::give_back;
 use crate::scripts::{Acquire, Release};
 use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::telemetry;
 
 use super::Lock;
-use crate::release::give_back;
 
 /// Sends one acquire. If this future is dropped while the request is in flight, the request
 /// is finished in the background, and a grant is given back or a queue entry withdrawn, so

@@ -10,10 +10,10 @@ use crate::hold::Grant;
 use crate::local_queue::{GiveBack, HandOver, Offered, Ticket};
 use crate::node::Successor;
 use crate::pubsub::Subscription;
+use crate::release::{give_back, give_back_in_background};
 use crate::terms::{Lease, Wait};
 
 use super::{Lock, grant, server_queue};
-use crate::release::{give_back, give_back_in_background};
 
 /// Whether a head of this client's queue should skip asking Redis and go straight to offering
 /// to take the lock over: when the lock was last handed to another waiter of this client, which

@@ -11,11 +11,11 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Grant, Hold};
 use crate::node::Renewal;
+use crate::release::give_back_in_background;
 use crate::shared::Inner;
 use crate::terms::Lease;
 
 use super::Lock;
-use crate::release::give_back_in_background;
 
 /// A grant is handed out only with most of its lease ahead of it. One that arrives with less
 /// than half left (the server or the network stalled past it: the reply of a `SIGSTOP`ped
