@@ -306,8 +306,6 @@
 // cargo feature show which one.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod acquire;
-mod attempt;
 mod backoff;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
@@ -317,7 +315,6 @@ mod config;
 pub mod election;
 mod error;
 mod family;
-mod grant;
 mod guard;
 mod hold;
 mod identity;
@@ -331,7 +328,6 @@ mod owner;
 mod pubsub;
 mod queue_place;
 mod release;
-mod scope;
 mod scripts;
 mod shared;
 mod task;
@@ -358,14 +354,13 @@ pub use family::{
 pub use guard::LockGuard;
 pub use identity::ClientInfo;
 pub use keys::MAX_NAME_LEN;
-pub use lock::{Holder, Lock, LockStatus, RemainingLease, Waiter};
+pub use lock::{HeldLock, Holder, Lock, LockStatus, RemainingLease, Waiter};
 pub use multi::{MultiLock, MultiLockGuard, RedLock, RedLockGuard};
 pub use node::ServerWarning;
 #[cfg(feature = "tls-rustls")]
 pub use node::TlsOptions;
 pub use options::{LockOptions, MAX_METADATA_LEN};
 pub use owner::Owner;
-pub use scope::HeldLock;
 pub use shared::Client;
 pub use telemetry::LockLabel;
 pub use watchdog::RenewStats;

@@ -37,18 +37,18 @@ pub(crate) struct LocalQueue {
     /// The waiting head's offer to take the lock over from a releasing holder.
     offer: Mutex<Option<Offer>>,
     /// Whether this client's last release of the lock handed it to one of its waiters.
-    handing_over: AtomicBool,
+    handed_over: AtomicBool,
 }
 
 /// The waiting head's offer: who it is, and where to tell it what became of the offer.
 pub(crate) struct Offer {
     pub successor: Successor,
-    pub reply: oneshot::Sender<Handover>,
+    pub reply: oneshot::Sender<HandOver>,
 }
 
 /// What became of a taken offer.
 #[derive(Debug)]
-pub(crate) enum Handover {
+pub(crate) enum HandOver {
     /// The lock is the waiter's: count 1, fencing token, and when the request that granted it
     /// was sent (its lease runs from no earlier than that).
     Granted { token: u64, sent: Instant },
@@ -61,7 +61,7 @@ pub(crate) enum Handover {
 /// An offer left at the queue; dropping it withdraws it.
 pub(crate) struct Offered {
     queue: Arc<LocalQueue>,
-    reply: oneshot::Receiver<Handover>,
+    reply: oneshot::Receiver<HandOver>,
     /// Gives back a grant that arrived after the waiter stopped listening (see `Drop`).
     give_back: Option<GiveBack>,
 }
@@ -88,7 +88,7 @@ impl LocalQueues {
                     head: Arc::new(Semaphore::new(1)),
                     released: Notify::new(),
                     offer: Mutex::new(None),
-                    handing_over: AtomicBool::new(false),
+                    handed_over: AtomicBool::new(false),
                 })
             })
             .clone();
@@ -120,13 +120,13 @@ impl LocalQueues {
     /// Tells this client's head contender of `key` that the lock was just freed.
     pub(crate) fn released(&self, key: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
-            queue.handing_over.store(false, Ordering::Relaxed);
+            queue.handed_over.store(false, Ordering::Relaxed);
             queue.released.notify_one();
         }
     }
 
     /// Takes the waiting head's offer for `key`, if there is one. The caller must answer it
-    /// (see [`Handover`]).
+    /// (see [`HandOver`]).
     pub(crate) fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
         let queue = self.map.get(key)?;
         // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
@@ -137,7 +137,7 @@ impl LocalQueues {
     /// Notes that a release of this client handed the lock to one of its waiters.
     pub(crate) fn handed_over(&self, key: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
-            queue.handing_over.store(true, Ordering::Relaxed);
+            queue.handed_over.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -173,20 +173,20 @@ impl Ticket<'_> {
 
 impl LocalQueue {
     /// Whether this client's last release of the lock handed it to one of its waiters.
-    pub(crate) fn handing_over(&self) -> bool {
-        self.handing_over.load(Ordering::Relaxed)
+    pub(crate) fn last_handed_over(&self) -> bool {
+        self.handed_over.load(Ordering::Relaxed)
     }
 }
 
 impl Offered {
     /// Resolves when a release answered the offer (never, until one takes it).
-    pub(crate) async fn answered(&mut self) -> Handover {
-        (&mut self.reply).await.unwrap_or(Handover::Unknown)
+    pub(crate) async fn answered(&mut self) -> HandOver {
+        (&mut self.reply).await.unwrap_or(HandOver::Unknown)
     }
 
     /// Withdraws the offer. `None` if no release took it; else what became of it (waiting for
     /// the release's answer: the lock may already be ours).
-    pub(crate) async fn withdraw(mut self) -> Option<Handover> {
+    pub(crate) async fn withdraw(mut self) -> Option<HandOver> {
         if self.queue.offer.lock().take().is_some() {
             return None;
         }
@@ -194,11 +194,11 @@ impl Offered {
     }
 }
 
-impl Handover {
+impl HandOver {
     /// Whether the waiter may hold the lock after this answer (and must give it back if it
     /// will not use it).
     pub(crate) fn may_hold(&self) -> bool {
-        !matches!(self, Handover::Declined)
+        !matches!(self, HandOver::Declined)
     }
 }
 

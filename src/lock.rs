@@ -1,6 +1,21 @@
 //! `Lock`: the handle to one named lock, and its public operations (what the server says about
-//! it, without taking it: `lock/status.rs`).
+//! it, without taking it: `lock/status.rs`). Only these two files hold `impl Lock`; the
+//! engine under them is functions called by path, one concern a file:
+//!
+//! - `acquire.rs`: the acquisition frame (tracing, metrics, this client's turn, the wait loop
+//!   of `wait.rs`, the server queue's place withdrawn when the wait ends without the lock);
+//! - `waiter.rs`: the lock's waiter in that loop (each attempt, what a refusal leads to);
+//! - `attempt.rs`: one cancel-safe request to the server, its undo and retry;
+//! - `server_queue.rs`: queueing on the server, and a grant taken from its message;
+//! - `contenders.rs`: this client's own contenders (`local_queue.rs`) and the hand-over
+//!   from a release of this client;
+//! - `grant.rs`: a grant confirmed and registered, the guard made;
+//! - `metadata.rs`, `scope.rs`: a hold's metadata, and running a body under the lock.
+//!
+//! Below the lock and its guard, and shared with them: `release.rs` (holds given back, from
+//! `unlock` and from `Drop`), `queue_place.rs`, `local_queue.rs`, `turns.rs` and `wait.rs`.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,9 +29,18 @@ use crate::scripts::Release;
 use crate::shared::Client;
 use crate::terms::{Lease, Wait};
 
+mod acquire;
+mod attempt;
+mod contenders;
+mod grant;
 mod metadata;
+mod scope;
+mod server_queue;
 mod status;
+mod waiter;
 
+pub(crate) use grant::register;
+pub use scope::HeldLock;
 pub(crate) use status::read_waiters;
 pub use status::{Holder, LockStatus, RemainingLease, Waiter};
 
@@ -175,6 +199,11 @@ impl Lock {
         self
     }
 
+    /// The replica acknowledgement this lock asks for: its own, else the client's.
+    pub(crate) fn replicas_wanted(&self) -> Replicas {
+        self.replicas.unwrap_or(self.client.inner.config.replicas)
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.keys.name
@@ -188,6 +217,26 @@ impl Lock {
     /// The client this lock belongs to.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// This lock acting for the owner that is current now (the calling task unless explicit), so
+    /// attempts polled later or from a renewal task act for the same owner.
+    pub(crate) fn pinned(&self) -> Lock {
+        let mut lock = self.clone();
+        lock.owner = Some(self.owner());
+        lock
+    }
+
+    /// The server this lock's client talks to (`host:port`; behind Sentinel, the sentinels and
+    /// the master's name).
+    pub(crate) fn server_addr(&self) -> String {
+        self.client.inner.node.keyspace().server.clone()
+    }
+
+    /// `host:port/db`: one logical keyspace.
+    pub(crate) fn keyspace(&self) -> String {
+        let keyspace = self.client.inner.node.keyspace();
+        format!("{}/{}", keyspace.server, keyspace.db)
     }
 
     /// Who acquires through this handle here: see [`Owner`] for the order of the rules.
@@ -213,6 +262,7 @@ impl Lock {
         options.lock_terms(self.watchdog()?.duration())
     }
 
+    /// This lock's watchdog lease (its own, else the client's), checked.
     pub(crate) fn watchdog(&self) -> Result<Lease> {
         let lease = self
             .watchdog_lease
@@ -275,8 +325,103 @@ impl Lock {
     pub async fn try_lock_with(&self, options: LockOptions) -> Result<Option<LockGuard>> {
         let (lease, wait) = self.terms_of(&options)?;
         let metadata = options.checked_metadata()?;
-        let got = self.acquire(lease, wait).await?;
-        self.with_metadata(got, metadata).await
+        let got = acquire::take(self, lease, wait).await?;
+        metadata::stored_with(self, got, metadata).await
+    }
+
+    /// Waits for the lock, runs `body` under it as **its own owner**, and releases it when the
+    /// body ends. The safe way to lock in async code.
+    ///
+    /// The body is a *lock scope*: acquisitions of the same lock inside it (nested `run`s, or
+    /// `lock()` on any handle of this lock without an explicit owner) re-enter, while bodies
+    /// running concurrently in one task — `join!`, `select!`, `for_each_concurrent`,
+    /// `buffer_unordered` — exclude each other, as separate tasks would. A task spawned from the
+    /// body is a new owner.
+    ///
+    /// The lease is kept by the watchdog. If it is lost anyway (Redis unreachable past the
+    /// lease, the key deleted or expired), the body is **cancelled** — dropped at its next
+    /// `.await` — and `run` returns [`Error::LeaseLost`]: work that must not go on without the
+    /// lock stops. [`HeldLock::lost`] tells work the body hands elsewhere.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
+    /// use futures_util::StreamExt;
+    ///
+    /// // 16 orders at a time in this one task; orders of one account never overlap.
+    /// futures_util::stream::iter(0..1_000u32)
+    ///     .for_each_concurrent(16, |order| {
+    ///         let client = client.clone();
+    ///         async move {
+    ///             let account = client.lock(&format!("account:{}", order % 4)).unwrap();
+    ///             account.run(|_held| async { /* debit, credit */ }).await.unwrap();
+    ///         }
+    ///     })
+    ///     .await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Lock::lock`] for taking the lock; [`Error::LeaseLost`] when the lease was lost
+    /// while the body ran (the body was cancelled). A release that fails after the body
+    /// finished does not hide its result: it is logged, and the lease frees the key (the
+    /// watchdog no longer renews it).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future drops the body and releases the lock in the background
+    /// (or gives back a grant still on its way).
+    pub async fn run<F, Fut, T>(&self, body: F) -> Result<T>
+    where
+        F: FnOnce(HeldLock) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.try_run(LockOptions::new(), body)
+            .await?
+            .ok_or(Error::Shutdown)
+    }
+
+    /// [`Lock::run`] with a bounded wait or a fixed lease: `Ok(None)` when the wait ran out (the
+    /// body did not run).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redlease::Lock) -> redlease::Result<()> {
+    /// use std::time::Duration;
+    /// use redlease::LockOptions;
+    ///
+    /// let once = LockOptions::new().wait(Duration::ZERO);
+    /// match lock.try_run(once, |_held| async { 42 }).await? {
+    ///     Some(answer) => assert_eq!(answer, 42),
+    ///     None => println!("busy; another instance does it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Lock::run`], plus [`Error::InvalidDuration`] for a bad wait or lease.
+    ///
+    /// # Cancel safety
+    /// As [`Lock::run`].
+    pub async fn try_run<F, Fut, T>(&self, options: LockOptions, body: F) -> Result<Option<T>>
+    where
+        F: FnOnce(HeldLock) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let terms = self.terms_of(&options)?;
+        let metadata = options.checked_metadata()?;
+        scope::run(self, terms, metadata, body).await
+    }
+
+    /// Takes the lock on `lease` terms, waiting as `wait` allows (`lock/acquire.rs`): the
+    /// guard, or `None` when the wait ran out.
+    ///
+    /// Not an `async fn`: the frame's future itself, one future fewer in every caller's stack,
+    /// which the compiler walks to prove it `Send` (up to a recursion limit that an election
+    /// spawned by an application reaches).
+    pub(crate) fn acquire(
+        &self,
+        lease: Lease,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
+        acquire::take(self, lease, wait)
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. For

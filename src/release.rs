@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
-use crate::local_queue::{Handover, Offer};
+use crate::local_queue::{HandOver, Offer};
 use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
 use crate::shared::Client;
@@ -297,12 +297,12 @@ fn answer(
     sent: Instant,
 ) {
     let answer = match outcome {
-        Ok(Release::HandedOver { token }) => Handover::Granted {
+        Ok(Release::HandedOver { token }) => HandOver::Granted {
             token: *token,
             sent,
         },
-        Ok(_) => Handover::Declined,
-        Err(_) => Handover::Unknown,
+        Ok(_) => HandOver::Declined,
+        Err(_) => HandOver::Unknown,
     };
     let may_hold = answer.may_hold();
     if offer.reply.send(answer).is_err() && may_hold {

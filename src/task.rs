@@ -31,6 +31,25 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Tasks owned by one value (a batcher, a connection holder): each is aborted when the owner is
+/// dropped, so none outlives what it works for; each holds its owner weakly, if at all. Tasks
+/// that ended are forgotten at the next spawn, so the set is as small as the tasks running.
+#[derive(Debug, Default)]
+pub(crate) struct OwnedTasks(parking_lot::Mutex<Vec<AbortOnDrop>>);
+
+impl OwnedTasks {
+    /// Spawns `work` on the current runtime, owned by this set.
+    ///
+    /// # Panics
+    /// Only as `tokio::spawn` does: outside a runtime.
+    pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let task = AbortOnDrop(tokio::spawn(work));
+        let mut tasks = self.0.lock();
+        tasks.retain(|t| !t.0.is_finished());
+        tasks.push(task);
+    }
+}
+
 /// The background work of one client: tracked, so `Client::shutdown` waits for it, and run on
 /// the runtime the client was built on, whichever thread starts it (a guard dropped on a plain
 /// thread included). Clones share the tracker, the runtime and the once-only warning.

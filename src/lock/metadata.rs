@@ -5,44 +5,43 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::Lock;
 use crate::error::Result;
 use crate::guard::LockGuard;
 
-impl Lock {
-    /// Stores `metadata` with the hold `got` (if any): the guard, or the write's error after
-    /// giving the lock back.
-    pub(crate) async fn with_metadata(
-        &self,
-        got: Option<LockGuard>,
-        metadata: Option<&str>,
-    ) -> Result<Option<LockGuard>> {
-        let (Some(guard), Some(text)) = (&got, metadata) else {
-            return Ok(got);
-        };
-        let inner = &self.client.inner;
-        let hold = guard.hold();
-        hold.set_metadata();
-        // The announcement lives as long as the watchdog makes it (its lease and a second,
-        // `watchdog.rs`): never written shorter here.
-        let watchdog = match inner.watchdog.lease_ms.load(Ordering::Acquire) {
-            u64::MAX => inner.config.watchdog_lease,
-            ms => inner.config.watchdog_lease.max(Duration::from_millis(ms)),
-        };
-        let ttl = watchdog + Duration::from_secs(1);
-        let what = (&*hold.keys.hash, &*hold.field);
-        let prefix = &inner.config.prefix;
-        let stored =
-            crate::identity::store_metadata(&inner.node, prefix, &inner.me, ttl, what, text).await;
-        match stored {
-            Ok(()) => Ok(got),
-            Err(e) => {
-                if let Some(guard) = got {
-                    // The hold without what it was to carry is not the one asked for.
-                    let _ = guard.unlock().await;
-                }
-                Err(e)
+use super::Lock;
+
+/// Stores `metadata` with the hold `got` (if any) of `lock`: the guard, or the write's error
+/// after giving the lock back.
+pub(super) async fn stored_with(
+    lock: &Lock,
+    got: Option<LockGuard>,
+    metadata: Option<&str>,
+) -> Result<Option<LockGuard>> {
+    let (Some(guard), Some(text)) = (&got, metadata) else {
+        return Ok(got);
+    };
+    let inner = &lock.client.inner;
+    let hold = guard.hold();
+    hold.set_metadata();
+    // The announcement lives as long as the watchdog makes it (its lease and a second,
+    // `watchdog.rs`): never written shorter here.
+    let watchdog = match inner.watchdog.lease_ms.load(Ordering::Acquire) {
+        u64::MAX => inner.config.watchdog_lease,
+        ms => inner.config.watchdog_lease.max(Duration::from_millis(ms)),
+    };
+    let ttl = watchdog + Duration::from_secs(1);
+    let what = (&*hold.keys.hash, &*hold.field);
+    let prefix = &inner.config.prefix;
+    let stored =
+        crate::identity::store_metadata(&inner.node, prefix, &inner.me, ttl, what, text).await;
+    match stored {
+        Ok(()) => Ok(got),
+        Err(e) => {
+            if let Some(guard) = got {
+                // The hold without what it was to carry is not the one asked for.
+                let _ = guard.unlock().await;
             }
+            Err(e)
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::Lock;
 use crate::error::Result;
+use crate::identity::{Announcement, ClientInfo};
 use crate::node::QueueView;
 use crate::shared::Client;
 
@@ -76,31 +77,14 @@ impl Lock {
             inner.node.read_queue(&self.keys.hash),
         )
         .await?;
-        let mut ids: Vec<&str> = snap
-            .owners
-            .iter()
-            .map(|(field, _)| crate::identity::client_of(field))
-            .chain(
-                queue
-                    .entries
-                    .iter()
-                    .map(|e| crate::identity::client_of(&e.name)),
-            )
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let announced = crate::identity::lookup(&inner.node, &inner.config.prefix, &ids).await?;
-        let announcement = |field: &str| {
-            let id = crate::identity::client_of(field);
-            ids.iter()
-                .position(|known| *known == id)
-                .and_then(|i| announced.get(i))
-        };
+        let fields = snap.owners.iter().map(|(field, _)| field.as_str());
+        let fields = fields.chain(queue.entries.iter().map(|e| e.name.as_str()));
+        let announced = Announced::look_up(&self.client, fields).await?;
         let holders = snap
             .owners
             .iter()
             .map(|(field, holds)| {
-                let found = announcement(field);
+                let found = announced.of(field);
                 Holder {
                     field: field.clone(),
                     holds: *holds,
@@ -109,9 +93,7 @@ impl Lock {
                 }
             })
             .collect();
-        let waiters = waiters_of(&queue, false, |field| {
-            announcement(field).and_then(|a| a.info.clone())
-        });
+        let waiters = waiters_of(&queue, false, |field| announced.info(field));
         // Every waiter of a lock is queued (a MultiLock's members too), one per client.
         let mut queued: Vec<&str> = snap
             .queued
@@ -171,27 +153,47 @@ pub(crate) async fn read_waiters(client: &Client, key: &str, by_wait: bool) -> R
     let inner = &client.inner;
     inner.check_open()?;
     let queue = inner.node.read_queue(key).await?;
-    let mut ids: Vec<&str> = queue
-        .entries
-        .iter()
-        .map(|e| crate::identity::client_of(&e.name))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let announced = crate::identity::lookup(&inner.node, &inner.config.prefix, &ids).await?;
-    Ok(waiters_of(&queue, by_wait, |field| {
+    let fields = queue.entries.iter().map(|e| e.name.as_str());
+    let announced = Announced::look_up(client, fields).await?;
+    Ok(waiters_of(&queue, by_wait, |field| announced.info(field)))
+}
+
+/// The announcements of the clients behind some owner fields, each client looked up once.
+struct Announced<'a> {
+    /// The clients, sorted.
+    ids: Vec<&'a str>,
+    /// Their announcements, in the same order.
+    found: Vec<Announcement>,
+}
+
+impl<'a> Announced<'a> {
+    async fn look_up(client: &Client, fields: impl Iterator<Item = &'a str>) -> Result<Self> {
+        let inner = &client.inner;
+        let mut ids: Vec<&str> = fields.map(crate::identity::client_of).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let found = crate::identity::lookup(&inner.node, &inner.config.prefix, &ids).await?;
+        Ok(Announced { ids, found })
+    }
+
+    /// The announcement of the client behind `field`, if it has one.
+    fn of(&self, field: &str) -> Option<&Announcement> {
         let id = crate::identity::client_of(field);
-        ids.iter()
-            .position(|known| *known == id)
-            .and_then(|i| announced.get(i)?.info.clone())
-    }))
+        let at = self.ids.binary_search(&id).ok()?;
+        self.found.get(at)
+    }
+
+    /// The process behind `field`'s client, if it announced itself.
+    fn info(&self, field: &str) -> Option<ClientInfo> {
+        self.of(field)?.info.clone()
+    }
 }
 
 /// The queue's entries as [`Waiter`]s, `client` naming the process behind an owner field.
 fn waiters_of(
     queue: &QueueView,
     by_wait: bool,
-    client: impl Fn(&str) -> Option<crate::identity::ClientInfo>,
+    client: impl Fn(&str) -> Option<ClientInfo>,
 ) -> Vec<Waiter> {
     let since = |ms: u64| Duration::from_millis(queue.now_ms.saturating_sub(ms));
     queue

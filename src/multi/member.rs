@@ -33,33 +33,11 @@ pub(crate) enum Outcome {
     TimedOut,
 }
 
-impl Lock {
-    /// This lock acting for the owner that is current now (the calling task unless explicit), so
-    /// attempts polled later or from a renewal task act for the same owner.
-    pub(crate) fn pinned(&self) -> Lock {
-        let mut lock = self.clone();
-        lock.owner = Some(self.owner());
-        lock
-    }
-
-    /// The server this lock's client talks to (`host:port`; behind Sentinel, the sentinels and
-    /// the master's name).
-    pub(crate) fn server_addr(&self) -> String {
-        self.client.inner.node.keyspace().server.clone()
-    }
-
-    /// `host:port/db`: one logical keyspace.
-    pub(crate) fn keyspace(&self) -> String {
-        let keyspace = self.client.inner.node.keyspace();
-        format!("{}/{}", keyspace.server, keyspace.db)
-    }
-
-    /// One acquisition attempt on this lock alone; see [`attempt_batch`].
-    pub(crate) async fn attempt_member(&self, lease: Lease, limit: Option<Duration>) -> Outcome {
-        let batch = [(self.clone(), lease)];
-        let mut outcomes = attempt_batch(&self.client, &batch, limit).await;
-        outcomes.pop().unwrap_or(Outcome::TimedOut)
-    }
+/// One acquisition attempt on `lock` alone; see [`attempt_batch`].
+pub(crate) async fn attempt_one(lock: &Lock, lease: Lease, limit: Option<Duration>) -> Outcome {
+    let batch = [(lock.clone(), lease)];
+    let mut outcomes = attempt_batch(&lock.client, &batch, limit).await;
+    outcomes.pop().unwrap_or(Outcome::TimedOut)
 }
 
 /// One lock of a batch, as sent.
@@ -191,7 +169,8 @@ pub(crate) async fn attempt_batch(
         .zip(batch.iter().zip(plan.iter()))
         .map(|(reply, ((lock, lease), p))| match reply {
             Ok(Acquire::Acquired { count, token }) => {
-                match lock.register(
+                match crate::lock::register(
+                    lock,
                     p.field.clone(),
                     *lease,
                     crate::hold::Grant::Counted(count),

@@ -47,7 +47,7 @@ impl Subscriber {
             return;
         };
         match Grant::parse(payload) {
-            // A grant to one of ours: its waiter holds the lock from here on (`acquire.rs`).
+            // A grant to one of ours: its waiter holds the lock from here on (`lock/waiter.rs`).
             Some(grant)
                 if grant.field.starts_with(self.own_id.as_bytes())
                     && grant.field.get(self.own_id.len()) == Some(&b':') =>

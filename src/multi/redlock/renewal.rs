@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 
 use crate::guard::LockGuard;
 use crate::hold::Hold;
-use crate::multi::member::Outcome;
+use crate::multi::member::{Outcome, attempt_one};
 use crate::shared::Client;
 use crate::terms::Lease;
 
@@ -137,9 +137,7 @@ impl Shared {
             // A node we do not hold (restarted, or it failed when we acquired): take it again
             // when it is free, to keep as many nodes as possible behind the lock.
             let lock = &self.nodes[i];
-            return match lock
-                .attempt_member(Lease::Fixed(self.lease), Some(self.node_timeout))
-                .await
+            return match attempt_one(lock, Lease::Fixed(self.lease), Some(self.node_timeout)).await
             {
                 Outcome::Granted(held) => {
                     tracing::debug!(lock = %self.name, node = i, "RedLock taken again on a node");

@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
-use crate::multi::member::{Outcome, give_back, jitter};
+use crate::multi::member::{Outcome, attempt_one, give_back, jitter};
 use crate::terms::Lease;
 use crate::terms::Wait;
 
@@ -61,7 +61,11 @@ impl Waiter for Rounds<'_> {
         let settings = &self.settings;
         let started = Instant::now();
         let round = join_all(self.nodes.iter().map(|lock| {
-            lock.attempt_member(Lease::Fixed(settings.lease), Some(settings.node_timeout))
+            attempt_one(
+                lock,
+                Lease::Fixed(settings.lease),
+                Some(settings.node_timeout),
+            )
         }))
         .await;
         let name = &self.redlock.name;

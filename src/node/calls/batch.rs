@@ -12,7 +12,8 @@
 //! that every task ready to run gets its turn to join, then takes the queue and sends it as one
 //! call. Each caller waits for its own reply with its own time limit; the sender runs on by
 //! itself, so a caller that gives up never strands the others (a reply nobody reads is then
-//! lost exactly as a single call's would be when its caller's limit runs out).
+//! lost exactly as a single call's would be when its caller's limit runs out). The batcher owns
+//! its senders: one that is dropped (its node gone, so every caller too) aborts them.
 //!
 //! The entries of a batch run one after another in the script, in queue order, exactly as the
 //! same calls sent back to back would; an entry's error (a key of another type) is its own.
@@ -34,6 +35,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::node::Shard;
+use crate::task::OwnedTasks;
 
 /// The most entries one script call carries: a call holds the server (single-threaded) for its
 /// whole run, ~5 µs per entry, so a crowd of callers goes out as several calls (pipelined on
@@ -72,12 +74,16 @@ struct Queued<E, R> {
 /// script's reply, and for acquisitions what `WAIT` said after it).
 pub(crate) struct Batcher<E, R = Value> {
     queue: Mutex<Vec<Queued<E, R>>>,
+    /// The tasks sending batches, which hold the batcher weakly: aborted with it (its callers
+    /// borrow it while they wait, so by then nobody waits for their replies).
+    senders: OwnedTasks,
 }
 
 impl<E, R> Default for Batcher<E, R> {
     fn default() -> Self {
         Batcher {
             queue: Mutex::new(Vec::new()),
+            senders: OwnedTasks::default(),
         }
     }
 }
@@ -114,16 +120,22 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
             queue.len()
         };
         if queued == 1 {
-            let (batcher, send) = (self.clone(), sender());
+            let (batcher, send) = (Arc::downgrade(self), sender());
             let flush = async move {
                 // Let every task that is ready to run have its turn first: the ones about to
                 // call join this batch.
                 tokio::task::yield_now().await;
-                batcher.flush(send).await;
+                let Some(queued) = batcher
+                    .upgrade()
+                    .map(|b| std::mem::take(&mut *b.queue.lock()))
+                else {
+                    return;
+                };
+                Self::flush(queued, send).await;
             };
             // Always inside a tokio runtime here: the crate's async API needs one (its
             // timeouts too), and the blocking API runs it on its own.
-            drop(tokio::spawn(flush));
+            self.senders.spawn(flush);
         }
         match tokio::time::timeout(limit, answer).await {
             Ok(Ok(reply)) => reply,
@@ -138,14 +150,13 @@ impl<E: Send + 'static, R: Send + 'static> Batcher<E, R> {
         }
     }
 
-    /// Sends everything queued, in calls of at most [`MAX_BATCH`] entries of one shard that
+    /// Sends everything `queued`, in calls of at most [`MAX_BATCH`] entries of one shard that
     /// leave together, and hands out the replies.
-    async fn flush<S, F>(&self, send: S)
+    async fn flush<S, F>(mut queued: Vec<Queued<E, R>>, send: S)
     where
         S: Fn(Vec<E>, Duration) -> F,
         F: Future<Output = Vec<Result<R>>>,
     {
-        let mut queued = std::mem::take(&mut *self.queue.lock());
         // Stable: the entries of one shard stay in queue order.
         queued.sort_by_key(|q| q.shard);
         let mut calls = Vec::with_capacity(queued.len().div_ceil(MAX_BATCH));

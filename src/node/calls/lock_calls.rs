@@ -91,7 +91,7 @@ impl Node {
     ) -> Result<(Acquire, Option<Acks>)> {
         let (_counted, alone) = self.batches.traffic.enter();
         // No blind retry here: a reply lost with its connection leaves the outcome unknown,
-        // and retrying could count a grant twice. `Lock::attempt` decides (it knows whether the
+        // and retrying could count a grant twice. `lock/attempt.rs` decides (it knows whether the
         // owner already holds the lock).
         let (reply, acks) = if alone || terms.long_form() {
             let bytes = 2 * keys.hash.len() + field.len() + 32;

@@ -61,7 +61,7 @@ impl Dial {
     /// The connection manager settings for one server: the caller's, or ours, with the
     /// connection timeout set to `timeout` unless the caller chose another. No response timeout:
     /// every call is bounded by `bounded`, and an abandoned acquire must be able to wait longer
-    /// for its reply, to give back a late grant (see `Lock::attempt`).
+    /// for its reply, to give back a late grant (see `lock/attempt.rs`).
     pub(crate) fn manager(&self, timeout: Duration) -> Result<ConnectionManagerConfig> {
         let Some(given) = &self.manager else {
             return Ok(ConnectionManagerConfig::new()

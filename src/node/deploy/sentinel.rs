@@ -58,6 +58,8 @@ struct Holder {
     /// Until when commands wait, while a sentinel is promoting a replica (`watch.rs`): the old
     /// master would accept writes the new one never sees.
     paused: tokio::sync::watch::Sender<Option<tokio::time::Instant>>,
+    /// The listeners for the sentinels' announcements (`watch.rs`), which end with the holder.
+    listeners: crate::task::OwnedTasks,
 }
 
 /// The command connection to the master the sentinels name: cheap to clone (clones share the
@@ -75,6 +77,7 @@ impl SentinelConn {
             resolutions: std::sync::atomic::AtomicU64::new(0),
             switched: tokio::sync::watch::Sender::new(0),
             paused: tokio::sync::watch::Sender::new(None),
+            listeners: crate::task::OwnedTasks::default(),
         }))
     }
 

@@ -4,8 +4,8 @@
 //! a master until the sentinels reconfigure it, seconds later, and renewals sent there would
 //! let the lock's key expire on the new master meanwhile.
 //!
-//! One task per sentinel, holding the connection holder weakly: each ends within a second of
-//! the client's last handle going away.
+//! One task per sentinel, holding the connection holder weakly and owned by it: each ends when
+//! the client's last handle goes away.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -39,10 +39,10 @@ const PAUSE_LIMIT: Duration = Duration::from_secs(2);
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Starts a listener on every sentinel of `holder`.
+/// Starts a listener on every sentinel of `holder`, owned by it.
 pub(super) fn spawn(holder: &Arc<Holder>) {
     for i in 0..holder.resolver.spec.sentinels.len() {
-        tokio::spawn(listen(Arc::downgrade(holder), i));
+        holder.listeners.spawn(listen(Arc::downgrade(holder), i));
     }
 }
 

@@ -1,0 +1,251 @@
+//! One cancel-safe acquisition attempt: the request, its undo and retry after a dropped
+//! connection, its completion in the background when the caller stops waiting, and the replica
+//! acknowledgement it may ask for.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::Replicas;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::node::{Acks, AcquireTerms, Latch, QueueTerms, ReleaseArgs, WaitFor};
+use crate::queue_place::withdraw_entry;
+use crate::release::give_back;
+use crate::scripts::{Acquire, Release};
+use crate::shared::Client;
+use crate::task::FinishOnDrop;
+use crate::telemetry;
+
+use super::Lock;
+
+/// Sends one acquire. If this future is dropped while the request is in flight, the request
+/// is finished in the background, and a grant is given back or a queue entry withdrawn, so
+/// cancellation never leaves a hold or an entry behind.
+///
+/// A request that gets no answer within the client timeout is abandoned the same way: it
+/// keeps waiting for its reply in the background (as long as a grant could live), and only
+/// a grant seen in that reply is given back. This used to release blindly after any
+/// "unavailable" error, even one whose request was never sent (refused, or waiting for a
+/// reconnect), and with retries: the release could land after this owner's next, real
+/// acquisition and take it away (tests/faults.rs, `failed_attempts_during_an_outage_...`).
+/// When the connection drops the outcome stays unknown, and the lease frees a grant.
+///
+/// With `replicas` asking for acknowledgement, `WAIT` follows the script on its connection;
+/// too few acknowledgements give the grant back and fail the attempt (see [`acknowledged`]).
+/// Answers whether the reply is that of the queued request (false: of the unqueued retry
+/// after a dropped connection, which took us out of the queue).
+pub(super) async fn send(
+    lock: &Lock,
+    field: &Arc<str>,
+    lease_ms: u64,
+    reentry: bool,
+    replicas: Replicas,
+    queue: Option<QueueTerms>,
+) -> Result<(Acquire, bool)> {
+    let client = &lock.client;
+    let wait = client.inner.node.wait_for(replicas).await;
+    // The server holds the reply up to the WAIT timeout.
+    let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
+    let lease = Duration::from_millis(lease_ms);
+    let sent = Instant::now();
+    let unqueued = Arc::new(AtomicBool::new(false));
+    let request = Request {
+        client: client.clone(),
+        keys: lock.keys.clone(),
+        field: field.clone(),
+        terms: AcquireTerms {
+            lease_ms,
+            reentrant: lock.reentrant,
+            held: reentry,
+            fenced: lock.fenced,
+            delay_ms: lock.delay_ms(),
+            queue,
+            strict: lock.strict,
+        },
+        // A reply later than the lease carries nothing to give back.
+        patience: lease.max(timeout),
+        wait,
+        unqueued: unqueued.clone(),
+    };
+    let abandoned = request.clone();
+    // Should the caller stop waiting, the request (its undo and withdrawal after a dropped
+    // connection included) and a give-back or a withdrawal finish in the background: they
+    // count as an operation of this owner in flight until then (`turns.rs`), so the owner's
+    // next acquisition waits for them and takes no grant from a message meanwhile.
+    let in_flight = {
+        let (turns, hash, field) = (
+            client.inner.turns.clone(),
+            lock.keys.hash.clone(),
+            field.clone(),
+        );
+        move || turns.start_release(&hash, &field)
+    };
+    let call = FinishOnDrop::new(request.run(), move |outcome| {
+        abandoned.undo_abandoned(outcome, sent)
+    })
+    .tracked(&client.inner.background)
+    .keeping_while_abandoned(in_flight);
+    match tokio::time::timeout(timeout, call).await {
+        Ok(outcome) => outcome.map(|acquire| (acquire, !unqueued.load(Ordering::Acquire))),
+        Err(_) => Err(Error::Timeout {
+            operation: "acquire",
+            timeout,
+        }),
+    }
+}
+
+/// One acquire as sent, owned, so that it can finish in the background.
+#[derive(Clone)]
+struct Request {
+    client: Client,
+    keys: Arc<LockKeys>,
+    field: Arc<str>,
+    terms: AcquireTerms,
+    /// How long the node call waits for its reply.
+    patience: Duration,
+    wait: Option<WaitFor>,
+    /// Set when the answer comes from an unqueued retry, after the queued request was undone.
+    unqueued: Arc<AtomicBool>,
+}
+
+impl Request {
+    /// The request, retried once after a dropped connection, and its acknowledgement judged.
+    async fn run(self) -> Result<Acquire> {
+        let node = &self.client.inner.node;
+        let (keys, field) = (&self.keys, &self.field);
+        let outcome = node
+            .acquire(keys, field, self.terms, self.patience, self.wait)
+            .await;
+        let outcome = match outcome {
+            // The connection manager notices a dead connection (server restart, killed
+            // connection) only when a command fails on it; try once more on the new one.
+            Err(Error::Redis { source, .. }) if source.is_connection_dropped() => {
+                self.after_dropped_connection(source).await
+            }
+            outcome => outcome,
+        };
+        let lease_ms = self.terms.lease_ms;
+        acknowledged(&self.client, keys, field, lease_ms, self.wait, outcome?).await
+    }
+
+    /// The request once more, after its connection dropped with the outcome unknown: its
+    /// possible grant undone and its possible queue entry withdrawn first.
+    async fn after_dropped_connection(
+        &self,
+        source: redis::RedisError,
+    ) -> Result<(Acquire, Option<Acks>)> {
+        if self.terms.held {
+            // We hold it already: a retry could count one grant twice.
+            return Err(Error::Redis {
+                operation: "acquire",
+                source,
+            });
+        }
+        self.undo().await;
+        if self.terms.queue.is_some() {
+            // The first request may have queued us, and a release may have granted that
+            // entry since (the undo just passed such a grant on): the entry goes too, and no
+            // message naming that request counts.
+            self.unqueued.store(true, Ordering::Release);
+            withdraw_entry(&self.client, &self.keys, &self.field).await;
+        }
+        // Not queued again: the caller may have stopped waiting meanwhile, and its place was
+        // withdrawn.
+        let terms = AcquireTerms {
+            queue: None,
+            ..self.terms
+        };
+        let node = &self.client.inner.node;
+        (node.acquire(&self.keys, &self.field, terms, self.patience, self.wait)).await
+    }
+
+    /// The first request may have run. We held nothing, so a release undoes its grant if there
+    /// was one and is a no-op otherwise; it and the retry go out in this order on the new
+    /// connection.
+    async fn undo(&self) {
+        let inner = &self.client.inner;
+        let undo = ReleaseArgs {
+            field: &self.field,
+            lease_ms: self.terms.lease_ms,
+            holds: 1,
+            latch: Latch::Always,
+            delay_ms: Some(self.terms.delay_ms),
+            successor: None,
+            last: false,
+        };
+        let undone = inner
+            .node
+            .release(&self.keys, &undo, inner.request_id(), false)
+            .await;
+        if let Ok(Release::Released) = undone {
+            // It had been granted: our queued waiters hear of it only here.
+            inner.local_queues.released(&self.keys.hash);
+        }
+    }
+}
+
+impl Request {
+    /// Undoes what this request, sent at `sent` and abandoned by its caller, left according to
+    /// its `outcome`: a grant, or a queue entry.
+    async fn undo_abandoned(self, outcome: Result<Acquire>, sent: Instant) {
+        let (client, keys, field) = (&self.client, &self.keys, &self.field);
+        let Ok(Acquire::Acquired { .. }) = outcome else {
+            // A refusal that queued us (or an error after which it may have): the caller's
+            // place was withdrawn when it stopped waiting, possibly before this request
+            // reached the server (sent again after NOSCRIPT or a cluster redirect), and the
+            // entry it wrote then waits for nobody: a release would grant it, and the lock
+            // idle for a claim lease. Withdraw again, now that the request is done; unless
+            // another wait of this owner is in progress (tasks sharing an `Owner`): the
+            // entry is that wait's now, and so may be a grant it is taking from a message.
+            if self.terms.queue.is_some() && !client.inner.turns.acquiring(&keys.hash, field) {
+                withdraw_entry(client, keys, field).await;
+            }
+            return;
+        };
+        // This grant is ours alone, so releasing one hold undoes exactly it, even if the
+        // owner acquired again meanwhile; unless it could expire before the release lands,
+        // which would then take a later hold instead. It lives at least until `sent +
+        // lease`; half of that leaves the release room to arrive.
+        let lease_ms = self.terms.lease_ms;
+        if sent.elapsed() >= Duration::from_millis(lease_ms) / 2 {
+            tracing::debug!(lock = %keys.name, "abandoned grant answered too late to give back; it expires with its lease");
+            return;
+        }
+        tracing::debug!(lock = %keys.name, "acquire abandoned after the grant; giving it back");
+        if let Err(e) = give_back(client, keys, field, lease_ms, 1).await {
+            tracing::warn!(lock = %keys.name, error = %e, "could not give back an abandoned grant; it expires with its lease");
+        }
+    }
+}
+
+/// An acquisition's outcome once `WAIT` (if one was asked for) is judged: a grant acknowledged
+/// by fewer replicas than wanted, or by a server that cannot acknowledge in strict mode, is given
+/// back here, inside the request (so a cancelled caller's grant is given back too), and fails
+/// the attempt with the counts. A re-entry gives back its one hold; earlier holds stay.
+async fn acknowledged(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    field: &Arc<str>,
+    lease_ms: u64,
+    wait: Option<WaitFor>,
+    (outcome, acks): (Acquire, Option<Acks>),
+) -> Result<Acquire> {
+    let (Acquire::Acquired { .. }, Some(want), Some(acks)) = (&outcome, wait, acks) else {
+        return Ok(outcome);
+    };
+    let Some(short) = acks.short_of(want) else {
+        return Ok(outcome);
+    };
+    metrics::counter!(telemetry::REPLICAS_SHORT, "write" => "acquire").increment(1);
+    tracing::warn!(lock = %keys.name, ?short, "too few replicas acknowledged the acquisition; giving it back");
+    match give_back(client, keys, field, lease_ms, 1).await {
+        // Our waiters hear of a release of this client only here.
+        Ok(Release::Released) => client.inner.local_queues.released(&keys.hash),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(lock = %keys.name, error = %e, "could not give back an unacknowledged grant; it expires with its lease");
+        }
+    }
+    Err(short.into_error(&keys.name))
+}
