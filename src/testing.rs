@@ -268,9 +268,75 @@ impl HeldElsewhere {
     }
 }
 
-mod audit;
 mod server;
 
-pub(crate) use audit::server_reported_loss;
-pub use audit::{FALSE_LOSS_LOG, audited_losses, false_losses};
+pub use crate::watchdog::audit::{FALSE_LOSS_LOG, audited_losses, false_losses};
 pub use server::{SERVER_BIN_ENV, TestServer};
+
+#[cfg(test)]
+mod audit_tests {
+    use std::time::{Duration, Instant};
+
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use crate::node::Presence;
+    use crate::watchdog::audit::read_again;
+
+    /// What this test found (not the process's count, nor the log file).
+    static FOUND: AtomicU64 = AtomicU64::new(0);
+
+    fn found(_: &Presence) {
+        FOUND.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Waits (at most 5 s) until `FOUND` reaches `at_least`.
+    async fn until_counted(at_least: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if FOUND.load(Ordering::Relaxed) >= at_least {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hold_still_on_the_server_counts_and_one_gone_does_not() {
+        let Ok(server) = super::TestServer::start() else {
+            eprintln!("no redis-server: skipped");
+            return;
+        };
+        let holder = server.client().await.unwrap();
+        let auditor = server.client().await.unwrap();
+        let guard = holder.lock("audit").unwrap().lock().await.unwrap();
+        let presence = match holder.inner.holds.all().remove(0) {
+            crate::hold::Noted::Lock(hash, field) => holder.inner.holds.get(&hash, &field),
+            crate::hold::Noted::Family(..) => None,
+        }
+        .expect("the lock's hold")
+        .presence();
+        // Said lost while it is held (by a client that is not taking it again): a false loss.
+        read_again(&auditor.inner, presence.clone(), found);
+        assert!(until_counted(1).await, "a false loss was not counted");
+        // Said lost while its own client holds it (taken again): no verdict.
+        read_again(&holder.inner, presence.clone(), found);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            FOUND.load(Ordering::Relaxed),
+            1,
+            "a hold taken again was counted"
+        );
+        guard.unlock().await.unwrap();
+        // Said lost once it is gone: a true loss.
+        read_again(&auditor.inner, presence, found);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            FOUND.load(Ordering::Relaxed),
+            1,
+            "a true loss was counted as false"
+        );
+        holder.shutdown().await.unwrap();
+        auditor.shutdown().await.unwrap();
+    }
+}

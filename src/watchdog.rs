@@ -17,6 +17,8 @@ use crate::shared::Inner;
 use crate::task::AbortOnDrop;
 use crate::telemetry::LostReason;
 
+#[cfg(feature = "testing")]
+pub(crate) mod audit;
 mod early;
 mod notice;
 
@@ -298,7 +300,7 @@ pub(crate) fn lose(inner: &Inner, hold: &Arc<Hold>, reason: LostReason, why: &st
     }
     #[cfg(feature = "testing")]
     if reason == LostReason::ServerLost {
-        crate::testing::server_reported_loss(inner, hold.presence());
+        audit::server_reported_loss(inner, hold.presence());
     }
     // `is_lost` may have marked it already (its validity ran out); it still counts once here.
     hold.mark_lost(reason, why);

@@ -400,7 +400,7 @@ impl Live {
                 let gone = hold.gone(why);
                 #[cfg(feature = "testing")]
                 if gone {
-                    crate::testing::server_reported_loss(inner, hold.presence().clone());
+                    super::audit::server_reported_loss(inner, hold.presence().clone());
                 }
                 usize::from(gone)
             }

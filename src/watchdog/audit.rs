@@ -28,7 +28,7 @@ pub(crate) fn server_reported_loss(inner: &Inner, presence: Presence) {
 /// Reads `presence` through the command connection; calls `still_there` if the hold is and
 /// this client has not taken it again meanwhile (the same owner, in a loop: its new grant,
 /// not the lost one, is what the read found).
-fn read_again(inner: &Inner, presence: Presence, still_there: fn(&Presence)) {
+pub(crate) fn read_again(inner: &Inner, presence: Presence, still_there: fn(&Presence)) {
     let (node, client) = (inner.node.clone(), inner.this.clone());
     inner.background.spawn(async move {
         if node.has(&presence).await.ok() != Some(true) {
@@ -79,69 +79,4 @@ pub fn false_losses() -> u64 {
 /// How many server-reported losses [`false_losses`] has read again so far (its denominator).
 pub fn audited_losses() -> u64 {
     AUDITED.load(Ordering::Relaxed)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::*;
-
-    /// What this test found (not the process's count, nor the log file).
-    static FOUND: AtomicU64 = AtomicU64::new(0);
-
-    fn found(_: &Presence) {
-        FOUND.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Waits (at most 5 s) until `FOUND` reaches `at_least`.
-    async fn until_counted(at_least: u64) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if FOUND.load(Ordering::Relaxed) >= at_least {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_hold_still_on_the_server_counts_and_one_gone_does_not() {
-        let Ok(server) = crate::testing::TestServer::start() else {
-            eprintln!("no redis-server: skipped");
-            return;
-        };
-        let holder = server.client().await.unwrap();
-        let auditor = server.client().await.unwrap();
-        let guard = holder.lock("audit").unwrap().lock().await.unwrap();
-        let presence = match holder.inner.holds.all().remove(0) {
-            crate::hold::Noted::Lock(hash, field) => holder.inner.holds.get(&hash, &field),
-            crate::hold::Noted::Family(..) => None,
-        }
-        .expect("the lock's hold")
-        .presence();
-        // Said lost while it is held (by a client that is not taking it again): a false loss.
-        read_again(&auditor.inner, presence.clone(), found);
-        assert!(until_counted(1).await, "a false loss was not counted");
-        // Said lost while its own client holds it (taken again): no verdict.
-        read_again(&holder.inner, presence.clone(), found);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(
-            FOUND.load(Ordering::Relaxed),
-            1,
-            "a hold taken again was counted"
-        );
-        guard.unlock().await.unwrap();
-        // Said lost once it is gone: a true loss.
-        read_again(&auditor.inner, presence, found);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(
-            FOUND.load(Ordering::Relaxed),
-            1,
-            "a true loss was counted as false"
-        );
-        holder.shutdown().await.unwrap();
-        auditor.shutdown().await.unwrap();
-    }
 }
