@@ -19,8 +19,10 @@ struct Args {
     /// Smoke run with ~1/20 of the counts.
     #[arg(long)]
     quick: bool,
-    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, P2, P3, E1, E2, L1, R1, T1, S1; default
-    /// all). P2 and P3 are F2 and F3 across processes, as W7.
+    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, P2, P3, E1, E2, L1, L1C, L1S, K1..K3,
+    /// R1, T1, S1; default all). P2 and P3 are F2 and F3 across processes, as W7; L1C and L1S
+    /// are L1 on the cluster and behind Sentinel; K1..K3 the cost curves (waiters, holds,
+    /// clients).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs).
@@ -70,6 +72,10 @@ struct Args {
     /// Internal (child process): the T1 server's plain URL, TLS URL and CA certificate file.
     #[arg(long, num_args = 3, value_names = ["PLAIN_URL", "TLS_URL", "CA_FILE"], hide = true)]
     tls_server: Option<Vec<String>>,
+    /// Internal (child process): the L1S Sentinel deployment's `redis+sentinel://` URL and its
+    /// master's `redis://` URL.
+    #[arg(long, num_args = 2, value_names = ["SENTINEL_URL", "MASTER_URL"], hide = true)]
+    sentinel: Option<Vec<String>>,
     /// Internal (child process): an S1 server, `LABEL=URL` (repeated).
     #[arg(long, hide = true)]
     s1_server: Vec<String>,
@@ -149,6 +155,8 @@ pub struct Config {
     pub cluster_url: Option<String>,
     /// The primary with a replica (started by the parent when R1 runs).
     pub replica_url: Option<String>,
+    /// The Sentinel deployment's URL and its master's (started by the parent when L1S runs).
+    pub sentinel: Option<(String, String)>,
     /// The server with a TLS port (started by the parent when T1 runs).
     pub tls: Option<crate::tls_suite::Target>,
     /// W7/C7/P2/P3: seconds of contention per run, and the process counts.
@@ -202,6 +210,12 @@ impl Config {
             w7_worker: args.w7_worker,
             cluster_url: args.cluster_url,
             replica_url: args.replica_url,
+            sentinel: args
+                .sentinel
+                .and_then(|s| match <[String; 2]>::try_from(s) {
+                    Ok([sentinel, master]) => Some((sentinel, master)),
+                    Err(_) => None,
+                }),
             s1_servers: args.s1_server,
             s1_client_cpus: args.s1_client_cpus,
             tls: args
@@ -250,6 +264,9 @@ impl Config {
         }
         if let Some(url) = &self.replica_url {
             args.extend(["--replica-url".into(), url.clone()]);
+        }
+        if let Some((sentinel, master)) = &self.sentinel {
+            args.extend(["--sentinel".into(), sentinel.clone(), master.clone()]);
         }
         for s in &self.s1_servers {
             args.extend(["--s1-server".into(), s.clone()]);
