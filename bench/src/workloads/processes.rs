@@ -63,6 +63,8 @@ const REPORT_GRACE: Duration = Duration::from_secs(60);
 const READY: &str = "W7READY";
 const DONE: &str = "W7DONE";
 const WAITS: &str = "W7WAITS";
+/// The leases this process's redlease client reported lost (false losses, losses.rs).
+const LOST: &str = "W7LOST";
 const FAILED: &str = "W7ERROR";
 
 pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
@@ -577,6 +579,7 @@ async fn work(
         elapsed.as_micros()
     );
     println!("{WAITS} {}", us.join(","));
+    println!("{LOST} {}", crate::losses::count());
     Ok(())
 }
 
@@ -588,6 +591,8 @@ struct Report {
     most_inside: i64,
     overlaps: usize,
     waits: Vec<Duration>,
+    /// Leases its client reported lost (none reported: 0).
+    lost: u64,
 }
 
 fn parse_report(lines: &[String]) -> Result<Report> {
@@ -614,7 +619,12 @@ fn parse_report(lines: &[String]) -> Result<Report> {
         .map(|s| s.parse().map(Duration::from_micros))
         .collect::<Result<Vec<_>, _>>()?;
     anyhow::ensure!(waits.len() == acquisitions, "waits and count differ");
+    let lost = match lines.iter().find_map(|l| l.strip_prefix(LOST)) {
+        Some(n) => n.trim().parse()?,
+        None => 0,
+    };
     Ok(Report {
+        lost,
         acquisitions,
         elapsed,
         writes,
@@ -755,6 +765,7 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
     let writes: usize = reports.iter().map(|r| r.writes).sum();
     let most_inside = reports.iter().map(|r| r.most_inside).max().unwrap_or(0);
     let overlaps: usize = reports.iter().map(|r| r.overlaps).sum();
+    let lost: u64 = reports.iter().map(|r| r.lost).sum();
     let counter = counter.unwrap_or(0);
     let elapsed = reports.iter().map(|r| r.elapsed).max().unwrap_or_default();
     let mut waits: Vec<Duration> = reports.into_iter().flat_map(|r| r.waits).collect();
@@ -788,6 +799,10 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
         ],
         Workload::P3 => vec![Measure::new(MOST_INSIDE, Unit::Count, most_inside as f64)],
     });
+    if family(kind.name()) == "redlease" {
+        // Its processes' false losses, and this one's (it holds nothing).
+        measures.push(crate::losses::measure(lost));
+    }
     Ok(measures)
 }
 
@@ -845,8 +860,10 @@ mod tests {
             "noise".to_string(),
             "W7DONE 3 1000000 1 8 2".into(),
             "W7WAITS 5,6,7".into(),
+            "W7LOST 2".into(),
         ];
         let r = parse_report(&lines).expect("parses");
+        assert_eq!(r.lost, 2);
         assert_eq!(
             (r.acquisitions, r.writes, r.most_inside, r.overlaps),
             (3, 1, 8, 2)
