@@ -272,6 +272,11 @@ async fn run(
             runner.run_queued().await;
         }
     }
+    if cfg.wants("K1") {
+        let (k1, procs) = (Workload::K1, workloads::processes::K1_PROCS);
+        workloads::processes::suite(&mut runner, k1, &procs, cfg.w7_secs).await;
+        runner.run_queued().await;
+    }
     if let (true, Some(url)) = (wants_cluster, cfg.cluster_url.clone()) {
         cluster_suite::cluster(&mut runner, c, &url, |w| cfg.wants(w)).await;
         runner.run_queued().await;

@@ -70,6 +70,7 @@ const FAILED: &str = "W7ERROR";
 pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
 pub const FLOOR_TOKENS: &str = "floor (BLPOP/LPUSH 8 tokens)";
 pub const LOCK_IMPL: &str = "redlease Lock";
+pub const FIXED_IMPL: &str = "redlease Lock, fixed lease";
 pub const FAIR_IMPL: &str = "redlease FairLock";
 pub const RSLOCK_IMPL: &str = "rslock";
 pub const RW_IMPL: &str = "redlease ReadWriteLock";
@@ -86,10 +87,21 @@ pub enum Workload {
     P2,
     /// A `Semaphore` of 8 permits.
     P3,
+    /// The waiter curve (issue 39): W7 at [`K1_PROCS`], each way of holding a `Lock`.
+    K1,
 }
 
+/// K1's numbers of processes.
+pub const K1_PROCS: [usize; 4] = [2, 8, 32, 64];
+
 impl Workload {
-    const ALL: [Workload; 4] = [Workload::W7, Workload::C7, Workload::P2, Workload::P3];
+    const ALL: [Workload; 5] = [
+        Workload::W7,
+        Workload::C7,
+        Workload::P2,
+        Workload::P3,
+        Workload::K1,
+    ];
 
     /// The first word of its labels: what `--only` names.
     pub fn selector(self) -> &'static str {
@@ -98,6 +110,7 @@ impl Workload {
             Workload::C7 => "C7",
             Workload::P2 => "P2",
             Workload::P3 => "P3",
+            Workload::K1 => "K1",
         }
     }
 
@@ -105,6 +118,7 @@ impl Workload {
     pub fn label(self, k: usize) -> String {
         match self {
             Workload::C7 => format!("C7 cluster {k} processes"),
+            Workload::K1 => format!("K1 waiters {k} processes"),
             w => format!("{} {k} processes", w.selector()),
         }
     }
@@ -121,6 +135,13 @@ impl Workload {
             Workload::W7 | Workload::C7 => &[Kind::Floor, Kind::Lock, Kind::Fair, Kind::Rslock],
             Workload::P2 => &[Kind::Floor, Kind::ReadWrite],
             Workload::P3 => &[Kind::Tokens, Kind::Semaphore],
+            Workload::K1 => &[
+                Kind::Floor,
+                Kind::Lock,
+                Kind::Fixed,
+                Kind::Fair,
+                Kind::Rslock,
+            ],
         }
     }
 
@@ -128,7 +149,7 @@ impl Workload {
     /// included): in P2 every tenth is a write, staggered over the processes.
     fn op(self, index: usize, i: usize) -> Op {
         match self {
-            Workload::W7 | Workload::C7 => Op::Write,
+            Workload::W7 | Workload::C7 | Workload::K1 => Op::Write,
             Workload::P2 if (index + i).is_multiple_of(10) => Op::Write,
             Workload::P2 => Op::Read,
             Workload::P3 => Op::Enter,
@@ -162,10 +183,14 @@ pub enum Kind {
     Semaphore,
     /// The floor with 8 tokens in the list (P3's).
     Tokens,
+    /// `Lock` with a fixed lease (`lock_with(LockOptions::new().lease(10 s))`, as most users and
+    /// every peer hold a lock).
+    Fixed,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 8] = [
+        Kind::Fixed,
         Kind::Floor,
         Kind::Lock,
         Kind::Fair,
@@ -184,6 +209,7 @@ impl Kind {
             Kind::ReadWrite => RW_IMPL,
             Kind::Semaphore => SEMAPHORE_IMPL,
             Kind::Tokens => FLOOR_TOKENS,
+            Kind::Fixed => FIXED_IMPL,
         }
     }
 
@@ -268,6 +294,8 @@ enum Locker {
     #[cfg(feature = "redlease")]
     Lock(redlease::Client, redlease::Lock),
     #[cfg(feature = "redlease")]
+    Fixed(redlease::Client, redlease::Lock),
+    #[cfg(feature = "redlease")]
     Fair(redlease::Client, redlease::FairLock),
     #[cfg(feature = "redlease")]
     ReadWrite(redlease::Client, redlease::ReadWriteLock),
@@ -302,6 +330,12 @@ impl Locker {
                 Locker::Lock(client, lock)
             }
             #[cfg(feature = "redlease")]
+            (Kind::Fixed, t) => {
+                let client = redlease::Client::connect(t.url()).await?;
+                let lock = client.lock(LOCK)?;
+                Locker::Fixed(client, lock)
+            }
+            #[cfg(feature = "redlease")]
             (Kind::Fair, t) => {
                 let client = redlease::Client::connect(t.url()).await?;
                 let lock = client.fair_lock(LOCK)?;
@@ -322,7 +356,7 @@ impl Locker {
                 Locker::Semaphore(client, permits)
             }
             #[cfg(not(feature = "redlease"))]
-            (Kind::Lock | Kind::Fair | Kind::ReadWrite | Kind::Semaphore, _) => {
+            (Kind::Lock | Kind::Fixed | Kind::Fair | Kind::ReadWrite | Kind::Semaphore, _) => {
                 bail!("bench built without the `redlease` feature")
             }
             (Kind::Rslock, Target::One(url)) => {
@@ -347,6 +381,11 @@ impl Locker {
             Ok(match self {
                 #[cfg(feature = "redlease")]
                 Locker::Lock(_, lock) => Held::Lock(lock.lock().await?),
+                #[cfg(feature = "redlease")]
+                Locker::Fixed(_, lock) => Held::Lock(
+                    lock.lock_with(redlease::LockOptions::new().lease(crate::locker::LEASE))
+                        .await?,
+                ),
                 #[cfg(feature = "redlease")]
                 // A `LockGuard`: a `FairLock` is a `Lock` in strict mode.
                 Locker::Fair(_, lock) => Held::Lock(lock.lock().await?),
@@ -402,6 +441,7 @@ impl Locker {
         match self {
             #[cfg(feature = "redlease")]
             Locker::Lock(client, _)
+            | Locker::Fixed(client, _)
             | Locker::Fair(client, _)
             | Locker::ReadWrite(client, _)
             | Locker::Semaphore(client, _) => {
@@ -783,7 +823,7 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
     // Its check: no lost update (W7, C7: every acquisition increments; P2: every write), or no
     // more inside than the permits (P3).
     measures.extend(match workload {
-        Workload::W7 | Workload::C7 => vec![Measure::new(
+        Workload::W7 | Workload::C7 | Workload::K1 => vec![Measure::new(
             COUNTER_OFF,
             Unit::Count,
             (counter - total as i64) as f64,
