@@ -98,6 +98,12 @@ pub struct Counts {
     /// S1's W1 pairs (half of W1's: with the server on another CPU every request waits for it
     /// to wake, ~6,000 pairs/s here, and S1 runs 4 such cells 3 times).
     pub s1_w1: usize,
+    /// K2: the numbers of locks one client holds; its watchdog lease (the default 30 s; 3 s with
+    /// `--quick`, so a window of two renewal periods stays short).
+    pub k2_holds: Vec<usize>,
+    pub k2_lease: Duration,
+    /// K3: client processes, one held lock each.
+    pub k3_clients: usize,
 }
 
 impl Counts {
@@ -113,6 +119,9 @@ impl Counts {
             w6: 100,
             rtt: 20_000,
             s1_w1: 10_000,
+            k2_holds: vec![1_000, 10_000, 100_000],
+            k2_lease: Duration::from_secs(30),
+            k3_clients: 100,
         }
     }
 
@@ -128,6 +137,9 @@ impl Counts {
             w6: 10,
             rtt: 1_000,
             s1_w1: 500,
+            k2_holds: vec![1_000, 10_000],
+            k2_lease: Duration::from_secs(3),
+            k3_clients: 20,
         }
     }
 }

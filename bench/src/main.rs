@@ -8,6 +8,7 @@ mod alloc;
 mod cluster;
 mod cluster_suite;
 mod config;
+mod cost_suite;
 mod election_suite;
 mod family_suite;
 mod floor;
@@ -57,10 +58,14 @@ fn main() -> Result<()> {
     if let Ok(spec) = std::env::var(workloads::election::CANDIDATE_VAR) {
         return workloads::election::candidate(&spec);
     }
-    // L1's forcing process, the same way.
+    // L1's forcing process and K3's holding processes, the same way.
     #[cfg(feature = "redlease")]
     if let Ok(url) = std::env::var(workloads::loss_notice::FORCER_VAR) {
         return workloads::loss_notice::forcer(&url);
+    }
+    #[cfg(feature = "redlease")]
+    if let Ok(spec) = std::env::var(workloads::clients::HOLDER_VAR) {
+        return workloads::clients::holder(&spec);
     }
     let mut cfg = Config::parse(std::env::args().skip(1));
     // S1 puts its servers on one CPU and its measuring processes on the others, whatever the
@@ -277,6 +282,14 @@ async fn run(
         workloads::processes::suite(&mut runner, k1, &procs, cfg.w7_secs).await;
         runner.run_queued().await;
     }
+    if cfg.wants("K2") {
+        cost_suite::holds(&mut runner, c).await;
+        runner.run_queued().await;
+    }
+    if cfg.wants("K3") {
+        cost_suite::clients(&mut runner, c).await;
+        runner.run_queued().await;
+    }
     if let (true, Some(url)) = (wants_cluster, cfg.cluster_url.clone()) {
         cluster_suite::cluster(&mut runner, c, &url, |w| cfg.wants(w)).await;
         runner.run_queued().await;
@@ -353,7 +366,7 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
          Placement: {placement}.\n\
          Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
          W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs; \
-         W7/C7/P2/P3 {w7} s of contention per run; S1 W1 {s1} pairs, W3 as W3.\n\n{table}\n{w7_table}{s1_table}{l1_table}{losses}{notes}",
+         W7/C7/P2/P3 {w7} s of contention per run; S1 W1 {s1} pairs, W3 as W3.\n\n{table}\n{w7_table}{s1_table}{l1_table}{k_tables}{losses}{notes}",
         runs = cfg.runs,
         // SAFETY: sysconf has no preconditions.
         cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) },
@@ -373,6 +386,7 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
         w7_table = report::w7_table(&ctx),
         s1_table = server_time_suite::report(&ctx),
         l1_table = notice_suite::report(&ctx),
+        k_tables = cost_suite::report(&ctx),
         losses = losses::summary(&runner.entries),
         notes = NOTES,
         placement = cfg.placed,

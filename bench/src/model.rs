@@ -151,7 +151,9 @@ metrics! {
     RENEW_SCRIPTS_PER_SEC = "renewal script calls per second (server)";
     RENEW_SCRIPT_US_PER_SEC = "server µs per second in script calls (commandstats)";
     SERVER_CPU_PER_SEC = "server CPU µs per second (used_cpu_sys + used_cpu_user)";
-    LONGEST_CALL = "longest single call (SLOWLOG)";
+    SERVER_CPU_IDLE_PER_SEC = "server CPU µs per second, client connected, nothing held";
+    LONGEST_CALL = "longest single call (SLOWLOG, calls ≥ 100 µs)";
+    SLOW_CALLS = "calls ≥ 1 ms (SLOWLOG)";
     CLIENT_PROCS = "client processes, one held lock each";
     CONNS_PER_CLIENT = "server connections per client process";
     SERVER_MEM_PER_CLIENT = "server memory per client process (INFO used_memory)";
