@@ -101,6 +101,7 @@ pub struct Counts {
     /// K2: the numbers of locks one client holds; its watchdog lease (the default 30 s; 3 s with
     /// `--quick`, so a window of two renewal periods stays short).
     pub k2_holds: Vec<usize>,
+    #[cfg_attr(not(feature = "redlease"), expect(dead_code))]
     pub k2_lease: Duration,
     /// K3: client processes, one held lock each.
     pub k3_clients: usize,

@@ -50,7 +50,7 @@ pub async fn holds(r: &mut Runner, c: &Counts) {
     for &n in &c.k2_holds {
         r.not_applicable(
             &k2_label(n),
-            "redlease",
+            K2_IMPL,
             "bench built without the `redlease` feature",
         );
     }

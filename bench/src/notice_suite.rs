@@ -16,6 +16,7 @@ pub const L1C_SELECTOR: &str = "L1C";
 pub const L1S_SELECTOR: &str = "L1S";
 
 /// Where L1C and L1S run (the parent starts them; `None` when it could not, with why).
+#[cfg_attr(not(feature = "redlease"), expect(dead_code))]
 pub struct Deployments {
     pub cluster_url: Option<String>,
     /// The `redis+sentinel://` URL and the master's `redis://` URL.
@@ -24,6 +25,7 @@ pub struct Deployments {
 }
 
 /// Trials per cause and run: 100 (10 with `--quick`).
+#[cfg(feature = "redlease")]
 fn trials(c: &Counts) -> usize {
     c.w6.clamp(10, 100)
 }
