@@ -478,6 +478,17 @@ force-unlocked by another process: the time from the reply saying the key is gon
 holder's `lost()` resolving, 100 trials of each cause per run (10 with `--quick`; on the \
 cluster and behind Sentinel at most 40 s of trials per run). Without the notice it is the next \
 renewal, up to 10 s.
+- K1, the waiter curve: W7 (as below) at 2, 8, 32 and 64 processes (not `--w7-procs`), with \
+`Lock` under a fixed 10 s lease beside the watchdog's, `FairLock`, rslock and the floor; the \
+bars are issue 39's (≥ 0.8× the floor at the same K). `bench/scripts/waiter_curve.py` plots it.
+- K2, the holds curve: one client holds N locks under the watchdog (default lease; 3 s with \
+`--quick`); over two renewal periods, the script calls and their commandstats usec per second, \
+the server process's CPU per second (`used_cpu_sys` + `used_cpu_user`) beside an idle baseline \
+(client connected, nothing held), the longest call (SLOWLOG from 100 µs for the window; 0 = \
+none that long), the calls of 1 ms or more, and the client heap per hold (as W4).
+- K3, the clients curve: N processes (this binary) hold one lock each (redlease under the \
+watchdog, rslock with a 10 s lease); the server's `connected_clients` and `used_memory` once all \
+hold, against before they started, per process.
 - False losses: every process counts `redlease_leases_lost_total` (reason `shutdown` excluded); \
 in the fault-free workloads (W1–W7, K1–K3) each redlease cell reports its count, 0 expected.
 - W7 (C7: the same on the cluster): K separate OS processes (one task and one client each, \
