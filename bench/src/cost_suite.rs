@@ -118,6 +118,12 @@ pub fn report(ctx: &Context) -> String {
             );
         }
         out += "\n";
+        for e in of("K2") {
+            if let Some(first) = e.details.first().and_then(|d| d.first()) {
+                out += &format!("- {} (first run): {first}\n", e.workload);
+            }
+        }
+        out += "\n";
     }
     let k3 = of("K3");
     if !k3.is_empty() {

@@ -9,7 +9,10 @@
 //!   replying, the server's own cron), per second of the window; the same CPU over a window with
 //!   the client connected and nothing held is its baseline;
 //! - the longest single call: `SLOWLOG` with `slowlog-log-slower-than 100` (µs) for the
-//!   window (a row with no call that long shows 0), and the calls of 1 ms or more;
+//!   window (a row with no call that long shows 0), and the calls of 1 ms or more, by command
+//!   (a `DETAIL` line: script calls by SHA1 prefix and key count). Redis logs the commands a
+//!   script runs as entries of their own too: they are inside their script's time, so they
+//!   never make the longest call, but a slow one is counted beside its script;
 //! - the client's heap per hold (the counting allocator around the acquisitions, guards
 //!   included), as W4 measures it.
 //!
@@ -110,14 +113,38 @@ async fn config_set(admin: &mut MultiplexedConnection, pairs: &[(&str, String)])
     Ok(cmd.query_async(admin).await?)
 }
 
-/// The longest call in the slow log (probes left out), and the calls of 1 ms or more.
-async fn slowlog(admin: &mut MultiplexedConnection) -> Result<(i64, usize)> {
+/// A slow-log call's command: its name, and for a script call the script's SHA1 prefix and
+/// key count (`evalsha 1a2b3c4d 1000`).
+fn shape(args: &[redis::Value]) -> String {
+    let text = |i: usize| match args.get(i) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        _ => String::new(),
+    };
+    let name = text(0).to_lowercase();
+    match name.as_str() {
+        "evalsha" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+            format!(
+                "{name} {} {}",
+                text(1).chars().take(8).collect::<String>(),
+                text(2)
+            )
+        }
+        "eval" | "eval_ro" => format!("{name} <script> {}", text(2)),
+        _ => name,
+    }
+}
+
+/// The longest call in the slow log (probes left out), the calls of 1 ms or more, and those
+/// calls counted by [`shape`], the longest's first.
+async fn slowlog(admin: &mut MultiplexedConnection) -> Result<(i64, usize, String)> {
     let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(-1)
         .query_async(admin)
         .await?;
     let (mut longest, mut slow) = (0, 0);
+    let mut longest_shape = String::new();
+    let mut shapes: std::collections::BTreeMap<String, usize> = Default::default();
     for entry in entries {
         let redis::Value::Array(fields) = entry else {
             continue;
@@ -134,10 +161,25 @@ async fn slowlog(admin: &mut MultiplexedConnection) -> Result<(i64, usize)> {
         if PROBES.contains(&name.as_str()) {
             continue;
         }
-        longest = longest.max(*us);
-        slow += usize::from(*us >= SLOW_US);
+        if *us > longest {
+            longest = *us;
+            longest_shape = shape(args);
+        }
+        if *us >= SLOW_US {
+            slow += 1;
+            *shapes.entry(shape(args)).or_default() += 1;
+        }
     }
-    Ok((longest, slow))
+    let by_shape: Vec<String> = shapes.iter().map(|(s, n)| format!("{s} ×{n}")).collect();
+    let text = format!(
+        "longest call: {longest_shape} ({longest} µs); calls ≥ 1 ms: {}",
+        if by_shape.is_empty() {
+            "none".into()
+        } else {
+            by_shape.join(", ")
+        }
+    );
+    Ok((longest, slow, text))
 }
 
 /// K2 for `n` locks held by one client with a watchdog lease of `lease`, on the server at `url`.
@@ -191,8 +233,10 @@ pub async fn run(url: &str, n: usize, lease: Duration) -> Result<Vec<Measure>> {
     }
     .await;
     let restored = config_set(&mut admin, &saved).await;
-    let (a, b, elapsed, (longest, slow)) = window?;
+    let (a, b, elapsed, (longest, slow, calls)) = window?;
     restored?;
+    // For the K2 table's notes (runner: DETAIL lines).
+    println!("{}\t{calls}", crate::model::DETAIL_LINE);
     let still_held = l.client.held_count();
     release_all(l.clone(), held.guards).await?;
     l.close().await;
