@@ -331,6 +331,21 @@ mod tests {
         assert!(child.wants("T1") && !child.wants("R1"));
     }
 
+    /// An L1S cell's process gets the Sentinel deployment the parent started.
+    #[test]
+    fn child_args_carry_the_sentinel_deployment() {
+        let mut parent = Config::parse(["--only".to_string(), "L1S".into()]);
+        assert!(parent.wants("L1S") && !parent.wants("L1"));
+        parent.sentinel = Some((
+            "redis+sentinel://127.0.0.1:26379/benchmaster".into(),
+            "redis://127.0.0.1:7001/".into(),
+        ));
+        let child = Config::parse(parent.child_args(&["redis://127.0.0.1:7000/".to_string()]));
+        let (sentinel, master) = child.sentinel.expect("the child knows the deployment");
+        assert_eq!(sentinel, "redis+sentinel://127.0.0.1:26379/benchmaster");
+        assert_eq!(master, "redis://127.0.0.1:7001/");
+    }
+
     /// A W7-style cell's process knows the parent's process counts (else it finds no cell for
     /// a K other than the defaults, and reports nothing).
     #[test]

@@ -98,3 +98,40 @@ pub fn summary(entries: &[Entry]) -> String {
         counted.len()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_free_redlease_cells_are_watched() {
+        assert!(watched("W1", "redlease"));
+        assert!(watched("W4 (10,000)", "redlease"));
+        assert!(watched("W5", "redlease RedLock(5)"));
+        assert!(watched("W7 4 processes", "redlease FairLock"));
+        assert!(watched(
+            "K1 waiters 64 processes",
+            "redlease Lock, fixed lease"
+        ));
+        assert!(!watched("W1", "rslock"));
+        assert!(!watched("W7 4 processes", "floor (BLPOP/LPUSH token)"));
+        assert!(!watched("L1 loss notice, one server", "redlease Lock: DEL"));
+        assert!(!watched("E2", "redlease"));
+    }
+
+    /// The library's lost-lease counter is counted, except for holds given back at shutdown;
+    /// other metrics are not.
+    #[test]
+    fn counts_lost_leases_but_not_shutdowns() {
+        let before = count();
+        metrics::with_local_recorder(&LostCounter, || {
+            metrics::counter!(LEASES_LOST, "kind" => "lock", "reason" => "server_lost")
+                .increment(1);
+            metrics::counter!(LEASES_LOST, "kind" => "lock", "reason" => "renewal_failed")
+                .increment(2);
+            metrics::counter!(LEASES_LOST, "kind" => "lock", "reason" => "shutdown").increment(5);
+            metrics::counter!("redlease_handovers_total", "kind" => "lock").increment(7);
+        });
+        assert_eq!(count() - before, 3);
+    }
+}

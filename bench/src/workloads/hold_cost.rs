@@ -270,3 +270,20 @@ pub async fn run(url: &str, n: usize, lease: Duration) -> Result<Vec<Measure>> {
         Measure::new(WINDOW, Unit::Micros, micros(elapsed)),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_of_slow_calls() {
+        let bulk = |s: &str| redis::Value::BulkString(s.as_bytes().to_vec());
+        let evalsha = [bulk("EVALSHA"), bulk("0e1f41c2aa"), bulk("1000"), bulk("k")];
+        assert_eq!(shape(&evalsha), "evalsha 0e1f41c2 1000");
+        assert_eq!(shape(&[bulk("PEXPIRE"), bulk("k"), bulk("1")]), "pexpire");
+        assert_eq!(
+            shape(&[bulk("eval"), bulk("return 1"), bulk("0")]),
+            "eval <script> 0"
+        );
+    }
+}
