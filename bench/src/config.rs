@@ -19,8 +19,10 @@ struct Args {
     /// Smoke run with ~1/20 of the counts.
     #[arg(long)]
     quick: bool,
-    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, P2, P3, E1, E2, L1, R1, T1, S1; default
-    /// all). P2 and P3 are F2 and F3 across processes, as W7.
+    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, P2, P3, E1, E2, L1, L1C, L1S, K1..K3,
+    /// R1, T1, S1; default all). P2 and P3 are F2 and F3 across processes, as W7; L1C and L1S
+    /// are L1 on the cluster and behind Sentinel; K1..K3 the cost curves (waiters, holds,
+    /// clients).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Implementations to run (redlease, rslock, redlock, rlock, redisson; the floor always runs).
@@ -70,6 +72,10 @@ struct Args {
     /// Internal (child process): the T1 server's plain URL, TLS URL and CA certificate file.
     #[arg(long, num_args = 3, value_names = ["PLAIN_URL", "TLS_URL", "CA_FILE"], hide = true)]
     tls_server: Option<Vec<String>>,
+    /// Internal (child process): the L1S Sentinel deployment's `redis+sentinel://` URL and its
+    /// master's `redis://` URL.
+    #[arg(long, num_args = 2, value_names = ["SENTINEL_URL", "MASTER_URL"], hide = true)]
+    sentinel: Option<Vec<String>>,
     /// Internal (child process): an S1 server, `LABEL=URL` (repeated).
     #[arg(long, hide = true)]
     s1_server: Vec<String>,
@@ -92,6 +98,13 @@ pub struct Counts {
     /// S1's W1 pairs (half of W1's: with the server on another CPU every request waits for it
     /// to wake, ~6,000 pairs/s here, and S1 runs 4 such cells 3 times).
     pub s1_w1: usize,
+    /// K2: the numbers of locks one client holds; its watchdog lease (the default 30 s; 3 s with
+    /// `--quick`, so a window of two renewal periods stays short).
+    pub k2_holds: Vec<usize>,
+    #[cfg_attr(not(feature = "redlease"), expect(dead_code))]
+    pub k2_lease: Duration,
+    /// K3: client processes, one held lock each.
+    pub k3_clients: usize,
 }
 
 impl Counts {
@@ -107,6 +120,9 @@ impl Counts {
             w6: 100,
             rtt: 20_000,
             s1_w1: 10_000,
+            k2_holds: vec![1_000, 10_000, 100_000],
+            k2_lease: Duration::from_secs(30),
+            k3_clients: 100,
         }
     }
 
@@ -122,6 +138,9 @@ impl Counts {
             w6: 10,
             rtt: 1_000,
             s1_w1: 500,
+            k2_holds: vec![1_000, 10_000],
+            k2_lease: Duration::from_secs(3),
+            k3_clients: 20,
         }
     }
 }
@@ -149,6 +168,8 @@ pub struct Config {
     pub cluster_url: Option<String>,
     /// The primary with a replica (started by the parent when R1 runs).
     pub replica_url: Option<String>,
+    /// The Sentinel deployment's URL and its master's (started by the parent when L1S runs).
+    pub sentinel: Option<(String, String)>,
     /// The server with a TLS port (started by the parent when T1 runs).
     pub tls: Option<crate::tls_suite::Target>,
     /// W7/C7/P2/P3: seconds of contention per run, and the process counts.
@@ -202,6 +223,12 @@ impl Config {
             w7_worker: args.w7_worker,
             cluster_url: args.cluster_url,
             replica_url: args.replica_url,
+            sentinel: args
+                .sentinel
+                .and_then(|s| match <[String; 2]>::try_from(s) {
+                    Ok([sentinel, master]) => Some((sentinel, master)),
+                    Err(_) => None,
+                }),
             s1_servers: args.s1_server,
             s1_client_cpus: args.s1_client_cpus,
             tls: args
@@ -251,6 +278,9 @@ impl Config {
         if let Some(url) = &self.replica_url {
             args.extend(["--replica-url".into(), url.clone()]);
         }
+        if let Some((sentinel, master)) = &self.sentinel {
+            args.extend(["--sentinel".into(), sentinel.clone(), master.clone()]);
+        }
         for s in &self.s1_servers {
             args.extend(["--s1-server".into(), s.clone()]);
         }
@@ -299,6 +329,21 @@ mod tests {
         assert_eq!(tls.ca_file, PathBuf::from("/tmp/bench-tls/ca.crt"));
         assert_eq!(child.urls, urls);
         assert!(child.wants("T1") && !child.wants("R1"));
+    }
+
+    /// An L1S cell's process gets the Sentinel deployment the parent started.
+    #[test]
+    fn child_args_carry_the_sentinel_deployment() {
+        let mut parent = Config::parse(["--only".to_string(), "L1S".into()]);
+        assert!(parent.wants("L1S") && !parent.wants("L1"));
+        parent.sentinel = Some((
+            "redis+sentinel://127.0.0.1:26379/benchmaster".into(),
+            "redis://127.0.0.1:7001/".into(),
+        ));
+        let child = Config::parse(parent.child_args(&["redis://127.0.0.1:7000/".to_string()]));
+        let (sentinel, master) = child.sentinel.expect("the child knows the deployment");
+        assert_eq!(sentinel, "redis+sentinel://127.0.0.1:26379/benchmaster");
+        assert_eq!(master, "redis://127.0.0.1:7001/");
     }
 
     /// A W7-style cell's process knows the parent's process counts (else it finds no cell for

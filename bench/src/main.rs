@@ -8,10 +8,12 @@ mod alloc;
 mod cluster;
 mod cluster_suite;
 mod config;
+mod cost_suite;
 mod election_suite;
 mod family_suite;
 mod floor;
 mod locker;
+mod losses;
 mod model;
 mod notice_suite;
 mod peers;
@@ -21,6 +23,7 @@ mod replica;
 mod replica_suite;
 mod report;
 mod runner;
+mod sentinel;
 mod server;
 mod server_time;
 mod server_time_suite;
@@ -48,10 +51,21 @@ static ALLOC: alloc::Counting = alloc::Counting;
 const SERVERS: usize = 5;
 
 fn main() -> Result<()> {
+    // Every process counts the leases the library reports lost (false losses, losses.rs).
+    losses::install();
     // E2's leader process: this binary again, told so by its environment.
     #[cfg(feature = "redlease")]
     if let Ok(spec) = std::env::var(workloads::election::CANDIDATE_VAR) {
         return workloads::election::candidate(&spec);
+    }
+    // L1's forcing process and K3's holding processes, the same way.
+    #[cfg(feature = "redlease")]
+    if let Ok(url) = std::env::var(workloads::loss_notice::FORCER_VAR) {
+        return workloads::loss_notice::forcer(&url);
+    }
+    #[cfg(feature = "redlease")]
+    if let Ok(spec) = std::env::var(workloads::clients::HOLDER_VAR) {
+        return workloads::clients::holder(&spec);
     }
     let mut cfg = Config::parse(std::env::args().skip(1));
     // S1 puts its servers on one CPU and its measuring processes on the others, whatever the
@@ -117,7 +131,8 @@ async fn run(
         return workloads::one_caller::pairs_only(&implementation, url, pairs).await;
     }
     let started = Instant::now();
-    let wants_cluster = cluster_suite::SELECTORS.iter().any(|w| cfg.wants(w));
+    let wants_cluster = cluster_suite::SELECTORS.iter().any(|w| cfg.wants(w))
+        || cfg.wants(notice_suite::L1C_SELECTOR);
     // The parent starts the cluster (kept alive until the report is written); children get
     // its URL on their command line.
     let _cluster = match (&cfg.cell, wants_cluster) {
@@ -135,6 +150,22 @@ async fn run(
             cfg.replica_url = Some(pair.primary.url());
             Some(pair)
         }
+        _ => None,
+    };
+    // And the Sentinel deployment of the L1S rows; without one, L1S says why.
+    let mut sentinel_missing = None;
+    let _sentinel = match (&cfg.cell, cfg.wants(notice_suite::L1S_SELECTOR)) {
+        (None, true) => match sentinel::SentinelGroup::start(server_cpus.as_deref()) {
+            Ok(group) => {
+                cfg.sentinel = Some((group.url(), group.master.url()));
+                Some(group)
+            }
+            Err(e) => {
+                eprintln!("L1S not run: {e:#}");
+                sentinel_missing = Some(format!("{e:#}"));
+                None
+            }
+        },
         _ => None,
     };
     // And the server with a TLS port of the T1 rows; without one, T1 says why.
@@ -246,6 +277,19 @@ async fn run(
             runner.run_queued().await;
         }
     }
+    if cfg.wants("K1") {
+        let (k1, procs) = (Workload::K1, workloads::processes::K1_PROCS);
+        workloads::processes::suite(&mut runner, k1, &procs, cfg.w7_secs).await;
+        runner.run_queued().await;
+    }
+    if cfg.wants("K2") {
+        cost_suite::holds(&mut runner, c).await;
+        runner.run_queued().await;
+    }
+    if cfg.wants("K3") {
+        cost_suite::clients(&mut runner, c).await;
+        runner.run_queued().await;
+    }
     if let (true, Some(url)) = (wants_cluster, cfg.cluster_url.clone()) {
         cluster_suite::cluster(&mut runner, c, &url, |w| cfg.wants(w)).await;
         runner.run_queued().await;
@@ -280,8 +324,13 @@ async fn run(
         election_suite::election(&mut runner, c).await;
         runner.run_queued().await;
     }
-    if cfg.wants("L1") {
-        notice_suite::loss_notice(&mut runner, c).await;
+    if notice_suite::SELECTORS.iter().any(|w| cfg.wants(w)) {
+        let deployments = notice_suite::Deployments {
+            cluster_url: cfg.cluster_url.clone(),
+            sentinel: cfg.sentinel.clone(),
+            sentinel_missing,
+        };
+        notice_suite::loss_notice(&mut runner, c, |w| cfg.wants(w), &deployments).await;
         runner.run_queued().await;
     }
     if cfg.cell.is_some() {
@@ -317,7 +366,7 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
          Placement: {placement}.\n\
          Counts: W1 {w1} pairs; W2 {t2} tasks × {r2} rounds; W3 {t3} tasks × {r3} pairs; \
          W4 {a} and {b} held locks; W5 {w5} pairs; W6 {w6} handoffs; \
-         W7/C7/P2/P3 {w7} s of contention per run; S1 W1 {s1} pairs, W3 as W3.\n\n{table}\n{w7_table}{s1_table}{notes}",
+         W7/C7/P2/P3 {w7} s of contention per run; S1 W1 {s1} pairs, W3 as W3.\n\n{table}\n{w7_table}{s1_table}{l1_table}{k_tables}{losses}{notes}",
         runs = cfg.runs,
         // SAFETY: sysconf has no preconditions.
         cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) },
@@ -336,6 +385,9 @@ fn document(cfg: &Config, runner: &Runner, seconds: f64, load: &str) -> String {
         table = report::table(&ctx),
         w7_table = report::w7_table(&ctx),
         s1_table = server_time_suite::report(&ctx),
+        l1_table = notice_suite::report(&ctx),
+        k_tables = cost_suite::report(&ctx),
+        losses = losses::summary(&runner.entries),
         notes = NOTES,
         placement = cfg.placed,
     )
@@ -418,11 +470,27 @@ two clients by `resign()`, the candidate waiting in `campaign` (latency = the ca
 `campaign` returning − the `resign()` call); E2 kills a leader process (this binary, 1 s lease, \
 renewed every third of it) with SIGKILL while a candidate waits: the takeover is bounded by the \
 lease and at least two thirds of it.
-- L1, the loss notice (redlease only): a holder under the watchdog (default 30 s lease) holds a \
-lock, armed for the notice; its key is then deleted (`DEL`), flushed (`FLUSHDB`) or \
-force-unlocked from another client: the time from that command's reply to the holder's \
-`lost()` resolving, 50 trials of each (10 with `--quick`). Without the notice it is the next \
+- L1 (L1C: on the cluster; L1S: behind Sentinel), the loss notice (redlease only): a holder \
+under the watchdog (default 30 s lease) holds a lock, armed for the notice; its key is then \
+deleted (`DEL`), flushed (`FLUSHDB`; on the cluster on every primary), evicted (`maxmemory` \
+2 MiB above use, `allkeys-lru`, 64 KiB writes in its slot until `EXISTS` answers 0) or \
+force-unlocked by another process: the time from the reply saying the key is gone to the \
+holder's `lost()` resolving, 100 trials of each cause per run (10 with `--quick`; on the \
+cluster and behind Sentinel at most 40 s of trials per run). Without the notice it is the next \
 renewal, up to 10 s.
+- K1, the waiter curve: W7 (as below) at 2, 8, 32 and 64 processes (not `--w7-procs`), with \
+`Lock` under a fixed 10 s lease beside the watchdog's, `FairLock`, rslock and the floor; the \
+bars are issue 39's (≥ 0.8× the floor at the same K). `bench/scripts/waiter_curve.py` plots it.
+- K2, the holds curve: one client holds N locks under the watchdog (default lease; 3 s with \
+`--quick`); over two renewal periods, the script calls and their commandstats usec per second, \
+the server process's CPU per second (`used_cpu_sys` + `used_cpu_user`) beside an idle baseline \
+(client connected, nothing held), the longest call (SLOWLOG from 100 µs for the window; 0 = \
+none that long), the calls of 1 ms or more, and the client heap per hold (as W4).
+- K3, the clients curve: N processes (this binary) hold one lock each (redlease under the \
+watchdog, rslock with a 10 s lease); the server's `connected_clients` and `used_memory` once all \
+hold, against before they started, per process.
+- False losses: every process counts `redlease_leases_lost_total` (reason `shutdown` excluded); \
+in the fault-free workloads (W1–W7, K1–K3) each redlease cell reports its count, 0 expected.
 - W7 (C7: the same on the cluster): K separate OS processes (one task and one client each, \
 started by the cell's process, which inherits the run's CPU placement) contend on one lock for \
 a fixed time, each incrementing a counter non-atomically under it (GET, then SET, on a key of \

@@ -129,12 +129,9 @@ metrics! {
     TAKEOVER_RESIGN = "resign() to the next leader's campaign returning";
     TAKEOVER_KILL = "kill -9 of the leader to the next leader's campaign returning";
     LEASE = "leader lease";
-    NOTICE_DEL = "DEL of the key to the holder's lost()";
-    NOTICE_DEL_MAX = "max DEL of the key to the holder's lost()";
-    NOTICE_FLUSH = "FLUSHDB to the holder's lost()";
-    NOTICE_FLUSH_MAX = "max FLUSHDB to the holder's lost()";
-    NOTICE_FORCE = "force_unlock by another client to the holder's lost()";
-    NOTICE_FORCE_MAX = "max force_unlock by another client to the holder's lost()";
+    NOTICE = "the key gone to the holder's lost()";
+    NOTICE_MAX = "max the key gone to the holder's lost() (all runs)";
+    NOTICE_TRIALS = "trials (all runs)";
     RTT_WAKE = "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
     ACQUISITIONS = "acquisitions";
     SCRIPTS_PER_ACQ = "script calls per acquisition (server)";
@@ -148,6 +145,18 @@ metrics! {
     SERVER_CPU_US = "server CPU µs per pair (main thread, incl. I/O)";
     CALLS_PER_PAIR = "calls per pair (top-level)";
     CMDS_PER_PAIR = "commands per pair (incl. in scripts)";
+    FALSE_LOSSES = "false losses (all runs; 0 expected)";
+    WATCHDOG_LEASE = "watchdog lease";
+    WINDOW = "measuring window";
+    RENEW_SCRIPTS_PER_SEC = "renewal script calls per second (server)";
+    RENEW_SCRIPT_US_PER_SEC = "server µs per second in script calls (commandstats)";
+    SERVER_CPU_PER_SEC = "server CPU µs per second (used_cpu_sys + used_cpu_user)";
+    SERVER_CPU_IDLE_PER_SEC = "server CPU µs per second, client connected, nothing held";
+    LONGEST_CALL = "longest single call (SLOWLOG, calls ≥ 100 µs)";
+    SLOW_CALLS = "calls ≥ 1 ms (SLOWLOG)";
+    CLIENT_PROCS = "client processes, one held lock each";
+    CONNS_PER_CLIENT = "server connections per client process";
+    SERVER_MEM_PER_CLIENT = "server memory per client process (INFO used_memory)";
 }
 
 impl Unit {

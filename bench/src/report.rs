@@ -89,7 +89,7 @@ pub fn table(ctx: &Context) -> String {
     out
 }
 
-/// W7/C7/P2/P3 at a glance: one row per (workload, implementation), the same medians as the
+/// W7/C7/P2/P3/K1 at a glance: one row per (workload, implementation), the same medians as the
 /// table.
 pub fn w7_table(ctx: &Context) -> String {
     use crate::model::{
@@ -106,7 +106,7 @@ pub fn w7_table(ctx: &Context) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "W7/C7/P2/P3 at a glance (medians; the ratios are redlease's acquisitions/s over the \
+        "W7/C7/P2/P3/K1 at a glance (medians; the ratios are redlease's acquisitions/s over the \
          floor's and rslock's, same run and K; the check is the worst run's):\n\n",
     );
     out += &row(&[

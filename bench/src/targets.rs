@@ -60,6 +60,21 @@ impl Context<'_> {
             return (r.unwrap_or_default(), String::new());
         }
         let floor = self.floor(w, m.metric);
+        if family(w) == "K1" {
+            // The waiter curve: issue 39's bars (≥ 0.8× the floor at the same K, ≤ 2.05 script
+            // calls per acquisition, fair).
+            let (r, t) = match m.metric {
+                ACQ_PER_SEC => (
+                    ratio(floor, "floor"),
+                    floor.map(|f| verdict(m.value >= 0.8 * f, "≥ 0.8× floor")),
+                ),
+                WAIT_MAX => (ratio(floor, "floor"), None),
+                SCRIPTS_PER_ACQ => (None, Some(verdict(m.value <= 2.05, "≤ 2.05"))),
+                JAIN => (None, Some(verdict(m.value >= 0.99, "≥ 0.99"))),
+                _ => (None, None),
+            };
+            return (r.unwrap_or_default(), t.unwrap_or_default());
+        }
         if !matches!(family(w), "W7" | "C7") {
             let r = match m.metric {
                 ACQ_PER_SEC | WAIT_MAX => ratio(floor, "floor"),

@@ -1,12 +1,18 @@
 //! The workloads W1-W7 (see docs/performance.md), each written once for async
 //! implementations (tokio tasks) and, where the sync peer can run it, once for OS threads.
 
+/// K3: client processes holding a lock each, against the server's connections and memory.
+#[cfg(feature = "redlease")]
+pub mod clients;
 /// E1, E2: leader election.
 #[cfg(feature = "redlease")]
 pub mod election;
 /// F1-F3: the lock family against our own `Lock`.
 #[cfg(feature = "redlease")]
 pub mod family;
+/// K2: what keeping many locks costs the server.
+#[cfg(feature = "redlease")]
+pub mod hold_cost;
 /// L1: how soon a holder hears that its lock is gone.
 #[cfg(feature = "redlease")]
 pub mod loss_notice;

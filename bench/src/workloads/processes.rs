@@ -63,11 +63,14 @@ const REPORT_GRACE: Duration = Duration::from_secs(60);
 const READY: &str = "W7READY";
 const DONE: &str = "W7DONE";
 const WAITS: &str = "W7WAITS";
+/// The leases this process's redlease client reported lost (false losses, losses.rs).
+const LOST: &str = "W7LOST";
 const FAILED: &str = "W7ERROR";
 
 pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
 pub const FLOOR_TOKENS: &str = "floor (BLPOP/LPUSH 8 tokens)";
 pub const LOCK_IMPL: &str = "redlease Lock";
+pub const FIXED_IMPL: &str = "redlease Lock, fixed lease";
 pub const FAIR_IMPL: &str = "redlease FairLock";
 pub const RSLOCK_IMPL: &str = "rslock";
 pub const RW_IMPL: &str = "redlease ReadWriteLock";
@@ -84,10 +87,21 @@ pub enum Workload {
     P2,
     /// A `Semaphore` of 8 permits.
     P3,
+    /// The waiter curve (issue 39): W7 at [`K1_PROCS`], each way of holding a `Lock`.
+    K1,
 }
 
+/// K1's numbers of processes.
+pub const K1_PROCS: [usize; 4] = [2, 8, 32, 64];
+
 impl Workload {
-    const ALL: [Workload; 4] = [Workload::W7, Workload::C7, Workload::P2, Workload::P3];
+    const ALL: [Workload; 5] = [
+        Workload::W7,
+        Workload::C7,
+        Workload::P2,
+        Workload::P3,
+        Workload::K1,
+    ];
 
     /// The first word of its labels: what `--only` names.
     pub fn selector(self) -> &'static str {
@@ -96,6 +110,7 @@ impl Workload {
             Workload::C7 => "C7",
             Workload::P2 => "P2",
             Workload::P3 => "P3",
+            Workload::K1 => "K1",
         }
     }
 
@@ -103,6 +118,7 @@ impl Workload {
     pub fn label(self, k: usize) -> String {
         match self {
             Workload::C7 => format!("C7 cluster {k} processes"),
+            Workload::K1 => format!("K1 waiters {k} processes"),
             w => format!("{} {k} processes", w.selector()),
         }
     }
@@ -119,6 +135,13 @@ impl Workload {
             Workload::W7 | Workload::C7 => &[Kind::Floor, Kind::Lock, Kind::Fair, Kind::Rslock],
             Workload::P2 => &[Kind::Floor, Kind::ReadWrite],
             Workload::P3 => &[Kind::Tokens, Kind::Semaphore],
+            Workload::K1 => &[
+                Kind::Floor,
+                Kind::Lock,
+                Kind::Fixed,
+                Kind::Fair,
+                Kind::Rslock,
+            ],
         }
     }
 
@@ -126,7 +149,7 @@ impl Workload {
     /// included): in P2 every tenth is a write, staggered over the processes.
     fn op(self, index: usize, i: usize) -> Op {
         match self {
-            Workload::W7 | Workload::C7 => Op::Write,
+            Workload::W7 | Workload::C7 | Workload::K1 => Op::Write,
             Workload::P2 if (index + i).is_multiple_of(10) => Op::Write,
             Workload::P2 => Op::Read,
             Workload::P3 => Op::Enter,
@@ -160,10 +183,14 @@ pub enum Kind {
     Semaphore,
     /// The floor with 8 tokens in the list (P3's).
     Tokens,
+    /// `Lock` with a fixed lease (`lock_with(LockOptions::new().lease(10 s))`, as most users and
+    /// every peer hold a lock).
+    Fixed,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 8] = [
+        Kind::Fixed,
         Kind::Floor,
         Kind::Lock,
         Kind::Fair,
@@ -182,6 +209,7 @@ impl Kind {
             Kind::ReadWrite => RW_IMPL,
             Kind::Semaphore => SEMAPHORE_IMPL,
             Kind::Tokens => FLOOR_TOKENS,
+            Kind::Fixed => FIXED_IMPL,
         }
     }
 
@@ -266,6 +294,8 @@ enum Locker {
     #[cfg(feature = "redlease")]
     Lock(redlease::Client, redlease::Lock),
     #[cfg(feature = "redlease")]
+    Fixed(redlease::Client, redlease::Lock),
+    #[cfg(feature = "redlease")]
     Fair(redlease::Client, redlease::FairLock),
     #[cfg(feature = "redlease")]
     ReadWrite(redlease::Client, redlease::ReadWriteLock),
@@ -300,6 +330,12 @@ impl Locker {
                 Locker::Lock(client, lock)
             }
             #[cfg(feature = "redlease")]
+            (Kind::Fixed, t) => {
+                let client = redlease::Client::connect(t.url()).await?;
+                let lock = client.lock(LOCK)?;
+                Locker::Fixed(client, lock)
+            }
+            #[cfg(feature = "redlease")]
             (Kind::Fair, t) => {
                 let client = redlease::Client::connect(t.url()).await?;
                 let lock = client.fair_lock(LOCK)?;
@@ -320,7 +356,7 @@ impl Locker {
                 Locker::Semaphore(client, permits)
             }
             #[cfg(not(feature = "redlease"))]
-            (Kind::Lock | Kind::Fair | Kind::ReadWrite | Kind::Semaphore, _) => {
+            (Kind::Lock | Kind::Fixed | Kind::Fair | Kind::ReadWrite | Kind::Semaphore, _) => {
                 bail!("bench built without the `redlease` feature")
             }
             (Kind::Rslock, Target::One(url)) => {
@@ -345,6 +381,11 @@ impl Locker {
             Ok(match self {
                 #[cfg(feature = "redlease")]
                 Locker::Lock(_, lock) => Held::Lock(lock.lock().await?),
+                #[cfg(feature = "redlease")]
+                Locker::Fixed(_, lock) => Held::Lock(
+                    lock.lock_with(redlease::LockOptions::new().lease(crate::locker::LEASE))
+                        .await?,
+                ),
                 #[cfg(feature = "redlease")]
                 // A `LockGuard`: a `FairLock` is a `Lock` in strict mode.
                 Locker::Fair(_, lock) => Held::Lock(lock.lock().await?),
@@ -400,6 +441,7 @@ impl Locker {
         match self {
             #[cfg(feature = "redlease")]
             Locker::Lock(client, _)
+            | Locker::Fixed(client, _)
             | Locker::Fair(client, _)
             | Locker::ReadWrite(client, _)
             | Locker::Semaphore(client, _) => {
@@ -577,6 +619,7 @@ async fn work(
         elapsed.as_micros()
     );
     println!("{WAITS} {}", us.join(","));
+    println!("{LOST} {}", crate::losses::count());
     Ok(())
 }
 
@@ -588,6 +631,8 @@ struct Report {
     most_inside: i64,
     overlaps: usize,
     waits: Vec<Duration>,
+    /// Leases its client reported lost (none reported: 0).
+    lost: u64,
 }
 
 fn parse_report(lines: &[String]) -> Result<Report> {
@@ -614,7 +659,12 @@ fn parse_report(lines: &[String]) -> Result<Report> {
         .map(|s| s.parse().map(Duration::from_micros))
         .collect::<Result<Vec<_>, _>>()?;
     anyhow::ensure!(waits.len() == acquisitions, "waits and count differ");
+    let lost = match lines.iter().find_map(|l| l.strip_prefix(LOST)) {
+        Some(n) => n.trim().parse()?,
+        None => 0,
+    };
     Ok(Report {
+        lost,
         acquisitions,
         elapsed,
         writes,
@@ -755,6 +805,7 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
     let writes: usize = reports.iter().map(|r| r.writes).sum();
     let most_inside = reports.iter().map(|r| r.most_inside).max().unwrap_or(0);
     let overlaps: usize = reports.iter().map(|r| r.overlaps).sum();
+    let lost: u64 = reports.iter().map(|r| r.lost).sum();
     let counter = counter.unwrap_or(0);
     let elapsed = reports.iter().map(|r| r.elapsed).max().unwrap_or_default();
     let mut waits: Vec<Duration> = reports.into_iter().flat_map(|r| r.waits).collect();
@@ -772,7 +823,7 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
     // Its check: no lost update (W7, C7: every acquisition increments; P2: every write), or no
     // more inside than the permits (P3).
     measures.extend(match workload {
-        Workload::W7 | Workload::C7 => vec![Measure::new(
+        Workload::W7 | Workload::C7 | Workload::K1 => vec![Measure::new(
             COUNTER_OFF,
             Unit::Count,
             (counter - total as i64) as f64,
@@ -788,6 +839,10 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
         ],
         Workload::P3 => vec![Measure::new(MOST_INSIDE, Unit::Count, most_inside as f64)],
     });
+    if family(kind.name()) == "redlease" {
+        // Its processes' false losses, and this one's (it holds nothing).
+        measures.push(crate::losses::measure(lost));
+    }
     Ok(measures)
 }
 
@@ -845,8 +900,10 @@ mod tests {
             "noise".to_string(),
             "W7DONE 3 1000000 1 8 2".into(),
             "W7WAITS 5,6,7".into(),
+            "W7LOST 2".into(),
         ];
         let r = parse_report(&lines).expect("parses");
+        assert_eq!(r.lost, 2);
         assert_eq!(
             (r.acquisitions, r.writes, r.most_inside, r.overlaps),
             (3, 1, 8, 2)
