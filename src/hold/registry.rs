@@ -47,6 +47,10 @@ pub(crate) struct Holds {
     pub family: Arc<FamilyHolds>,
     /// Holds registered since the loss notice last looked (`watchdog/notice.rs`).
     pub fresh: Arc<Fresh>,
+    /// When each (lock, owner) was last granted: the false-loss audit (`watchdog/audit.rs`)
+    /// tells a hold taken again from the one it reads after a loss.
+    #[cfg(feature = "testing")]
+    last_grants: DashMap<HoldKey, Instant, foldhash::fast::RandomState>,
 }
 
 /// What shutdown took out of the registry: every hold of every kind.
@@ -67,6 +71,14 @@ impl Holds {
         (!hold.is_lost()).then_some(hold)
     }
 
+    /// Whether (`hash`, `field`) was granted after `since` (testing's false-loss audit).
+    #[cfg(feature = "testing")]
+    pub(crate) fn granted_since(&self, hash: &Arc<str>, field: &Arc<str>, since: Instant) -> bool {
+        self.last_grants
+            .get(&(hash.clone(), field.clone()))
+            .is_some_and(|at| *at > since)
+    }
+
     /// Records a grant from the server and returns the hold the new guard belongs to, and
     /// whether it is a new hold.
     ///
@@ -84,6 +96,9 @@ impl Holds {
         grant: Grant,
         make: impl FnOnce() -> Hold,
     ) -> (Arc<Hold>, bool) {
+        #[cfg(feature = "testing")]
+        self.last_grants
+            .insert((hash.clone(), field.clone()), Instant::now());
         let server_count = match grant {
             Grant::Counted(count) => count,
             Grant::HandedOver => 1,

@@ -76,18 +76,21 @@ impl std::fmt::Display for Unavailable {
 }
 
 /// Refused for good only when asking again cannot help: the user lacks the right (`NOPERM`,
-/// a bad password or none), or the server (or a proxy) does not know RESP3 or `CLIENT
-/// TRACKING` (`HELLO` unknown before Redis 6, `NOPROTO`, `ERR unknown command`). Anything else (a server restarting or loading, a
-/// cluster between two maps, a full server, a dropped connection) is tried again later.
+/// a bad password or none), the server (or a proxy) does not know RESP3 or `CLIENT TRACKING`
+/// (`HELLO` unknown before Redis 6, `NOPROTO`, `ERR unknown command` or subcommand), or the
+/// client's own settings are wrong. Anything else (a server restarting or loading, a cluster
+/// between two maps, a full server, a dropped connection, another `ERR`) is tried again later.
 fn classify(e: RedisError) -> Unavailable {
     let text = e.to_string();
     let refused = matches!(
         e.kind(),
-        ErrorKind::AuthenticationFailed | ErrorKind::RESP3NotSupported
+        ErrorKind::AuthenticationFailed
+            | ErrorKind::RESP3NotSupported
+            | ErrorKind::InvalidClientConfig
     ) || matches!(
         e.code(),
         Some("NOPERM" | "NOPROTO" | "WRONGPASS" | "NOAUTH")
-    ) || (e.code() == Some("ERR") && !text.contains("max number of clients"));
+    ) || (e.code() == Some("ERR") && text.to_ascii_lowercase().contains("unknown"));
     if refused {
         Unavailable::Refused(text)
     } else {
@@ -141,11 +144,11 @@ impl Moves {
                 }
             }
             Moves::Cluster(map, opened_from) => loop {
-                if map.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
                 if *map.borrow_and_update() != *opened_from {
                     return;
+                }
+                if map.changed().await.is_err() {
+                    std::future::pending::<()>().await;
                 }
             },
         }
@@ -218,6 +221,9 @@ impl Tracking {
                     ))
                 }
                 Tracking::Cluster { node, seed } => {
+                    // Watched from before this connect's own read: any map read after it, by
+                    // the watchdog's tick or this read itself, is seen and compared.
+                    let map = node.slot_map.subscribe();
                     let owners = node
                         .slot_owners()
                         .await
@@ -225,9 +231,6 @@ impl Tracking {
                     if owners.is_empty() {
                         return Err(Unavailable::Down("no slot map".into()));
                     }
-                    // Read after this map was published: a later read of another map shows.
-                    let mut map = node.slot_map.subscribe();
-                    map.mark_unchanged();
                     let moves = Moves::Cluster(map, fingerprint(&owners));
                     // One connection per primary, whatever the number of its slot ranges.
                     let mut primaries: Vec<(String, u16)> = Vec::new();

@@ -12,6 +12,7 @@
 //! a family renewal or a RedLock renewal found gone (each answers its own caller).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::node::Presence;
 use crate::shared::Inner;
@@ -26,27 +27,40 @@ pub(crate) fn server_reported_loss(inner: &Inner, presence: Presence) {
 }
 
 /// Reads `presence` through the command connection; calls `still_there` if the hold is and
-/// this client has not taken it again meanwhile (the same owner, in a loop: its new grant,
-/// not the lost one, is what the read found).
+/// this client has not taken it again since the loss (the same owner, in a loop: its new grant,
+/// not the lost one, is what the read found). Bounded by [`READ_WITHIN`], so a shutdown that
+/// waits for the client's background work is not held up by a server that is down.
 pub(crate) fn read_again(inner: &Inner, presence: Presence, still_there: fn(&Presence)) {
+    let lost_at = Instant::now();
     let (node, client) = (inner.node.clone(), inner.this.clone());
+    IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     inner.background.spawn(async move {
-        if node.has(&presence).await.ok() != Some(true) {
-            return;
+        let read = tokio::time::timeout(READ_WITHIN, node.has(&presence)).await;
+        if let Ok(Ok(true)) = read {
+            // A grant the read came after is registered by now.
+            tokio::time::sleep(TAKEN_AGAIN_WITHIN).await;
+            let taken_again = client.upgrade().is_some_and(|inner| {
+                (inner.holds).granted_since(&presence.key, &presence.field, lost_at)
+            });
+            if !taken_again {
+                still_there(&presence);
+            }
         }
-        // A grant the read came after is registered by now.
-        tokio::time::sleep(TAKEN_AGAIN_WITHIN).await;
-        let taken_again = client
-            .upgrade()
-            .is_some_and(|inner| inner.holds.get(&presence.key, &presence.field).is_some());
-        if !taken_again {
-            still_there(&presence);
-        }
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
     });
 }
 
 /// Longer than a grant takes from its reply to its registration.
-const TAKEN_AGAIN_WITHIN: std::time::Duration = std::time::Duration::from_millis(50);
+const TAKEN_AGAIN_WITHIN: Duration = Duration::from_millis(50);
+/// The longest an audit's read may take.
+const READ_WITHIN: Duration = Duration::from_millis(500);
+
+static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+
+/// Reads again that have not answered yet: a count taken before they have is not final.
+pub fn audits_in_flight() -> u64 {
+    IN_FLIGHT.load(Ordering::Acquire)
+}
 
 /// Counts it, logs it, and when [`FALSE_LOSS_LOG`] names a file (`make test` and `make
 /// torture` set it) appends a line there, so a run of many test processes can be checked.

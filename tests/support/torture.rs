@@ -216,10 +216,9 @@ where
             busy_until = Some(busy_until.map_or(iv.end, |until| until.max(iv.end)));
         }
     }
-    // Each loss the server reported is read again at once (`redlease::testing::false_losses`);
-    // the last of those reads lands well within this.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (false_losses, audited) = audit();
+    // Each loss the server reported is read again at once (`redlease::testing::false_losses`):
+    // the count is final once none of those reads is in flight (each is bounded).
+    let (false_losses, audited) = audit().await;
     let c = &counts;
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     eprintln!(
@@ -287,12 +286,18 @@ pub fn fenced_lock(client: &Client, names: &[String]) -> Acquire {
 /// feature's audit; without it, none). The CLI's tests share this file and have no such
 /// feature.
 #[allow(unexpected_cfgs)]
-fn audit() -> (u64, u64) {
+async fn audit() -> (u64, u64) {
     #[cfg(feature = "testing")]
-    return (
-        redlease::testing::false_losses(),
-        redlease::testing::audited_losses(),
-    );
+    {
+        let settled = Instant::now() + Duration::from_secs(5);
+        while redlease::testing::audits_in_flight() > 0 && Instant::now() < settled {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (
+            redlease::testing::false_losses(),
+            redlease::testing::audited_losses(),
+        )
+    }
     #[cfg(not(feature = "testing"))]
     (0, 0)
 }

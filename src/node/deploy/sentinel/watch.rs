@@ -7,6 +7,7 @@
 //! One task per sentinel, holding the connection holder weakly and owned by it: each ends when
 //! the client's last handle goes away.
 
+use crate::backoff::Backoff;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -48,14 +49,14 @@ pub(super) fn spawn(holder: &Arc<Holder>) {
 
 /// Listens on sentinel `i` while the holder exists, connecting again with backoff.
 async fn listen(holder: Weak<Holder>, i: usize) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
     loop {
         let Some(resolver) = holder.upgrade().map(|h| h.resolver.clone()) else {
             return;
         };
         match announcements(&resolver, i).await {
             Ok(mut stream) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 loop {
                     let next = tokio::time::timeout(IDLE_CHECK, stream.next()).await;
                     let Some(strong) = holder.upgrade() else {
@@ -92,8 +93,7 @@ async fn listen(holder: Weak<Holder>, i: usize) {
             }
             Err(e) => tracing::debug!(sentinel = i, error = %e, "cannot listen to a sentinel"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        backoff.sleep().await;
     }
 }
 
