@@ -243,3 +243,33 @@ async fn while_a_held_key_migrates_the_other_primaries_holds_stay_watched() {
     assert!(took.is_some(), "the notice did not follow the moved slot");
     holder.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_a_primary_is_down_the_others_holds_stay_watched() {
+    support::init_tracing();
+    let mut cluster = Cluster::start();
+    let holder = cluster_client(&cluster).await;
+    let names = cluster.names_per_primary("notice-cl-down", 1);
+    let mut guards = Vec::new();
+    for (name, primary) in &names {
+        guards.push((hold(&holder, name).await, name.clone(), *primary));
+    }
+    // Killed: its failover takes the cluster's node timeout (1 s) and more; meanwhile the slot
+    // map still names it.
+    let dead = guards[0].2;
+    cluster.nodes[dead].kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (guard, name, primary) in guards.iter().skip(1) {
+        let took = lost_after(guard, NOTICE_WITHIN, || {
+            run(&cluster, *primary, &["DEL", &key_of(name)])
+        })
+        .await;
+        println!("DEL on primary {primary} while primary {dead} is down -> lost(): {took:?}");
+        assert!(
+            took.is_some(),
+            "a primary down left the others' holds unwatched"
+        );
+    }
+    drop(guards);
+    let _ = tokio::time::timeout(Duration::from_secs(10), holder.shutdown()).await;
+}

@@ -26,7 +26,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ErrorKind, ProtocolVersion, PushInfo, RedisError,
@@ -38,6 +38,7 @@ use super::calls::renew_by_node::fingerprint;
 use super::link::Link;
 use super::sentinel::SentinelConn;
 use super::shape::slot;
+use crate::backoff::Backoff;
 
 /// Keys read per pipeline: as the watchdog's renewal batches, a call that does not stall the
 /// server for long.
@@ -64,6 +65,9 @@ pub(crate) enum Unavailable {
     Refused(String),
     /// The server could not be reached, or the connection dropped: try again later.
     Down(String),
+    /// A cluster node answered `MOVED`: the slot map the connections were opened from is
+    /// stale; they are all opened again from a fresh one.
+    Moved(String),
 }
 
 impl std::fmt::Display for Unavailable {
@@ -71,6 +75,7 @@ impl std::fmt::Display for Unavailable {
         match self {
             Unavailable::Refused(why) => write!(f, "refused: {why}"),
             Unavailable::Down(why) => write!(f, "unreachable: {why}"),
+            Unavailable::Moved(why) => write!(f, "the slot map moved: {why}"),
         }
     }
 }
@@ -157,7 +162,12 @@ impl Moves {
 
 /// Open tracking connections: one, or one per primary of a cluster.
 pub(crate) struct Tracked {
-    conns: Vec<MultiplexedConnection>,
+    /// `None`: a cluster primary that could not be reached; its holds' checks say nothing
+    /// until it is opened again ([`Primaries`]) or the map moves.
+    conns: Vec<Option<MultiplexedConnection>>,
+    /// On a cluster: how to open each primary's connection again, and the node whose slot
+    /// map a failed attempt reads anew (a map that moved reopens everything, see [`Moves`]).
+    primaries: Option<Primaries>,
     /// On a cluster, which connection serves which slots (inclusive ranges); empty elsewhere
     /// (every read goes to the one connection).
     routes: Vec<((u16, u16), usize)>,
@@ -167,6 +177,20 @@ pub(crate) struct Tracked {
     behind_sentinel: bool,
     timeout: Duration,
 }
+
+/// A cluster's primaries as the notice opened them.
+struct Primaries {
+    node: Box<Node>,
+    clients: Vec<redis::Client>,
+    pushes: mpsc::UnboundedSender<PushInfo>,
+    /// When each was last tried while unreachable, and the pause before the next try.
+    tried: Vec<Option<(tokio::time::Instant, Backoff)>>,
+}
+
+/// The first pause before a primary that could not be reached is tried again; it doubles up
+/// to the longest, as the notice's reconnections do.
+const FIRST_REOPEN: Duration = Duration::from_millis(10);
+const LONGEST_REOPEN: Duration = Duration::from_millis(500);
 
 /// `ROLE`'s first word, from its reply.
 fn role_of(reply: &redis::Value) -> Option<&[u8]> {
@@ -193,7 +217,12 @@ impl Tracking {
             match self {
                 Tracking::Server(client) => {
                     let conn = open_tracked(&resp3(client)?, timeout, pushes).await?;
-                    Ok(Tracked::new(vec![conn], Vec::new(), Moves::Never, timeout))
+                    Ok(Tracked::new(
+                        vec![Some(conn)],
+                        Vec::new(),
+                        Moves::Never,
+                        timeout,
+                    ))
                 }
                 Tracking::Sentinel(conn) => {
                     let switched = conn.switched();
@@ -214,7 +243,7 @@ impl Tracking {
                     tracing::debug!(master = %client.get_connection_info().addr(), "loss notice follows the master");
                     let conn = open_tracked(&resp3(&client)?, timeout, pushes).await?;
                     Ok(Tracked::new(
-                        vec![conn],
+                        vec![Some(conn)],
                         Vec::new(),
                         Moves::Sentinel(switched),
                         timeout,
@@ -246,16 +275,42 @@ impl Tracking {
                         };
                         routes.push((owner.slots, index));
                     }
-                    let opens = primaries.iter().map(|(host, port)| {
-                        let pushes = pushes.clone();
-                        async move {
-                            let client = at_address(seed, host, *port)?;
-                            open_tracked(&client, timeout, pushes).await
+                    let clients = primaries
+                        .iter()
+                        .map(|(host, port)| at_address(seed, host, *port))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let opens = clients
+                        .iter()
+                        .map(|client| open_tracked(client, timeout, pushes.clone()));
+                    // A primary that cannot be reached (killed, its failover under way) leaves
+                    // the others watched; a refusal (rights, no RESP3) counts for all.
+                    let mut conns = Vec::with_capacity(clients.len());
+                    let mut failure = None;
+                    for opened in join_all(opens).await {
+                        match opened {
+                            Ok(conn) => conns.push(Some(conn)),
+                            Err(Unavailable::Refused(why)) => {
+                                return Err(Unavailable::Refused(why));
+                            }
+                            Err(down) => {
+                                tracing::debug!(why = %down, "loss notice: a primary is unreachable");
+                                failure = Some(down);
+                                conns.push(None);
+                            }
                         }
+                    }
+                    if let (Some(failure), false) = (failure, conns.iter().any(Option::is_some)) {
+                        return Err(failure);
+                    }
+                    let tried = conns.iter().map(|_| None).collect();
+                    let mut tracked = Tracked::new(conns, routes, moves, timeout);
+                    tracked.primaries = Some(Primaries {
+                        node: node.clone(),
+                        clients,
+                        pushes,
+                        tried,
                     });
-                    let conns = try_join_all(opens).await?;
-                    tracing::debug!(primaries = conns.len(), "loss notice on every primary");
-                    Ok(Tracked::new(conns, routes, moves, timeout))
+                    Ok(tracked)
                 }
             }
         };
@@ -349,9 +404,12 @@ impl Presence {
             (_, redis::Value::ServerError(e)) if e.code() == "WRONGTYPE" => false,
             // The key is at the slot's next owner, or not yet: ask again later.
             (_, redis::Value::ServerError(e)) if e.code() == "ASK" => return Ok(None),
-            // A refused read (LOADING after a restart, BUSY behind a slow script, NOPERM, a
-            // node's MOVED for a slot it no longer serves) armed nothing and says nothing:
-            // the connections are made again and every hold checked anew.
+            (_, redis::Value::ServerError(e)) if e.code() == "MOVED" => {
+                return Err(Unavailable::Moved(format!("{}: {e:?}", self.key)));
+            }
+            // A refused read (LOADING after a restart, BUSY behind a slow script, NOPERM)
+            // armed nothing and says nothing: the connection is made again and its holds
+            // checked anew.
             (_, redis::Value::ServerError(e)) => {
                 return Err(Unavailable::Down(format!(
                     "a check of {} was refused: {e:?}",
@@ -385,13 +443,14 @@ impl Node {
 
 impl Tracked {
     fn new(
-        conns: Vec<MultiplexedConnection>,
+        conns: Vec<Option<MultiplexedConnection>>,
         routes: Vec<((u16, u16), usize)>,
         moves: Moves,
         timeout: Duration,
     ) -> Tracked {
         Tracked {
             conns,
+            primaries: None,
             routes,
             behind_sentinel: matches!(moves, Moves::Sentinel(_)),
             moves,
@@ -413,8 +472,10 @@ impl Tracked {
     }
 
     /// Whether each hold is still on the server (`HEXISTS key field`, or `HGET key field`
-    /// compared with its value), in order. Each read arms tracking of its key: any later
-    /// change of it is pushed. On a cluster each primary reads its own keys, all at once.
+    /// compared with its value), in order; `None` where the server could not say. Each read
+    /// arms tracking of its key: any later change of it is pushed. On a cluster each primary
+    /// reads its own keys, all at once, and a primary that cannot be reached says nothing for
+    /// its keys while the others answer for theirs.
     pub(crate) async fn check(
         &mut self,
         holds: &[&Presence],
@@ -423,25 +484,82 @@ impl Tracked {
         for (i, hold) in holds.iter().enumerate() {
             by_conn[self.route(&hold.key)?].push(i);
         }
+        self.reopen(&by_conn).await;
         let (role, timeout) = (self.behind_sentinel, self.timeout);
         let asked: Vec<(usize, Vec<&Presence>)> = by_conn
             .iter()
             .enumerate()
-            .filter(|(_, mine)| !mine.is_empty())
+            .filter(|(conn, mine)| !mine.is_empty() && self.conns[*conn].is_some())
             .map(|(conn, mine)| (conn, mine.iter().map(|&i| holds[i]).collect()))
             .collect();
         let reads = asked.iter().map(|(conn, mine)| {
             let mut conn = self.conns[*conn].clone();
-            async move { read(&mut conn, mine, role, timeout).await }
+            async move {
+                match conn.as_mut() {
+                    Some(conn) => read(conn, mine, role, timeout).await,
+                    None => Ok(vec![None; mine.len()]),
+                }
+            }
         });
-        let answers = try_join_all(reads).await?;
+        let answers = join_all(reads).await;
         let mut out = vec![None; holds.len()];
-        for ((conn, _), flags) in asked.iter().zip(answers) {
-            for (&i, held) in by_conn[*conn].iter().zip(flags) {
-                out[i] = held;
+        for ((conn, _), answer) in asked.iter().zip(answers) {
+            match answer {
+                Ok(flags) => {
+                    for (&i, held) in by_conn[*conn].iter().zip(flags) {
+                        out[i] = held;
+                    }
+                }
+                // One server (or behind Sentinel), or a stale map: the connections are made
+                // again.
+                Err(e) if self.primaries.is_none() || matches!(e, Unavailable::Moved(_)) => {
+                    return Err(e);
+                }
+                // A cluster primary: its keys say nothing until it is opened again.
+                Err(e) => {
+                    tracing::debug!(why = %e, "loss notice: a primary stopped answering");
+                    self.conns[*conn] = None;
+                }
             }
         }
         Ok(out)
+    }
+
+    /// On a cluster, opens again the primaries that could not be reached and have holds to
+    /// read, each no sooner than its pause allows; a failed attempt reads the slot map anew,
+    /// and a map that moved (a failover done) reopens every connection ([`Moves`]).
+    async fn reopen(&mut self, by_conn: &[Vec<usize>]) {
+        let Some(primaries) = self.primaries.as_mut() else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        let mut failed = false;
+        for (i, conn) in self.conns.iter_mut().enumerate() {
+            if conn.is_some() || by_conn[i].is_empty() {
+                continue;
+            }
+            let tried = primaries.tried[i]
+                .get_or_insert_with(|| (now, Backoff::new(FIRST_REOPEN, LONGEST_REOPEN)));
+            if tried.0 > now {
+                continue;
+            }
+            let pushes = primaries.pushes.clone();
+            match open_tracked(&primaries.clients[i], self.timeout, pushes).await {
+                Ok(opened) => {
+                    *conn = Some(opened);
+                    primaries.tried[i] = None;
+                }
+                Err(e) => {
+                    tracing::debug!(why = %e, "loss notice: a primary is still unreachable");
+                    tried.0 = now + tried.1.pause();
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            // Published for the notice's `Moves`: a new map reopens everything.
+            let _ = primaries.node.slot_owners().await;
+        }
     }
 }
 

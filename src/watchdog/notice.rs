@@ -130,7 +130,7 @@ pub(super) async fn run(weak: Weak<Inner>) {
                 }
                 return;
             }
-            Err(Unavailable::Down(why)) => {
+            Err(why) => {
                 tracing::debug!(%why, "loss notice cannot connect; trying again");
             }
         }
