@@ -224,93 +224,9 @@ impl Tracking {
                         timeout,
                     ))
                 }
-                Tracking::Sentinel(conn) => {
-                    let switched = conn.switched();
-                    // The master the command connection follows (a sentinel asked now may
-                    // still name the old one for a while after a failover), or the one the
-                    // sentinels name when the command connection has none yet.
-                    let client = match conn.master_url() {
-                        Some(url) => redis::Client::open(url).map_err(classify)?,
-                        None => {
-                            let (_, client) = conn
-                                .resolver()
-                                .resolve()
-                                .await
-                                .map_err(|e| Unavailable::Down(e.to_string()))?;
-                            client
-                        }
-                    };
-                    tracing::debug!(master = %client.get_connection_info().addr(), "loss notice follows the master");
-                    let conn = open_tracked(&resp3(&client)?, timeout, pushes).await?;
-                    Ok(Tracked::new(
-                        vec![Some(conn)],
-                        Vec::new(),
-                        Moves::Sentinel(switched),
-                        timeout,
-                    ))
-                }
+                Tracking::Sentinel(conn) => connect_sentinel(conn, timeout, pushes).await,
                 Tracking::Cluster { node, seed } => {
-                    // Watched from before this connect's own read: any map read after it, by
-                    // the watchdog's tick or this read itself, is seen and compared.
-                    let map = node.slot_map.subscribe();
-                    let owners = node
-                        .slot_owners()
-                        .await
-                        .map_err(|e| Unavailable::Down(e.to_string()))?;
-                    if owners.is_empty() {
-                        return Err(Unavailable::Down("no slot map".into()));
-                    }
-                    let moves = Moves::Cluster(map, fingerprint(&owners));
-                    // One connection per primary, whatever the number of its slot ranges.
-                    let mut primaries: Vec<(String, u16)> = Vec::new();
-                    let mut routes = Vec::with_capacity(owners.len());
-                    for owner in owners {
-                        let at = (owner.host, owner.port);
-                        let index = match primaries.iter().position(|known| *known == at) {
-                            Some(index) => index,
-                            None => {
-                                primaries.push(at);
-                                primaries.len() - 1
-                            }
-                        };
-                        routes.push((owner.slots, index));
-                    }
-                    let clients = primaries
-                        .iter()
-                        .map(|(host, port)| at_address(seed, host, *port))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let opens = clients
-                        .iter()
-                        .map(|client| open_tracked(client, timeout, pushes.clone()));
-                    // A primary that cannot be reached (killed, its failover under way) leaves
-                    // the others watched; a refusal (rights, no RESP3) counts for all.
-                    let mut conns = Vec::with_capacity(clients.len());
-                    let mut failure = None;
-                    for opened in join_all(opens).await {
-                        match opened {
-                            Ok(conn) => conns.push(Some(conn)),
-                            Err(Unavailable::Refused(why)) => {
-                                return Err(Unavailable::Refused(why));
-                            }
-                            Err(down) => {
-                                tracing::debug!(why = %down, "loss notice: a primary is unreachable");
-                                failure = Some(down);
-                                conns.push(None);
-                            }
-                        }
-                    }
-                    if let (Some(failure), false) = (failure, conns.iter().any(Option::is_some)) {
-                        return Err(failure);
-                    }
-                    let tried = conns.iter().map(|_| None).collect();
-                    let mut tracked = Tracked::new(conns, routes, moves, timeout);
-                    tracked.primaries = Some(Primaries {
-                        node: node.clone(),
-                        clients,
-                        pushes,
-                        tried,
-                    });
-                    Ok(tracked)
+                    connect_cluster(node, seed, timeout, pushes).await
                 }
             }
         };
@@ -319,6 +235,103 @@ impl Tracking {
             Err(_) => Err(Unavailable::Down(format!("no answer within {timeout:?}"))),
         }
     }
+}
+
+/// Behind Sentinel: one connection, to the master the command connection follows (a sentinel
+/// asked now may still name the old one for a while after a failover), or to the one the
+/// sentinels name when the command connection has none yet.
+async fn connect_sentinel(
+    conn: &SentinelConn,
+    timeout: Duration,
+    pushes: mpsc::UnboundedSender<PushInfo>,
+) -> Result<Tracked, Unavailable> {
+    let switched = conn.switched();
+    let client = match conn.master_url() {
+        Some(url) => redis::Client::open(url).map_err(classify)?,
+        None => {
+            let (_, client) = conn
+                .resolver()
+                .resolve()
+                .await
+                .map_err(|e| Unavailable::Down(e.to_string()))?;
+            client
+        }
+    };
+    tracing::debug!(master = %client.get_connection_info().addr(), "loss notice follows the master");
+    let conn = open_tracked(&resp3(&client)?, timeout, pushes).await?;
+    Ok(Tracked::new(
+        vec![Some(conn)],
+        Vec::new(),
+        Moves::Sentinel(switched),
+        timeout,
+    ))
+}
+
+/// On a cluster: one connection per primary of the slot map read now, whatever the number of
+/// its slot ranges. A primary that cannot be reached (killed, its failover under way) leaves
+/// the others watched; a refusal (rights, no RESP3) counts for all.
+async fn connect_cluster(
+    node: &Node,
+    seed: &redis::Client,
+    timeout: Duration,
+    pushes: mpsc::UnboundedSender<PushInfo>,
+) -> Result<Tracked, Unavailable> {
+    // Watched from before this connect's own read: any map read after it, by the watchdog's
+    // tick or this read itself, is seen and compared.
+    let map = node.slot_map.subscribe();
+    let owners = node
+        .slot_owners()
+        .await
+        .map_err(|e| Unavailable::Down(e.to_string()))?;
+    if owners.is_empty() {
+        return Err(Unavailable::Down("no slot map".into()));
+    }
+    let moves = Moves::Cluster(map, fingerprint(&owners));
+    let mut primaries: Vec<(String, u16)> = Vec::new();
+    let mut routes = Vec::with_capacity(owners.len());
+    for owner in owners {
+        let at = (owner.host, owner.port);
+        let index = match primaries.iter().position(|known| *known == at) {
+            Some(index) => index,
+            None => {
+                primaries.push(at);
+                primaries.len() - 1
+            }
+        };
+        routes.push((owner.slots, index));
+    }
+    let clients = primaries
+        .iter()
+        .map(|(host, port)| at_address(seed, host, *port))
+        .collect::<Result<Vec<_>, _>>()?;
+    let opens = clients
+        .iter()
+        .map(|client| open_tracked(client, timeout, pushes.clone()));
+    let mut conns = Vec::with_capacity(clients.len());
+    let mut failure = None;
+    for opened in join_all(opens).await {
+        match opened {
+            Ok(conn) => conns.push(Some(conn)),
+            Err(Unavailable::Refused(why)) => return Err(Unavailable::Refused(why)),
+            Err(down) => {
+                tracing::debug!(why = %down, "loss notice: a primary is unreachable");
+                failure = Some(down);
+                conns.push(None);
+            }
+        }
+    }
+    if let (Some(failure), false) = (failure, conns.iter().any(Option::is_some)) {
+        return Err(failure);
+    }
+    let tried = conns.iter().map(|_| None).collect();
+    let mut tracked = Tracked::new(conns, routes, moves, timeout);
+    tracked.primaries = Some(Primaries {
+        node: Box::new(node.clone()),
+        clients,
+        pushes,
+        tried,
+    });
+    Ok(tracked)
 }
 
 /// Opens one tracking connection to `client`'s server, pushing to `pushes`.

@@ -180,46 +180,27 @@ async fn listen(
         let fresh = inner.holds.fresh.clone();
         pending.extend(fresh.take());
         let next_round = (!pending.is_empty()).then(|| Instant::from_std(last_round + delay));
-        let event = {
-            let added = fresh.added.notified();
-            let due = async {
-                match next_round {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let moved = moves.next();
-            let unsettled_due = unsettled.due();
-            // Wait holding only the notification, not the client: a dropped client must be
-            // able to end this task.
-            drop(inner);
-            tokio::select! {
-                push = pushes.recv() => Event::Push(push),
-                // While holds wait, the next round takes the fresh ones too: no wake-up per
-                // acquisition.
-                _ = added, if pending.is_empty() => Event::Fresh,
-                _ = due => Event::Due,
-                _ = moved => Event::Moved,
-                _ = unsettled_due => Event::Unsettled,
-            }
-        };
+        // Wait holding only the notification, not the client: a dropped client must be able
+        // to end this task.
+        drop(inner);
+        let waiting = !pending.is_empty();
+        let event = next_event(
+            &fresh.added,
+            waiting,
+            next_round,
+            &mut moves,
+            &unsettled,
+            &mut pushes,
+        )
+        .await;
         let Some(inner) = weak.upgrade() else {
             return Ok(());
         };
         match event {
             Event::Fresh => {}
             Event::Due => {
-                let now = std::time::Instant::now();
-                last_round = now;
-                let mut ready = Vec::new();
-                for noted in std::mem::take(&mut pending) {
-                    match granted_at(&inner, &noted) {
-                        // Released (or lost) meanwhile: nothing to arm.
-                        None => {}
-                        Some(at) if at + delay <= now => ready.push(noted),
-                        Some(_) => pending.push(noted),
-                    }
-                }
+                last_round = std::time::Instant::now();
+                let ready = due_now(&inner, &mut pending, delay, last_round);
                 check(&inner, &mut tracked, ready, &mut armed, &mut unsettled).await?;
             }
             Event::Moved => {
@@ -232,12 +213,7 @@ async fn listen(
             }
             Event::Push(None) => return Err(Unavailable::Down("push channel closed".into())),
             Event::Push(Some(first)) => {
-                // Every notice already here goes in the same round of checks.
-                let mut keys = Notices::default();
-                keys.add(first);
-                while let Ok(push) = pushes.try_recv() {
-                    keys.add(push);
-                }
+                let keys = Notices::gathered(first, &mut pushes);
                 if keys.disconnected {
                     return Err(Unavailable::Down("disconnected".into()));
                 }
@@ -247,6 +223,33 @@ async fn listen(
                 }
             }
         }
+    }
+}
+
+/// Waits for what the notice acts on next: a push, fresh holds (unless some already wait for
+/// `next_round`: the next round takes the fresh ones too, no wake-up per acquisition), that
+/// round, a move of the servers, or the unsettled holds' next check.
+async fn next_event(
+    added: &tokio::sync::Notify,
+    waiting: bool,
+    next_round: Option<Instant>,
+    moves: &mut Moves,
+    unsettled: &Unsettled,
+    pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
+) -> Event {
+    let added = added.notified();
+    let due = async {
+        match next_round {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        push = pushes.recv() => Event::Push(push),
+        _ = added, if !waiting => Event::Fresh,
+        _ = due => Event::Due,
+        _ = moves.next() => Event::Moved,
+        _ = unsettled.due() => Event::Unsettled,
     }
 }
 
@@ -318,6 +321,16 @@ struct Notices {
 }
 
 impl Notices {
+    /// `first` and every notice already here after it: they go in one round of checks.
+    fn gathered(first: PushInfo, pushes: &mut mpsc::UnboundedReceiver<PushInfo>) -> Notices {
+        let mut keys = Notices::default();
+        keys.add(first);
+        while let Ok(push) = pushes.try_recv() {
+            keys.add(push);
+        }
+        keys
+    }
+
     fn add(&mut self, push: PushInfo) {
         match push.kind {
             PushKind::Invalidate => match push.data.into_iter().next() {
@@ -349,6 +362,25 @@ impl Notices {
         };
         lists.into_iter().flatten().collect()
     }
+}
+
+/// Takes out of `pending` the holds granted at least `delay` before `now` (to be armed now);
+/// those released or lost meanwhile are dropped, the younger ones stay.
+fn due_now(
+    inner: &Inner,
+    pending: &mut Vec<Noted>,
+    delay: Duration,
+    now: std::time::Instant,
+) -> Vec<Noted> {
+    let mut ready = Vec::new();
+    for noted in std::mem::take(pending) {
+        match granted_at(inner, &noted) {
+            None => {}
+            Some(at) if at + delay <= now => ready.push(noted),
+            Some(_) => pending.push(noted),
+        }
+    }
+    ready
 }
 
 /// When the hold `noted` stands for was granted (a family hold: noted), if it is still live.
