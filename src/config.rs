@@ -96,8 +96,8 @@ pub struct Config {
     /// when such a key is written (Redis's client-side caching, `CLIENT TRACKING`, which needs
     /// Redis 6 or Valkey). The client then reads whether the hold is still there and, if not,
     /// marks its guard lost once the command connection confirms it:
-    /// [`LockGuard::lost`](crate::LockGuard::lost) resolves within a millisecond instead of at
-    /// the next renewal (up to a third of the lease later). Measured (`make bench` L1, L1C,
+    /// [`LockGuard::lost`](crate::LockGuard::lost) resolves within about a millisecond instead
+    /// of at the next renewal (up to a third of the lease later). Measured (`make bench` L1, L1C,
     /// L1S; loopback, 300 trials per cause) after a `DEL`, a `FLUSHDB`, an eviction or a
     /// force-unlock by another process: p99 240–340 µs on one server, at most 395 µs on a
     /// cluster, 458 µs behind Sentinel. A reconnect of that connection (a restart, a Sentinel

@@ -31,7 +31,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ErrorKind, ProtocolVersion, PushInfo, RedisError,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Node;
 use super::calls::renew_by_node::fingerprint;
@@ -39,6 +39,7 @@ use super::link::Link;
 use super::sentinel::SentinelConn;
 use super::shape::slot;
 use crate::backoff::Backoff;
+use crate::task::AbortOnDrop;
 
 /// Keys read per pipeline: as the watchdog's renewal batches, a call that does not stall the
 /// server for long.
@@ -185,7 +186,16 @@ struct Primaries {
     pushes: mpsc::UnboundedSender<PushInfo>,
     /// When each was last tried while unreachable, and the pause before the next try.
     tried: Vec<Option<(tokio::time::Instant, Backoff)>>,
+    /// The attempt under way for each unreachable primary, if any: in a task of its own, so a
+    /// primary that hangs (frozen, cut off) holds up no check of the others' holds.
+    opening: Vec<Option<Opening>>,
 }
+
+/// An attempt to open a primary's connection again, and where its outcome arrives.
+type Opening = (
+    AbortOnDrop,
+    oneshot::Receiver<Result<MultiplexedConnection, Unavailable>>,
+);
 
 /// The first pause before a primary that could not be reached is tried again; it doubles up
 /// to the longest, as the notice's reconnections do.
@@ -207,34 +217,50 @@ fn role_of(reply: &redis::Value) -> Option<&[u8]> {
 impl Tracking {
     /// Opens the connections, with their pushes (invalidations, and redis-rs's
     /// `Disconnection` when one drops) sent to `pushes`, and turns tracking on. Bounded by
-    /// `timeout`.
+    /// `timeout`; a cluster's by its parts (the slot map's read, and each primary's open, all
+    /// at once): one outer bound as long as a part would fail it whole when one primary hangs,
+    /// and leave every other primary unwatched.
     pub(crate) async fn connect(
         &self,
         timeout: Duration,
         pushes: mpsc::UnboundedSender<PushInfo>,
     ) -> Result<Tracked, Unavailable> {
-        let open = async {
-            match self {
-                Tracking::Server(client) => {
-                    let conn = open_tracked(&resp3(client)?, timeout, pushes).await?;
-                    Ok(Tracked::new(
-                        vec![Some(conn)],
-                        Vec::new(),
-                        Moves::Never,
-                        timeout,
-                    ))
-                }
-                Tracking::Sentinel(conn) => connect_sentinel(conn, timeout, pushes).await,
-                Tracking::Cluster { node, seed } => {
-                    connect_cluster(node, seed, timeout, pushes).await
-                }
+        match self {
+            Tracking::Server(client) => {
+                within(timeout, connect_server(client, timeout, pushes)).await
             }
-        };
-        match tokio::time::timeout(timeout, open).await {
-            Ok(result) => result,
-            Err(_) => Err(Unavailable::Down(format!("no answer within {timeout:?}"))),
+            Tracking::Sentinel(conn) => {
+                within(timeout, connect_sentinel(conn, timeout, pushes)).await
+            }
+            Tracking::Cluster { node, seed } => connect_cluster(node, seed, timeout, pushes).await,
         }
     }
+}
+
+/// `open`, or `Down` past `timeout`.
+async fn within(
+    timeout: Duration,
+    open: impl std::future::Future<Output = Result<Tracked, Unavailable>>,
+) -> Result<Tracked, Unavailable> {
+    match tokio::time::timeout(timeout, open).await {
+        Ok(result) => result,
+        Err(_) => Err(Unavailable::Down(format!("no answer within {timeout:?}"))),
+    }
+}
+
+/// One server: one connection.
+async fn connect_server(
+    client: &redis::Client,
+    timeout: Duration,
+    pushes: mpsc::UnboundedSender<PushInfo>,
+) -> Result<Tracked, Unavailable> {
+    let conn = open_tracked(&resp3(client)?, timeout, pushes).await?;
+    Ok(Tracked::new(
+        vec![Some(conn)],
+        Vec::new(),
+        Moves::Never,
+        timeout,
+    ))
 }
 
 /// Behind Sentinel: one connection, to the master the command connection follows (a sentinel
@@ -324,12 +350,14 @@ async fn connect_cluster(
         return Err(failure);
     }
     let tried = conns.iter().map(|_| None).collect();
+    let opening = conns.iter().map(|_| None).collect();
     let mut tracked = Tracked::new(conns, routes, moves, timeout);
     tracked.primaries = Some(Primaries {
         node: Box::new(node.clone()),
         clients,
         pushes,
         tried,
+        opening,
     });
     Ok(tracked)
 }
@@ -487,8 +515,9 @@ impl Tracked {
     /// Whether each hold is still on the server (`HEXISTS key field`, or `HGET key field`
     /// compared with its value), in order; `None` where the server could not say. Each read
     /// arms tracking of its key: any later change of it is pushed. On a cluster each primary
-    /// reads its own keys, all at once, and a primary that cannot be reached says nothing for
-    /// its keys while the others answer for theirs.
+    /// reads its own keys, all at once, and a primary that could not be reached at connect
+    /// says nothing for its keys (never armed: they stay unsettled until it is reopened) while
+    /// the others answer for theirs.
     pub(crate) async fn check(
         &mut self,
         holds: &[&Presence],
@@ -497,7 +526,7 @@ impl Tracked {
         for (i, hold) in holds.iter().enumerate() {
             by_conn[self.route(&hold.key)?].push(i);
         }
-        self.reopen(&by_conn).await;
+        self.reopen(&by_conn);
         let (role, timeout) = (self.behind_sentinel, self.timeout);
         let asked: Vec<(usize, Vec<&Presence>)> = by_conn
             .iter()
@@ -523,55 +552,63 @@ impl Tracked {
                         out[i] = held;
                     }
                 }
-                // One server (or behind Sentinel), or a stale map: the connections are made
-                // again.
-                Err(e) if self.primaries.is_none() || matches!(e, Unavailable::Moved(_)) => {
-                    return Err(e);
-                }
-                // A cluster primary: its keys say nothing until it is opened again.
-                Err(e) => {
-                    tracing::debug!(why = %e, "loss notice: a primary stopped answering");
-                    self.conns[*conn] = None;
-                }
+                // A connection that stopped answering, or a stale map: the connections are
+                // made again and every hold checked anew (what a dropped connection tracked is
+                // forgotten by its server). On a cluster a primary that cannot be reached
+                // then leaves the others watched (`connect_cluster`).
+                Err(e) => return Err(e),
             }
         }
         Ok(out)
     }
 
     /// On a cluster, opens again the primaries that could not be reached and have holds to
-    /// read, each no sooner than its pause allows; a failed attempt reads the slot map anew,
-    /// and a map that moved (a failover done) reopens every connection ([`Moves`]).
-    async fn reopen(&mut self, by_conn: &[Vec<usize>]) {
+    /// read: takes what an attempt under way brought, or starts one, each no sooner than its
+    /// pause allows. A failed attempt reads the slot map anew, and a map that moved (a failover
+    /// done) reopens every connection ([`Moves`]). Never waits for an attempt.
+    fn reopen(&mut self, by_conn: &[Vec<usize>]) {
         let Some(primaries) = self.primaries.as_mut() else {
             return;
         };
         let now = tokio::time::Instant::now();
-        let mut failed = false;
         for (i, conn) in self.conns.iter_mut().enumerate() {
             if conn.is_some() || by_conn[i].is_empty() {
                 continue;
             }
             let tried = primaries.tried[i]
                 .get_or_insert_with(|| (now, Backoff::new(FIRST_REOPEN, LONGEST_REOPEN)));
+            if let Some((_, outcome)) = primaries.opening[i].as_mut() {
+                match outcome.try_recv() {
+                    Err(oneshot::error::TryRecvError::Empty) => continue,
+                    Ok(Ok(opened)) => {
+                        *conn = Some(opened);
+                        primaries.tried[i] = None;
+                        primaries.opening[i] = None;
+                        continue;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(why = %e, "loss notice: a primary is still unreachable");
+                        tried.0 = now + tried.1.pause();
+                    }
+                    Err(oneshot::error::TryRecvError::Closed) => {}
+                }
+                primaries.opening[i] = None;
+            }
             if tried.0 > now {
                 continue;
             }
-            let pushes = primaries.pushes.clone();
-            match open_tracked(&primaries.clients[i], self.timeout, pushes).await {
-                Ok(opened) => {
-                    *conn = Some(opened);
-                    primaries.tried[i] = None;
+            let (tx, rx) = oneshot::channel();
+            let (client, pushes) = (primaries.clients[i].clone(), primaries.pushes.clone());
+            let (node, timeout) = (primaries.node.clone(), self.timeout);
+            let attempt = tokio::spawn(async move {
+                let opened = open_tracked(&client, timeout, pushes).await;
+                if opened.is_err() {
+                    // Published for the notice's `Moves`.
+                    let _ = node.slot_owners().await;
                 }
-                Err(e) => {
-                    tracing::debug!(why = %e, "loss notice: a primary is still unreachable");
-                    tried.0 = now + tried.1.pause();
-                    failed = true;
-                }
-            }
-        }
-        if failed {
-            // Published for the notice's `Moves`: a new map reopens everything.
-            let _ = primaries.node.slot_owners().await;
+                let _ = tx.send(opened);
+            });
+            primaries.opening[i] = Some((AbortOnDrop(attempt), rx));
         }
     }
 }
