@@ -10,34 +10,9 @@ mod support;
 use futures_util::FutureExt;
 use std::time::{Duration, Instant};
 
-use redlease::{Client, LockGuard};
+use redlease::Client;
+use support::notice::{NOTICE_WITHIN, SETTLE, hold, lost_after};
 use support::{Server, client, client_with, exists, key_of, unique_name};
-
-/// What every test asserts (the bar is 200 ms at most, 50 ms at the 99th percentile,
-/// measured by `make bench`; a loaded test machine gets more room).
-const NOTICE_WITHIN: Duration = Duration::from_secs(1);
-
-/// Longer than two of the loss notice's arming delays (10 ms by default), so the hold is armed.
-const SETTLE: Duration = Duration::from_millis(100);
-
-/// Holds `name` through `client` under the watchdog, then waits until it is armed.
-async fn hold(client: &Client, name: &str) -> LockGuard {
-    let guard = client.lock(name).unwrap().lock().await.unwrap();
-    tokio::time::sleep(SETTLE).await;
-    assert!(!guard.is_lost(), "lost before anything happened");
-    guard
-}
-
-/// Runs `cause` now and returns how long `lost()` took after it, or `None` past `within`.
-async fn lost_after(guard: &LockGuard, within: Duration, cause: impl FnOnce()) -> Option<Duration> {
-    let lost = guard.lost();
-    let started = Instant::now();
-    cause();
-    tokio::time::timeout(within, lost)
-        .await
-        .ok()
-        .map(|()| started.elapsed())
-}
 
 fn redis_cmd(server: &Server, args: &[&str]) {
     let mut cmd = redis::cmd(args[0]);

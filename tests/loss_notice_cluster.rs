@@ -9,37 +9,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redlease::{Client, LockGuard};
+use support::notice::{NOTICE_WITHIN, hold, lost_after};
 use support::{Cluster, cluster_client, key_of, key_slot};
-
-/// What every test asserts (the bar on a cluster is 200 ms at the 99th percentile,
-/// measured by `make bench`; a loaded test machine gets more room).
-const NOTICE_WITHIN: Duration = Duration::from_secs(1);
-
-/// Longer than two of the loss notice's arming delays (10 ms by default), so the hold is armed.
-const SETTLE: Duration = Duration::from_millis(100);
 
 /// After a failover or a slot move: longer than the notice's reconnection (its pauses grow to
 /// 500 ms) and its check of every hold.
 const FOLLOWED: Duration = Duration::from_millis(1500);
-
-async fn hold(client: &Client, name: &str) -> LockGuard {
-    let guard = client.lock(name).unwrap().lock().await.unwrap();
-    tokio::time::sleep(SETTLE).await;
-    assert!(!guard.is_lost(), "lost before anything happened");
-    guard
-}
-
-/// Runs `cause` now and returns how long `lost()` took after it, or `None` past `within`.
-async fn lost_after(guard: &LockGuard, within: Duration, cause: impl FnOnce()) -> Option<Duration> {
-    let lost = guard.lost();
-    let started = Instant::now();
-    cause();
-    tokio::time::timeout(within, lost)
-        .await
-        .ok()
-        .map(|()| started.elapsed())
-}
 
 fn run(cluster: &Cluster, node: usize, args: &[&str]) {
     let mut cmd = redis::cmd(args[0]);

@@ -36,6 +36,7 @@ mod cluster;
 mod host;
 mod locks;
 pub mod metrics;
+pub mod notice;
 mod probe;
 pub mod replica;
 pub mod sentinel;
