@@ -7,7 +7,6 @@
 //! process: the connections each client keeps open, and the server memory each costs
 //! (connection buffers and the held key).
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -61,21 +60,8 @@ pub async fn run(implementation: &str, url: &str, n: usize) -> Result<Vec<Measur
         let mut cmd = tokio::process::Command::new(&exe);
         let kind = crate::model::family(implementation);
         cmd.env(HOLDER_VAR, format!("{kind} {url} bench:k3:{i}"))
-            .env_remove(crate::workloads::loss_notice::FORCER_VAR)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        // SAFETY: the hook only makes the prctl system call: the process dies with the thread
-        // that spawned it.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            })
-        };
+            .env_remove(crate::workloads::loss_notice::FORCER_VAR);
+        super::processes::as_child(&mut cmd);
         let mut child = cmd.spawn().context("spawning a K3 process")?;
         let stdin = child.stdin.take().context("no stdin")?;
         let stdout = child.stdout.take().context("no stdout")?;

@@ -30,7 +30,6 @@
 //! stop after [`SLOW_BUDGET`] (or the run's cap), so a row measured at the renewal's pace (a
 //! few seconds a trial) still ends; the row says how many trials it has.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -278,21 +277,8 @@ struct Forcer {
 impl Forcer {
     async fn spawn(url: &str) -> Result<Forcer> {
         let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
-        cmd.env(FORCER_VAR, url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        // SAFETY: the hook only makes the prctl system call: the process dies with the thread
-        // that spawned it.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            })
-        };
+        cmd.env(FORCER_VAR, url);
+        super::processes::as_child(&mut cmd);
         let mut child = cmd.spawn().context("spawning the forcing process")?;
         let stdin = child.stdin.take().context("no stdin")?;
         let stdout = child.stdout.take().context("no stdout")?;

@@ -730,22 +730,8 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
     let mut procs = Vec::with_capacity(k);
     for i in 0..k {
         let mut cmd = tokio::process::Command::new(&exe);
-        cmd.args(&args)
-            .args(["--w7-worker", &i.to_string()])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .kill_on_drop(true);
-        // SAFETY: the hook only makes the prctl system call. The process dies with the thread
-        // that spawned it (a runtime worker of the coordinator, living as long as it).
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            })
-        };
+        cmd.args(&args).args(["--w7-worker", &i.to_string()]);
+        as_child(&mut cmd);
         let mut child = cmd.spawn().context("spawning a W7 process")?;
         let stdin = child.stdin.take().context("no stdin")?;
         let stdout = child.stdout.take().context("no stdout")?;
@@ -844,6 +830,25 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
         measures.push(crate::losses::measure(lost));
     }
     Ok(measures)
+}
+
+/// Makes `cmd` a child the bench talks to: stdin and stdout piped, stderr shared, killed when
+/// dropped, and killed by the kernel when the thread that spawned it dies (`PR_SET_PDEATHSIG`),
+/// so no measuring process outlives a bench that crashed.
+pub(crate) fn as_child(cmd: &mut tokio::process::Command) {
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    // SAFETY: the hook only makes the prctl system call.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
 }
 
 #[cfg(test)]
