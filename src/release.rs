@@ -1,9 +1,13 @@
-//! Giving holds back. Two verbs: [`release_hold`] gives back one guard's hold (the lock goes,
-//! or is handed to this client's waiting head, at the owner's last hold); [`give_back`] gives
-//! back holds no guard owns (abandoned grants, shutdown, a lock released by name). Both retry a
-//! release whose reply was lost (the script makes the retry harmless) and finish in the
-//! background if the caller stops waiting.
+//! Giving holds back, for every kind. Two verbs: [`release_hold`] gives back one guard's hold
+//! (the lock goes, or is handed to this client's waiting head, at the owner's last hold), and
+//! [`finish_unlock`] is the same lifecycle for the lock family's guards, whose kinds supply
+//! the server half; [`give_back`] gives back holds no guard owns (abandoned grants, shutdown,
+//! a lock released by name). Each does its local half synchronously first, retries a release
+//! whose reply was lost (the script makes the retry harmless), finishes in the background if
+//! the caller stops waiting, and runs on the client's runtime when polled outside one or
+//! dropped anywhere ([`release_hold_in_background`], [`release_dropped`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -78,6 +82,67 @@ pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
         }
     };
     spawn_from_drop(background, release);
+}
+
+/// A family guard's give-back, as [`release_hold`] is the lock's: its local half already done
+/// by the guard, `release` (`None`: nothing to send) is the server half. It runs to its end
+/// even when the caller stops waiting (tracked, so `Client::shutdown` waits for it) and answers
+/// whether the hold was still there; a hold gone then, or known `lost` before, is
+/// [`Error::LeaseLost`]. Polled outside tokio, the caller hears so and the server half runs on
+/// the client's runtime, as a dropped guard's.
+pub(crate) async fn finish_unlock<F>(
+    client: &Client,
+    name: &Arc<str>,
+    lost: bool,
+    release: Option<F>,
+) -> Result<()>
+where
+    F: Future<Output = Result<bool>> + Send + 'static,
+{
+    if let Err(e) = crate::task::in_runtime() {
+        if let Some(release) = release {
+            release_dropped(client, name.clone(), release);
+        }
+        return Err(e);
+    }
+    let background = &client.inner.background;
+    let held = match release {
+        Some(release) => {
+            let released = FinishOnDrop::new(release, |_| async {})
+                .tracked(background)
+                .await;
+            match released {
+                Ok(held) => held,
+                // Known lost: that is the answer, whatever the release met (a hold told of
+                // its loss at once may be released before the connection is back); but a
+                // client shut down says so.
+                Err(e) if lost && !matches!(e, Error::Shutdown) => false,
+                Err(e) => return Err(e),
+            }
+        }
+        None => true,
+    };
+    if lost || !held {
+        let name = name.to_string();
+        return Err(Error::LeaseLost { name });
+    }
+    Ok(())
+}
+
+/// A dropped family guard's `release`, spawned on the client's runtime from any thread (see
+/// [`spawn_from_drop`]); once that runtime has ended, the lease frees the hold.
+pub(crate) fn release_dropped<F>(client: &Client, name: Arc<str>, release: F)
+where
+    F: Future<Output = Result<bool>> + Send + 'static,
+{
+    let release = async move {
+        if let Err(e) = release.await
+            && !matches!(e, Error::Shutdown)
+        {
+            tracing::warn!(lock = %name, error = %e, "release of a dropped guard failed; it expires with its lease");
+        }
+    };
+    spawn_from_drop(&client.inner.background, release);
 }
 
 /// The synchronous half of [`release_hold`]: one guard fewer in the registry, and the release

@@ -182,6 +182,51 @@ fn a_future_polled_outside_tokio_is_an_error_not_a_panic() {
     rt.block_on(client.shutdown()).unwrap();
 }
 
+/// The lock family's guards given back outside a tokio runtime: as a `LockGuard`'s unlock, the
+/// caller hears `is_no_runtime` (no panic), and the hold is given back all the same on the
+/// client's runtime.
+#[test]
+fn a_family_guard_given_back_outside_tokio_is_an_error_not_a_panic() {
+    let server = Server::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(support::client(&server));
+    let name = unique_name("outside-family");
+
+    let rw = client.read_write_lock(&format!("{name}-rw")).unwrap();
+    let key = rw.key().to_owned();
+    for side in ["write", "read"] {
+        let unlocked = if side == "write" {
+            let guard = rt.block_on(rw.write().lock()).unwrap();
+            poll_on_plain_thread(async move { guard.unlock().await })
+        } else {
+            let guard = rt.block_on(rw.read().lock()).unwrap();
+            poll_on_plain_thread(async move { guard.unlock().await })
+        };
+        let unlocked = unlocked
+            .unwrap_or_else(|panic| panic!("a {side} unlock outside tokio panicked: {panic}"))
+            .expect("the unlock outside tokio finished");
+        assert!(unlocked.unwrap_err().is_no_runtime(), "{side}");
+        let released =
+            support::eventually(Duration::from_secs(2), || !support::exists(&server, &key));
+        assert!(released, "the {side} hold outlived its guard's unlock");
+    }
+
+    let permits = client.permit_semaphore(&format!("{name}-permits")).unwrap();
+    rt.block_on(permits.set_permits(1)).unwrap();
+    let permit = rt.block_on(permits.acquire()).unwrap();
+    let released = poll_on_plain_thread(async move { permit.release().await })
+        .unwrap_or_else(|panic| panic!("a permit's release outside tokio panicked: {panic}"))
+        .expect("the release outside tokio finished");
+    assert!(released.unwrap_err().is_no_runtime());
+    let freed = rt.block_on(support::eventually_async(
+        Duration::from_secs(2),
+        || async { permits.available().await.unwrap() == 1 },
+    ));
+    assert!(freed, "the permit outlived its release");
+    assert_eq!(client.held_count(), 0);
+    rt.block_on(client.shutdown()).unwrap();
+}
+
 #[tokio::test]
 async fn a_status_says_whether_the_lock_is_held() {
     let server = Server::start();

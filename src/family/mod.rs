@@ -5,8 +5,8 @@
 //! semaphore, a latch and a lock may share a name, and every key of one object lives in one
 //! Redis Cluster slot.
 //!
-//! Shared here: the keys, the input checks, and a request's and a release's lifecycle (undone
-//! when abandoned, finished when the caller stops waiting). Beside it: the typed script replies
+//! Shared here: the keys, the input checks, and a request's lifecycle (undone when abandoned).
+//! A guard's release goes through the one release lifecycle of every kind (`release.rs`). Beside it: the typed script replies
 //! (`reply.rs`) and the family's waiter in the one wait loop (`asking.rs`). The waiters of the
 //! semaphores and the read-write lock queue on the server and hear of their own grants only
 //! (`queued.rs`); the latch's wake on the object's channel.
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::node::FamilyScript;
 use crate::shared::Client;
-use crate::task::{FinishOnDrop, spawn_from_drop};
+use crate::task::FinishOnDrop;
 pub(crate) use crate::wait::{Attempt, NAP};
 
 mod asking;
@@ -169,55 +169,4 @@ where
     FinishOnDrop::new(request, abandoned)
         .tracked(&client.inner.background)
         .await
-}
-
-/// A family guard's release, as [`LockGuard::unlock`](crate::LockGuard::unlock)'s: `release`
-/// (`None`: nothing to send) runs to its end even when the caller stops waiting (tracked, so
-/// `Client::shutdown` waits for it) and answers whether the hold was still there; a hold gone
-/// then, or known `lost` before, is [`Error::LeaseLost`].
-pub(crate) async fn finish_unlock<F>(
-    client: &Client,
-    name: &str,
-    lost: bool,
-    release: Option<F>,
-) -> Result<()>
-where
-    F: Future<Output = Result<bool>> + Send + 'static,
-{
-    let background = &client.inner.background;
-    let held = match release {
-        Some(release) => {
-            let released = FinishOnDrop::new(release, |_| async {})
-                .tracked(background)
-                .await;
-            match released {
-                Ok(held) => held,
-                // Known lost: that is the answer, whatever the release met (a hold told of
-                // its loss at once may be released before the connection is back); but a
-                // client shut down says so.
-                Err(e) if lost && !matches!(e, Error::Shutdown) => false,
-                Err(e) => return Err(e),
-            }
-        }
-        None => true,
-    };
-    if lost || !held {
-        let name = name.to_string();
-        return Err(Error::LeaseLost { name });
-    }
-    Ok(())
-}
-
-/// A dropped family guard's `release`, spawned on the client's runtime from any thread (see
-/// [`spawn_from_drop`]); once that runtime has ended, the lease frees the hold.
-pub(crate) fn release_dropped<F>(client: &Client, name: Arc<str>, release: F)
-where
-    F: Future<Output = Result<bool>> + Send + 'static,
-{
-    let release = async move {
-        if let Err(e) = release.await {
-            tracing::warn!(lock = %name, error = %e, "release of a dropped guard failed; it expires with its lease");
-        }
-    };
-    spawn_from_drop(&client.inner.background, release);
 }

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::family::kept::Kept;
 use crate::family::rwlock::{Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_share::{OwnHeld, Share};
-use crate::family::{finish_unlock, release_dropped};
+use crate::release::{finish_unlock, release_dropped};
 use crate::telemetry;
 use crate::terms::Lease;
 
