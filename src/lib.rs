@@ -108,7 +108,7 @@
 //!
 //! ## Leases and the watchdog
 //! A lock taken without a lease is kept by the client's watchdog: its lease (30 s by default,
-//! [`Config::watchdog_lease`]) is renewed every third of the lease, in batches of 1,000 locks
+//! [`Config::watchdog_lease`]) is renewed every third of the lease, in batches of 200 locks
 //! per round trip, while a guard lives. If the key is found gone (expired, deleted, the server
 //! restarted without persistence), or Redis stays unreachable past the guard's
 //! [`valid_until`](LockGuard::valid_until), the guard is *lost*: [`LockGuard::lost`] resolves,

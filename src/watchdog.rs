@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::error::Result;
 use crate::hold::Hold;
-use crate::node::{Acks, Renewal, Shortfall, WaitFor};
+use crate::node::{Acks, RENEWAL_BATCH, Renewal, Shortfall, WaitFor};
 use crate::shared::Inner;
 use crate::task::AbortOnDrop;
 use crate::telemetry::LostReason;
@@ -22,17 +22,13 @@ pub(crate) mod audit;
 mod early;
 mod notice;
 
-/// Locks per renewal script call: large enough that 100,000 locks take 100 calls, small enough
-/// that one call does not stall the server for long (each lock costs two O(1) commands).
-pub(crate) const BATCH: usize = 1000;
-
 /// What one renewal tick did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RenewStats {
     /// Holds the tick tried to renew, of every kind.
     pub locks: usize,
-    /// Script calls sent for locks, each of one shard (cluster slot) and at most 1,000 locks;
+    /// Script calls sent for locks, each of one shard (cluster slot) and at most 200 locks;
     /// they are sent concurrently, so the calls to one server travel pipelined. (The lock
     /// family's holds renew through their kinds' coalesced script calls, not counted here.)
     pub round_trips: usize,
@@ -244,13 +240,13 @@ async fn renew_holds(
 /// One hold's renewal: renewed or not, and what `WAIT` answered when one was asked for.
 type Outcome = Result<(bool, Option<Acks>)>;
 
-/// [`renew_holds`] on one server: calls of up to [`BATCH`] locks, sent concurrently.
+/// [`renew_holds`] on one server: calls of up to [`RENEWAL_BATCH`] locks, sent concurrently.
 async fn renew_on_server(
     inner: &Arc<Inner>,
     holds: &[Arc<Hold>],
     wait: Option<WaitFor>,
 ) -> (Vec<Outcome>, usize, usize) {
-    let batches: Vec<&[Arc<Hold>]> = holds.chunks(BATCH).collect();
+    let batches: Vec<&[Arc<Hold>]> = holds.chunks(RENEWAL_BATCH).collect();
     let calls = batches.iter().map(|batch| {
         let requests: Vec<Renewal<'_>> = batch.iter().map(|h| renewal(h)).collect();
         async move { inner.node.renew_acked(&requests, wait).await }

@@ -292,3 +292,42 @@ async fn unlock_all(guards: Vec<redlease::LockGuard>) {
         t.await.unwrap();
     }
 }
+
+/// A renewal script call runs alone on its server, so one tick splits many holds into calls of
+/// at most 200 locks each (about half a millisecond of server time): 401 holds take 3 calls,
+/// and every one of them is renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_tick_sends_calls_of_at_most_200_locks() {
+    const HOLDS: usize = 401;
+    let server = Server::start();
+    let client = client_with_lease(&server, Duration::from_secs(30)).await;
+    let mut guards = Vec::new();
+    let mut keys = Vec::new();
+    for _ in 0..HOLDS {
+        let lock = client.lock(&unique_name("batch")).unwrap();
+        keys.push(lock.key().to_owned());
+        guards.push(lock.lock().await.unwrap());
+    }
+    let mut conn = server.conn();
+    for key in &keys {
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(key)
+            .arg(5_000)
+            .query(&mut conn)
+            .unwrap();
+    }
+    let stats = client.renew_now().await.unwrap();
+    assert_eq!(
+        (stats.locks, stats.lost, stats.failed_batches),
+        (HOLDS, 0, 0)
+    );
+    assert_eq!(
+        stats.round_trips, 3,
+        "{HOLDS} holds in calls of 200: {stats:?}"
+    );
+    for key in &keys {
+        let ttl = pttl(&server, key);
+        assert!(ttl > 25_000, "{key} was not renewed: {ttl} ms left");
+    }
+    unlock_all(guards).await;
+}

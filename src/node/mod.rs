@@ -21,6 +21,7 @@ use calls::{batch, family_calls, lock_calls, queue_read, release_calls};
 use deploy::{acl, capabilities, dial, link, replicas, sentinel, shape, tls, transport};
 
 pub(crate) use acl::denied;
+pub(crate) use calls::renew_by_node::RENEWAL_BATCH;
 pub use capabilities::ServerWarning;
 #[allow(unused_imports)] // For the kinds that will choose by what the server can do.
 pub(crate) use capabilities::{Capabilities, ServerInfo, Version};
