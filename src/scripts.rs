@@ -129,6 +129,28 @@ impl Release {
     }
 }
 
+/// What `renew.lua` or `renew_node.lua` answered for a call of `locks` locks: per lock, in
+/// order, whether it was renewed (only a 1 is trusted; a lock not renewed by node is renewed
+/// again the per-slot way, which says for certain).
+pub(crate) fn renewed(script: &'static str, reply: Value, locks: usize) -> Result<Vec<bool>> {
+    let Value::Array(flags) = &reply else {
+        return Err(protocol(script, &reply));
+    };
+    if flags.len() != locks {
+        return Err(Error::Protocol {
+            script,
+            reply: format!("{} flags for {locks} locks", flags.len()),
+        });
+    }
+    flags
+        .iter()
+        .map(|flag| match flag {
+            Value::Int(n) => Ok(*n == 1),
+            _ => Err(protocol(script, &reply)),
+        })
+        .collect()
+}
+
 fn protocol(script: &'static str, reply: &Value) -> Error {
     Error::Protocol {
         script,
@@ -172,6 +194,19 @@ mod tests {
         assert_eq!(parse(pair(0, 7)), None);
         assert_eq!(parse(pair(1, -1)), None);
         assert_eq!(parse(Value::Nil), None);
+    }
+
+    #[test]
+    fn renewal_replies_parse() {
+        let ints = |v: &[i64]| Value::Array(v.iter().map(|&n| Value::Int(n)).collect());
+        assert_eq!(
+            renewed("renew", ints(&[1, 0, 1]), 3).ok(),
+            Some(vec![true, false, true])
+        );
+        assert!(renewed("renew", ints(&[1, 0]), 3).is_err(), "a flag short");
+        assert!(renewed("renew", Value::Int(1), 1).is_err(), "not an array");
+        let mixed = Value::Array(vec![Value::Int(1), Value::Nil]);
+        assert!(renewed("renew", mixed, 2).is_err(), "not an integer");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::scripts;
 
@@ -282,15 +282,7 @@ impl Node {
                 (reply, Some(acks))
             }
         };
-        let flags: Vec<i64> =
-            redis::from_redis_value(reply).map_err(|e| Error::redis("renew", "", e.into()))?;
-        if flags.len() != batch.len() {
-            return Err(Error::Protocol {
-                script: "renew",
-                reply: format!("{} flags for {} locks", flags.len(), batch.len()),
-            });
-        }
-        Ok((flags.into_iter().map(|flag| flag == 1).collect(), acks))
+        Ok((scripts::renewed("renew", reply, batch.len())?, acks))
     }
 
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool> {

@@ -201,15 +201,10 @@ impl Node {
         if let Value::ServerError(e) = reply {
             return Err(Error::redis("renew", "", e.into()));
         }
-        let flags: Vec<i64> =
-            redis::from_redis_value(reply).map_err(|e| Error::redis("renew", "", e.into()))?;
-        if flags.len() != chunk.len() {
-            return Err(Error::Protocol {
-                script: "renew_node",
-                reply: format!("{} flags for {} locks", flags.len(), chunk.len()),
-            });
-        }
-        Ok((flags.into_iter().map(|f| f == 1).collect(), acks))
+        Ok((
+            crate::scripts::renewed("renew_node", reply, chunk.len())?,
+            acks,
+        ))
     }
 
     /// Which primary serves which slots (`CLUSTER SLOTS`, from any node); on one server, none.
