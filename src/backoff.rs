@@ -1,7 +1,7 @@
 //! The pause between two tries of something that failed: it doubles from a first pause up to
 //! a longest one while the failures go on, and starts over after a success. Every retry loop
-//! of the client uses it, with its own bounds (named where it is used); a polling waiter's
-//! pause, which is also drawn at random, is `pubsub/channel.rs`'s `Poll`.
+//! of the client uses it, with one of the bounds named here; a polling waiter's pause, which
+//! is also drawn at random, is `pubsub/channel.rs`'s `Poll`.
 
 use std::time::Duration;
 
@@ -12,7 +12,30 @@ pub(crate) struct Backoff {
     next: Duration,
 }
 
+/// The longest pause between two connection attempts to a server: the command connection's
+/// own reconnections (`node/deploy/dial.rs`) and the loss notice's, so both are back about
+/// together after an outage.
+pub(crate) const LONGEST_RECONNECT: Duration = Duration::from_millis(500);
+
 impl Backoff {
+    /// Connecting again to a server (the loss notice's connections, a cluster primary's, a
+    /// hold's check that could not settle): from 10 ms up to [`LONGEST_RECONNECT`].
+    pub(crate) const fn reconnect() -> Backoff {
+        Backoff::new(Duration::from_millis(10), LONGEST_RECONNECT)
+    }
+
+    /// A call sent again while a cluster or a Sentinel group is in transition (a failover, a
+    /// slot moving): from 20 ms up to 200 ms, within the call's own time limit.
+    pub(crate) const fn resend() -> Backoff {
+        Backoff::new(Duration::from_millis(20), Duration::from_millis(200))
+    }
+
+    /// Work that must get through eventually but is in nobody's way meanwhile (a Sentinel
+    /// listener's reconnection, a queue place's withdrawal): from 100 ms up to 5 s.
+    pub(crate) const fn patient() -> Backoff {
+        Backoff::new(Duration::from_millis(100), Duration::from_secs(5))
+    }
+
     pub(crate) const fn new(first: Duration, max: Duration) -> Backoff {
         Backoff {
             first,

@@ -79,7 +79,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool>>,
 {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut backoff = Backoff::patient();
     for attempt in 1..=WITHDRAW_TRIES {
         let Err(e) = withdraw().await else {
             return;

@@ -61,17 +61,11 @@ use tokio::time::Instant;
 
 mod check;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, LONGEST_RECONNECT};
 use crate::hold::Noted;
 use crate::node::{Moves, Tracked, Unavailable};
 use crate::shared::Inner;
 use check::{Unsettled, check};
-
-/// The first pause before connecting again after a failure; it doubles up to [`MAX_PAUSE`].
-const FIRST_PAUSE: Duration = Duration::from_millis(10);
-/// The longest pause between two connection attempts: as the command connection's own retries
-/// (at most 500 ms apart, `node/deploy/dial.rs`), so both are back about together.
-const MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// The armed holds, by the key whose notice checks them.
 type Armed = HashMap<Arc<str>, Vec<Noted>>;
@@ -99,7 +93,7 @@ pub(super) async fn run(weak: Weak<Inner>) {
         // Left for `listen`, which takes what was noted.
         fresh.added.notify_one();
     }
-    let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
+    let mut backoff = Backoff::reconnect();
     // Bounded by the client's life: each turn either connects or pauses.
     loop {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -112,7 +106,7 @@ pub(super) async fn run(weak: Weak<Inner>) {
                 }
                 // A connection that fails at once (a server that is no master) is tried
                 // again no faster than one that cannot be opened.
-                if served.elapsed() > MAX_PAUSE {
+                if served.elapsed() > LONGEST_RECONNECT {
                     backoff.reset();
                 }
             }

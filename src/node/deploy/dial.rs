@@ -70,7 +70,7 @@ impl Dial {
                 // Reconnection is retried on the next command anyway; a long retry chain would
                 // only stretch the time a caller waits for a down server.
                 .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500)));
+                .set_max_delay(crate::backoff::LONGEST_RECONNECT));
         };
         // redis-rs's default response timeout (untouched by the caller) gives way to none; one
         // the caller chose is refused rather than silently dropped.

@@ -13,11 +13,6 @@ use crate::node::Node;
 use crate::node::sentinel::{self, SentinelConn, ServerConn};
 use crate::node::shape::{self, Conn};
 
-/// A call sent again while a cluster or a Sentinel group is in transition (a failover, a slot
-/// moving) waits 20 ms, doubling up to 200 ms, within its own time limit.
-const FIRST_RESEND: Duration = Duration::from_millis(20);
-const LONGEST_RESEND: Duration = Duration::from_millis(200);
-
 impl Node {
     /// Runs an arbitrary command (tests, tools) with the node's timeout.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
@@ -182,7 +177,7 @@ impl Node {
             Conn::Cluster(_) => {}
         }
         let deadline = tokio::time::Instant::now() + limit;
-        let mut backoff = Backoff::new(FIRST_RESEND, LONGEST_RESEND);
+        let mut backoff = Backoff::resend();
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             match request(remaining).await {
@@ -241,7 +236,7 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let deadline = tokio::time::Instant::now() + limit;
-    let mut backoff = Backoff::new(FIRST_RESEND, LONGEST_RESEND);
+    let mut backoff = Backoff::resend();
     loop {
         let seen = conn.generation();
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());

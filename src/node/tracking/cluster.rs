@@ -33,11 +33,6 @@ type Opening = (
     oneshot::Receiver<Result<MultiplexedConnection, Unavailable>>,
 );
 
-/// The first pause before a primary that could not be reached is tried again; it doubles up
-/// to the longest, as the notice's reconnections do.
-const FIRST_REOPEN: Duration = Duration::from_millis(10);
-const LONGEST_REOPEN: Duration = Duration::from_millis(500);
-
 /// On a cluster: one connection per primary of the slot map read now, whatever the number of
 /// its slot ranges. A primary that cannot be reached (killed, its failover under way) leaves
 /// the others watched; a refusal (rights, no RESP3) counts for all.
@@ -140,8 +135,7 @@ impl Tracked {
             if conn.is_some() || by_conn[i].is_empty() {
                 continue;
             }
-            let tried = primaries.tried[i]
-                .get_or_insert_with(|| (now, Backoff::new(FIRST_REOPEN, LONGEST_REOPEN)));
+            let tried = primaries.tried[i].get_or_insert_with(|| (now, Backoff::reconnect()));
             if let Some((_, outcome)) = primaries.opening[i].as_mut() {
                 match outcome.try_recv() {
                     Err(oneshot::error::TryRecvError::Empty) => continue,

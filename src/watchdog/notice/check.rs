@@ -8,7 +8,7 @@ use futures_util::{StreamExt, stream};
 use tokio::time::Instant;
 
 use super::super::lose;
-use super::{Armed, FIRST_PAUSE, MAX_PAUSE};
+use super::Armed;
 use crate::backoff::Backoff;
 use crate::hold::{FamilyHold, Hold, Noted};
 use crate::node::{Presence, Tracked, Unavailable};
@@ -22,7 +22,7 @@ const CONFIRMS_AT_ONCE: usize = 64;
 /// Holds whose check could not say (a key in a slot being moved, a verdict the command
 /// connection could not confirm yet, as while it reconnects after a restart): checked again
 /// alone, rather than every hold of every primary, after a pause that grows as a failed
-/// connection's does ([`FIRST_PAUSE`] doubling to [`MAX_PAUSE`]) while rounds stay unsettled.
+/// connection's does ([`Backoff::reconnect`]) while rounds stay unsettled.
 pub(super) struct Unsettled {
     holds: Vec<Noted>,
     at: Option<Instant>,
@@ -34,7 +34,7 @@ impl Default for Unsettled {
         Unsettled {
             holds: Vec::new(),
             at: None,
-            backoff: Backoff::new(FIRST_PAUSE, MAX_PAUSE),
+            backoff: Backoff::reconnect(),
         }
     }
 }

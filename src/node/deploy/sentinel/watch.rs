@@ -38,7 +38,6 @@ const PAUSE_LIMIT: Duration = Duration::from_secs(2);
 
 /// How often an idle listener checks that its client still exists.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Starts a listener on every sentinel of `holder`, owned by it.
 pub(super) fn spawn(holder: &Arc<Holder>) {
@@ -49,7 +48,7 @@ pub(super) fn spawn(holder: &Arc<Holder>) {
 
 /// Listens on sentinel `i` while the holder exists, connecting again with backoff.
 async fn listen(holder: Weak<Holder>, i: usize) {
-    let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
+    let mut backoff = Backoff::patient();
     loop {
         let Some(resolver) = holder.upgrade().map(|h| h.resolver.clone()) else {
             return;
