@@ -5,11 +5,11 @@
 //! semaphore, a latch and a lock may share a name, and every key of one object lives in one
 //! Redis Cluster slot.
 //!
-//! Shared here: the keys, the input checks, and a request's lifecycle (undone when abandoned).
-//! A guard's release goes through the one release lifecycle of every kind (`release.rs`). Beside it: the typed script replies
-//! (`reply.rs`) and the family's waiter in the one wait loop (`asking.rs`). The waiters of the
-//! semaphores and the read-write lock queue on the server and hear of their own grants only
-//! (`queued.rs`); the latch's wake on the object's channel.
+//! Shared here: the keys, the input checks, and a request's lifecycle (undone when abandoned);
+//! a guard's release goes through the release lifecycle of every kind (`release.rs`). Beside
+//! it: the typed script replies (`reply.rs`) and the family's waiter in the one wait loop
+//! (`asking.rs`). The waiters of the semaphores and the read-write lock queue on the server and
+//! hear of their own grants only (`queued.rs`); the latch's wake on the object's channel.
 
 use std::future::Future;
 use std::sync::Arc;
