@@ -113,17 +113,7 @@ async fn run(weak: Weak<Inner>, wake: Arc<Notify>) {
 pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
     let started = Instant::now();
     let mut holds = inner.holds.watchdog_holds();
-    // A hold whose validity already ran out was told lost; renewing it now would keep a key
-    // its holder has stopped trusting.
-    let mut expired = 0;
-    holds.retain(|hold| {
-        let lost = hold.is_lost();
-        if lost {
-            let why = "its validity ran out before a renewal confirmed it";
-            expired += lose(inner, hold, LostReason::RenewalFailed, why);
-        }
-        !lost
-    });
+    let expired = drop_expired(inner, &mut holds);
     // Paused (`testing`): nothing is renewed, so leases run out as with a stalled watchdog.
     if inner.watchdog.is_paused() {
         return RenewStats {
@@ -133,74 +123,118 @@ pub(crate) async fn renew_all(inner: &Arc<Inner>) -> RenewStats {
             ..Default::default()
         };
     }
-    // Holds whose lock asks for replica acknowledgement go first, renewed in calls of their
-    // own with `WAIT` behind each (for the most any of them wants); the rest send no `WAIT`.
+    let (holds, wants) = pair_with_wants(inner, holds).await;
+    // The lock family's holds renew alongside, each by its own script call (coalesced per
+    // script by the node, `node/calls/family_calls.rs`).
+    let family = inner.holds.family.renewals();
+    let family_holds = family.len();
+    let ((outcomes, round_trips, failed_batches), family) =
+        futures_util::future::join(renew_by_want(inner, &holds, &wants), join_all(family)).await;
+    let family_lost = family.into_iter().filter(|lost| *lost).count();
+    let mut stats = RenewStats {
+        locks: holds.len() + family_holds,
+        round_trips,
+        failed_batches,
+        lost: expired + family_lost,
+        ..Default::default()
+    };
+    let now = Instant::now();
+    for ((hold, want), outcome) in holds.iter().zip(wants).zip(outcomes) {
+        apply_outcome(inner, hold, want, outcome, started, now, &mut stats);
+    }
+    stats.elapsed = started.elapsed();
+    stats
+}
+
+/// Drops the holds whose validity already ran out, telling their guards they are lost (renewing
+/// one now would keep a key its holder has stopped trusting); gives how many were lost.
+fn drop_expired(inner: &Inner, holds: &mut Vec<Arc<Hold>>) -> usize {
+    let mut expired = 0;
+    holds.retain(|hold| {
+        let lost = hold.is_lost();
+        if lost {
+            let why = "its validity ran out before a renewal confirmed it";
+            expired += lose(inner, hold, LostReason::RenewalFailed, why);
+        }
+        !lost
+    });
+    expired
+}
+
+/// Pairs each hold with the replica acknowledgement its lock wants; those that want one first.
+async fn pair_with_wants(
+    inner: &Inner,
+    holds: Vec<Arc<Hold>>,
+) -> (Vec<Arc<Hold>>, Vec<Option<WaitFor>>) {
     let mut wants = Vec::with_capacity(holds.len());
     for hold in &holds {
         wants.push(inner.node.wait_for(hold.replicas()).await);
     }
     let mut paired: Vec<(Arc<Hold>, Option<WaitFor>)> = holds.into_iter().zip(wants).collect();
     paired.sort_by_key(|(_, want)| want.is_none());
-    let acked = paired.iter().take_while(|(_, want)| want.is_some()).count();
-    let wait = paired
-        .iter()
-        .filter_map(|(_, want)| *want)
-        .reduce(WaitFor::max);
-    let (holds, wants): (Vec<Arc<Hold>>, Vec<Option<WaitFor>>) = paired.into_iter().unzip();
+    paired.into_iter().unzip()
+}
+
+/// Renews holds paired by [`pair_with_wants`]: those whose lock asks for replica
+/// acknowledgement in calls of their own with `WAIT` behind each (for the most any of them
+/// wants), alongside the rest, which send no `WAIT`. Outcomes in the holds' order.
+async fn renew_by_want(
+    inner: &Arc<Inner>,
+    holds: &[Arc<Hold>],
+    wants: &[Option<WaitFor>],
+) -> (Vec<Outcome>, usize, usize) {
+    let acked = wants.iter().take_while(|want| want.is_some()).count();
+    let wait = wants.iter().flatten().copied().reduce(WaitFor::max);
     let (with_wait, without) = holds.split_at(acked);
-    // The lock family's holds renew alongside, each by its own script call (coalesced per
-    // script by the node, `node/calls/family_calls.rs`).
-    let family = inner.holds.family.renewals();
-    let family_holds = family.len();
-    let ((mut outcomes, trips, failed), (rest, more_trips, more_failed), family) =
-        futures_util::future::join3(
+    let ((mut outcomes, trips, failed), (rest, more_trips, more_failed)) =
+        futures_util::future::join(
             renew_holds(inner, with_wait, wait),
             renew_holds(inner, without, None),
-            join_all(family),
         )
         .await;
     outcomes.extend(rest);
-    let family_lost = family.into_iter().filter(|lost| *lost).count();
-    let mut stats = RenewStats {
-        locks: holds.len() + family_holds,
-        round_trips: trips + more_trips,
-        failed_batches: failed + more_failed,
-        lost: expired + family_lost,
-        ..Default::default()
-    };
-    let now = Instant::now();
-    for ((hold, want), outcome) in holds.iter().zip(wants).zip(outcomes) {
-        match outcome {
-            Ok((true, acks)) => match short_of(want, acks) {
-                None => {
-                    let left = hold.valid_until().saturating_duration_since(now);
-                    crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
-                    hold.renewed(started);
-                    hold.set_at_risk(false);
-                }
-                Some(_) if now >= hold.valid_until() => {
-                    let why =
-                        "too few replicas acknowledged its renewals within the lease's validity";
-                    stats.lost += lose(inner, hold, LostReason::RenewalFailed, why);
-                }
-                Some(short) => {
-                    stats.at_risk += 1;
-                    at_risk(hold, &short);
-                }
-            },
-            Ok((false, _)) => {
-                let why = "the key was gone at renewal";
-                stats.lost += lose(inner, hold, LostReason::ServerLost, why);
+    (outcomes, trips + more_trips, failed + more_failed)
+}
+
+/// Applies one hold's renewal outcome to it, judged at `now`: renewed (its validity extended
+/// only when enough replicas acknowledged), at risk, or lost; unknown, it waits for a later tick
+/// until its validity runs out.
+fn apply_outcome(
+    inner: &Inner,
+    hold: &Arc<Hold>,
+    want: Option<WaitFor>,
+    outcome: Outcome,
+    started: Instant,
+    now: Instant,
+    stats: &mut RenewStats,
+) {
+    match outcome {
+        Ok((true, acks)) => match short_of(want, acks) {
+            None => {
+                let left = hold.valid_until().saturating_duration_since(now);
+                crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
+                hold.renewed(started);
+                hold.set_at_risk(false);
             }
-            Err(_) if now >= hold.valid_until() => {
-                let why = "Redis unreachable past the lease's validity";
+            Some(_) if now >= hold.valid_until() => {
+                let why = "too few replicas acknowledged its renewals within the lease's validity";
                 stats.lost += lose(inner, hold, LostReason::RenewalFailed, why);
             }
-            Err(_) => {}
+            Some(short) => {
+                stats.at_risk += 1;
+                at_risk(hold, &short);
+            }
+        },
+        Ok((false, _)) => {
+            let why = "the key was gone at renewal";
+            stats.lost += lose(inner, hold, LostReason::ServerLost, why);
         }
+        Err(_) if now >= hold.valid_until() => {
+            let why = "Redis unreachable past the lease's validity";
+            stats.lost += lose(inner, hold, LostReason::RenewalFailed, why);
+        }
+        Err(_) => {}
     }
-    stats.elapsed = started.elapsed();
-    stats
 }
 
 /// How a renewal answered `acks` falls short of what its hold wants, if it does.

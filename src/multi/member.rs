@@ -18,9 +18,10 @@ use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::node::AcquireCall;
 use crate::scripts::Acquire;
-use crate::shared::Client;
+use crate::shared::{Client, Inner};
 use crate::task::FinishOnDrop;
 use crate::terms::Lease;
+use crate::turns::{Acquiring, Turn};
 
 /// What one attempt on one member came to.
 pub(crate) enum Outcome {
@@ -39,6 +40,9 @@ pub(crate) async fn attempt_one(lock: &Lock, lease: Lease, limit: Option<Duratio
     let mut outcomes = attempt_batch(&lock.client, &batch, limit).await;
     outcomes.pop().unwrap_or(Outcome::TimedOut)
 }
+
+/// A batch's replies, one per lock, or the error that left them all unknown.
+type Replies = Result<Vec<Result<Acquire>>>;
 
 /// One lock of a batch, as sent.
 struct Planned {
@@ -65,21 +69,39 @@ pub(crate) async fn attempt_batch(
     batch: &[(Lock, Lease)],
     limit: Option<Duration>,
 ) -> Vec<Outcome> {
-    let inner = &client.inner;
-    if inner.check_open().is_err() {
-        return batch
-            .iter()
-            .map(|_| Outcome::Failed(Error::Shutdown))
-            .collect();
+    let failed =
+        |e: Error| -> Vec<Outcome> { batch.iter().map(|_| Outcome::Failed(e.clone())).collect() };
+    if let Err(e) = check_batch(client, batch) {
+        return failed(e);
     }
-    if let Some(Err(e)) = batch
+    let plan = plan_batch(&client.inner, batch);
+    // Both held until the grants are registered.
+    let (_acquiring, _turns) = match wait_for_turns(&client.inner, batch, &plan).await {
+        Ok(turns) => turns,
+        Err(e) => return failed(e),
+    };
+    let started = Instant::now();
+    match send_batch(client, &plan, limit).await {
+        Some(Ok(replies)) => register_grants(batch, &plan, replies, started),
+        Some(Err(e)) => failed(duplicate(&e)),
+        None => batch.iter().map(|_| Outcome::TimedOut).collect(),
+    }
+}
+
+/// Why no lock of the batch may be attempted: the client is shut down, or a lock's lock-delay
+/// is out of range.
+fn check_batch(client: &Client, batch: &[(Lock, Lease)]) -> Result<()> {
+    if client.inner.check_open().is_err() {
+        return Err(Error::Shutdown);
+    }
+    batch
         .iter()
-        .map(|(lock, _)| lock.check_lock_delay())
-        .find(Result::is_err)
-    {
-        return batch.iter().map(|_| Outcome::Failed(e.clone())).collect();
-    }
-    let plan: Arc<[Planned]> = batch
+        .try_for_each(|(lock, _)| lock.check_lock_delay())
+}
+
+/// Each lock of the batch as it will be sent.
+fn plan_batch(inner: &Inner, batch: &[(Lock, Lease)]) -> Arc<[Planned]> {
+    batch
         .iter()
         .map(|(lock, lease)| {
             let field = lock.field();
@@ -95,10 +117,18 @@ pub(crate) async fn attempt_batch(
                 delay_ms: lock.delay_ms(),
             }
         })
-        .collect();
-    // As for a single lock (`turns.rs`): wait for this owner's releases of each lock in flight,
-    // and hold each (lock, owner)'s turn until the grants are registered. Turns are taken in
-    // key order, each once, so two batches of one owner cannot wait for each other.
+        .collect()
+}
+
+/// As for a single lock (`turns.rs`): waits for this owner's releases of each lock in flight,
+/// and takes each (lock, owner)'s turn, for the caller to hold until the grants are registered.
+/// Turns are taken in key order, each once, so two batches of one owner cannot wait for each
+/// other.
+async fn wait_for_turns(
+    inner: &Inner,
+    batch: &[(Lock, Lease)],
+    plan: &[Planned],
+) -> Result<(Vec<Acquiring>, Vec<Turn>)> {
     let mut order: Vec<&Planned> = plan.iter().collect();
     order.sort_by(|a, b| (&a.keys.hash, &a.field).cmp(&(&b.keys.hash, &b.field)));
     order.dedup_by(|a, b| a.keys.hash == b.keys.hash && a.field == b.field);
@@ -115,55 +145,62 @@ pub(crate) async fn attempt_batch(
             .map(|(lock, _)| lock.owner())
             .find(|owner| owner.is_implicit());
         if let Some(owner) = owner {
-            let error = Error::ConcurrentAcquisition {
+            return Err(Error::ConcurrentAcquisition {
                 name: planned.keys.name.to_string(),
                 owner: owner.to_string(),
-            };
-            return batch
-                .iter()
-                .map(|_| Outcome::Failed(error.clone()))
-                .collect();
+            });
         }
     }
-    let mut _turns = Vec::with_capacity(acquiring.len());
+    let mut turns = Vec::with_capacity(acquiring.len());
     for a in &acquiring {
         a.settled().await;
-        _turns.push(a.turn().await);
+        turns.push(a.turn().await);
     }
-    let started = Instant::now();
+    Ok((acquiring, turns))
+}
+
+/// Sends the batch and waits for its replies, `None` past `limit`. Abandoned (by the limit or
+/// a cancelled caller), the request is finished and undone in the background; failed with an
+/// unknown outcome, what it may have taken is undone there too.
+async fn send_batch(
+    client: &Client,
+    plan: &Arc<[Planned]>,
+    limit: Option<Duration>,
+) -> Option<Replies> {
     let request = {
         let (client, plan) = (client.clone(), plan.clone());
         async move { acquire_pipelined(&client, &plan).await }
     };
     let cleanup = {
         let (client, plan) = (client.clone(), plan.clone());
-        move |outcome: Result<Vec<Result<Acquire>>>| async move {
+        move |outcome: Replies| async move {
             undo_batch(&client, &plan, &outcome).await;
         }
     };
     let call = FinishOnDrop::new(request, cleanup).tracked(&client.inner.background);
     let reply = match limit {
         None => call.await,
-        Some(limit) => match tokio::time::timeout(limit, call).await {
-            Ok(reply) => reply,
-            Err(_) => return batch.iter().map(|_| Outcome::TimedOut).collect(),
-        },
+        Some(limit) => tokio::time::timeout(limit, call).await.ok()?,
     };
-    let replies = match reply {
-        Ok(replies) => replies,
-        Err(e) => {
-            if outcome_unknown(&e) && plan.iter().any(|p| p.fresh) {
-                let (client, plan) = (client.clone(), plan.clone());
-                // Tracked like every other give-back, so `Client::shutdown` waits for it.
-                let background = client.inner.background.clone();
-                background.spawn(async move { undo_unanswered(&client, &plan).await });
-            }
-            return batch
-                .iter()
-                .map(|_| Outcome::Failed(duplicate(&e)))
-                .collect();
-        }
-    };
+    if let Err(e) = &reply
+        && outcome_unknown(e)
+        && plan.iter().any(|p| p.fresh)
+    {
+        let (client, plan) = (client.clone(), plan.clone());
+        // Tracked like every other give-back, so `Client::shutdown` waits for it.
+        let background = client.inner.background.clone();
+        background.spawn(async move { undo_unanswered(&client, &plan).await });
+    }
+    Some(reply)
+}
+
+/// Each member's outcome from its reply: a grant becomes a guard, registered at once.
+fn register_grants(
+    batch: &[(Lock, Lease)],
+    plan: &[Planned],
+    replies: Vec<Result<Acquire>>,
+    started: Instant,
+) -> Vec<Outcome> {
     replies
         .into_iter()
         .zip(batch.iter().zip(plan.iter()))
@@ -193,7 +230,7 @@ pub(crate) async fn attempt_batch(
 /// Sends the batch as one pipelined node call (see [`Node::acquire_pipelined`]).
 ///
 /// [`Node::acquire_pipelined`]: crate::node::Node::acquire_pipelined
-async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Result<Vec<Result<Acquire>>> {
+async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Replies {
     let calls: Vec<AcquireCall<'_>> = plan
         .iter()
         .map(|p| AcquireCall {
@@ -230,7 +267,7 @@ fn duplicate(e: &Error) -> Error {
 
 /// Gives back what an abandoned batch took: every grant, and when the whole batch went
 /// unanswered, every lock the owner did not hold before.
-async fn undo_batch(client: &Client, plan: &[Planned], outcome: &Result<Vec<Result<Acquire>>>) {
+async fn undo_batch(client: &Client, plan: &[Planned], outcome: &Replies) {
     match outcome {
         Ok(replies) => {
             let granted = replies

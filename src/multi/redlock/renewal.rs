@@ -15,6 +15,9 @@ use crate::terms::Lease;
 
 use super::shared::Shared;
 
+/// One node's client and our hold there, if the lock is held on it.
+type Held = Option<(Client, Arc<Hold>)>;
+
 /// What a renewal round came to.
 enum Round {
     Renewed,
@@ -39,19 +42,8 @@ impl Shared {
     /// One renewal round over every node at once.
     async fn renew_round(&self) -> Round {
         let started = Instant::now();
-        let plan: Vec<Option<(Client, Arc<Hold>)>> = {
-            let state = self.state.lock();
-            if state.closed {
-                return Round::Stop;
-            }
-            state
-                .slots
-                .iter()
-                .map(|slot| {
-                    slot.as_ref()
-                        .map(|h| (h.client().clone(), h.hold().clone()))
-                })
-                .collect()
+        let Some(plan) = self.held_now() else {
+            return Round::Stop;
         };
         let steps = join_all(
             plan.into_iter()
@@ -62,52 +54,85 @@ impl Shared {
         // Members leave the state under the lock but are dropped after it: dropping a guard
         // spawns its release.
         let mut leaving = Vec::new();
-        let (renewed, held, expired) = {
-            let mut state = self.state.lock();
-            if state.closed {
-                // Unlocked meanwhile: whatever was taken again goes back.
-                leaving.extend(steps.into_iter().filter_map(|step| match step {
-                    Step::Retaken(held) => Some(held),
-                    _ => None,
-                }));
-                return Round::Stop;
-            }
-            // Judged before this round's answers can move it.
-            let expired = self.validity.ran_out();
-            let mut renewed = 0;
-            for (i, step) in steps.into_iter().enumerate() {
-                match step {
-                    Step::Renewed(hold) => {
-                        hold.renewed(started);
-                        renewed += 1;
-                    }
-                    Step::Gone => {
-                        if let Some(held) = state.slots[i].take() {
-                            held.client().inner.holds.detach(held.hold());
-                            let why = "the key was gone from this RedLock node";
-                            let reason = crate::telemetry::LostReason::ServerLost;
-                            held.hold().mark_lost(reason, why);
-                            leaving.push(held);
-                        }
-                    }
-                    Step::Retaken(held) => {
-                        if state.slots[i].is_none() {
-                            state.slots[i] = Some(held);
-                            renewed += 1;
-                        } else {
-                            leaving.push(held);
-                        }
-                    }
-                    Step::Failed => {}
-                }
-            }
-            if renewed >= self.quorum && !expired {
-                let until = started + self.lease.saturating_sub(self.drift);
-                self.validity.extend(until);
-            }
-            (renewed, state.slots.iter().flatten().count(), expired)
-        };
+        let tally = self.apply_steps(steps, started, &mut leaving);
         drop(leaving);
+        match tally {
+            Some((renewed, held, expired)) => self.judge_round(renewed, held, expired),
+            None => Round::Stop,
+        }
+    }
+
+    /// Per node, its client and hold where the lock is held there; `None` once unlocked.
+    fn held_now(&self) -> Option<Vec<Held>> {
+        let state = self.state.lock();
+        if state.closed {
+            return None;
+        }
+        let held = state.slots.iter().map(|slot| {
+            slot.as_ref()
+                .map(|h| (h.client().clone(), h.hold().clone()))
+        });
+        Some(held.collect())
+    }
+
+    /// Applies each node's step to the state, extending the validity when a quorum renewed in
+    /// time; members that leave go into `leaving`, to be dropped after the state's lock. Gives
+    /// the nodes renewed, the nodes still held, and whether the validity had run out; `None`
+    /// once unlocked.
+    fn apply_steps(
+        &self,
+        steps: Vec<Step>,
+        started: Instant,
+        leaving: &mut Vec<LockGuard>,
+    ) -> Option<(usize, usize, bool)> {
+        let mut state = self.state.lock();
+        if state.closed {
+            // Unlocked meanwhile: whatever was taken again goes back.
+            leaving.extend(steps.into_iter().filter_map(|step| match step {
+                Step::Retaken(held) => Some(held),
+                _ => None,
+            }));
+            return None;
+        }
+        // Judged before this round's answers can move it.
+        let expired = self.validity.ran_out();
+        let mut renewed = 0;
+        for (i, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Renewed(hold) => {
+                    hold.renewed(started);
+                    renewed += 1;
+                }
+                Step::Gone => {
+                    if let Some(held) = state.slots[i].take() {
+                        held.client().inner.holds.detach(held.hold());
+                        let why = "the key was gone from this RedLock node";
+                        let reason = crate::telemetry::LostReason::ServerLost;
+                        held.hold().mark_lost(reason, why);
+                        leaving.push(held);
+                    }
+                }
+                Step::Retaken(held) => {
+                    if state.slots[i].is_none() {
+                        state.slots[i] = Some(held);
+                        renewed += 1;
+                    } else {
+                        leaving.push(held);
+                    }
+                }
+                Step::Failed => {}
+            }
+        }
+        if renewed >= self.quorum && !expired {
+            let until = started + self.lease.saturating_sub(self.drift);
+            self.validity.extend(until);
+        }
+        Some((renewed, state.slots.iter().flatten().count(), expired))
+    }
+
+    /// What a round that renewed on `renewed` nodes, with `held` nodes still holding the lock,
+    /// came to: lost past the validity or below a quorum of holds; short below a quorum renewed.
+    fn judge_round(&self, renewed: usize, held: usize, expired: bool) -> Round {
         if expired || self.validity.is_marked() {
             self.mark_lost(&format!(
                 "its validity ran out; the last round renewed on {renewed} of {} nodes (quorum {})",
@@ -131,7 +156,7 @@ impl Shared {
         Round::Renewed
     }
 
-    async fn renew_node(&self, i: usize, held: Option<(Client, Arc<Hold>)>) -> Step {
+    async fn renew_node(&self, i: usize, held: Held) -> Step {
         let lease_ms = self.lease.as_millis() as u64;
         let Some((client, hold)) = held else {
             // A node we do not hold (restarted, or it failed when we acquired): take it again

@@ -71,22 +71,12 @@ impl Node {
         request: RequestId<'_>,
         retry: bool,
     ) -> Result<Release> {
-        let successor = release.successor;
-        let base = match (retry, release.latch) {
-            (false, Latch::WhileHeld) => "-",
-            (true, Latch::WhileHeld) => "r",
-            (false, Latch::Always) => "a",
-            (true, Latch::Always) => "ra",
-        };
-        let mode: Cow<'static, str> = match release.delay_ms {
-            None => Cow::Borrowed(base),
-            Some(delay) => Cow::Owned(format!("{}d{delay}", base.trim_start_matches('-'))),
-        };
+        let mode = release_mode(release, retry);
         // A guard's last hold, first attempt, no lock-delay, no hand-over: the lean form
         // (`release_plain.lua`), unless the server answers that holds would remain.
-        let mut lean = release.last && successor.is_none() && mode == "-";
+        let mut lean = release.last && release.successor.is_none() && mode == "-";
         let (_counted, alone) = self.batches.traffic.enter();
-        if !alone && successor.is_none() {
+        if !alone && release.successor.is_none() {
             let entry = ReleaseEntry {
                 lean,
                 hash: keys.hash.clone(),
@@ -107,20 +97,41 @@ impl Node {
                 None => lean = false,
             }
         }
-        let script = self.release_script();
-        if lean {
-            let bytes = keys.hash.len() + release.field.len() + 16;
-            let mut cmd = evalsha(script, 1, 2, bytes);
-            cmd.arg(&*keys.hash)
-                .arg(&**release.field)
-                .arg(release.holds);
-            let reply: Value = self
-                .eval("release", &keys.hash, self.timeout, script, &cmd)
-                .await?;
-            if let Some(released) = lean_reply(reply)? {
-                return Ok(released);
-            }
+        if lean && let Some(released) = self.release_lean(keys, release).await? {
+            return Ok(released);
         }
+        self.release_short(keys, release, request, &mode).await
+    }
+
+    /// One release alone in the lean form; `None` when the server answered that holds would
+    /// remain.
+    async fn release_lean(
+        &self,
+        keys: &LockKeys,
+        release: &ReleaseArgs<'_>,
+    ) -> Result<Option<Release>> {
+        let script = self.release_script();
+        let bytes = keys.hash.len() + release.field.len() + 16;
+        let mut cmd = evalsha(script, 1, 2, bytes);
+        cmd.arg(&*keys.hash)
+            .arg(&**release.field)
+            .arg(release.holds);
+        let reply: Value = self
+            .eval("release", &keys.hash, self.timeout, script, &cmd)
+            .await?;
+        lean_reply(reply)
+    }
+
+    /// One release alone in the short form, which writes the latch a retry needs and may hand
+    /// the lock over to this client's waiter (with the fence key when the waiter is fenced).
+    async fn release_short(
+        &self,
+        keys: &LockKeys,
+        release: &ReleaseArgs<'_>,
+        request: RequestId<'_>,
+        mode: &str,
+    ) -> Result<Release> {
+        let (script, successor) = (self.release_script(), release.successor);
         let fence_key = successor.is_some_and(|s| s.fenced);
         let bytes = 3 * keys.hash.len()
             + request.client.len()
@@ -137,7 +148,7 @@ impl Node {
             .arg(release.lease_ms)
             .arg(self.latch_ms())
             .arg(release.holds)
-            .arg(&*mode);
+            .arg(mode);
         if let Some(s) = successor {
             cmd.arg(&*s.field).arg(s.lease_ms);
             if fence_key {
@@ -168,6 +179,21 @@ impl Node {
         (self.timeout.as_millis() as u64)
             .saturating_mul(5)
             .max(5_000)
+    }
+}
+
+/// The `mode` argument of `release.lua`: when the latch is written, whether this is a retry,
+/// and the lock-delay marker to handle.
+fn release_mode(release: &ReleaseArgs<'_>, retry: bool) -> Cow<'static, str> {
+    let base = match (retry, release.latch) {
+        (false, Latch::WhileHeld) => "-",
+        (true, Latch::WhileHeld) => "r",
+        (false, Latch::Always) => "a",
+        (true, Latch::Always) => "ra",
+    };
+    match release.delay_ms {
+        None => Cow::Borrowed(base),
+        Some(delay) => Cow::Owned(format!("{}d{delay}", base.trim_start_matches('-'))),
     }
 }
 
