@@ -165,6 +165,13 @@ fn a_future_polled_outside_tokio_is_an_error_not_a_panic() {
         .expect("a status read outside tokio panicked")
         .expect("a status read outside tokio finished");
     assert!(status.unwrap_err().is_no_runtime());
+    let members = ["a", "b"].map(|m| client.lock(&unique_name(&format!("outside-{m}"))).unwrap());
+    let both = redlease::MultiLock::new(members.into()).unwrap();
+    let tried = poll_on_plain_thread(async move { both.try_lock().await.map(|g| g.is_some()) })
+        .expect("a MultiLock polled outside tokio panicked")
+        .expect("a MultiLock polled outside tokio finished");
+    let error = tried.unwrap_err();
+    assert!(error.is_no_runtime(), "{error:?}");
     // A guard taken in a runtime, given back outside one: the caller hears of it, and the
     // hold is released all the same (on the client's runtime), not left until shutdown.
     let name = unique_name("outside");

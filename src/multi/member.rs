@@ -91,9 +91,7 @@ pub(crate) async fn attempt_batch(
 /// Why no lock of the batch may be attempted: the client is shut down, or a lock's lock-delay
 /// is out of range.
 fn check_batch(client: &Client, batch: &[(Lock, Lease)]) -> Result<()> {
-    if client.inner.check_open().is_err() {
-        return Err(Error::Shutdown);
-    }
+    client.inner.check_open()?;
     batch
         .iter()
         .try_for_each(|(lock, _)| lock.check_lock_delay())
