@@ -49,6 +49,7 @@ pub(crate) struct RequestId<'a> {
 }
 
 /// One renewal request of the watchdog's batch.
+#[derive(Clone, Copy)]
 pub(crate) struct Renewal<'a> {
     pub hash: &'a str,
     pub field: &'a str,

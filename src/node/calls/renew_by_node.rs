@@ -34,6 +34,9 @@ pub(crate) const RENEWAL_BATCH: usize = 200;
 
 const RENEW_NODE: &str = include_str!("../../../lua/renew_node.lua");
 
+/// A lock's answer so far in a round: `None` until a call settles it.
+type Flag = Option<Result<(bool, Option<Acks>)>>;
+
 /// What one renewal round found for each lock, and what it cost.
 pub(crate) struct NodeRenewal {
     /// Per lock, in order: renewed or not, and what `WAIT` answered after its call (when one
@@ -71,59 +74,75 @@ impl Node {
         batch: &[Renewal<'_>],
         wait: Option<WaitFor>,
     ) -> NodeRenewal {
-        type Flag = Option<Result<(bool, Option<Acks>)>>;
         let mut flags: Vec<Flag> = (0..batch.len()).map(|_| None).collect();
         let mut calls = 0;
         if let Conn::Cluster(_) = &self.conn
             && let Ok(owners) = self.slot_owners().await
         {
-            let mut by_node: HashMap<(String, u16), Vec<usize>> = HashMap::new();
-            for (i, r) in batch.iter().enumerate() {
-                let s = slot(r.hash);
-                if let Some(o) = owners.iter().find(|o| o.slots.0 <= s && s <= o.slots.1) {
-                    by_node.entry((o.host.clone(), o.port)).or_default().push(i);
-                }
+            calls += self.renew_on_nodes(&owners, batch, wait, &mut flags).await;
+        }
+        calls += self.renew_per_slot(batch, wait, &mut flags).await;
+        NodeRenewal {
+            flags: flags
+                .into_iter()
+                .map(|f| f.unwrap_or(Ok((false, None))))
+                .collect(),
+            calls,
+        }
+    }
+
+    /// The locks of `batch` grouped by the primary that serves their slot, in calls of up to
+    /// [`RENEWAL_BATCH`] per primary: each lock renewed is flagged so; the rest stay unflagged,
+    /// for [`renew_per_slot`](Self::renew_per_slot). Answers the calls sent.
+    async fn renew_on_nodes(
+        &self,
+        owners: &[Owner],
+        batch: &[Renewal<'_>],
+        wait: Option<WaitFor>,
+        flags: &mut [Flag],
+    ) -> usize {
+        let mut by_node: HashMap<(&str, u16), Vec<usize>> = HashMap::new();
+        for (i, r) in batch.iter().enumerate() {
+            let s = slot(r.hash);
+            if let Some(o) = owners.iter().find(|o| o.slots.0 <= s && s <= o.slots.1) {
+                by_node.entry((&o.host, o.port)).or_default().push(i);
             }
-            let sends = by_node.iter().flat_map(|((host, port), indices)| {
-                indices.chunks(RENEWAL_BATCH).map(move |chunk| async move {
-                    (chunk, self.renew_at(host, *port, batch, chunk, wait).await)
-                })
-            });
-            let replies = futures_util::future::join_all(sends).await;
-            calls += replies.len();
-            for (chunk, reply) in replies {
-                let Ok((renewed, acks)) = reply else { continue };
-                for (&i, ok) in chunk.iter().zip(renewed) {
-                    if ok {
-                        flags[i] = Some(Ok((true, acks.clone())));
-                    }
+        }
+        let sends = by_node.iter().flat_map(|((host, port), indices)| {
+            indices.chunks(RENEWAL_BATCH).map(move |chunk| async move {
+                (chunk, self.renew_at(host, *port, batch, chunk, wait).await)
+            })
+        });
+        let replies = futures_util::future::join_all(sends).await;
+        let calls = replies.len();
+        for (chunk, reply) in replies {
+            let Ok((renewed, acks)) = reply else { continue };
+            for (&i, ok) in chunk.iter().zip(renewed) {
+                if ok {
+                    flags[i] = Some(Ok((true, acks.clone())));
                 }
             }
         }
-        // The per-slot way, for everything not renewed above.
+        calls
+    }
+
+    /// The per-slot way, which follows redirections and says for certain, for every lock of
+    /// `batch` not flagged yet. Answers the calls sent (one per slot of each chunk).
+    async fn renew_per_slot(
+        &self,
+        batch: &[Renewal<'_>],
+        wait: Option<WaitFor>,
+        flags: &mut [Flag],
+    ) -> usize {
         let rest: Vec<usize> = (0..batch.len()).filter(|&i| flags[i].is_none()).collect();
         let sends = rest.chunks(RENEWAL_BATCH).map(|chunk| async move {
-            let requests: Vec<Renewal<'_>> = chunk
-                .iter()
-                .map(|&i| Renewal {
-                    hash: batch[i].hash,
-                    field: batch[i].field,
-                    lease_ms: batch[i].lease_ms,
-                    delay_ms: batch[i].delay_ms,
-                })
-                .collect();
-            let groups = requests
-                .iter()
-                .map(|r| self.shard(r.hash))
-                .collect::<Vec<_>>();
-            let slots = {
-                let mut g = groups.clone();
-                g.sort_unstable();
-                g.dedup();
-                g.len()
-            };
-            (chunk, slots, self.renew_acked(&requests, wait).await)
+            let requests: Vec<Renewal<'_>> = chunk.iter().map(|&i| batch[i]).collect();
+            let mut slots: Vec<_> = requests.iter().map(|r| self.shard(r.hash)).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            (chunk, slots.len(), self.renew_acked(&requests, wait).await)
         });
+        let mut calls = 0;
         for (chunk, slots, reply) in futures_util::future::join_all(sends).await {
             calls += slots;
             match reply {
@@ -139,13 +158,7 @@ impl Node {
                 }
             }
         }
-        NodeRenewal {
-            flags: flags
-                .into_iter()
-                .map(|f| f.unwrap_or(Ok((false, None))))
-                .collect(),
-            calls,
-        }
+        calls
     }
 
     /// One `renew_node.lua` call at the primary `host:port` for the locks `chunk` of `batch`,
