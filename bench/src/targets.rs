@@ -245,7 +245,7 @@ impl Context<'_> {
                     verdict(ok, "≥ 0.9× one server")
                 }
                 (C4, TICK) => verdict(m.value <= 1e6, "≤ 1 s"),
-                (C4, TICK_RT) => verdict(m.value <= 300.0, "≤ 3 × 100"),
+                (C4, TICK_RT) => verdict(m.value <= 1_500.0, "≤ 3 × 500"),
                 (C6, WAKE) => at_most(self.floor(w, RTT), 3.0, "floor"),
                 _ => String::new(),
             };
@@ -299,8 +299,10 @@ impl Context<'_> {
                 )
             }
             (w4, TICK) if w4 == self.w4_target => (String::new(), verdict(m.value <= 1e6, "≤ 1 s")),
+            // 100,000 locks in renewal calls of at most 200 (each a call that runs alone on
+            // the server for about half a millisecond, issue 39): 500 calls, sent at once.
             (w4, TICK_RT) if w4 == self.w4_target => {
-                (String::new(), verdict(m.value <= 100.0, "≤ 100"))
+                (String::new(), verdict(m.value <= 500.0, "≤ 500"))
             }
             (w4, MEM) if w4.starts_with("W4") => {
                 (String::new(), verdict(m.value <= 1024.0, "≤ 1 KiB"))
