@@ -44,13 +44,8 @@ pub(crate) async fn release_hold(client: &Client, hold: &Arc<Hold>) -> Result<()
     // Lost by time (no renewal confirmed in time) but still our registered hold: give it back
     // on the server all the same, in case the key survived, and report the loss.
     let lost = hold.is_lost();
-    let released = release_remotely(client, hold, local).await;
-    if lost {
-        return Err(Error::LeaseLost {
-            name: hold.keys.name.to_string(),
-        });
-    }
-    released
+    let server = release_remotely(client.clone(), hold.clone(), local);
+    finish_unlock(client, &hold.keys.name, lost, Some(server)).await
 }
 
 /// [`release_hold`] from a guard's Drop: the local half at once, the server half spawned on
@@ -71,25 +66,16 @@ pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
         }
         return;
     };
-    let background = &client.inner.background;
-    let (client, hold) = (client.clone(), hold.clone());
-    let release = async move {
-        if let Err(e) = release_remotely(&client, &hold, local).await
-            && !e.is_lease_lost()
-            && !matches!(e, Error::Shutdown)
-        {
-            tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the lease will free the key");
-        }
-    };
-    spawn_from_drop(background, release);
+    let server = release_remotely(client.clone(), hold.clone(), local);
+    release_dropped(client, hold.keys.name.clone(), server);
 }
 
-/// A family guard's give-back, as [`release_hold`] is the lock's: its local half already done
-/// by the guard, `release` (`None`: nothing to send) is the server half. It runs to its end
-/// even when the caller stops waiting (tracked, so `Client::shutdown` waits for it) and answers
-/// whether the hold was still there; a hold gone then, or known `lost` before, is
-/// [`Error::LeaseLost`]. Polled outside tokio, the caller hears so and the server half runs on
-/// the client's runtime, as a dropped guard's.
+/// The end of every guard's release, once its kind has done the local half: `release` (`None`:
+/// nothing to send) is the server half, which runs to its end even when the caller stops
+/// waiting (tracked, so `Client::shutdown` waits for it) and answers whether the hold was still
+/// there; a hold gone then, or known `lost` before, is [`Error::LeaseLost`]. Polled outside
+/// tokio, the caller hears so and the server half runs on the client's runtime, as a dropped
+/// guard's ([`release_dropped`]).
 pub(crate) async fn finish_unlock<F>(
     client: &Client,
     name: &Arc<str>,
@@ -129,8 +115,8 @@ where
     Ok(())
 }
 
-/// A dropped family guard's `release`, spawned on the client's runtime from any thread (see
-/// [`spawn_from_drop`]); once that runtime has ended, the lease frees the hold.
+/// A dropped guard's server half (of any kind), spawned on the client's runtime from any thread
+/// (see [`spawn_from_drop`]); once that runtime has ended, the lease frees the hold.
 pub(crate) fn release_dropped<F>(client: &Client, name: Arc<str>, release: F)
 where
     F: Future<Output = Result<bool>> + Send + 'static,
@@ -172,13 +158,14 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
     }
 }
 
-/// The server half of [`release_hold`], after [`release_locally`] succeeded. The last hold goes to
-/// this client's waiting head, if there is one (see `local_queue.rs`).
+/// The server half of [`release_hold`], after [`release_locally`] succeeded: whether the hold
+/// was still on the server. The last hold goes to this client's waiting head, if there is one
+/// (see `local_queue.rs`).
 async fn release_remotely(
-    client: &Client,
-    hold: &Arc<Hold>,
+    client: Client,
+    hold: Arc<Hold>,
     (local, releasing): (LocalRelease, Releasing),
-) -> Result<()> {
+) -> Result<bool> {
     let inner = &client.inner;
     let last = local == LocalRelease::Last;
     let (holds, offer) = match last {
@@ -201,18 +188,15 @@ async fn release_remotely(
     if last && hold.has_metadata() {
         // Before the release: once the lock is given back the owner may take it again with
         // new metadata, which a removal sent after the release could delete.
-        forget_metadata(client, hold).await;
+        forget_metadata(&client, &hold).await;
     }
     match send(client, request, offer, Some(releasing)).await? {
         Release::NotHeld => {
             let why = "the hold was gone from the server at release";
             hold.mark_lost(crate::telemetry::LostReason::ServerLost, why);
-            Err(Error::LeaseLost {
-                name: hold.keys.name.to_string(),
-            })
+            Ok(false)
         }
-        Release::Released | Release::HandedOver { .. } => Ok(()),
-        Release::StillHeld(_) => Ok(()),
+        Release::Released | Release::HandedOver { .. } | Release::StillHeld(_) => Ok(true),
     }
 }
 
@@ -261,7 +245,9 @@ pub(crate) async fn give_back(
         delay_ms: Some(0),
         last: false,
     };
-    send(client, request, None, None).await
+    FinishOnDrop::new(send(client.clone(), request, None, None), |_| async {})
+        .tracked(&client.inner.background)
+        .await
 }
 
 /// One release as sent, owned so that it can finish in the background.
@@ -277,23 +263,22 @@ struct Request {
 }
 
 /// Sends one release with a fresh request id, retrying on a lost reply (the script makes the
-/// retry harmless), then answers `offer` and ends `releasing`. Finishes in the background if
-/// the caller stops waiting, so the waiter offered the lock always hears what became of it.
-async fn send(
-    client: &Client,
+/// retry harmless), then answers `offer` and ends `releasing`. Its caller finishes it in the
+/// background if it stops waiting ([`finish_unlock`], [`give_back`]), so the waiter offered
+/// the lock always hears what became of it.
+fn send(
+    client: Client,
     request: Request,
     offer: Option<Offer>,
     releasing: Option<Releasing>,
-) -> Result<Release> {
-    let tracker = client.inner.background.clone();
-    let client = client.clone();
+) -> impl Future<Output = Result<Release>> + Send + 'static {
     let span = tracing::debug_span!(
         "release",
         lock = %request.keys.name,
         owner = %request.field,
         outcome = tracing::field::Empty,
     );
-    let work = async move {
+    async move {
         let inner = &client.inner;
         let id = inner.request_id();
         let sent = Instant::now();
@@ -346,10 +331,7 @@ async fn send(
         tracing::Span::current().record("outcome", said);
         outcome
     }
-    .instrument(span);
-    FinishOnDrop::new(work, |_| async {})
-        .tracked(&tracker)
-        .await
+    .instrument(span)
 }
 
 /// Tells the waiter that offered to take the lock over what became of it. A waiter that has
