@@ -11,6 +11,9 @@
 #
 #   bench/scripts/handover_cost.sh [N] [OUT]   (default N 100; takes a minute or two)
 #
+# With REDLEASE_BENCH_LOSS_NOTICE=off in the environment, both processes run without the loss
+# notice (the notice's price per hand-over is the difference).
+#
 # With OUT, the larger run's callgrind profile is kept there (for callgrind_annotate
 # --inclusive=yes OUT; divide by the hand-overs, and compare with the smaller run's profile,
 # OUT.small, to set start-up aside).
