@@ -187,7 +187,12 @@ impl Offered {
     /// Withdraws the offer. `None` if no release took it; else what became of it (waiting for
     /// the release's answer: the lock may already be ours).
     pub(crate) async fn withdraw(mut self) -> Option<HandOver> {
-        if self.queue.offer.lock().take().is_some() {
+        let offer = self.queue.offer.lock().take();
+        if offer.is_some() {
+            // Nobody took it, and nobody can now. Closed before its sender goes: dropping the
+            // sender would otherwise wake this waiter's task for nothing (one more poll of the
+            // caller's future at its next await, every hand-over).
+            self.reply.close();
             return None;
         }
         Some(self.answered().await)

@@ -16,7 +16,7 @@
 //! `unlock` and from `Drop`), `queue_place.rs`, `local_queue.rs`, `turns.rs` and `wait.rs`.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::config::{Replicas, lease_ms};
@@ -81,6 +81,8 @@ pub struct Lock {
     /// queues from its first attempt, and a single attempt never takes a free lock while
     /// anybody live is queued (nor queues itself). Always the script's long form.
     pub(crate) strict: bool,
+    /// This client's grant channel of the lock, named at its first use ([`Lock::grant_channel`]).
+    grant_channel: OnceLock<Arc<str>>,
 }
 
 impl Lock {
@@ -96,6 +98,7 @@ impl Lock {
             watchdog_lease: None,
             replicas: None,
             strict: false,
+            grant_channel: OnceLock::new(),
         })
     }
 
@@ -217,6 +220,13 @@ impl Lock {
     /// The client this lock belongs to.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// This client's grant channel of the lock (`P:{N}:unlock:<client id>`, see
+    /// `lock/server_queue.rs`): named once per handle, not at every acquisition.
+    pub(crate) fn grant_channel(&self) -> &Arc<str> {
+        self.grant_channel
+            .get_or_init(|| self.keys.grant_channel(&self.client.inner.id_text))
     }
 
     /// This lock acting for the owner that is current now (the calling task unless explicit), so

@@ -53,7 +53,9 @@ pub(crate) struct Mark {
 pub(crate) struct Subscriber {
     link: Link,
     timeout: Duration,
-    channels: Mutex<HashMap<Arc<str>, Arc<Channel>>>,
+    /// By name; hashed with foldhash (randomly seeded per map), not SipHash: a waiter looks its
+    /// channel up at every acquisition, and the reader at every message.
+    channels: Mutex<HashMap<Arc<str>, Arc<Channel>, foldhash::fast::RandomState>>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE so a leave and a join of one channel cannot reorder.
     commands: tokio::sync::Mutex<()>,
     /// The sink of the live connection; `None` while (re)connecting.
@@ -84,7 +86,7 @@ impl Subscriber {
         Arc::new_cyclic(|weak_self| Subscriber {
             link,
             timeout,
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(HashMap::default()),
             commands: tokio::sync::Mutex::new(()),
             sink: watch::channel(None).0,
             reader: Mutex::new(None),
@@ -177,6 +179,12 @@ impl Subscriber {
             *channel.subscribed.lock() = true;
         }
         Ok(subscription)
+    }
+
+    /// Whether this client listens on any channel (or has one lingering): when not, no
+    /// [`is_live`](Subscriber::is_live) can be true, and the caller need not name a channel.
+    pub(crate) fn listens(&self) -> bool {
+        self.wait_by == WaitBy::PubSub && !self.channels.lock().is_empty()
     }
 
     /// Whether this client listens on `name` already (a waiter, or a channel lingering after its

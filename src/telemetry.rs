@@ -4,10 +4,10 @@
 //! The table of names and meanings is in the crate docs (*Observability*).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use metrics::Label;
+use metrics::{Key, Label, Level, Metadata};
 
 use crate::error::Result;
 
@@ -142,6 +142,19 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order of [`Outcome::index`].
+    const ALL: [Outcome; 5] = [
+        Outcome::Acquired,
+        Outcome::Busy,
+        Outcome::Timeout,
+        Outcome::Error,
+        Outcome::Cancelled,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
     fn label(self) -> &'static str {
         match self {
             Outcome::Acquired => "acquired",
@@ -153,6 +166,48 @@ impl Outcome {
     }
 }
 
+/// Every `kind` label.
+const KINDS: [&str; 5] = [LOCK, READ, WRITE, SEMAPHORE, PERMIT];
+
+/// What the metrics macros would give a call in this module.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The keys of one kind's per-lock metrics without a `lock` label (the default), made once:
+/// a key made at every call allocated its labels and hashed them, several times per
+/// acquisition.
+struct KindKeys {
+    held: Key,
+    hold_time: Key,
+    contended: Key,
+    waiting: Key,
+    /// By [`Outcome::index`].
+    acquire_wait: [Key; 5],
+}
+
+impl KindKeys {
+    fn new(kind: &'static str) -> KindKeys {
+        let key = |name: &'static str, extra: Option<(&'static str, &'static str)>| {
+            Key::from_parts(name, Series { kind, lock: None }.labels(extra))
+        };
+        KindKeys {
+            held: key(HELD, None),
+            hold_time: key(HOLD_TIME, None),
+            contended: key(CONTENDED, None),
+            waiting: key(WAITING, None),
+            acquire_wait: Outcome::ALL
+                .map(|outcome| key(ACQUIRE_WAIT, Some(("outcome", outcome.label())))),
+        }
+    }
+
+    /// The keys of `kind`, if it is one of [`KINDS`].
+    fn of(kind: &'static str) -> Option<&'static KindKeys> {
+        static KEYS: OnceLock<[KindKeys; 5]> = OnceLock::new();
+        let i = KINDS.iter().position(|k| *k == kind)?;
+        KEYS.get_or_init(|| KINDS.map(KindKeys::new)).get(i)
+    }
+}
+
 /// The labels every per-lock metric of one lock carries: `kind`, and `lock` when mapped.
 #[derive(Debug, Clone)]
 pub(crate) struct Series {
@@ -161,6 +216,30 @@ pub(crate) struct Series {
 }
 
 impl Series {
+    /// The made keys of this series, when it has no `lock` label.
+    fn keys(&self) -> Option<&'static KindKeys> {
+        match self.lock {
+            None => KindKeys::of(self.kind),
+            Some(_) => None,
+        }
+    }
+
+    /// The gauge `name` of this series (`key`, its made key).
+    fn gauge(&self, name: &'static str, key: fn(&KindKeys) -> &Key) -> metrics::Gauge {
+        match self.keys() {
+            Some(keys) => metrics::with_recorder(|r| r.register_gauge(key(keys), &METADATA)),
+            None => metrics::gauge!(name, self.labels(None)),
+        }
+    }
+
+    /// The counter `name` of this series (`key`, its made key).
+    fn counter(&self, name: &'static str, key: fn(&KindKeys) -> &Key) -> metrics::Counter {
+        match self.keys() {
+            Some(keys) => metrics::with_recorder(|r| r.register_counter(key(keys), &METADATA)),
+            None => metrics::counter!(name, self.labels(None)),
+        }
+    }
+
     fn labels(&self, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
         let mut labels = Vec::with_capacity(3);
         labels.push(Label::from_static_parts("kind", self.kind));
@@ -175,14 +254,20 @@ impl Series {
 
     /// A hold began: `held` goes up until [`let_go`](Series::let_go).
     pub(crate) fn hold_began(&self) {
-        metrics::gauge!(HELD, self.labels(None)).increment(1.0);
+        self.gauge(HELD, |k| &k.held).increment(1.0);
     }
 
     /// A hold ended (released, lost or given back at shutdown), `held_for` after its grant.
     pub(crate) fn let_go(&self, released_after: Option<Duration>) {
-        metrics::gauge!(HELD, self.labels(None)).decrement(1.0);
+        self.gauge(HELD, |k| &k.held).decrement(1.0);
         if let Some(held_for) = released_after {
-            metrics::histogram!(HOLD_TIME, self.labels(None)).record(held_for.as_secs_f64());
+            let histogram = match self.keys() {
+                Some(keys) => {
+                    metrics::with_recorder(|r| r.register_histogram(&keys.hold_time, &METADATA))
+                }
+                None => metrics::histogram!(HOLD_TIME, self.labels(None)),
+            };
+            histogram.record(held_for.as_secs_f64());
         }
     }
 
@@ -218,8 +303,10 @@ impl Acquisition {
     pub(crate) fn waits(&mut self) {
         if !self.waiting {
             self.waiting = true;
-            metrics::counter!(CONTENDED, self.series.labels(None)).increment(1);
-            metrics::gauge!(WAITING, self.series.labels(None)).increment(1.0);
+            self.series
+                .counter(CONTENDED, |k| &k.contended)
+                .increment(1);
+            self.series.gauge(WAITING, |k| &k.waiting).increment(1.0);
         }
     }
 
@@ -243,8 +330,17 @@ impl Acquisition {
     fn record(&mut self, outcome: Outcome) -> Duration {
         self.done = true;
         let waited = self.called.elapsed();
-        let labels = self.series.labels(Some(("outcome", outcome.label())));
-        metrics::histogram!(ACQUIRE_WAIT, labels).record(waited.as_secs_f64());
+        let histogram = match self.series.keys() {
+            Some(keys) => {
+                let key = &keys.acquire_wait[outcome.index()];
+                metrics::with_recorder(|r| r.register_histogram(key, &METADATA))
+            }
+            None => {
+                let labels = self.series.labels(Some(("outcome", outcome.label())));
+                metrics::histogram!(ACQUIRE_WAIT, labels)
+            }
+        };
+        histogram.record(waited.as_secs_f64());
         waited
     }
 }
@@ -255,7 +351,40 @@ impl Drop for Acquisition {
             self.record(Outcome::Cancelled);
         }
         if self.waiting {
-            metrics::gauge!(WAITING, self.series.labels(None)).decrement(1.0);
+            self.series.gauge(WAITING, |k| &k.waiting).decrement(1.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The made keys are the ones the macros make from the labels.
+    #[test]
+    fn made_keys_match_the_labels() {
+        for kind in KINDS {
+            let series = Series { kind, lock: None };
+            let Some(keys) = series.keys() else {
+                panic!("no keys for {kind}");
+            };
+            assert_eq!(keys.held, Key::from_parts(HELD, series.labels(None)));
+            assert_eq!(
+                keys.hold_time,
+                Key::from_parts(HOLD_TIME, series.labels(None))
+            );
+            assert_eq!(
+                keys.contended,
+                Key::from_parts(CONTENDED, series.labels(None))
+            );
+            assert_eq!(keys.waiting, Key::from_parts(WAITING, series.labels(None)));
+            for outcome in Outcome::ALL {
+                let labels = series.labels(Some(("outcome", outcome.label())));
+                let key = Key::from_parts(ACQUIRE_WAIT, labels);
+                assert_eq!(keys.acquire_wait[outcome.index()], key);
+            }
+        }
+        let mapped = LockLabel::mapped(|name| name.to_string()).series(LOCK, "a");
+        assert!(mapped.keys().is_none());
     }
 }

@@ -60,6 +60,11 @@ struct Args {
     /// (redlease or rslock) against the first of --urls, and exits (run under callgrind).
     #[arg(long, num_args = 2, value_names = ["IMPL", "PAIRS"], hide = true)]
     client_cost: Option<Vec<String>>,
+    /// For bench/scripts/handover_cost.sh: N acquisitions of one redlease `Lock` on the
+    /// hand-over key, as ROLE: `holder` keeps each hold a while, `waiter` gives each back at
+    /// once (run under callgrind); against the first of --urls, and exits.
+    #[arg(long, num_args = 2, value_names = ["ROLE", "N"], hide = true)]
+    handover_cost: Option<Vec<String>>,
     /// Internal (child process): the servers' URLs.
     #[arg(long, value_delimiter = ',', hide = true)]
     urls: Vec<String>,
@@ -163,6 +168,8 @@ pub struct Config {
     pub cell: Option<(String, String)>,
     /// `--client-cost IMPL PAIRS` (see bench/scripts/client_cost.sh).
     pub client_cost: Option<(String, usize)>,
+    /// `--handover-cost ROLE N` (see bench/scripts/handover_cost.sh).
+    pub handover_cost: Option<(String, usize)>,
     pub urls: Vec<String>,
     /// The bench cluster (started by the parent when a cluster workload runs).
     pub cluster_url: Option<String>,
@@ -211,6 +218,12 @@ impl Config {
                 .client_cost
                 .and_then(|c| match <[String; 2]>::try_from(c) {
                     Ok([implementation, pairs]) => Some((implementation, pairs.parse().ok()?)),
+                    Err(_) => None,
+                }),
+            handover_cost: args
+                .handover_cost
+                .and_then(|c| match <[String; 2]>::try_from(c) {
+                    Ok([role, n]) => Some((role, n.parse().ok()?)),
                     Err(_) => None,
                 }),
             urls: args.urls,

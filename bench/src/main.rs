@@ -130,6 +130,11 @@ async fn run(
         let url = cfg.urls.first().context("--client-cost needs --urls")?;
         return workloads::one_caller::pairs_only(&implementation, url, pairs).await;
     }
+    #[cfg(feature = "redlease")]
+    if let Some((role, n)) = cfg.handover_cost.clone() {
+        let url = cfg.urls.first().context("--handover-cost needs --urls")?;
+        return workloads::one_caller::handovers_only(&role, url, n).await;
+    }
     let started = Instant::now();
     let wants_cluster = cluster_suite::SELECTORS.iter().any(|w| cfg.wants(w))
         || cfg.wants(notice_suite::L1C_SELECTOR);

@@ -93,7 +93,8 @@ async fn wait_for_grant(
     if subscription.is_none()
         && reentered.is_none()
         && !matches!(wait, Wait::Once)
-        && (inner.subscriber).is_live(&lock.keys.grant_channel(&inner.id_text))
+        && (inner.subscriber).listens()
+        && (inner.subscriber).is_live(lock.grant_channel())
     {
         subscription = Some(server_queue::subscribe(lock, &field).await?);
     }

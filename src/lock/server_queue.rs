@@ -80,8 +80,9 @@ pub(super) fn grant_from_message(
 /// Listens for the grants of this lock to this client's queued waiters (`lua/queue_lock.lua`),
 /// on the client's own channel of the lock: other clients' grants and releases never wake it.
 pub(super) async fn subscribe(lock: &Lock, field: &Arc<str>) -> Result<Subscription> {
-    let inner = &lock.client.inner;
-    let channel = lock.keys.grant_channel(&inner.id_text);
-    let subscription = inner.subscriber.subscribe(&channel, false).await?;
+    let channel = lock.grant_channel();
+    let subscription = (lock.client.inner.subscriber)
+        .subscribe(channel, false)
+        .await?;
     Ok(subscription.grants_to(field.clone()))
 }

@@ -33,7 +33,7 @@ pub(super) struct Channel {
     /// The waiters that hear of grants, by the field they wait as: a grant wakes those of its
     /// field alone, however many others wait on the channel. Counted, since waits of one owner
     /// (tasks sharing an `Owner`) share a field.
-    grant_waiters: Mutex<HashMap<Arc<str>, GrantWaiters>>,
+    grant_waiters: Mutex<HashMap<Arc<str>, GrantWaiters, foldhash::fast::RandomState>>,
 }
 
 /// What wakes the waiters of one field, and how many there are.
@@ -63,7 +63,7 @@ impl Channel {
             lingering: AtomicBool::new(false),
             subscribed: Mutex::new(false),
             granted: Mutex::new(Vec::new()),
-            grant_waiters: Mutex::new(HashMap::new()),
+            grant_waiters: Mutex::new(HashMap::default()),
         }
     }
 

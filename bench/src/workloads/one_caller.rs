@@ -82,3 +82,53 @@ pub async fn pairs_only(implementation: &str, url: &str, pairs: usize) -> Result
         other => anyhow::bail!("--client-cost: no implementation {other:?} (redlease, rslock)"),
     }
 }
+
+/// The lock of the hand-over runs (bench/scripts/handover_cost.sh).
+#[cfg(feature = "redlease")]
+const HANDOVER_KEY: &str = "bench:handover";
+
+/// How long the holder keeps each hold: longer than the waiter (under callgrind) takes from
+/// its release to its next, queued, attempt, so every acquisition of the waiter is a
+/// hand-over (the server's queue is FIFO).
+#[cfg(feature = "redlease")]
+const HOLDER_HOLDS: Duration = Duration::from_millis(50);
+
+/// `n` acquisitions of one redlease `Lock` (default settings, as a W7 process takes it) on
+/// [`HANDOVER_KEY`]: as `holder`, each kept [`HOLDER_HOLDS`]; as `waiter`, each given back at
+/// once. With a holder running, every acquisition of a waiter is handed over by the holder's
+/// release, and the waiter's own release hands the lock back: callgrind counts the waiter's
+/// instructions per hand-over (bench/scripts/handover_cost.sh runs it twice and takes the
+/// difference). The waiter prints how many of its acquisitions waited (all of them should).
+#[cfg(feature = "redlease")]
+pub async fn handovers_only(role: &str, url: &str, n: usize) -> Result<()> {
+    let hold = match role {
+        "holder" => HOLDER_HOLDS,
+        "waiter" => Duration::ZERO,
+        other => anyhow::bail!("--handover-cost: no role {other:?} (holder, waiter)"),
+    };
+    // As `Redlease::new`: REDLEASE_BENCH_LOSS_NOTICE=off runs the client without the loss
+    // notice (its price per hand-over is the difference).
+    let notice = std::env::var("REDLEASE_BENCH_LOSS_NOTICE").map_or(true, |v| v != "off");
+    let client = redlease::Client::builder(url)
+        .loss_notice(notice)
+        .build()
+        .await?;
+    let lock = client.lock(HANDOVER_KEY)?;
+    let mut waited = 0usize;
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let guard = lock.lock().await?;
+        if t0.elapsed() >= HOLDER_HOLDS / 10 {
+            waited += 1;
+        }
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
+        }
+        guard.unlock().await?;
+    }
+    let _ = client.shutdown().await;
+    if role == "waiter" {
+        println!("waited: {waited} of {n}");
+    }
+    Ok(())
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The client's own instructions per cross-process hand-over of a redlease `Lock`, counted by
+# callgrind. Against a private redis-server, a holder process (not under callgrind) takes the
+# lock again and again, keeping each hold 50 ms; a waiter process under callgrind takes it N
+# times and gives it back at once. The server's queue is FIFO, so every acquisition of the
+# waiter is one hand-over: queued behind the holder, granted by the holder's release (the
+# grant's message wakes it), then its release hands the lock back to the queued holder. The
+# waiter runs N and 5 x N acquisitions; the difference over 4 x N is the client's cost of one
+# hand-over (its acquisition and its release; start-up and connection cancel out). Counts do
+# not depend on the machine's load.
+#
+#   bench/scripts/handover_cost.sh [N] [OUT]   (default N 100; takes a minute or two)
+#
+# With REDLEASE_BENCH_LOSS_NOTICE=off in the environment, both processes run without the loss
+# notice (the notice's price per hand-over is the difference).
+#
+# With OUT, the larger run's callgrind profile is kept there (for callgrind_annotate
+# --inclusive=yes OUT; divide by the hand-overs, and compare with the smaller run's profile,
+# OUT.small, to set start-up aside).
+#
+# Needs valgrind and a release build of the bench (cargo build --release -p redlease-bench).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+n="${1:-100}"
+keep="${2:-}"
+bench="${CARGO_TARGET_DIR:-$root/target}/release/redlease-bench"
+[[ -x "$bench" ]] || { echo "handover_cost: build it first: cargo build --release -p redlease-bench" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "handover_cost: valgrind not found" >&2; exit 1; }
+out="$(mktemp -d)"
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+  --loglevel warning >"$out/server.log" 2>&1 &
+server=$!
+holder=""
+trap '[[ -n "$holder" ]] && kill "$holder" 2>/dev/null; kill "$server" 2>/dev/null || true; rm -rf "$out"' EXIT
+for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+url="redis://127.0.0.1:$port/"
+
+# The holder: contends until killed (far more acquisitions than the runs take).
+"$bench" --handover-cost holder 100000000 --urls "$url" >"$out/holder.log" 2>&1 &
+holder=$!
+
+# Instructions of one whole waiter run of n acquisitions (its profile as $out/cg.$1).
+count() {
+  valgrind --tool=callgrind --callgrind-out-file="$out/cg.$1" "$bench" \
+    --handover-cost waiter "$1" --urls "$url" >"$out/run.$1" 2>&1 || { cat "$out/run.$1" >&2; exit 1; }
+  local waited
+  waited="$(awk '/^waited:/ {print $2}' "$out/run.$1")"
+  [[ "$waited" == "$1" ]] || echo "handover_cost: only $waited of $1 acquisitions waited (not all were hand-overs)" >&2
+  awk '/Collected :/ {print $NF}' "$out/run.$1"
+}
+small="$(count "$n")"
+large="$(count "$((5 * n))")"
+kill "$holder" 2>/dev/null || true
+holder=""
+echo "client instructions per cross-process hand-over of a redlease Lock (callgrind, $((4 * n)) hand-overs' difference):"
+echo "  redlease: $(( (large - small) / (4 * n) ))"
+if [[ -n "$keep" ]]; then
+  cp "$out/cg.$((5 * n))" "$keep"
+  cp "$out/cg.$n" "$keep.small"
+fi
