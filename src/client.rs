@@ -139,8 +139,12 @@ impl Client {
     ///
     /// # Errors
     /// The first error met while releasing; the remaining holds are released anyway and the
-    /// tasks are stopped in every case.
+    /// tasks are stopped in every case. Polled outside a tokio runtime it does nothing and
+    /// answers an error for which [`Error::is_no_runtime`] is true.
     pub async fn shutdown(&self) -> Result<()> {
+        // Refused before it starts: a shutdown begun here could not finish, and a later one
+        // would find it begun and do nothing.
+        crate::task::in_runtime()?;
         if !self.inner.begin_shutdown() {
             return Ok(());
         }

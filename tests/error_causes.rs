@@ -172,6 +172,19 @@ fn a_future_polled_outside_tokio_is_an_error_not_a_panic() {
         .expect("a MultiLock polled outside tokio finished");
     let error = tried.unwrap_err();
     assert!(error.is_no_runtime(), "{error:?}");
+    // A RedLock over three independent masters.
+    let masters = [Server::start(), Server::start(), Server::start()];
+    let name = unique_name("outside-redlock");
+    let mut locks = Vec::new();
+    for master in &masters {
+        locks.push(rt.block_on(support::client(master)).lock(&name).unwrap());
+    }
+    let redlock = redlease::RedLock::new(locks).unwrap();
+    let tried = poll_on_plain_thread(async move { redlock.try_lock().await.map(|g| g.is_some()) })
+        .unwrap_or_else(|panic| panic!("a RedLock polled outside tokio panicked: {panic}"))
+        .expect("a RedLock polled outside tokio finished");
+    let error = tried.unwrap_err();
+    assert!(error.is_no_runtime(), "{error:?}");
     // A guard taken in a runtime, given back outside one: the caller hears of it, and the
     // hold is released all the same (on the client's runtime), not left until shutdown.
     let name = unique_name("outside");
@@ -186,7 +199,23 @@ fn a_future_polled_outside_tokio_is_an_error_not_a_panic() {
     });
     assert!(released, "the hold outlived its guard's unlock");
     assert_eq!(client.held_count(), 0);
+    // A shutdown outside tokio is refused before it starts: asked again in the runtime, it
+    // still gives back what the client holds.
+    let guard = rt.block_on(client.lock(&name).unwrap().lock()).unwrap();
+    let remote = client.clone();
+    let shut = poll_on_plain_thread(async move { remote.shutdown().await })
+        .unwrap_or_else(|panic| panic!("a shutdown outside tokio panicked: {panic}"))
+        .expect("a shutdown outside tokio finished");
+    assert!(shut.unwrap_err().is_no_runtime());
     rt.block_on(client.shutdown()).unwrap();
+    assert!(
+        guard.is_lost(),
+        "the shutdown in the runtime did not end the guard"
+    );
+    assert!(
+        !support::exists(&server, &support::key_of(&name)),
+        "the shutdown in the runtime left the hold"
+    );
 }
 
 /// The lock family's guards given back outside a tokio runtime: as a `LockGuard`'s unlock, the

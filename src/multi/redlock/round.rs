@@ -58,6 +58,8 @@ impl Waiter for Rounds<'_> {
     type Output = RedLockGuard;
 
     async fn attempt(&mut self) -> Result<Attempt<RedLockGuard>> {
+        // Outside tokio nothing can be sent (nor given back): say so before a round starts.
+        crate::task::in_runtime()?;
         let settings = &self.settings;
         let started = Instant::now();
         let round = join_all(self.nodes.iter().map(|lock| {
@@ -175,7 +177,8 @@ impl Tally {
                 Outcome::Failed(e) => {
                     tally.failed += 1;
                     tracing::debug!(lock = %name, node = i, error = %e, "RedLock node failed");
-                    if matches!(e, Error::WouldDeadlock { .. }) {
+                    // No round can do better: the owner's own deadlock, or a client shut down.
+                    if matches!(e, Error::WouldDeadlock { .. } | Error::Shutdown) {
                         tally.fatal.get_or_insert(e);
                     }
                 }
