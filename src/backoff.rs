@@ -30,6 +30,13 @@ impl Backoff {
         Backoff::new(Duration::from_millis(20), Duration::from_millis(200))
     }
 
+    /// The subscriber connecting, or subscribing to a channel, again: from `first` (20 ms to
+    /// subscribe, 50 ms to connect) up to 1 s, so waiters that lost their channel hear again
+    /// soon and a server that is down is not asked more than once a second.
+    pub(crate) const fn subscriber(first: Duration) -> Backoff {
+        Backoff::new(first, Duration::from_secs(1))
+    }
+
     /// Work that must get through eventually but is in nobody's way meanwhile (a Sentinel
     /// listener's reconnection, a queue place's withdrawal): from 100 ms up to 5 s.
     pub(crate) const fn patient() -> Backoff {

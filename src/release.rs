@@ -1,11 +1,13 @@
-//! Giving holds back, for every kind. Two verbs: [`release_hold`] gives back one guard's hold
-//! (the lock goes, or is handed to this client's waiting head, at the owner's last hold), and
-//! [`finish_unlock`] is the same lifecycle for the lock family's guards, whose kinds supply
-//! the server half; [`give_back`] gives back holds no guard owns (abandoned grants, shutdown,
-//! a lock released by name). Each does its local half synchronously first, retries a release
-//! whose reply was lost (the script makes the retry harmless), finishes in the background if
-//! the caller stops waiting, and runs on the client's runtime when polled outside one or
-//! dropped anywhere ([`release_hold_in_background`], [`release_dropped`]).
+//! Giving holds back, for every kind. A guard's release does its kind's local half
+//! synchronously (the watchdog stops renewing at once), then hands its server half to one
+//! lifecycle: [`finish_unlock`] runs it to its end even if the caller stops waiting, answers
+//! `LeaseLost` for a hold that was gone, and runs it on the client's runtime when polled
+//! outside one; [`release_dropped`] does so from a guard's Drop on any thread. The Lock's own
+//! halves are [`release_hold`] and [`release_hold_in_background`] (the lock goes, or is handed
+//! to this client's waiting head, at the owner's last hold); the family's kinds supply theirs.
+//! [`give_back`] gives back holds no guard owns (abandoned grants, shutdown, a lock released
+//! by name), finished in the background if its caller stops waiting. Every release retries a
+//! lost reply (the script makes the retry harmless).
 
 use std::future::Future;
 use std::sync::Arc;

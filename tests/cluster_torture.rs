@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use redlease::Client;
-use support::torture::{self, Dice, Fences};
+use support::torture::{self, Dice, Fault, Fences};
 use support::{Cluster, key_of, key_slot};
 
 const NAMES: usize = 4;
@@ -47,12 +47,14 @@ async fn fenced_locks_hold_their_invariants_under_random_cluster_faults() {
         let replica = cluster.try_replica_of(primary);
         match (dice.below(4), replica) {
             (0, Some(_)) => {
+                // Coordinated: the replica takes over once it has every write.
                 cluster.failover(primary);
             }
             (1, Some(replica)) => {
                 cluster.nodes[primary].kill();
                 cluster.until_promoted(replica);
                 killed = Some(primary);
+                return Fault::MayLoseWrites;
             }
             (2, _) => {
                 let name = &lock_names[dice.below(lock_names.len() as u64) as usize];
@@ -63,6 +65,7 @@ async fn fenced_locks_hold_their_invariants_under_random_cluster_faults() {
             }
             _ => cluster.nodes[primary].client_pause(300, false),
         }
+        Fault::KeepsWrites
     };
     // A failover may promote a replica that missed the last fence increments.
     torture::run("cluster", Fences::MayRegress, names, acquirers, fault).await;

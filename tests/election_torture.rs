@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use redlease::Client;
-use support::torture::{self, Dice, Fences};
+use support::torture::{self, Dice, Fault, Fences};
 use support::{Server, unique_names};
 
 const NAMES: usize = 3;
@@ -57,6 +57,7 @@ async fn elections_keep_the_term_oracle_under_random_server_faults() {
             }
             _ => server.client_pause(outage.as_millis() as u64, false),
         }
+        Fault::KeepsWrites
     };
     torture::run("elections", Fences::Durable, names, candidates, fault).await;
     for client in clients {

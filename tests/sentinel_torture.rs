@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::sentinel::SentinelGroup;
-use support::torture::{self, Dice, Fences};
+use support::torture::{self, Dice, Fault, Fences};
 use support::unique_names;
 
 const NAMES: usize = 3;
@@ -46,7 +46,7 @@ async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
             group.restart(server);
         }
         let Some(master) = group.try_master() else {
-            return;
+            return Fault::KeepsWrites;
         };
         // The first fault is a kill: every run fails over at least once.
         let draw = if kills == 0 { 0 } else { dice.below(3) };
@@ -61,6 +61,7 @@ async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
                     counted.fetch_add(1, Ordering::Relaxed);
                 }
                 killed = Some(master);
+                Fault::MayLoseWrites
             }
             (1, true) => {
                 if group.planned_failover()
@@ -70,8 +71,13 @@ async fn fenced_locks_hold_their_invariants_under_random_sentinel_failovers() {
                 {
                     counted.fetch_add(1, Ordering::Relaxed);
                 }
+                // The old master takes writes until the sentinels reconfigure it.
+                Fault::MayLoseWrites
             }
-            _ => group.servers[master].client_pause(300, false),
+            _ => {
+                group.servers[master].client_pause(300, false);
+                Fault::KeepsWrites
+            }
         }
     };
     // A failover may promote a replica that missed the last fence increments.

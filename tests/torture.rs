@@ -10,7 +10,7 @@ use redlease::LockOptions;
 use std::time::Duration;
 
 use redlease::{Client, RedLock};
-use support::torture::{self, Dice, Fences};
+use support::torture::{self, Dice, Fault, Fences};
 use support::{Server, unique_names};
 
 const NAMES: usize = 3;
@@ -60,7 +60,10 @@ async fn fenced_locks_hold_their_invariants_under_random_server_faults() {
         acquirers.push(torture::fenced_lock(&client, &names));
         clients.push(client);
     }
-    let fault = move |dice: &mut Dice| break_server(&mut server, dice);
+    let fault = move |dice: &mut Dice| {
+        break_server(&mut server, dice);
+        Fault::KeepsWrites
+    };
     torture::run("one server", Fences::Durable, names, acquirers, fault).await;
     for client in clients {
         let _ = client.shutdown().await;
@@ -99,6 +102,7 @@ async fn fenced_redlocks_hold_their_invariants_under_random_master_faults() {
     let fault = move |dice: &mut Dice| {
         let i = dice.below(servers.len() as u64) as usize;
         break_server(&mut servers[i], dice);
+        Fault::KeepsWrites
     };
     torture::run("RedLock(5)", Fences::Durable, names, acquirers, fault).await;
     for client in all {

@@ -41,8 +41,8 @@ mod cluster;
 use cluster::Primaries;
 pub(crate) use cluster::connect_cluster;
 
-/// Keys read per pipeline: as the watchdog's renewal batches, a call that does not stall the
-/// server for long.
+/// Keys read per pipeline. Each read is a command of its own, so a pipeline never holds the
+/// server the way one script call does; the bound keeps one round's replies small.
 const CHECKS_PER_CALL: usize = 1000;
 
 /// How to open the tracking connections of a node.

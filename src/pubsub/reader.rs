@@ -10,9 +10,6 @@ use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::node::{Event, Sink, bounded};
 
-/// The longest pause between two tries to subscribe or to connect the subscriber.
-const LONGEST_PAUSE: Duration = Duration::from_secs(1);
-
 /// A grant message of `lua/queue.lua`: `g <claim ms> <token or -> <nonce> <owner field>`.
 struct Grant<'a> {
     token: Option<u64>,
@@ -120,7 +117,7 @@ impl Subscriber {
     }
 
     async fn try_subscribe_again(&self, name: &Arc<str>, channel: &Arc<Channel>) {
-        let mut backoff = Backoff::new(Duration::from_millis(20), LONGEST_PAUSE);
+        let mut backoff = Backoff::subscriber(Duration::from_millis(20));
         for _ in 0..20 {
             if self.stopped.load(Ordering::Acquire) {
                 return;
@@ -208,7 +205,7 @@ impl Subscriber {
 
 /// Owns the subscriber connection: reads messages, and reconnects with backoff when it drops.
 pub(super) async fn run_reader(weak: Weak<Subscriber>) {
-    let mut backoff = Backoff::new(Duration::from_millis(50), LONGEST_PAUSE);
+    let mut backoff = Backoff::subscriber(Duration::from_millis(50));
     let mut reconnect = false;
     loop {
         let Some(subscriber) = weak.upgrade() else {
