@@ -118,10 +118,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         -- Hand over only while no other client waits: nobody queued before the successor (a
         -- waiter of another client there, a MultiLock's member among them, gets the lock from
         -- the queue).
-        local handover = false
+        local hand_over = false
         if successor ~= nil then
             local first = redis.call('LINDEX', hash .. ':q', 0)
-            handover = not first or first == successor
+            hand_over = not first or first == successor
         end
         -- Reads and writes of the keys derived from the hash (marker, queue) come before the
         -- field goes: during a cluster slot migration such a key may already be elsewhere, and
@@ -132,7 +132,7 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             redis.call('DEL', hash .. ':delay')
         end
         local head, terms
-        if handover then
+        if hand_over then
             -- The successor may have queued itself on the server too.
             dequeue(hash, successor)
         else
@@ -141,18 +141,18 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
             head, terms = pop_head(hash, plain_head_read and plain_head or nil)
         end
         local token = 0
-        if handover and fence then
+        if hand_over and fence then
             -- pcall: a damaged counter must not keep the lock from being released; it only spoils
             -- the hand-over.
             local ok
             ok, token = pcall(next_token, fence, successor_lease + grace)
-            handover = ok
+            hand_over = ok
         end
         -- The next holder's field is written while ours still keeps the hash alive: during a
         -- slot migration a write to a hash that no longer exists here is redirected, which
         -- would fail the script after the writes above. HDEL, not DEL: only our field goes; an
         -- emptied hash disappears by itself.
-        if handover then
+        if hand_over then
             redis.call('HSET', hash, successor, '1')
             redis.call('HDEL', hash, field)
             redis.call('PEXPIRE', hash, successor_lease)

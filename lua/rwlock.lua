@@ -96,7 +96,7 @@ while a <= #ARGV do
         key = KEYS[k], channel = KEYS[k + 1], op = ARGV[a + 2], owner = ARGV[a + 3],
         lease = tonumber(ARGV[a + 4] or '0'), life = tonumber(ARGV[a + 5] or '0'),
         claim = tonumber(ARGV[a + 6] or '0'), waiter = ARGV[a + 7] or '',
-        handover = ARGV[a + 8] or '',
+        hand_over = ARGV[a + 8] or '',
     }
     k, a = k + nkeys, a + 2 + nargs
     entries[#entries + 1] = e
@@ -360,7 +360,7 @@ end
 -- records its client's waiters took (see above).
 local function releasing(v, e)
     fifo_on(v.key, v.channel)
-    return handing_to(e.handover, fifo_entries)
+    return handing_to(e.hand_over, fifo_entries)
 end
 
 -- A record under a waiter's name (see above): its kind ('h' handed, 'g' granted), its side

@@ -43,12 +43,12 @@ pub(crate) struct LocalQueue {
 /// The waiting head's offer: who it is, and where to tell it what became of the offer.
 pub(crate) struct Offer {
     pub successor: Successor,
-    pub reply: oneshot::Sender<HandOver>,
+    pub reply: oneshot::Sender<OfferAnswer>,
 }
 
 /// What became of a taken offer.
 #[derive(Debug)]
-pub(crate) enum HandOver {
+pub(crate) enum OfferAnswer {
     /// The lock is the waiter's: count 1, fencing token, and when the request that granted it
     /// was sent (its lease runs from no earlier than that).
     Granted { token: u64, sent: Instant },
@@ -61,7 +61,7 @@ pub(crate) enum HandOver {
 /// An offer left at the queue; dropping it withdraws it.
 pub(crate) struct Offered {
     queue: Arc<LocalQueue>,
-    reply: oneshot::Receiver<HandOver>,
+    reply: oneshot::Receiver<OfferAnswer>,
     /// Gives back a grant that arrived after the waiter stopped listening (see `Drop`).
     give_back: Option<GiveBack>,
 }
@@ -126,7 +126,7 @@ impl LocalQueues {
     }
 
     /// Takes the waiting head's offer for `key`, if there is one. The caller must answer it
-    /// (see [`HandOver`]).
+    /// (see [`OfferAnswer`]).
     pub(crate) fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
         let queue = self.map.get(key)?;
         // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
@@ -135,7 +135,7 @@ impl LocalQueues {
     }
 
     /// Notes that a release of this client handed the lock to one of its waiters.
-    pub(crate) fn handed_over(&self, key: &Arc<str>) {
+    pub(crate) fn note_handed_over(&self, key: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
             queue.handed_over.store(true, Ordering::Relaxed);
         }
@@ -180,13 +180,13 @@ impl LocalQueue {
 
 impl Offered {
     /// Resolves when a release answered the offer (never, until one takes it).
-    pub(crate) async fn answered(&mut self) -> HandOver {
-        (&mut self.reply).await.unwrap_or(HandOver::Unknown)
+    pub(crate) async fn answered(&mut self) -> OfferAnswer {
+        (&mut self.reply).await.unwrap_or(OfferAnswer::Unknown)
     }
 
     /// Withdraws the offer. `None` if no release took it; else what became of it (waiting for
     /// the release's answer: the lock may already be ours).
-    pub(crate) async fn withdraw(mut self) -> Option<HandOver> {
+    pub(crate) async fn withdraw(mut self) -> Option<OfferAnswer> {
         let offer = self.queue.offer.lock().take();
         if offer.is_some() {
             // Nobody took it, and nobody can now. Closed before its sender goes: dropping the
@@ -199,11 +199,11 @@ impl Offered {
     }
 }
 
-impl HandOver {
+impl OfferAnswer {
     /// Whether the waiter may hold the lock after this answer (and must give it back if it
     /// will not use it).
     pub(crate) fn may_hold(&self) -> bool {
-        !matches!(self, HandOver::Declined)
+        !matches!(self, OfferAnswer::Declined)
     }
 }
 

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::hold::{Hold, LocalRelease};
 use crate::keys::LockKeys;
-use crate::local_queue::{HandOver, Offer};
+use crate::local_queue::{Offer, OfferAnswer};
 use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
 use crate::shared::Client;
@@ -316,7 +316,7 @@ fn send(
             // Before the answer, so the next head already knows a local waiter holds it.
             Ok(Release::HandedOver { .. }) => {
                 crate::telemetry::count(crate::telemetry::HANDOVERS);
-                inner.local_queues.handed_over(&request.keys.hash)
+                inner.local_queues.note_handed_over(&request.keys.hash)
             }
             _ => {}
         }
@@ -346,12 +346,12 @@ fn answer(
     sent: Instant,
 ) {
     let answer = match outcome {
-        Ok(Release::HandedOver { token }) => HandOver::Granted {
+        Ok(Release::HandedOver { token }) => OfferAnswer::Granted {
             token: *token,
             sent,
         },
-        Ok(_) => HandOver::Declined,
-        Err(_) => HandOver::Unknown,
+        Ok(_) => OfferAnswer::Declined,
+        Err(_) => OfferAnswer::Unknown,
     };
     let may_hold = answer.may_hold();
     if offer.reply.send(answer).is_err() && may_hold {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::queued::Handed;
+use super::queued::HandedWaiters;
 use crate::error::Result;
 use crate::pubsub::{HANDED, Mark, Subscription};
 use crate::shared::Client;
@@ -22,7 +22,7 @@ pub(crate) enum Wake<'a> {
     /// an attempt (noted in `handed`, for the kinds whose script keeps a record of it).
     Grant {
         waiter: Arc<str>,
-        handed: Option<&'a Handed>,
+        handed: Option<&'a HandedWaiters>,
     },
 }
 

@@ -295,10 +295,10 @@ impl PermitSemaphore {
         if checked {
             self.client.inner.check_open()?;
         }
-        let handover = queued::handover(&self.client, None);
-        let args = ["release", id, "0", &handover];
+        let hand_over = queued::hand_over_arg(&self.client, None);
+        let args = ["release", id, "0", &hand_over];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
-        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)?.flag()
+        queued::resolve_handed(&self.client, &self.grants, SCRIPT.name, reply)?.flag()
     }
 }
 

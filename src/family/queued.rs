@@ -8,8 +8,8 @@
 //! its place); a call that frees what waiters want grants it to the first waiters that fit
 //! and tells each grantee's client alone, on `<channel>:<client id>`, where the waiter listens
 //! ([`Wake::Grant`](super::Wake::Grant)); its next attempt claims the grant. A release names
-//! this client's own waiters it handed what they wait for in its reply ([`hand_over`]): they
-//! are resolved from it, without a message or another attempt ([`Handed`] keeps their names
+//! this client's own waiters it handed what they wait for in its reply ([`resolve_handed`]): they
+//! are resolved from it, without a message or another attempt ([`HandedWaiters`] keeps their names
 //! until the client's next release deletes the server's records of them).
 
 use crate::backoff::Backoff;
@@ -107,7 +107,7 @@ pub(crate) async fn wait_in_queue<F, Fut>(
     wait: Wait,
     waiter: &Arc<str>,
     withdrawal: impl Future<Output = ()> + Send + 'static,
-    handed: Option<&Handed>,
+    handed: Option<&HandedWaiters>,
     attempt: F,
 ) -> Result<Option<Instant>>
 where
@@ -141,12 +141,12 @@ where
 /// the script keeps a record of each (for a waiter that missed the reply), which this client's
 /// next release deletes. One per object and client.
 #[derive(Default)]
-pub(crate) struct Handed(parking_lot::Mutex<Vec<Arc<str>>>);
+pub(crate) struct HandedWaiters(parking_lot::Mutex<Vec<Arc<str>>>);
 
 /// The most records one release deletes (more wait for the next, or end at their deadline).
 const FORGET_PER_RELEASE: usize = 64;
 
-impl Handed {
+impl HandedWaiters {
     /// `waiter` took what it was handed.
     pub(crate) fn push(&self, waiter: Arc<str>) {
         self.0.lock().push(waiter);
@@ -163,16 +163,16 @@ impl Handed {
 /// A release's hand-over argument (`lua/queue_permits.lua`'s `handing_to`): this client's id, whose
 /// waiters the release hands what it frees (`-` while the client shuts down: its waiters are
 /// quitting), then the waiters of `handed` whose records go.
-pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
-    let mut handover = match client.inner.check_open() {
+pub(crate) fn hand_over_arg(client: &Client, handed: Option<&HandedWaiters>) -> String {
+    let mut hand_over = match client.inner.check_open() {
         Ok(()) => client.inner.id_text.to_string(),
         Err(_) => "-".to_string(),
     };
-    for waiter in handed.map(Handed::take).unwrap_or_default() {
-        handover.push(' ');
-        handover.push_str(&waiter);
+    for waiter in handed.map(HandedWaiters::take).unwrap_or_default() {
+        hand_over.push(' ');
+        hand_over.push_str(&waiter);
     }
-    handover
+    hand_over
 }
 
 /// The reply of a release (`lua/queue_permits.lua`'s `with_handed`): its integer, alone or
@@ -181,7 +181,7 @@ pub(crate) fn handover(client: &Client, handed: Option<&Handed>) -> String {
 ///
 /// # Errors
 /// [`Error::Protocol`] for a reply of another shape (`script` names it).
-pub(crate) fn hand_over(
+pub(crate) fn resolve_handed(
     client: &Client,
     grants: &str,
     script: &'static str,

@@ -233,11 +233,11 @@ impl ReadWriteLock {
             self.client.inner.check_open()?;
         }
         let op = hold.kind().ops().1;
-        let handover = queued::handover(&self.client, Some(&self.shares.handed));
+        let hand_over = queued::hand_over_arg(&self.client, Some(&self.shares.handed));
         let reply = self
-            .request(&[op, field, "0", "0", "0", "", &handover])
+            .request(&[op, field, "0", "0", "0", "", &hand_over])
             .await?;
-        Ok(self.hand_over(reply)?.holds_left()?.is_some())
+        Ok(self.resolve_handed(reply)?.holds_left()?.is_some())
     }
 
     /// Takes `waiter` (of owner `field`) out of the queue; a grant to the owner that it has
@@ -245,18 +245,18 @@ impl ReadWriteLock {
     /// and it did not take is given back.
     pub(crate) async fn withdraw(self, waiter: Arc<str>, field: Arc<str>) {
         let withdraw = || async {
-            let handover = queued::handover(&self.client, Some(&self.shares.handed));
-            let args = ["withdraw", &field, "0", "0", "0", &waiter, &handover];
+            let hand_over = queued::hand_over_arg(&self.client, Some(&self.shares.handed));
+            let args = ["withdraw", &field, "0", "0", "0", &waiter, &hand_over];
             let reply = self.request(&args).await?;
-            self.hand_over(reply)?.flag()
+            self.resolve_handed(reply)?.flag()
         };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
 
     /// The integer of a reply that may name waiters of this client handed the lock, who are
     /// woken.
-    fn hand_over(&self, reply: Value) -> Result<Reply> {
-        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)
+    fn resolve_handed(&self, reply: Value) -> Result<Reply> {
+        queued::resolve_handed(&self.client, &self.grants, SCRIPT.name, reply)
     }
 
     /// Gives back `share`, which nobody is in any more: queued at once, then finished in the

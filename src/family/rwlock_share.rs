@@ -46,7 +46,7 @@ static NEXT_SHARE: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct ReadShares {
     state: Arc<Mutex<State>>,
     /// This client's waiters that took a hold a release of this client handed them.
-    pub(crate) handed: queued::Handed,
+    pub(crate) handed: queued::HandedWaiters,
 }
 
 #[derive(Default)]

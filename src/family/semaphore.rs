@@ -70,7 +70,7 @@ pub struct Semaphore {
     /// This client's waiters that took permits a release of this client handed them: the
     /// script keeps a record of each (for a waiter that missed the reply), which this
     /// client's next release deletes.
-    handed: Arc<queued::Handed>,
+    handed: Arc<queued::HandedWaiters>,
 }
 
 impl Semaphore {
@@ -79,7 +79,10 @@ impl Semaphore {
         let grants = queued::grant_channel(&client, &keys.channel);
         let keys = Arc::new(keys);
         Ok(Semaphore {
-            handed: client.inner.local_states.of::<queued::Handed>(&keys.key),
+            handed: client
+                .inner
+                .local_states
+                .of::<queued::HandedWaiters>(&keys.key),
             client,
             keys,
             grants,
@@ -165,10 +168,10 @@ impl Semaphore {
     /// handed to are told from the reply.
     async fn give_back(&self, permits: u32) -> Result<()> {
         let n = itoa::Buffer::new().format(permits).to_owned();
-        let handover = queued::handover(&self.client, Some(&self.handed));
-        let args = ["release", &n, &handover];
+        let hand_over = queued::hand_over_arg(&self.client, Some(&self.handed));
+        let args = ["release", &n, &hand_over];
         let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
-        queued::hand_over(&self.client, &self.grants, SCRIPT.name, reply)?
+        queued::resolve_handed(&self.client, &self.grants, SCRIPT.name, reply)?
             .count()
             .map(drop)
     }

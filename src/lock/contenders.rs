@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::hold::Grant;
-use crate::local_queue::{GiveBack, HandOver, Offered, Ticket};
+use crate::local_queue::{GiveBack, OfferAnswer, Offered, Ticket};
 use crate::node::Successor;
 use crate::pubsub::Subscription;
 use crate::release::{give_back, give_back_in_background};
@@ -100,12 +100,12 @@ fn offer(napping: &Napping<'_>) -> Option<Offered> {
 }
 
 /// What the answer to an offer (if one came) makes of the wait.
-async fn take_answer(napping: &Napping<'_>, answer: Option<HandOver>) -> Result<Woken> {
+async fn take_answer(napping: &Napping<'_>, answer: Option<OfferAnswer>) -> Result<Woken> {
     let Napping {
         lock, field, lease, ..
     } = *napping;
     match answer {
-        Some(HandOver::Granted { token, sent }) => {
+        Some(OfferAnswer::Granted { token, sent }) => {
             match grant::confirmed(lock, field, lease, sent).await? {
                 Some(since) => {
                     let granted = Grant::HandedOver;
@@ -115,13 +115,13 @@ async fn take_answer(napping: &Napping<'_>, answer: Option<HandOver>) -> Result<
                 None => Ok(Woken::GaveBack),
             }
         }
-        Some(HandOver::Unknown) => {
+        Some(OfferAnswer::Unknown) => {
             // The release failed unanswered: it may have handed us the lock. We held
             // nothing before, so giving back one hold is exact either way.
             let _ = give_back(&lock.client, &lock.keys, field, lease.ms(), 1).await;
             Ok(Woken::GaveBack)
         }
-        Some(HandOver::Declined) | None => Ok(Woken::ToAttempt),
+        Some(OfferAnswer::Declined) | None => Ok(Woken::ToAttempt),
     }
 }
 
