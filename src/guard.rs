@@ -160,7 +160,9 @@ impl LockGuard {
     /// [`Error::LeaseLost`] when the lease was lost while held (nothing is released then);
     /// [`Error::Shutdown`] when the client was shut down (it released everything);
     /// [`Error::Timeout`] or [`Error::Redis`] when Redis failed on every retry (the lease then
-    /// frees the key: the watchdog no longer renews it).
+    /// frees the key: the watchdog no longer renews it); [`Error::NoRuntime`] when polled
+    /// outside a tokio runtime (the hold is then given back in the background, on the runtime
+    /// the client was built on).
     ///
     /// # Cancel safety
     /// Dropping the future still completes the release in the background.

@@ -185,6 +185,28 @@ fn a_future_polled_outside_tokio_is_an_error_not_a_panic() {
         .expect("a RedLock polled outside tokio finished");
     let error = tried.unwrap_err();
     assert!(error.is_no_runtime(), "{error:?}");
+    // Its guard, taken in a runtime and unlocked outside one: an error, and released on every
+    // master all the same.
+    let mut locks = Vec::new();
+    for master in &masters {
+        locks.push(rt.block_on(support::client(master)).lock(&name).unwrap());
+    }
+    let redlock = redlease::RedLock::new(locks).unwrap();
+    let guard = rt
+        .block_on(redlock.try_lock())
+        .unwrap()
+        .expect("a free RedLock");
+    let unlocked = poll_on_plain_thread(async move { guard.unlock().await })
+        .unwrap_or_else(|panic| panic!("a RedLock guard unlocked outside tokio panicked: {panic}"))
+        .expect("a RedLock guard unlocked outside tokio finished");
+    let error = unlocked.unwrap_err();
+    assert!(error.is_no_runtime(), "{error:?}");
+    let released = support::eventually(Duration::from_secs(2), || {
+        masters
+            .iter()
+            .all(|master| !support::exists(master, &support::key_of(&name)))
+    });
+    assert!(released, "the RedLock's holds outlived its guard's unlock");
     // A guard taken in a runtime, given back outside one: the caller hears of it, and the
     // hold is released all the same (on the client's runtime), not left until shutdown.
     let name = unique_name("outside");

@@ -319,7 +319,8 @@ impl Permit {
     /// As [`LockGuard::unlock`](crate::LockGuard::unlock): [`Error::LeaseLost`] when the permit
     /// was lost while held; [`Error::Shutdown`] when the client was shut down (it released
     /// everything); [`Error::Timeout`] or [`Error::Redis`] when Redis failed (the lease then
-    /// frees the permit).
+    /// frees the permit); [`Error::NoRuntime`] outside a tokio runtime (given back in the
+    /// background all the same).
     ///
     /// # Cancel safety
     /// Dropping the future still completes the release in the background.

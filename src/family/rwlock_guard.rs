@@ -186,7 +186,8 @@ macro_rules! guard {
             /// As [`LockGuard::unlock`](crate::LockGuard::unlock): [`Error::LeaseLost`] when
             /// the hold was lost while held; [`Error::Shutdown`] when the client was shut down
             /// (it released everything); [`Error::Timeout`] or [`Error::Redis`] when Redis
-            /// failed (the lease then frees the lock).
+            /// failed (the lease then frees the lock); [`Error::NoRuntime`] outside a tokio
+            /// runtime (released in the background all the same).
             ///
             /// # Cancel safety
             /// Dropping the future still completes the release in the background.

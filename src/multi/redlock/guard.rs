@@ -112,12 +112,17 @@ impl RedLockGuard {
     /// it; [`Error::Shutdown`] instead when that is because the clients of nodes were shut down
     /// (which released it there). Otherwise the first release error, but only when the nodes that could not release
     /// are so many that no other owner can form a majority until their leases run out; fewer
-    /// failures are logged and the lock counts as released.
+    /// failures are logged and the lock counts as released. [`Error::NoRuntime`] when polled
+    /// outside a tokio runtime: the lock is then released on every node in the background, on
+    /// the runtime its clients were built on.
     ///
     /// # Cancel safety
     /// Dropping the future still completes every release in the background.
     pub async fn unlock(mut self) -> Result<()> {
         self.renewal.take();
+        // Off the runtime no timer can run: the guard's Drop gives every member back on its
+        // client's runtime instead.
+        crate::task::in_runtime()?;
         let was_lost = self.shared.is_lost();
         let members = self.shared.close();
         let nodes = self.shared.nodes.len();
