@@ -340,3 +340,44 @@ async fn mutual_exclusion_eight_clients_two_hundred_rounds() {
         started.elapsed()
     );
 }
+
+/// A node whose client was shut down is gone for good, but only a lost majority ends the
+/// acquisition: with one of three shut down the other two still take the lock; with two, it
+/// ends at once with `Shutdown` (no waiting out the wait, no `Quorum`).
+#[tokio::test]
+async fn a_shut_down_node_fails_the_redlock_only_without_a_majority() {
+    let servers = support::start_many(3);
+    let name = unique_name("shut-node");
+    let key = key_of(&name);
+    let mut clients = Vec::new();
+    for server in &servers {
+        clients.push(client(server).await);
+    }
+    let locks: Vec<Lock> = clients.iter().map(|c| c.lock(&name).unwrap()).collect();
+    let redlock = RedLock::new(locks).unwrap();
+    clients[0].shutdown().await.unwrap();
+    let wait = LockOptions::new().wait(Duration::from_secs(2));
+    let guard = redlock
+        .try_lock_with(wait.clone())
+        .await
+        .unwrap()
+        .expect("two of three nodes are a majority");
+    assert_eq!(guard.held_nodes(), 2);
+    assert!(exists(&servers[1], &key) && exists(&servers[2], &key));
+    assert!(!exists(&servers[0], &key));
+    guard.unlock().await.unwrap();
+
+    clients[1].shutdown().await.unwrap();
+    let started = Instant::now();
+    let error = redlock.try_lock_with(wait).await.unwrap_err();
+    assert!(error.is_shutdown(), "{error:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !exists(&servers[2], &key),
+        "the lone node's grant was given back"
+    );
+}

@@ -71,7 +71,7 @@ impl Waiter for Rounds<'_> {
         }))
         .await;
         let name = &self.redlock.name;
-        let tally = Tally::count(name, round);
+        let tally = Tally::count(name, round, settings.quorum);
         if let Some(e) = tally.fatal {
             give_back(
                 tally.slots.into_iter().flatten(),
@@ -142,12 +142,15 @@ struct Tally {
     acquired: usize,
     held_elsewhere: usize,
     failed: usize,
-    /// An error no further round can mend: a non-reentrant lock this owner already holds.
+    /// An error no further round can mend: a non-reentrant lock this owner already holds, or
+    /// so many nodes' clients shut down that the others cannot form a majority.
     fatal: Option<Error>,
 }
 
 impl Tally {
-    fn count(name: &str, round: Vec<Outcome>) -> Tally {
+    fn count(name: &str, round: Vec<Outcome>, quorum: usize) -> Tally {
+        let nodes = round.len();
+        let mut shut = 0;
         let mut tally = Tally {
             slots: Vec::with_capacity(round.len()),
             acquired: 0,
@@ -177,13 +180,21 @@ impl Tally {
                 Outcome::Failed(e) => {
                     tally.failed += 1;
                     tracing::debug!(lock = %name, node = i, error = %e, "RedLock node failed");
-                    // No round can do better: the owner's own deadlock, or a client shut down.
-                    if matches!(e, Error::WouldDeadlock { .. } | Error::Shutdown) {
-                        tally.fatal.get_or_insert(e);
+                    // No round can do better: the owner's own deadlock. A node whose client shut
+                    // down is gone for good, but the others may still form a majority.
+                    match e {
+                        Error::WouldDeadlock { .. } => {
+                            tally.fatal.get_or_insert(e);
+                        }
+                        Error::Shutdown => shut += 1,
+                        _ => {}
                     }
                 }
             }
             tally.slots.push(slot);
+        }
+        if nodes - shut < quorum {
+            tally.fatal.get_or_insert(Error::Shutdown);
         }
         tally
     }
