@@ -358,7 +358,7 @@ async fn a_shut_down_node_fails_the_redlock_only_without_a_majority() {
     clients[0].shutdown().await.unwrap();
     let wait = LockOptions::new().wait(Duration::from_secs(2));
     let guard = redlock
-        .try_lock_with(wait.clone())
+        .try_lock_with(wait)
         .await
         .unwrap()
         .expect("two of three nodes are a majority");

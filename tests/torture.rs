@@ -109,3 +109,33 @@ async fn fenced_redlocks_hold_their_invariants_under_random_master_faults() {
         let _ = client.shutdown().await;
     }
 }
+
+/// The overlap judge excuses an overlap only against every guard still running: a guard told
+/// at its release and lost in a failover does not excuse one overlapping a guard that was not.
+#[test]
+fn an_overlap_is_excused_only_against_every_running_guard() {
+    use std::time::Instant;
+    use torture::{Interval, judge};
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let iv = |start, end, told_at_release| Interval {
+        start: at(start),
+        end: at(end),
+        lost: false,
+        told_at_release,
+    };
+    // X told at its release; A overlaps X alone; B overlaps A, which was never told.
+    let list = [iv(0, 50, true), iv(10, 30, false), iv(20, 25, false)];
+    let failover = [(at(5), at(15))];
+    let found = judge(&list, &failover, Fences::MayRegress);
+    let excused: Vec<bool> = found.iter().map(|&(_, _, excused)| excused).collect();
+    assert_eq!(excused, [true, false], "{found:?}");
+    assert_eq!(found[1].1, 2, "B ran beside both X and A");
+    // Without a failover between them, or on a durable deployment, nothing is excused.
+    assert!(judge(&list, &[], Fences::MayRegress).iter().all(|f| !f.2));
+    assert!(
+        judge(&list, &failover, Fences::Durable)
+            .iter()
+            .all(|f| !f.2)
+    );
+}

@@ -58,11 +58,40 @@ struct Counts {
 /// One guard's time in its critical section, and whether it was told its lease was lost:
 /// while it lived, or only by its release (`Error::LeaseLost`: the hold was gone from the
 /// server by then, or found lost after the torture's own `is_lost()` read).
-struct Interval {
-    start: Instant,
-    end: Instant,
-    lost: bool,
-    told_at_release: bool,
+pub struct Interval {
+    pub start: Instant,
+    pub end: Instant,
+    pub lost: bool,
+    pub told_at_release: bool,
+}
+
+/// The overlaps among one lock's guards (sorted by start, lost ones left out): for each guard
+/// that started while others still ran, how long it overlapped them, with how many, and whether
+/// the overlap is excused. It is only when the deployment may regress and every guard it
+/// overlapped was told at its release and started before a fault that may lose writes ended,
+/// the fault having begun before this guard started (`lossy`: each such fault's start and end).
+pub fn judge(
+    list: &[Interval],
+    lossy: &[(Instant, Instant)],
+    fences: Fences,
+) -> Vec<(Duration, usize, bool)> {
+    let mut found = Vec::new();
+    let mut running: Vec<&Interval> = Vec::new();
+    for iv in list {
+        running.retain(|earlier| earlier.end > iv.start);
+        if let Some(until) = running.iter().map(|earlier| earlier.end).max() {
+            let excused = fences == Fences::MayRegress
+                && running.iter().all(|earlier| {
+                    earlier.told_at_release
+                        && lossy
+                            .iter()
+                            .any(|&(began, ended)| began <= iv.start && ended >= earlier.start)
+                });
+            found.push((until - iv.start, running.len(), excused));
+        }
+        running.push(iv);
+    }
+    found
 }
 
 /// A tiny xorshift: the run needs variety, not quality.
@@ -233,32 +262,19 @@ where
         let mut list = std::mem::take(&mut *list.lock().unwrap());
         list.retain(|iv| !iv.lost);
         list.sort_by_key(|iv| iv.start);
-        // The interval that ends last so far: its end, its start, whether told at release.
-        let mut busy: Option<(Instant, Instant, bool)> = None;
-        for iv in &list {
-            if let Some((until, since, told)) = busy.filter(|&(until, ..)| iv.start < until) {
-                let lost_writes = lossy
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|&(began, ended)| began <= iv.start && ended >= since);
-                let excused = fences == Fences::MayRegress && told && lost_writes;
-                eprintln!(
-                    "overlap on {name}: {:?}{}",
-                    until - iv.start,
-                    if excused {
-                        " (the earlier guard, told at its release, lost its hold in a failover)"
-                    } else {
-                        ""
-                    }
-                );
-                match excused {
-                    true => told_at_release += 1,
-                    false => overlaps += 1,
+        let lossy = lossy.lock().unwrap();
+        for (overlap, with, excused) in judge(&list, &lossy, fences) {
+            eprintln!(
+                "overlap on {name}: {overlap:?} with {with} earlier guard(s){}",
+                if excused {
+                    " (each earlier guard, told at its release, lost its hold in a failover)"
+                } else {
+                    ""
                 }
-            }
-            if busy.is_none_or(|(until, ..)| iv.end > until) {
-                busy = Some((iv.end, iv.start, iv.told_at_release));
+            );
+            match excused {
+                true => told_at_release += 1,
+                false => overlaps += 1,
             }
         }
     }
