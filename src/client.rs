@@ -13,6 +13,7 @@ use crate::identity;
 use crate::lock::Lock;
 use crate::node::Target;
 use crate::shared::Client;
+use crate::task::FinishOnDrop;
 use crate::telemetry::LostReason;
 use crate::watchdog::{self, RenewStats};
 
@@ -141,6 +142,10 @@ impl Client {
     /// The first error met while releasing; the remaining holds are released anyway and the
     /// tasks are stopped in every case. Polled outside a tokio runtime it does nothing and
     /// answers an error for which [`Error::is_no_runtime`] is true.
+    ///
+    /// # Cancel safety
+    /// Once polled, the shutdown has begun and runs to its end: dropping the future finishes
+    /// it in the background. A second call while it runs returns `Ok(())` at once.
     pub async fn shutdown(&self) -> Result<()> {
         // Refused before it starts: a shutdown begun here could not finish, and a later one
         // would find it begun and do nothing.
@@ -148,6 +153,12 @@ impl Client {
         if !self.inner.begin_shutdown() {
             return Ok(());
         }
+        // Begun, it must end: a later shutdown finds it begun and does nothing.
+        FinishOnDrop::new(self.clone().finish_shutdown(), |_| async {}).await
+    }
+
+    /// The rest of [`shutdown`](Client::shutdown), once begun.
+    async fn finish_shutdown(self) -> Result<()> {
         // Wake every waiter of this client: each finds the client shut down and gives up.
         self.inner.local_queues.close_all();
         self.inner.subscriber.wake_all();
@@ -167,9 +178,10 @@ impl Client {
         for (hold, _) in &drained.locks {
             hold.mark_lost(LostReason::Shutdown, "the client shut down");
         }
+        let client = &self;
         let releases = drained.locks.into_iter().map(|(hold, guards)| async move {
             let holds = hold.server_count(guards.max(1));
-            crate::release::give_back(self, &hold.keys, &hold.field, hold.lease_ms, holds).await
+            crate::release::give_back(client, &hold.keys, &hold.field, hold.lease_ms, holds).await
         });
         // The lock family's guards still alive: each is told it is lost, then released.
         let family = drained.family.into_iter().map(|hold| hold.give_back());

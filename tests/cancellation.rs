@@ -255,3 +255,29 @@ async fn waiters_cancelled_while_subscribing_leave_no_channel() {
         guard.unlock().await.unwrap();
     }
 }
+
+/// A shutdown dropped half-way (here while it waits for a release already in the background)
+/// still gives every hold back: once begun, a later shutdown would do nothing, so it must end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_shutdown_still_gives_everything_back() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let kept_name = unique_name("shutdown-cancel-kept");
+    let guard = client.lock(&kept_name).unwrap().lock().await.unwrap();
+    let dropped = client
+        .lock(&unique_name("shutdown-cancel-dropped"))
+        .unwrap();
+    let dropped = dropped.lock().await.unwrap();
+    // Every command waits 600 ms: the dropped guard's release is still in flight when the
+    // shutdown begins, and the shutdown waits for it first.
+    server.client_pause(600, true);
+    drop(dropped);
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), client.shutdown()).await;
+    assert!(cancelled.is_err(), "the shutdown ended within the pause");
+    let given_back = support::eventually(Duration::from_secs(3), || {
+        !exists(&server, &support::key_of(&kept_name))
+    });
+    assert!(given_back, "a shutdown dropped half-way left a hold");
+    assert!(guard.is_lost(), "the kept guard was not told");
+    assert_eq!(client.held_count(), 0);
+}
