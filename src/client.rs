@@ -28,6 +28,9 @@ impl Client {
     ///
     /// # Errors
     /// As [`ClientBuilder::build`].
+    ///
+    /// # Cancel safety
+    /// As [`ClientBuilder::build`].
     pub async fn connect(url: &str) -> Result<Client> {
         Client::builder(url).build().await
     }
@@ -127,6 +130,10 @@ impl Client {
     /// # Errors
     /// Never for a failed batch (those count in [`RenewStats::failed_batches`]); only
     /// [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves renewal calls already sent to land; the watchdog renews
+    /// on its own schedule all the same.
     pub async fn renew_now(&self) -> Result<RenewStats> {
         self.inner.check_open()?;
         Ok(watchdog::renew_all(&self.inner).await)
@@ -219,6 +226,9 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Timeout`] or [`Error::Redis`] when a server fails.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn held_locks(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
         self.inner.check_open()?;
         let prefix = &self.inner.config.prefix;
@@ -241,6 +251,9 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Redis`] or [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    /// As the command's: a command already sent may have run, and is not sent again.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         self.inner.node.query(cmd).await
     }

@@ -440,6 +440,10 @@ impl Lock {
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the lock forced on the server; this client's own
+    /// guards of it then learn so from the loss notice or their next renewal.
     pub async fn force_unlock(&self) -> Result<bool> {
         let inner = &self.client.inner;
         inner.check_open()?;
@@ -464,6 +468,9 @@ impl Lock {
     /// # Errors
     /// [`Error::NotHeld`] when the current owner holds nothing (the holder is untouched), or a
     /// Redis error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future still completes the release in the background.
     pub async fn unlock(&self) -> Result<()> {
         let inner = &self.client.inner;
         inner.check_open()?;

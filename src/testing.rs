@@ -111,6 +111,9 @@ const LAPSE: &str = "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then \
 /// # Errors
 /// [`Error::LeaseLost`] when the guard was already lost; [`Error::Shutdown`] after the client
 /// shut down; a Redis error when the server could not be told (the guard is then untouched).
+///
+/// # Cancel safety
+/// Dropping the future after the call was sent may leave the lease expired or not.
 pub async fn expire_lease(guard: &LockGuard) -> Result<()> {
     let hold = guard.hold();
     let inner = &guard.client().inner;
@@ -207,6 +210,9 @@ impl Drop for RenewalsPaused {
 /// [`Error::Busy`] when the lock is held already (by anyone); [`Error::InvalidName`] or
 /// [`Error::InvalidDuration`] for a bad name or lease; [`Error::Shutdown`] after `client` shut
 /// down; a Redis error when the other client cannot connect or acquire.
+///
+/// # Cancel safety
+/// Dropping the future may leave the hold taken; it ends with its lease.
 pub async fn hold_elsewhere(client: &Client, name: &str, hold: Duration) -> Result<HeldElsewhere> {
     client.inner.check_open()?;
     // Bad input fails here, before a second client connects.
@@ -261,6 +267,9 @@ impl HeldElsewhere {
     /// # Errors
     /// [`Error::LeaseLost`] when the lease ran out first (nothing was released), or a Redis
     /// error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the hold given back or not; it ends with its lease.
     pub async fn release(self) -> Result<()> {
         let released = self.guard.unlock().await;
         self.other.shutdown().await?;

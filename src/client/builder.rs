@@ -189,6 +189,10 @@ impl ClientBuilder {
     /// this crate needs (see [`check_rights`](ClientBuilder::check_rights)); [`Error::Auth`]
     /// when the server refuses the credentials (none given, or wrong); [`Error::NoRuntime`]
     /// when polled outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the connections made so far. An announcement already
+    /// written (`redlease list` shows it) expires a watchdog lease later.
     pub async fn build(self) -> Result<Client> {
         crate::task::in_runtime()?;
         self.config.validate()?;

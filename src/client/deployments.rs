@@ -46,6 +46,9 @@ impl Client {
     ///
     /// # Errors
     /// As [`ClientBuilder::build`]; also [`Error::InvalidArgument`] when no seed is given.
+    ///
+    /// # Cancel safety
+    /// As [`ClientBuilder::build`].
     pub async fn connect_cluster<I, S>(seeds: I) -> Result<Client>
     where
         I: IntoIterator<Item = S>,
@@ -97,6 +100,9 @@ impl Client {
     /// # Errors
     /// As [`ClientBuilder::build`]; also [`Error::InvalidArgument`] when no sentinel or an empty
     /// name is given, and [`Error::UnknownMaster`] when no sentinel knows the name.
+    ///
+    /// # Cancel safety
+    /// As [`ClientBuilder::build`].
     pub async fn connect_sentinel<I, S>(
         master_name: impl Into<String>,
         sentinels: I,

@@ -273,6 +273,9 @@ impl Election {
     /// # Errors
     /// [`Error::Timeout`] or [`Error::Redis`] when Redis fails; [`Error::Protocol`] when the
     /// election's keys hold something this version does not understand.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         Ok(self.status().await?.leader)
     }
@@ -281,6 +284,9 @@ impl Election {
     ///
     /// # Errors
     /// As [`leader`](Election::leader).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn status(&self) -> Result<ElectionStatus> {
         let read = self.calls().read(None).await?;
         let current = read.current;

@@ -77,6 +77,9 @@ impl FairLock {
     ///
     /// # Errors
     /// As [`Lock::waiters`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
         self.lock.waiters().await
     }
@@ -85,6 +88,9 @@ impl FairLock {
     ///
     /// # Errors
     /// As [`Lock::status`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn status(&self) -> Result<crate::lock::LockStatus> {
         self.lock.status().await
     }

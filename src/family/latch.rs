@@ -65,6 +65,10 @@ impl CountDownLatch {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a zero count; Redis failures; a key of another kind.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn try_set_count(&self, count: u32) -> Result<bool> {
         positive("count", count)?;
         self.call("try_set", count).await?.flag()
@@ -77,6 +81,10 @@ impl CountDownLatch {
     ///
     /// # Errors
     /// Redis failures; a key of another kind.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn count_down(&self) -> Result<u64> {
         self.call("count_down", 1).await?.count()
     }
@@ -85,6 +93,9 @@ impl CountDownLatch {
     ///
     /// # Errors
     /// Redis failures, or a key that does not hold a count.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn count(&self) -> Result<u64> {
         self.client.inner.check_open()?;
         self.keys.count(&self.client, SCRIPT.name).await

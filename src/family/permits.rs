@@ -99,6 +99,9 @@ impl PermitSemaphore {
     /// # Errors
     /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Timeout`](crate::Error::Timeout)
     /// or [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
         crate::lock::read_waiters(&self.client, &self.keys.key, false).await
     }
@@ -125,6 +128,10 @@ impl PermitSemaphore {
     ///
     /// # Errors
     /// Redis failures, or a key of another kind.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
         let n = itoa::Buffer::new().format(permits).to_owned();
         self.call("set", &n, 0).await?.count().map(drop)
@@ -134,6 +141,10 @@ impl PermitSemaphore {
     ///
     /// # Errors
     /// Redis failures, or a key of another kind.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
         let n = itoa::Buffer::new().format(permits).to_owned();
         self.call("try_set", &n, 0).await?.flag()
@@ -145,6 +156,10 @@ impl PermitSemaphore {
     ///
     /// # Errors
     /// Redis failures.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn delete(&self) -> Result<bool> {
         self.keys.delete(&self.client, &["q", "qd"]).await
     }
@@ -153,6 +168,9 @@ impl PermitSemaphore {
     ///
     /// # Errors
     /// Redis failures, or a key of another kind.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn available(&self) -> Result<u64> {
         self.call("available", "", 0).await?.count()
     }

@@ -192,6 +192,9 @@ impl ReadWriteLock {
     /// # Errors
     /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Timeout`](crate::Error::Timeout)
     /// or [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
         crate::lock::read_waiters(&self.client, &self.keys.key, true).await
     }

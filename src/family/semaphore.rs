@@ -106,6 +106,9 @@ impl Semaphore {
     /// # Errors
     /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Timeout`](crate::Error::Timeout)
     /// or [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn waiters(&self) -> Result<Vec<crate::lock::Waiter>> {
         crate::lock::read_waiters(&self.client, &self.keys.key, false).await
     }
@@ -119,6 +122,10 @@ impl Semaphore {
     ///
     /// # Errors
     /// When Redis fails, or the key holds something else.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
         self.call("set", permits).await?.count().map(drop)
     }
@@ -128,6 +135,10 @@ impl Semaphore {
     ///
     /// # Errors
     /// When Redis fails, or the key holds something else.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
         self.call("try_set", permits).await?.flag()
     }
@@ -137,6 +148,9 @@ impl Semaphore {
     ///
     /// # Errors
     /// When Redis fails, or the key does not hold a count of permits.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn available(&self) -> Result<u64> {
         self.call("available", 0).await?.count()
     }
@@ -147,6 +161,10 @@ impl Semaphore {
     ///
     /// # Errors
     /// When Redis fails.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn delete(&self) -> Result<bool> {
         self.keys.delete(&self.client, &["q", "qd", "g"]).await
     }
@@ -158,6 +176,10 @@ impl Semaphore {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero permits; Redis failures; a key of another kind.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the change made or not: it may already be on its way to
+    /// the server. Nothing else is left behind.
     pub async fn release(&self, permits: u32) -> Result<()> {
         positive("permits", permits)?;
         self.client.inner.check_open()?;

@@ -14,6 +14,9 @@ impl Lock {
     ///
     /// # Errors
     /// [`Error::WrongType`](crate::Error::WrongType), [`Error::Timeout`](crate::Error::Timeout) or [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn is_locked(&self) -> Result<bool> {
         Ok(!self.snapshot().await?.owners.is_empty())
     }
@@ -22,6 +25,9 @@ impl Lock {
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn hold_count(&self) -> Result<u32> {
         self.client.inner.check_open()?;
         self.client
@@ -35,6 +41,9 @@ impl Lock {
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn is_held_by_current_owner(&self) -> Result<bool> {
         Ok(self.hold_count().await? > 0)
     }
@@ -44,6 +53,9 @@ impl Lock {
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn remaining_lease(&self) -> Result<RemainingLease> {
         let snapshot = self.snapshot().await?;
         Ok(match snapshot.ttl {
@@ -69,6 +81,9 @@ impl Lock {
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn status(&self) -> Result<LockStatus> {
         self.client.inner.check_open()?;
         let inner = &self.client.inner;
@@ -142,6 +157,9 @@ impl Lock {
     ///
     /// # Errors
     /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     pub async fn waiters(&self) -> Result<Vec<Waiter>> {
         read_waiters(&self.client, &self.keys.hash, false).await
     }

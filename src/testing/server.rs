@@ -144,6 +144,9 @@ impl TestServer {
     ///
     /// # Errors
     /// As [`Client::connect`].
+    ///
+    /// # Cancel safety
+    /// As [`ClientBuilder::build`](crate::ClientBuilder::build).
     pub async fn client(&self) -> Result<Client> {
         Client::connect(&self.url()).await
     }

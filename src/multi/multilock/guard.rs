@@ -88,6 +88,9 @@ impl MultiLockGuard {
 
     /// Releases every member concurrently and returns one result per member, in member order.
     ///
+    /// # Errors
+    /// None of its own: each member's result is as [`LockGuard::unlock`](crate::LockGuard::unlock)'s.
+    ///
     /// # Cancel safety
     /// As [`MultiLockGuard::unlock`].
     pub async fn unlock_each(mut self) -> Vec<Result<()>> {
