@@ -12,7 +12,7 @@ use crate::family::{CountDownLatch, FairLock, PermitSemaphore, ReadWriteLock, Se
 use crate::identity;
 use crate::lock::Lock;
 use crate::node::Target;
-use crate::shared::Client;
+use crate::shared::{Client, Inner};
 use crate::task::FinishOnDrop;
 use crate::telemetry::LostReason;
 use crate::watchdog::{self, RenewStats};
@@ -152,20 +152,30 @@ impl Client {
     ///
     /// # Cancel safety
     /// Once polled, the shutdown has begun and runs to its end: dropping the future finishes
-    /// it in the background. A second call while it runs returns `Ok(())` at once.
+    /// it in the background. A second call answers `Ok(())` once the first has ended.
     pub async fn shutdown(&self) -> Result<()> {
         // Refused before it starts: a shutdown begun here could not finish, and a later one
         // would find it begun and do nothing.
         crate::task::in_runtime()?;
         if !self.inner.begin_shutdown() {
+            // Begun by another call: answered once that one has ended.
+            self.inner.shutdown_ended().await;
             return Ok(());
         }
-        // Begun, it must end: a later shutdown finds it begun and does nothing.
+        // Begun, it must end, even if this caller stops waiting.
         FinishOnDrop::new(self.clone().finish_shutdown(), |_| async {}).await
     }
 
     /// The rest of [`shutdown`](Client::shutdown), once begun.
     async fn finish_shutdown(self) -> Result<()> {
+        /// Says the shutdown ended however its work ends (a runtime that stops drops it).
+        struct Ended<'a>(&'a Inner);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                self.0.end_shutdown();
+            }
+        }
+        let _ended = Ended(&self.inner);
         // Wake every waiter of this client: each finds the client shut down and gives up.
         self.inner.local_queues.close_all();
         self.inner.subscriber.wake_all();

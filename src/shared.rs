@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// Where and how the client connected, so `testing` can connect another client alike.
     pub dialed: OnceLock<(Target, Dial)>,
     shut_down: AtomicBool,
+    /// Whether the shutdown begun by `shut_down` has ended: a second call waits for it.
+    shutdown_ended: tokio::sync::watch::Sender<bool>,
     next_request: AtomicU64,
     /// This client, for work that outlives the call that starts it and must not keep the
     /// client alive.
@@ -100,6 +102,7 @@ impl Inner {
             watchdog: Watchdog::default(),
             dialed: OnceLock::new(),
             shut_down: AtomicBool::new(false),
+            shutdown_ended: tokio::sync::watch::Sender::new(false),
             next_request: AtomicU64::new(0),
         })
     }
@@ -107,6 +110,21 @@ impl Inner {
     /// Marks the client shut down; `false` if it already was.
     pub(crate) fn begin_shutdown(&self) -> bool {
         !self.shut_down.swap(true, Ordering::AcqRel)
+    }
+
+    /// Says the shutdown has ended (run when its work is dropped, finished or not).
+    pub(crate) fn end_shutdown(&self) {
+        self.shutdown_ended.send_replace(true);
+    }
+
+    /// Resolves once the shutdown begun has ended.
+    pub(crate) async fn shutdown_ended(&self) {
+        // The sender lives in `self`, so the wait cannot fail.
+        let _ = self
+            .shutdown_ended
+            .subscribe()
+            .wait_for(|ended| *ended)
+            .await;
     }
 
     /// Whether the client still takes calls, where an async call begins: not shut down, and

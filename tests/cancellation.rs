@@ -281,3 +281,25 @@ async fn a_cancelled_shutdown_still_gives_everything_back() {
     assert!(guard.is_lost(), "the kept guard was not told");
     assert_eq!(client.held_count(), 0);
 }
+
+/// A second shutdown while the first still gives holds back answers only once they are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_shutdown_answers_once_the_first_has_ended() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("shutdown-twice");
+    let guard = client.lock(&name).unwrap().lock().await.unwrap();
+    server.client_pause(400, true);
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.shutdown().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    client.shutdown().await.unwrap();
+    assert!(guard.is_lost(), "answered before the guard was told");
+    assert!(
+        !exists(&server, &support::key_of(&name)),
+        "answered before the hold was given back"
+    );
+    first.await.unwrap().unwrap();
+}
