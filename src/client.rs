@@ -13,7 +13,6 @@ use crate::identity;
 use crate::lock::Lock;
 use crate::node::Target;
 use crate::shared::{Client, Inner};
-use crate::task::FinishOnDrop;
 use crate::telemetry::LostReason;
 use crate::watchdog::{self, RenewStats};
 
@@ -148,34 +147,36 @@ impl Client {
     /// # Errors
     /// The first error met while releasing; the remaining holds are released anyway and the
     /// tasks are stopped in every case. Polled outside a tokio runtime it does nothing and
-    /// answers an error for which [`Error::is_no_runtime`] is true.
+    /// answers an error for which [`Error::is_no_runtime`] is true; [`Error::NoRuntime`] too
+    /// when the runtime the client was built on ended before the shutdown did (the leases then
+    /// free what it held).
     ///
     /// # Cancel safety
-    /// Once polled, the shutdown has begun and runs to its end: dropping the future finishes
-    /// it in the background. A second call answers `Ok(())` once the first has ended.
+    /// Once polled, the shutdown has begun and runs to its end on the client's runtime:
+    /// dropping the future does not stop it. Every call, the first or a later one, answers
+    /// once it has ended, with its outcome.
     pub async fn shutdown(&self) -> Result<()> {
         // Refused before it starts: a shutdown begun here could not finish, and a later one
         // would find it begun and do nothing.
         crate::task::in_runtime()?;
-        if !self.inner.begin_shutdown() {
-            // Begun by another call: answered once that one has ended.
-            self.inner.shutdown_ended().await;
-            return Ok(());
+        if self.inner.begin_shutdown() {
+            // Run on the client's runtime at once, whoever waits for it: it ends even when
+            // every caller stops waiting (or never polls again).
+            let ending = ShutdownEnding {
+                inner: self.inner.clone(),
+                outcome: None,
+            };
+            let client = self.clone();
+            self.inner.background.spawn_untracked(async move {
+                let mut ending = ending;
+                ending.outcome = Some(client.finish_shutdown().await);
+            });
         }
-        // Begun, it must end, even if this caller stops waiting.
-        FinishOnDrop::new(self.clone().finish_shutdown(), |_| async {}).await
+        self.inner.shutdown_outcome().await
     }
 
-    /// The rest of [`shutdown`](Client::shutdown), once begun.
+    /// The work of [`shutdown`](Client::shutdown), once begun.
     async fn finish_shutdown(self) -> Result<()> {
-        /// Says the shutdown ended however its work ends (a runtime that stops drops it).
-        struct Ended<'a>(&'a Inner);
-        impl Drop for Ended<'_> {
-            fn drop(&mut self) {
-                self.0.end_shutdown();
-            }
-        }
-        let _ended = Ended(&self.inner);
         // Wake every waiter of this client: each finds the client shut down and gives up.
         self.inner.local_queues.close_all();
         self.inner.subscriber.wake_all();
@@ -275,5 +276,19 @@ impl std::fmt::Debug for Client {
             .field("id", &self.inner.id)
             .field("prefix", &self.inner.config.prefix)
             .finish_non_exhaustive()
+    }
+}
+
+/// Says how a shutdown ended when its work is dropped: with its outcome once it finished, or,
+/// dropped unfinished (the client's runtime ended), [`Error::NoRuntime`].
+struct ShutdownEnding {
+    inner: std::sync::Arc<Inner>,
+    outcome: Option<Result<()>>,
+}
+
+impl Drop for ShutdownEnding {
+    fn drop(&mut self) {
+        let outcome = self.outcome.take().unwrap_or(Err(crate::Error::NoRuntime));
+        self.inner.end_shutdown(outcome);
     }
 }

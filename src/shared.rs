@@ -68,8 +68,9 @@ pub(crate) struct Inner {
     /// Where and how the client connected, so `testing` can connect another client alike.
     pub dialed: OnceLock<(Target, Dial)>,
     shut_down: AtomicBool,
-    /// Whether the shutdown begun by `shut_down` has ended: a second call waits for it.
-    shutdown_ended: tokio::sync::watch::Sender<bool>,
+    /// The outcome of the shutdown begun by `shut_down`, once it has ended: every call of
+    /// `Client::shutdown` answers it.
+    shutdown_outcome: tokio::sync::watch::Sender<Option<Result<()>>>,
     next_request: AtomicU64,
     /// This client, for work that outlives the call that starts it and must not keep the
     /// client alive.
@@ -102,7 +103,7 @@ impl Inner {
             watchdog: Watchdog::default(),
             dialed: OnceLock::new(),
             shut_down: AtomicBool::new(false),
-            shutdown_ended: tokio::sync::watch::Sender::new(false),
+            shutdown_outcome: tokio::sync::watch::Sender::new(None),
             next_request: AtomicU64::new(0),
         })
     }
@@ -112,19 +113,19 @@ impl Inner {
         !self.shut_down.swap(true, Ordering::AcqRel)
     }
 
-    /// Says the shutdown has ended (run when its work is dropped, finished or not).
-    pub(crate) fn end_shutdown(&self) {
-        self.shutdown_ended.send_replace(true);
+    /// Says how the shutdown ended.
+    pub(crate) fn end_shutdown(&self, outcome: Result<()>) {
+        self.shutdown_outcome.send_replace(Some(outcome));
     }
 
-    /// Resolves once the shutdown begun has ended.
-    pub(crate) async fn shutdown_ended(&self) {
-        // The sender lives in `self`, so the wait cannot fail.
-        let _ = self
-            .shutdown_ended
-            .subscribe()
-            .wait_for(|ended| *ended)
-            .await;
+    /// The outcome of the shutdown begun, once it has ended.
+    pub(crate) async fn shutdown_outcome(&self) -> Result<()> {
+        let mut outcome = self.shutdown_outcome.subscribe();
+        match outcome.wait_for(Option::is_some).await {
+            Ok(ended) => ended.clone().unwrap_or(Ok(())),
+            // The sender lives in `self`: it cannot be gone while we read.
+            Err(_) => Err(Error::Shutdown),
+        }
     }
 
     /// Whether the client still takes calls, where an async call begins: not shut down, and

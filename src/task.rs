@@ -88,6 +88,16 @@ impl Background {
         }
     }
 
+    /// Spawns `work` on the client's runtime (the current one if it has none), untracked: for
+    /// the one piece of work that [`wait`](Self::wait) must not wait for, the shutdown itself,
+    /// whose outcome its callers read from the client. A runtime that has ended drops `work`
+    /// unrun; without any runtime it is dropped here.
+    pub(crate) fn spawn_untracked(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if let Some(handle) = self.handle() {
+            drop(handle.spawn(work));
+        }
+    }
+
     /// No more work is tracked after this (see [`TaskTracker::close`]).
     pub(crate) fn close(&self) -> bool {
         self.tracker.close()

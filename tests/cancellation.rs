@@ -282,7 +282,8 @@ async fn a_cancelled_shutdown_still_gives_everything_back() {
     assert_eq!(client.held_count(), 0);
 }
 
-/// A second shutdown while the first still gives holds back answers only once they are back.
+/// A second shutdown while the first still gives holds back answers only once they are back,
+/// even when the first call's future is kept but no longer polled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_shutdown_answers_once_the_first_has_ended() {
     let server = Server::start();
@@ -290,16 +291,18 @@ async fn a_second_shutdown_answers_once_the_first_has_ended() {
     let name = unique_name("shutdown-twice");
     let guard = client.lock(&name).unwrap().lock().await.unwrap();
     server.client_pause(400, true);
-    let first = tokio::spawn({
-        let client = client.clone();
-        async move { client.shutdown().await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    client.shutdown().await.unwrap();
+    let first = client.shutdown();
+    tokio::pin!(first);
+    let polled = tokio::time::timeout(Duration::from_millis(50), &mut first).await;
+    assert!(polled.is_err(), "the first shutdown ended within the pause");
+    let second = tokio::time::timeout(Duration::from_secs(5), client.shutdown()).await;
+    second
+        .expect("the second shutdown hung while the first was not polled")
+        .unwrap();
     assert!(guard.is_lost(), "answered before the guard was told");
     assert!(
         !exists(&server, &support::key_of(&name)),
         "answered before the hold was given back"
     );
-    first.await.unwrap().unwrap();
+    first.await.unwrap();
 }
