@@ -192,7 +192,8 @@ impl ClientBuilder {
     ///
     /// # Cancel safety
     /// Dropping the future closes the connections made so far. An announcement already
-    /// written (`redlease list` shows it) expires a watchdog lease later.
+    /// written (`redlease list` shows it; a lazy client writes none) expires a watchdog lease
+    /// and a second later.
     pub async fn build(self) -> Result<Client> {
         crate::task::in_runtime()?;
         self.config.validate()?;

@@ -275,7 +275,7 @@ impl Election {
     /// election's keys hold something this version does not understand.
     ///
     /// # Cancel safety
-    /// Cancel-safe: it only reads.
+    /// Cancel-safe: it may tidy expired state on the server, as any later call would.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         Ok(self.status().await?.leader)
     }
@@ -286,7 +286,7 @@ impl Election {
     /// As [`leader`](Election::leader).
     ///
     /// # Cancel safety
-    /// Cancel-safe: it only reads.
+    /// Cancel-safe: it may tidy expired state on the server, as any later call would.
     pub async fn status(&self) -> Result<ElectionStatus> {
         let read = self.calls().read(None).await?;
         let current = read.current;

@@ -170,7 +170,7 @@ impl PermitSemaphore {
     /// Redis failures, or a key of another kind.
     ///
     /// # Cancel safety
-    /// Cancel-safe: it only reads.
+    /// Cancel-safe: it may tidy expired state on the server, as any later call would.
     pub async fn available(&self) -> Result<u64> {
         self.call("available", "", 0).await?.count()
     }

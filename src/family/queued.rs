@@ -8,9 +8,10 @@
 //! its place); a call that frees what waiters want grants it to the first waiters that fit
 //! and tells each grantee's client alone, on `<channel>:<client id>`, where the waiter listens
 //! ([`Wake::Grant`](super::Wake::Grant)); its next attempt claims the grant. A release names
-//! this client's own waiters it handed what they wait for in its reply ([`resolve_handed`]): they
-//! are resolved from it, without a message or another attempt ([`HandedWaiters`] keeps their names
-//! until the client's next release deletes the server's records of them).
+//! this client's own waiters it handed what they wait for in its reply
+//! ([`resolve_handed`]): they are resolved from it, without a message or another attempt
+//! ([`HandedWaiters`] keeps their names until the client's next release deletes the server's
+//! records of them).
 
 use crate::backoff::Backoff;
 use std::future::Future;

@@ -150,7 +150,7 @@ impl Semaphore {
     /// When Redis fails, or the key does not hold a count of permits.
     ///
     /// # Cancel safety
-    /// Cancel-safe: it only reads.
+    /// Cancel-safe: it may tidy expired state on the server, as any later call would.
     pub async fn available(&self) -> Result<u64> {
         self.call("available", 0).await?.count()
     }
@@ -178,8 +178,10 @@ impl Semaphore {
     /// [`Error::InvalidArgument`] for zero permits; Redis failures; a key of another kind.
     ///
     /// # Cancel safety
-    /// Dropping the future may leave the change made or not: it may already be on its way to
-    /// the server. Nothing else is left behind.
+    /// Dropping the future may leave the permits added or not: the call may already be on its
+    /// way to the server. If they were handed to this client's own waiters, those learn so at
+    /// their next attempt rather than at once, and the server's records of the waiters this
+    /// call would have deleted stay until their deadline (a minute or so).
     pub async fn release(&self, permits: u32) -> Result<()> {
         positive("permits", permits)?;
         self.client.inner.check_open()?;

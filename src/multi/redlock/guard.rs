@@ -113,8 +113,8 @@ impl RedLockGuard {
     /// (which released it there). Otherwise the first release error, but only when the nodes that could not release
     /// are so many that no other owner can form a majority until their leases run out; fewer
     /// failures are logged and the lock counts as released. [`Error::NoRuntime`] when polled
-    /// outside a tokio runtime: the lock is then released on every node in the background, on
-    /// the runtime its clients were built on.
+    /// outside a tokio runtime, whether or not the lock was lost: it is then released on every
+    /// node in the background, on the runtime its clients were built on.
     ///
     /// # Cancel safety
     /// Dropping the future still completes every release in the background.
