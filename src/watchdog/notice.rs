@@ -62,7 +62,7 @@ use tokio::time::Instant;
 mod check;
 
 use crate::backoff::{Backoff, LONGEST_RECONNECT};
-use crate::hold::Noted;
+use crate::hold::{Fresh, Noted};
 use crate::node::{Moves, Tracked, Unavailable};
 use crate::shared::Inner;
 use check::{Unsettled, check};
@@ -143,17 +143,9 @@ async fn listen(
 ) -> Result<(), Unavailable> {
     let mut armed = Armed::new();
     let mut unsettled = Unsettled::default();
-    // What the server tracked for an earlier connection is forgotten: check every hold now.
-    {
-        let Some(inner) = weak.upgrade() else {
-            return Ok(());
-        };
-        inner.holds.fresh.take();
-        let all = inner.holds.all();
-        let holds = all.len();
-        let lost = check(&inner, &mut tracked, all, &mut armed, &mut unsettled).await?;
-        tracing::debug!(holds, lost, "loss notice connected; every hold checked");
-    }
+    let Some(fresh) = check_all(weak, &mut tracked, &mut armed, &mut unsettled).await? else {
+        return Ok(());
+    };
     // Holds granted but not armed yet.
     let mut pending: Vec<Noted> = Vec::new();
 
@@ -167,7 +159,6 @@ async fn listen(
             return Ok(());
         };
         let delay = inner.config.loss_notice_delay;
-        let fresh = inner.holds.fresh.clone();
         pending.extend(fresh.take());
         let next_round = (!pending.is_empty()).then(|| Instant::from_std(last_round + delay));
         // Wait holding only the notification, not the client: a dropped client must be able
@@ -189,9 +180,14 @@ async fn listen(
         match event {
             Event::Fresh => {}
             Event::Due => {
-                last_round = std::time::Instant::now();
-                let ready = due_now(&inner, &mut pending, delay, last_round);
-                check(&inner, &mut tracked, ready, &mut armed, &mut unsettled).await?;
+                last_round = round(
+                    &inner,
+                    &mut tracked,
+                    &mut pending,
+                    &mut armed,
+                    &mut unsettled,
+                )
+                .await?;
             }
             Event::Moved => {
                 return Err(Unavailable::Down("the master or the slot map moved".into()));
@@ -216,6 +212,43 @@ async fn listen(
     }
 }
 
+/// What the server tracked for an earlier connection is forgotten: checks every hold now.
+/// Returns the list of fresh holds to follow, or `None` when the client is gone.
+async fn check_all(
+    weak: &Weak<Inner>,
+    tracked: &mut Tracked,
+    armed: &mut Armed,
+    unsettled: &mut Unsettled,
+) -> Result<Option<Arc<Fresh>>, Unavailable> {
+    let Some(inner) = weak.upgrade() else {
+        return Ok(None);
+    };
+    inner.holds.fresh.take();
+    let all = inner.holds.all();
+    let holds = all.len();
+    let lost = check(&inner, tracked, all, armed, unsettled).await?;
+    tracing::debug!(holds, lost, "loss notice connected; every hold checked");
+    Ok(Some(inner.holds.fresh.clone()))
+}
+
+/// One round of arming: the pending holds granted at least a delay ago are checked (and
+/// armed), those released meanwhile dropped, the younger ones kept. Returns when it was held.
+async fn round(
+    inner: &Inner,
+    tracked: &mut Tracked,
+    pending: &mut Vec<Noted>,
+    armed: &mut Armed,
+    unsettled: &mut Unsettled,
+) -> Result<std::time::Instant, Unavailable> {
+    let now = std::time::Instant::now();
+    let ready = due_now(inner, pending, inner.config.loss_notice_delay, now);
+    // Most rounds of short holds find them all released: nothing to send.
+    if !ready.is_empty() {
+        check(inner, tracked, ready, armed, unsettled).await?;
+    }
+    Ok(now)
+}
+
 /// Waits for what the notice acts on next: a push, fresh holds (unless some already wait for
 /// `next_round`: the next round takes the fresh ones too, no wake-up per acquisition), that
 /// round, a move of the servers, or the unsettled holds' next check.
@@ -234,12 +267,16 @@ async fn next_event(
             None => std::future::pending().await,
         }
     };
+    // Biased (no random draw per wake-up), with the pushes last: every other source is
+    // ready once and then reset by its handling, so none starves the pushes, and a flood of
+    // pushes (each turn drains them all) starves no round.
     tokio::select! {
-        push = pushes.recv() => Event::Push(push),
-        _ = added, if !waiting => Event::Fresh,
-        _ = due => Event::Due,
+        biased;
         _ = moves.next() => Event::Moved,
         _ = unsettled.due() => Event::Unsettled,
+        _ = due => Event::Due,
+        _ = added, if !waiting => Event::Fresh,
+        push = pushes.recv() => Event::Push(push),
     }
 }
 
@@ -311,14 +348,17 @@ fn due_now(
     delay: Duration,
     now: std::time::Instant,
 ) -> Vec<Noted> {
+    // In place: most rounds find the list's holds released (short holds), and moving every
+    // hold out and the young ones back cost an allocation per round.
     let mut ready = Vec::new();
-    for noted in std::mem::take(pending) {
-        match granted_at(inner, &noted) {
-            None => {}
-            Some(at) if at + delay <= now => ready.push(noted),
-            Some(_) => pending.push(noted),
+    pending.retain(|noted| match granted_at(inner, noted) {
+        None => false,
+        Some(at) if at + delay <= now => {
+            ready.push(noted.clone());
+            false
         }
-    }
+        Some(_) => true,
+    });
     ready
 }
 
