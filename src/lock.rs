@@ -1,5 +1,6 @@
-//! `Lock`: the handle to one named lock, and its public operations (what the server says about
-//! it, without taking it: `lock/status.rs`). Only these two files hold `impl Lock`; the
+//! `Lock`: the handle to one named lock, and its public operations (what is done without a
+//! guard, reads and operators' writes: `lock/status.rs`). Only these two files hold
+//! `impl Lock`; the
 //! engine under them is functions called by path, one concern a file:
 //!
 //! - `acquire.rs`: the acquisition frame (tracing, metrics, this client's turn, the wait loop
@@ -25,7 +26,6 @@ use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::options::LockOptions;
 use crate::owner::Owner;
-use crate::scripts::Release;
 use crate::shared::Client;
 use crate::terms::{Lease, Wait};
 
@@ -432,64 +432,6 @@ impl Lock {
         wait: Wait,
     ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + '_ {
         acquire::take(self, lease, wait)
-    }
-
-    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. For
-    /// operators: a holder in another process finds out at its next renewal (its guard is
-    /// then lost); this client's own guards of the lock are lost at once.
-    ///
-    /// # Errors
-    /// As [`Lock::is_locked`].
-    ///
-    /// # Cancel safety
-    /// Dropping the future may leave the lock forced on the server; this client's own
-    /// guards of it then learn so from the loss notice or their next renewal.
-    pub async fn force_unlock(&self) -> Result<bool> {
-        let inner = &self.client.inner;
-        inner.check_open()?;
-        // Taken before the force: a hold granted after it is not the one forced.
-        let ours = inner.holds.of_lock(&self.keys.hash);
-        let forced = inner.node.force_release(&self.keys).await?;
-        for hold in ours {
-            if inner.holds.detach(&hold) {
-                let why = "force_unlock through this client";
-                hold.mark_lost(crate::telemetry::LostReason::Forced, why);
-            }
-        }
-        Ok(forced)
-    }
-
-    /// Gives back one hold of the current owner without a guard, like Redisson's `unlock()`.
-    ///
-    /// Prefer [`LockGuard::unlock`]; this is for code that gave up its guard (for example with
-    /// `std::mem::forget`). Releasing a hold whose guard is still alive makes that guard's later
-    /// release fail.
-    ///
-    /// # Errors
-    /// [`Error::NotHeld`] when the current owner holds nothing (the holder is untouched), or a
-    /// Redis error.
-    ///
-    /// # Cancel safety
-    /// Dropping the future still completes the release in the background.
-    pub async fn unlock(&self) -> Result<()> {
-        let inner = &self.client.inner;
-        inner.check_open()?;
-        let field = self.field();
-        let mut lease_ms = lease_ms(
-            "lease",
-            self.watchdog_lease.unwrap_or(inner.config.watchdog_lease),
-        )?;
-        if let Some(hold) = inner.holds.get(&self.keys.hash, &field) {
-            lease_ms = hold.lease_ms;
-            inner.holds.release(&hold);
-        }
-        match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {
-            Release::NotHeld => Err(Error::NotHeld {
-                name: self.keys.name.to_string(),
-            }),
-            // No successor is named here, so nothing is handed over.
-            Release::Released | Release::StillHeld(_) | Release::HandedOver { .. } => Ok(()),
-        }
     }
 }
 

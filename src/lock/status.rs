@@ -1,10 +1,14 @@
-//! What the server says about a lock, read without taking it: whether and how long it is held,
-//! by whom, and who waits ([`Lock::status`]).
+//! What is done with a lock without a guard: what the server says about it, read without
+//! taking it (whether and how long it is held, by whom, and who waits: [`Lock::status`]), and
+//! the writes for operators and for code that gave its guard up ([`Lock::force_unlock`],
+//! [`Lock::unlock`]).
 
 use std::time::Duration;
 
 use super::Lock;
-use crate::error::Result;
+use crate::config::lease_ms;
+use crate::error::{Error, Result};
+use crate::scripts::Release;
 use crate::identity::{Announcement, ClientInfo};
 use crate::node::QueueView;
 use crate::shared::Client;
@@ -162,6 +166,64 @@ impl Lock {
     /// Cancel-safe: it only reads.
     pub async fn waiters(&self) -> Result<Vec<Waiter>> {
         read_waiters(&self.client, &self.keys.hash, false).await
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. For
+    /// operators: a holder in another process finds out at its next renewal (its guard is
+    /// then lost); this client's own guards of the lock are lost at once.
+    ///
+    /// # Errors
+    /// As [`Lock::is_locked`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the lock forced on the server; this client's own
+    /// guards of it then learn so from the loss notice or their next renewal.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let inner = &self.client.inner;
+        inner.check_open()?;
+        // Taken before the force: a hold granted after it is not the one forced.
+        let ours = inner.holds.of_lock(&self.keys.hash);
+        let forced = inner.node.force_release(&self.keys).await?;
+        for hold in ours {
+            if inner.holds.detach(&hold) {
+                let why = "force_unlock through this client";
+                hold.mark_lost(crate::telemetry::LostReason::Forced, why);
+            }
+        }
+        Ok(forced)
+    }
+
+    /// Gives back one hold of the current owner without a guard, like Redisson's `unlock()`.
+    ///
+    /// Prefer [`LockGuard::unlock`]; this is for code that gave up its guard (for example with
+    /// `std::mem::forget`). Releasing a hold whose guard is still alive makes that guard's later
+    /// release fail.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the current owner holds nothing (the holder is untouched), or a
+    /// Redis error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future still completes the release in the background.
+    pub async fn unlock(&self) -> Result<()> {
+        let inner = &self.client.inner;
+        inner.check_open()?;
+        let field = self.field();
+        let mut lease_ms = lease_ms(
+            "lease",
+            self.watchdog_lease.unwrap_or(inner.config.watchdog_lease),
+        )?;
+        if let Some(hold) = inner.holds.get(&self.keys.hash, &field) {
+            lease_ms = hold.lease_ms;
+            inner.holds.release(&hold);
+        }
+        match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {
+            Release::NotHeld => Err(Error::NotHeld {
+                name: self.keys.name.to_string(),
+            }),
+            // No successor is named here, so nothing is handed over.
+            Release::Released | Release::StillHeld(_) | Release::HandedOver { .. } => Ok(()),
+        }
     }
 }
 
