@@ -8,9 +8,9 @@ use std::time::Duration;
 use super::Lock;
 use crate::config::lease_ms;
 use crate::error::{Error, Result};
-use crate::scripts::Release;
 use crate::identity::{Announcement, ClientInfo};
 use crate::node::QueueView;
+use crate::scripts::Release;
 use crate::shared::Client;
 
 impl Lock {
