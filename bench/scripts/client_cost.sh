@@ -12,21 +12,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 pairs="${1:-300}"
-bench="${CARGO_TARGET_DIR:-$root/target}/release/redlease-bench"
-[[ -x "$bench" ]] || { echo "client_cost: build it first: cargo build --release -p redlease-bench" >&2; exit 1; }
-command -v valgrind >/dev/null || { echo "client_cost: valgrind not found" >&2; exit 1; }
-out="$(mktemp -d)"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-  --loglevel warning >"$out/server.log" 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null || true; rm -rf "$out"' EXIT
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+name=client_cost
+# shellcheck source=private_redis.sh
+source "$here/private_redis.sh"
 
 # Instructions of one whole run of n pairs.
 count() {
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$bench" \
-    --client-cost "$1" "$2" --urls "redis://127.0.0.1:$port/" 2>&1 |
+    --client-cost "$1" "$2" --urls "$url" 2>&1 |
     awk '/Collected :/ {print $NF}'
 }
 echo "client instructions per lock+unlock pair (callgrind, $((4 * pairs)) pairs' difference):"

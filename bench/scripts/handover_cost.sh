@@ -25,22 +25,14 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 n="${1:-100}"
 keep="${2:-}"
-bench="${CARGO_TARGET_DIR:-$root/target}/release/redlease-bench"
-[[ -x "$bench" ]] || { echo "handover_cost: build it first: cargo build --release -p redlease-bench" >&2; exit 1; }
-command -v valgrind >/dev/null || { echo "handover_cost: valgrind not found" >&2; exit 1; }
-out="$(mktemp -d)"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-  --loglevel warning >"$out/server.log" 2>&1 &
-server=$!
-holder=""
-trap '[[ -n "$holder" ]] && kill "$holder" 2>/dev/null; kill "$server" 2>/dev/null || true; rm -rf "$out"' EXIT
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-url="redis://127.0.0.1:$port/"
+name=handover_cost
+# shellcheck source=private_redis.sh
+source "$here/private_redis.sh"
 
 # The holder: contends until killed (far more acquisitions than the runs take).
 "$bench" --handover-cost holder 100000000 --urls "$url" >"$out/holder.log" 2>&1 &
 holder=$!
+also_stop="$holder"
 
 # Instructions of one whole waiter run of n acquisitions (its profile as $out/cg.$1).
 count() {
@@ -54,7 +46,7 @@ count() {
 small="$(count "$n")"
 large="$(count "$((5 * n))")"
 kill "$holder" 2>/dev/null || true
-holder=""
+also_stop=""
 echo "client instructions per cross-process hand-over of a redlease Lock (callgrind, $((4 * n)) hand-overs' difference):"
 echo "  redlease: $(( (large - small) / (4 * n) ))"
 if [[ -n "$keep" ]]; then
