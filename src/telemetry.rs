@@ -3,6 +3,7 @@
 //!
 //! The table of names and meanings is in the crate docs (*Observability*).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -224,20 +225,38 @@ impl Series {
         }
     }
 
-    /// The gauge `name` of this series (`key`, its made key).
-    fn gauge(&self, name: &'static str, key: fn(&KindKeys) -> &Key) -> metrics::Gauge {
+    /// The key of metric `name` (with the `extra` label) of this series: `made`'s when the
+    /// keys are made, else one made now, as the macros would.
+    fn key(
+        &self,
+        name: &'static str,
+        extra: Option<(&'static str, &'static str)>,
+        made: impl Fn(&'static KindKeys) -> &'static Key,
+    ) -> Cow<'static, Key> {
         match self.keys() {
-            Some(keys) => metrics::with_recorder(|r| r.register_gauge(key(keys), &METADATA)),
-            None => metrics::gauge!(name, self.labels(None)),
+            Some(keys) => Cow::Borrowed(made(keys)),
+            None => Cow::Owned(Key::from_parts(name, self.labels(extra))),
         }
     }
 
-    /// The counter `name` of this series (`key`, its made key).
-    fn counter(&self, name: &'static str, key: fn(&KindKeys) -> &Key) -> metrics::Counter {
-        match self.keys() {
-            Some(keys) => metrics::with_recorder(|r| r.register_counter(key(keys), &METADATA)),
-            None => metrics::counter!(name, self.labels(None)),
-        }
+    fn gauge(&self, name: &'static str, made: fn(&KindKeys) -> &Key) -> metrics::Gauge {
+        let key = self.key(name, None, made);
+        metrics::with_recorder(|r| r.register_gauge(&key, &METADATA))
+    }
+
+    fn counter(&self, name: &'static str, made: fn(&KindKeys) -> &Key) -> metrics::Counter {
+        let key = self.key(name, None, made);
+        metrics::with_recorder(|r| r.register_counter(&key, &METADATA))
+    }
+
+    fn histogram(
+        &self,
+        name: &'static str,
+        extra: Option<(&'static str, &'static str)>,
+        made: impl Fn(&'static KindKeys) -> &'static Key,
+    ) -> metrics::Histogram {
+        let key = self.key(name, extra, made);
+        metrics::with_recorder(|r| r.register_histogram(&key, &METADATA))
     }
 
     fn labels(&self, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
@@ -261,13 +280,8 @@ impl Series {
     pub(crate) fn let_go(&self, released_after: Option<Duration>) {
         self.gauge(HELD, |k| &k.held).decrement(1.0);
         if let Some(held_for) = released_after {
-            let histogram = match self.keys() {
-                Some(keys) => {
-                    metrics::with_recorder(|r| r.register_histogram(&keys.hold_time, &METADATA))
-                }
-                None => metrics::histogram!(HOLD_TIME, self.labels(None)),
-            };
-            histogram.record(held_for.as_secs_f64());
+            self.histogram(HOLD_TIME, None, |k| &k.hold_time)
+                .record(held_for.as_secs_f64());
         }
     }
 
@@ -330,17 +344,12 @@ impl Acquisition {
     fn record(&mut self, outcome: Outcome) -> Duration {
         self.done = true;
         let waited = self.called.elapsed();
-        let histogram = match self.series.keys() {
-            Some(keys) => {
-                let key = &keys.acquire_wait[outcome.index()];
-                metrics::with_recorder(|r| r.register_histogram(key, &METADATA))
-            }
-            None => {
-                let labels = self.series.labels(Some(("outcome", outcome.label())));
-                metrics::histogram!(ACQUIRE_WAIT, labels)
-            }
-        };
-        histogram.record(waited.as_secs_f64());
+        let outcome_label = Some(("outcome", outcome.label()));
+        self.series
+            .histogram(ACQUIRE_WAIT, outcome_label, |k| {
+                &k.acquire_wait[outcome.index()]
+            })
+            .record(waited.as_secs_f64());
         waited
     }
 }
