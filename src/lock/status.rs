@@ -195,7 +195,7 @@ impl Lock {
 
     /// Gives back one hold of the current owner without a guard, like Redisson's `unlock()`.
     ///
-    /// Prefer [`LockGuard::unlock`]; this is for code that gave up its guard (for example with
+    /// Prefer [`LockGuard::unlock`](crate::LockGuard::unlock); this is for code that gave up its guard (for example with
     /// `std::mem::forget`). Releasing a hold whose guard is still alive makes that guard's later
     /// release fail.
     ///
