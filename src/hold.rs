@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::config::Replicas;
-use crate::keys::LockKeys;
+use crate::keys::{HoldKey, LockKeys};
 use crate::telemetry::{LostReason, Series};
 use crate::terms::{Lease, Validity};
 
@@ -29,7 +29,8 @@ pub(crate) use registry::{Grant, Holds, LocalRelease};
 
 pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
-    pub field: Arc<str>,
+    /// The lock's hash key and the owner's field.
+    pub key: HoldKey,
     pub lease: Lease,
     pub lease_ms: u64,
     pub token: Option<u64>,
@@ -60,7 +61,7 @@ pub(crate) struct Hold {
 impl Hold {
     pub(crate) fn new(
         keys: Arc<LockKeys>,
-        field: Arc<str>,
+        key: HoldKey,
         lease: Lease,
         token: Option<u64>,
         drift: Duration,
@@ -70,7 +71,7 @@ impl Hold {
         series.hold_began();
         Hold {
             keys,
-            field,
+            key,
             lease,
             lease_ms: lease.ms(),
             token,
@@ -122,7 +123,7 @@ impl Hold {
     pub(crate) fn presence(&self) -> crate::node::Presence {
         crate::node::Presence {
             key: self.keys.hash.clone(),
-            field: self.field.clone(),
+            field: self.key.field.clone(),
             value: None,
         }
     }
@@ -131,7 +132,7 @@ impl Hold {
     pub(crate) fn renewal(&self, lease_ms: u64) -> crate::node::Renewal<'_> {
         crate::node::Renewal {
             hash: &self.keys.hash,
-            field: &self.field,
+            field: &self.key.field,
             lease_ms,
             delay_ms: self.delay_ms.load(Ordering::Relaxed),
         }
@@ -214,7 +215,7 @@ impl Hold {
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
     pub(crate) fn mark_lost(&self, reason: LostReason, why: &str) -> bool {
         self.validity.mark(|| {
-            tracing::warn!(lock = %self.keys.name, owner = %self.field, "lease lost: {why}");
+            tracing::warn!(lock = %self.keys.name, owner = %self.key.field, "lease lost: {why}");
             self.series.lost(reason);
             self.let_go(false);
         })

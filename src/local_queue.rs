@@ -16,7 +16,7 @@
 //! until a waiter of another client queues; the next release that frees it is that waiter's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use dashmap::DashMap;
@@ -28,6 +28,10 @@ use crate::node::Successor;
 #[derive(Default)]
 pub(crate) struct LocalQueues {
     map: DashMap<Arc<str>, Arc<LocalQueue>, foldhash::fast::RandomState>,
+    /// How many queues the map holds: counted in before a queue is added and out after it
+    /// went, so 0 means none. An uncontended acquisition and its release look the map up three
+    /// times, each hashing the lock's key, all for nothing while no lock is contended.
+    queues: AtomicUsize,
 }
 
 pub(crate) struct LocalQueue {
@@ -84,6 +88,7 @@ impl LocalQueues {
             .map
             .entry(key.clone())
             .or_insert_with(|| {
+                self.queues.fetch_add(1, Ordering::AcqRel);
                 Arc::new(LocalQueue {
                     head: Arc::new(Semaphore::new(1)),
                     released: Notify::new(),
@@ -103,7 +108,7 @@ impl LocalQueues {
 
     /// Joins the queue of `key` only if this client already has contenders for it.
     pub(crate) fn join_if_contended(&self, key: &Arc<str>) -> Option<Ticket<'_>> {
-        if !self.map.contains_key(key) {
+        if self.none() || !self.map.contains_key(key) {
             return None;
         }
         Some(self.join(key))
@@ -119,6 +124,9 @@ impl LocalQueues {
 
     /// Tells this client's head contender of `key` that the lock was just freed.
     pub(crate) fn released(&self, key: &Arc<str>) {
+        if self.none() {
+            return;
+        }
         if let Some(queue) = self.map.get(key) {
             queue.handed_over.store(false, Ordering::Relaxed);
             queue.released.notify_one();
@@ -128,10 +136,18 @@ impl LocalQueues {
     /// Takes the waiting head's offer for `key`, if there is one. The caller must answer it
     /// (see [`OfferAnswer`]).
     pub(crate) fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
+        if self.none() {
+            return None;
+        }
         let queue = self.map.get(key)?;
         // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
         // just after this take is answered in vain, and the releaser gives its grant back.
         queue.offer.lock().take()
+    }
+
+    /// Whether no lock has a queue: nothing to look up.
+    fn none(&self) -> bool {
+        self.queues.load(Ordering::Acquire) == 0
     }
 
     /// Notes that a release of this client handed the lock to one of its waiters.
@@ -231,8 +247,10 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         self.permit.take();
         // Forget the queue once nobody uses it: the map holds one reference, we hold another.
-        self.local_queues
-            .map
-            .remove_if(&self.key, |_, queue| Arc::strong_count(queue) <= 2);
+        let gone =
+            (self.local_queues.map).remove_if(&self.key, |_, queue| Arc::strong_count(queue) <= 2);
+        if gone.is_some() {
+            self.local_queues.queues.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::config::{Replicas, lease_ms};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::keys::LockKeys;
+use crate::keys::{HoldKey, LockKeys};
 use crate::options::LockOptions;
 use crate::owner::Owner;
 use crate::shared::Client;
@@ -257,7 +257,9 @@ impl Lock {
         let inner = &self.client.inner;
         let holds = |owner: Owner| {
             let field = owner.field(&inner.id_text);
-            inner.holds.get(&self.keys.hash, &field).is_some()
+            (inner.holds)
+                .get(&HoldKey::new(&self.keys.hash, &field))
+                .is_some()
         };
         crate::owner::scope_owner(holds).unwrap_or_else(Owner::current_task_or_thread)
     }

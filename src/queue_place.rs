@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::keys::LockKeys;
+use crate::keys::{HoldKey, LockKeys};
 use crate::shared::Client;
 use crate::task::{Background, FinishOnDrop, spawn_from_drop};
 
@@ -54,7 +54,7 @@ impl QueuePlace {
         let (owner, keys, field) = (client.clone(), keys.clone(), field.clone());
         QueuePlace::new(client, move || {
             let client = owner;
-            let releasing = client.inner.turns.start_release(&keys.hash, &field);
+            let releasing = (client.inner.turns).start_release(&HoldKey::new(&keys.hash, &field));
             Box::pin(async move {
                 withdraw_entry(&client, &keys, &field).await;
                 drop(releasing);

@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::hold::{Hold, LocalRelease};
-use crate::keys::LockKeys;
+use crate::keys::{HoldKey, LockKeys};
 use crate::local_queue::{Offer, OfferAnswer};
 use crate::node::{Latch, ReleaseArgs};
 use crate::scripts::Release;
@@ -152,10 +152,7 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
             if other == LocalRelease::Last {
                 hold.let_go(true);
             }
-            Ok((
-                other,
-                inner.turns.start_release(&hold.keys.hash, &hold.field),
-            ))
+            Ok((other, inner.turns.start_release(&hold.key)))
         }
     }
 }
@@ -180,7 +177,7 @@ async fn release_remotely(
     };
     let request = Request {
         keys: hold.keys.clone(),
-        field: hold.field.clone(),
+        field: hold.key.field.clone(),
         lease_ms: hold.lease_ms,
         holds,
         latch: Latch::WhileHeld,
@@ -210,7 +207,7 @@ fn stale_metadata(client: &Client, hold: &Hold) -> bool {
         && inner.check_open().is_ok()
         && inner
             .holds
-            .get(&hold.keys.hash, &hold.field)
+            .get(&hold.key)
             .is_none_or(|now| !now.has_metadata())
 }
 
@@ -219,7 +216,7 @@ fn stale_metadata(client: &Client, hold: &Hold) -> bool {
 async fn forget_metadata(client: &Client, hold: &Hold) {
     let inner = &client.inner;
     let (prefix, me) = (&inner.config.prefix, &inner.me);
-    let what = (&*hold.keys.hash, &*hold.field);
+    let what = (&*hold.keys.hash, &*hold.key.field);
     if let Err(e) = crate::identity::drop_metadata(&inner.node, prefix, me, what).await {
         tracing::debug!(lock = %hold.keys.name, error = %e, "could not remove the hold's metadata");
     }
@@ -373,7 +370,7 @@ pub(crate) fn give_back_in_background(
 ) {
     // A release of the owner in flight (`turns.rs`): its next acquisition waits for it, and
     // takes no grant from a message meanwhile.
-    let releasing = client.inner.turns.start_release(&keys.hash, field);
+    let releasing = (client.inner.turns).start_release(&HoldKey::new(&keys.hash, field));
     let (owner, keys, field) = (client.clone(), keys.clone(), field.clone());
     let give_back = async move {
         tracing::debug!(lock = %keys.name, "{why}; giving it back");

@@ -127,7 +127,7 @@ pub async fn expire_lease(guard: &LockGuard) -> Result<()> {
     cmd.arg(LAPSE)
         .arg(1)
         .arg(&*hold.keys.hash)
-        .arg(&*hold.field);
+        .arg(&*hold.key.field);
     let _expired: i64 = inner.node.query(&cmd).await?;
     inner.holds.detach(hold);
     hold.lapse("its lease was made to lapse (redlease::testing::expire_lease)");

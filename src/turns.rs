@@ -28,12 +28,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dashmap::DashMap;
 use tokio::sync::{Notify, Semaphore};
 
-type Key = (Arc<str>, Arc<str>);
+use crate::keys::HoldKey;
 
 /// Operations in progress, per (lock hash, owner field).
 #[derive(Default)]
 pub(crate) struct Turns {
-    map: DashMap<Key, Arc<Owned>, foldhash::fast::RandomState>,
+    map: DashMap<HoldKey, Arc<Owned>, foldhash::fast::RandomState>,
 }
 
 /// One owner's operations on one lock. The counts change only under the map's entry lock, and
@@ -70,7 +70,7 @@ impl Owned {
 /// One acquisition in progress; dropping it (returned, failed or cancelled) ends it.
 pub(crate) struct Acquiring {
     turns: Arc<Turns>,
-    key: Key,
+    key: HoldKey,
     owned: Arc<Owned>,
     /// Whether another acquisition of the same owner was in progress when this one started.
     overlapping: bool,
@@ -80,7 +80,7 @@ pub(crate) struct Acquiring {
 /// the lock go on.
 pub(crate) struct Releasing {
     turns: Arc<Turns>,
-    key: Key,
+    key: HoldKey,
     owned: Arc<Owned>,
 }
 
@@ -101,9 +101,9 @@ impl Drop for Turn {
 }
 
 impl Turns {
-    /// Starts an acquisition of `hash` by `field`.
-    pub(crate) fn start(self: &Arc<Self>, hash: &Arc<str>, field: &Arc<str>) -> Acquiring {
-        let (key, owned, before) = self.count_in(hash, field, |owned| &owned.acquiring);
+    /// Starts an acquisition of the lock by the owner of `key`.
+    pub(crate) fn start(self: &Arc<Self>, key: &HoldKey) -> Acquiring {
+        let (key, owned, before) = self.count_in(key, |owned| &owned.acquiring);
         Acquiring {
             turns: self.clone(),
             key,
@@ -112,10 +112,10 @@ impl Turns {
         }
     }
 
-    /// Registers a guard's release of `hash` by `field`; synchronous, so it is in place before
-    /// the owner can ask for the lock again.
-    pub(crate) fn start_release(self: &Arc<Self>, hash: &Arc<str>, field: &Arc<str>) -> Releasing {
-        let (key, owned, _) = self.count_in(hash, field, |owned| &owned.releasing);
+    /// Registers a guard's release of the lock by the owner of `key`; synchronous, so it is in
+    /// place before the owner can ask for the lock again.
+    pub(crate) fn start_release(self: &Arc<Self>, key: &HoldKey) -> Releasing {
+        let (key, owned, _) = self.count_in(key, |owned| &owned.releasing);
         Releasing {
             turns: self.clone(),
             key,
@@ -124,32 +124,29 @@ impl Turns {
     }
 
     /// Whether an acquisition of this owner on this lock is in progress (waits included).
-    pub(crate) fn acquiring(&self, hash: &Arc<str>, field: &Arc<str>) -> bool {
-        let key = (hash.clone(), field.clone());
+    pub(crate) fn acquiring(&self, key: &HoldKey) -> bool {
         self.map
-            .get(&key)
+            .get(key)
             .is_some_and(|owned| owned.acquiring.load(Ordering::Acquire) > 0)
     }
 
-    /// Counts one more operation in `counter` of the entry of (`hash`, `field`), made if needed.
-    /// Under the entry's lock, so the last one leaving cannot remove the entry between our
-    /// finding it and counting ourselves in. Returns the count before.
+    /// Counts one more operation in `counter` of the entry of `key`, made if needed. Under the
+    /// entry's lock, so the last one leaving cannot remove the entry between our finding it and
+    /// counting ourselves in. Returns the count before.
     fn count_in(
         &self,
-        hash: &Arc<str>,
-        field: &Arc<str>,
+        key: &HoldKey,
         counter: impl Fn(&Owned) -> &AtomicUsize,
-    ) -> (Key, Arc<Owned>, usize) {
-        let key = (hash.clone(), field.clone());
+    ) -> (HoldKey, Arc<Owned>, usize) {
         let entry = self.map.entry(key.clone()).or_default();
         let before = counter(&entry).fetch_add(1, Ordering::AcqRel);
         let owned = entry.clone();
         drop(entry);
-        (key, owned, before)
+        (key.clone(), owned, before)
     }
 
     /// Counts one operation out of `counter`; the entry goes when nothing is left in it.
-    fn count_out(&self, key: &Key, counter: impl Fn(&Owned) -> &AtomicUsize) {
+    fn count_out(&self, key: &HoldKey, counter: impl Fn(&Owned) -> &AtomicUsize) {
         self.map.remove_if(key, |_, owned| {
             counter(owned).fetch_sub(1, Ordering::AcqRel);
             owned.idle()
@@ -226,21 +223,28 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn names() -> (Arc<Turns>, Arc<str>, Arc<str>, Arc<str>) {
-        (Arc::default(), "h".into(), "f".into(), "g".into())
+    /// The turns, and the keys of two owners of one lock.
+    fn names() -> (Arc<Turns>, HoldKey, HoldKey) {
+        let (hash, field, other): (Arc<str>, Arc<str>, Arc<str>) =
+            ("h".into(), "f".into(), "g".into());
+        (
+            Arc::default(),
+            HoldKey::new(&hash, &field),
+            HoldKey::new(&hash, &other),
+        )
     }
 
     #[tokio::test]
     async fn an_acquisition_waits_for_the_owners_releases_only() {
-        let (turns, hash, field, other) = names();
-        let first = turns.start_release(&hash, &field);
-        let second = turns.start_release(&hash, &field);
-        let other_owner = turns.start(&hash, &other);
+        let (turns, field, other) = names();
+        let first = turns.start_release(&field);
+        let second = turns.start_release(&field);
+        let other_owner = turns.start(&other);
         let not_held_up = tokio::time::timeout(Duration::from_secs(1), other_owner.settled());
         assert!(not_held_up.await.is_ok(), "another owner must not wait");
         let waiter = {
-            let (turns, hash, field) = (turns.clone(), hash.clone(), field.clone());
-            tokio::spawn(async move { turns.start(&hash, &field).settled().await })
+            let (turns, field) = (turns.clone(), field.clone());
+            tokio::spawn(async move { turns.start(&field).settled().await })
         };
         drop(first);
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -254,10 +258,10 @@ mod tests {
 
     #[tokio::test]
     async fn one_owners_attempts_take_turns_and_overlaps_are_seen() {
-        let (turns, hash, field, other) = names();
-        let a = turns.start(&hash, &field);
-        let b = turns.start(&hash, &field);
-        let c = turns.start(&hash, &other);
+        let (turns, field, other) = names();
+        let a = turns.start(&field);
+        let b = turns.start(&field);
+        let c = turns.start(&other);
         assert!(!a.overlapping && b.overlapping && !c.overlapping);
         assert!(b.overlapping() && !a.overlapping());
         let held = a.turn().await;

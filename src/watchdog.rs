@@ -248,7 +248,7 @@ fn short_of(want: Option<WaitFor>, acks: Option<Acks>) -> Option<Shortfall> {
 fn at_risk(hold: &Hold, short: &Shortfall) {
     metrics::counter!(crate::telemetry::REPLICAS_SHORT, "write" => "renew").increment(1);
     if !hold.set_at_risk(true) {
-        tracing::warn!(lock = %hold.keys.name, owner = %hold.field, ?short, "lease at risk: too few replicas acknowledged its renewal; lost at its validity unless a later one is acknowledged");
+        tracing::warn!(lock = %hold.keys.name, owner = %hold.key.field, ?short, "lease at risk: too few replicas acknowledged its renewal; lost at its validity unless a later one is acknowledged");
     } else {
         tracing::debug!(lock = %hold.keys.name, ?short, "renewal again acknowledged by too few replicas");
     }

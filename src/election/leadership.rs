@@ -71,7 +71,7 @@ impl Term {
     /// one; the new revision, or `None` when it no longer was.
     pub(crate) async fn end(&self, why: &str) -> Result<Option<u64>> {
         self.calls()
-            .as_leader(END, &self.hold.field, self.term, Some(why))
+            .as_leader(END, &self.hold.key.field, self.term, Some(why))
             .await
     }
 
@@ -84,7 +84,7 @@ impl Term {
             tracing::debug_span!("proclaim", election = %self.keys.lock.name, term = self.term);
         let said = self
             .calls()
-            .as_leader("proclaim", &self.hold.field, self.term, Some(value))
+            .as_leader("proclaim", &self.hold.key.field, self.term, Some(value))
             .instrument(span)
             .await?;
         match said {
@@ -341,7 +341,7 @@ async fn monitor(term: Arc<Term>) {
             () = tokio::time::sleep(REFRESH_EVERY) => {
                 let refreshed = term
                     .calls()
-                    .as_leader("refresh", &term.hold.field, term.term, None)
+                    .as_leader("refresh", &term.hold.key.field, term.term, None)
                     .await;
                 if let Err(e) = refreshed {
                     tracing::debug!(election = %term.keys.lock.name, error = %e, "could not refresh the election's state");

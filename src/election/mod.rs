@@ -236,7 +236,7 @@ impl Election {
                 script: "acquire",
                 reply: "no fencing token for a fenced lock".into(),
             })?;
-            let field = hold.field.clone();
+            let field = hold.key.field.clone();
             let shared = Arc::new(Term::new(
                 self.client.clone(),
                 self.keys.clone(),

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::{FamilyHold, Hold};
+use crate::keys::HoldKey;
 
 /// A hold noted for the loss notice, of either part of the registry.
 #[derive(Clone)]
@@ -19,7 +20,7 @@ pub(crate) enum Noted {
     /// A lock's hold by its lock hash and owner field: whichever hold of that owner is the
     /// live one when it is looked at. Noting it costs two reference counts, and keeps no hold
     /// (nor its memory) alive.
-    Lock(Arc<str>, Arc<str>),
+    Lock(HoldKey),
     /// A family hold, with when it was noted.
     Family(Weak<dyn FamilyHold>, Instant),
 }
@@ -44,7 +45,7 @@ impl Fresh {
     /// Notes a new lock hold, while collecting.
     pub(crate) fn lock(&self, hold: &Hold) {
         if self.on.load(Ordering::Acquire) {
-            self.push(Noted::Lock(hold.keys.hash.clone(), hold.field.clone()));
+            self.push(Noted::Lock(hold.key.clone()));
         }
     }
 

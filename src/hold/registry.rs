@@ -10,6 +10,7 @@ use dashmap::mapref::entry::Entry;
 
 use super::early_renewals::EarlyRenewals;
 use super::{FamilyHold, FamilyHolds, Fresh, Hold, Noted};
+use crate::keys::HoldKey;
 use crate::telemetry::LostReason;
 use crate::terms::Lease;
 
@@ -22,9 +23,6 @@ pub(crate) enum Grant {
     /// ours registered since came after it on the server, so it is joined, never taken for lost.
     HandedOver,
 }
-
-/// Key of the registry: (lock hash key, owner field).
-type HoldKey = (Arc<str>, Arc<str>);
 
 /// What giving back one guard's hold did locally.
 #[derive(Debug, PartialEq, Eq)]
@@ -61,22 +59,16 @@ pub(crate) struct Drained {
 }
 
 impl Holds {
-    /// The live hold of `field` on `hash`, if any.
-    pub(crate) fn get(&self, hash: &Arc<str>, field: &Arc<str>) -> Option<Arc<Hold>> {
-        let hold = self
-            .map
-            .get(&(hash.clone(), field.clone()))?
-            .value()
-            .clone();
+    /// The live hold of `key`, if any.
+    pub(crate) fn get(&self, key: &HoldKey) -> Option<Arc<Hold>> {
+        let hold = self.map.get(key)?.value().clone();
         (!hold.is_lost()).then_some(hold)
     }
 
-    /// Whether (`hash`, `field`) was granted after `since` (testing's false-loss audit).
+    /// Whether `key` was granted after `since` (testing's false-loss audit).
     #[cfg(feature = "testing")]
-    pub(crate) fn granted_since(&self, hash: &Arc<str>, field: &Arc<str>, since: Instant) -> bool {
-        self.last_grants
-            .get(&(hash.clone(), field.clone()))
-            .is_some_and(|at| *at > since)
+    pub(crate) fn granted_since(&self, key: &HoldKey, since: Instant) -> bool {
+        self.last_grants.get(key).is_some_and(|at| *at > since)
     }
 
     /// Records a grant from the server and returns the hold the new guard belongs to, and
@@ -91,14 +83,12 @@ impl Holds {
     /// the caller holds the owner's turn (`turns.rs`) from sending the request until this call.
     pub(crate) fn granted(
         &self,
-        hash: &Arc<str>,
-        field: &Arc<str>,
+        key: &HoldKey,
         grant: Grant,
         make: impl FnOnce() -> Hold,
     ) -> (Arc<Hold>, bool) {
         #[cfg(feature = "testing")]
-        self.last_grants
-            .insert((hash.clone(), field.clone()), Instant::now());
+        self.last_grants.insert(key.clone(), Instant::now());
         let server_count = match grant {
             Grant::Counted(count) => count,
             Grant::HandedOver => 1,
@@ -110,7 +100,7 @@ impl Holds {
             self.fresh.lock(&hold);
             hold
         };
-        match self.map.entry((hash.clone(), field.clone())) {
+        match self.map.entry(key.clone()) {
             Entry::Occupied(mut entry) => {
                 let current = entry.get().clone();
                 let joins = server_count > 1 || grant == Grant::HandedOver;
@@ -139,26 +129,24 @@ impl Holds {
 
     /// Gives back one guard of `hold`.
     pub(crate) fn release(&self, hold: &Arc<Hold>) -> LocalRelease {
-        let key = (hold.keys.hash.clone(), hold.field.clone());
-        match self.map.entry(key) {
-            Entry::Occupied(entry) if Arc::ptr_eq(entry.get(), hold) => {
-                if hold.guards.fetch_sub(1, Ordering::AcqRel) <= 1 {
-                    entry.remove();
-                    LocalRelease::Last
-                } else {
-                    LocalRelease::Remaining
-                }
-            }
-            _ => LocalRelease::Detached,
+        // Under the entry's lock: the guard count is read and the hold removed at once.
+        let mut registered = false;
+        let removed = self.map.remove_if(&hold.key, |_, current| {
+            registered = Arc::ptr_eq(current, hold);
+            registered && hold.guards.fetch_sub(1, Ordering::AcqRel) <= 1
+        });
+        match (removed, registered) {
+            (Some(_), _) => LocalRelease::Last,
+            (None, true) => LocalRelease::Remaining,
+            (None, false) => LocalRelease::Detached,
         }
     }
 
     /// Removes `hold` (lost, or released at shutdown) so it is neither renewed nor re-entered.
     /// False when it had already left the registry (released meanwhile).
     pub(crate) fn detach(&self, hold: &Arc<Hold>) -> bool {
-        let key = (hold.keys.hash.clone(), hold.field.clone());
         self.map
-            .remove_if(&key, |_, current| Arc::ptr_eq(current, hold))
+            .remove_if(&hold.key, |_, current| Arc::ptr_eq(current, hold))
             .is_some()
     }
 
@@ -174,10 +162,7 @@ impl Holds {
 
     /// Every hold of every kind.
     pub(crate) fn all(&self) -> Vec<Noted> {
-        let locks = self
-            .map
-            .iter()
-            .map(|e| Noted::Lock(e.key().0.clone(), e.key().1.clone()));
+        let locks = self.map.iter().map(|e| Noted::Lock(e.key().clone()));
         let family = self.family.all();
         let now = Instant::now();
         let family = family
@@ -190,7 +175,7 @@ impl Holds {
     pub(crate) fn of_lock(&self, hash: &Arc<str>) -> Vec<Arc<Hold>> {
         self.map
             .iter()
-            .filter(|e| e.key().0 == *hash)
+            .filter(|e| e.key().hash == *hash)
             .map(|e| e.value().clone())
             .collect()
     }
@@ -201,10 +186,9 @@ impl Holds {
         let locks = all
             .into_iter()
             .filter_map(|hold| {
-                let key = (hold.keys.hash.clone(), hold.field.clone());
                 let (_, hold) = self
                     .map
-                    .remove_if(&key, |_, current| Arc::ptr_eq(current, &hold))?;
+                    .remove_if(&hold.key, |_, current| Arc::ptr_eq(current, &hold))?;
                 let guards = hold.guards.load(Ordering::Acquire);
                 // Given back by shutdown: no longer held, whatever its guards do later.
                 hold.let_go(true);

@@ -2,12 +2,11 @@
 //! contenders, then the wait loop (`wait.rs`) around the lock's waiter (`waiter.rs`), and the
 //! place in the server's queue withdrawn when the wait ends without the lock.
 
-use std::sync::Arc;
-
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::keys::HoldKey;
 use crate::local_queue::Ticket;
 use crate::owner::Owner;
 use crate::telemetry;
@@ -71,11 +70,12 @@ async fn wait_for_grant(
     let owner = lock.owner();
     tracing::Span::current().record("owner", tracing::field::display(&owner));
     let field = owner.field(&inner.id_text);
-    let acquiring = start(lock, owner, &field).await?;
+    let key = HoldKey::new(&lock.keys.hash, &field);
+    let acquiring = start(lock, owner, &key).await?;
     let mut subscription = None;
     // Re-entry never waits, so it skips the local queue (queueing behind waiters that wait
     // for us would deadlock).
-    let reentered = inner.holds.get(&lock.keys.hash, &field);
+    let reentered = inner.holds.get(&key);
     let mut ticket = local_ticket(lock, reentered.is_some());
     if ticket.as_ref().is_some_and(|t| !t.is_head()) && !matches!(wait, Wait::Once) {
         measured.waits();
@@ -130,8 +130,8 @@ async fn wait_for_grant(
 
 /// Starts `owner`'s acquisition, once its releases of the lock still in flight are done
 /// (`turns.rs`).
-async fn start(lock: &Lock, owner: Owner, field: &Arc<str>) -> Result<Acquiring> {
-    let acquiring = lock.client.inner.turns.start(&lock.keys.hash, field);
+async fn start(lock: &Lock, owner: Owner, key: &HoldKey) -> Result<Acquiring> {
+    let acquiring = lock.client.inner.turns.start(key);
     // Two acquisitions of one implicit owner in progress at once are concurrent for certain
     // (a nested one starts after the outer one returned): admitted, they would both hold.
     if acquiring.overlapping() && owner.is_implicit() {

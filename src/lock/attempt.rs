@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Replicas;
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{HoldKey, LockKeys};
 use crate::node::{Acks, AcquireTerms, Latch, QueueTerms, ReleaseArgs, WaitFor};
 use crate::queue_place::withdraw_entry;
 use crate::release::give_back;
@@ -79,7 +79,7 @@ pub(super) async fn send(
             lock.keys.hash.clone(),
             field.clone(),
         );
-        move || turns.start_release(&hash, &field)
+        move || turns.start_release(&HoldKey::new(&hash, &field))
     };
     let call = FinishOnDrop::new(request.run(), move |outcome| {
         abandoned.undo_abandoned(outcome, sent)
@@ -198,7 +198,9 @@ impl Request {
             // idle for a claim lease. Withdraw again, now that the request is done; unless
             // another wait of this owner is in progress (tasks sharing an `Owner`): the
             // entry is that wait's now, and so may be a grant it is taking from a message.
-            if self.terms.queue.is_some() && !client.inner.turns.acquiring(&keys.hash, field) {
+            if self.terms.queue.is_some()
+                && !(client.inner.turns).acquiring(&HoldKey::new(&keys.hash, field))
+            {
                 withdraw_entry(client, keys, field).await;
             }
             return;

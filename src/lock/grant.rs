@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Grant, Hold};
+use crate::keys::HoldKey;
 use crate::node::Renewal;
 use crate::release::give_back_in_background;
 use crate::shared::Inner;
@@ -92,10 +93,10 @@ pub(crate) fn register(
     let token = lock.fenced.then_some(token);
     let delay_ms = lock.delay_ms();
     let keys = lock.keys.clone();
-    let field_key = field.clone();
+    let key = HoldKey::new(&keys.hash, &field);
     let series = (inner.config.lock_label).series(crate::telemetry::LOCK, &keys.name);
-    let (hold, fresh) = inner.holds.granted(&lock.keys.hash, &field_key, grant, || {
-        Hold::new(keys, field, lease, token, drift, started, series)
+    let (hold, fresh) = inner.holds.granted(&key, grant, || {
+        Hold::new(keys, key.clone(), lease, token, drift, started, series)
     });
     hold.raise_delay(delay_ms);
     if fresh {

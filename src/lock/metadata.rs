@@ -30,7 +30,7 @@ pub(super) async fn stored_with(
         ms => inner.config.watchdog_lease.max(Duration::from_millis(ms)),
     };
     let ttl = watchdog + Duration::from_secs(1);
-    let what = (&*hold.keys.hash, &*hold.field);
+    let what = (&*hold.keys.hash, &*hold.key.field);
     let prefix = &inner.config.prefix;
     let stored =
         crate::identity::store_metadata(&inner.node, prefix, &inner.me, ttl, what, text).await;

@@ -9,6 +9,7 @@ use super::Lock;
 use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::identity::{Announcement, ClientInfo};
+use crate::keys::HoldKey;
 use crate::node::QueueView;
 use crate::scripts::Release;
 use crate::shared::Client;
@@ -213,7 +214,7 @@ impl Lock {
             "lease",
             self.watchdog_lease.unwrap_or(inner.config.watchdog_lease),
         )?;
-        if let Some(hold) = inner.holds.get(&self.keys.hash, &field) {
+        if let Some(hold) = inner.holds.get(&HoldKey::new(&self.keys.hash, &field)) {
             lease_ms = hold.lease_ms;
             inner.holds.release(&hold);
         }

@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::keys::LockKeys;
+use crate::keys::{HoldKey, LockKeys};
 use crate::lock::Lock;
 use crate::node::AcquireCall;
 use crate::scripts::Acquire;
@@ -106,7 +106,9 @@ fn plan_batch(inner: &Inner, batch: &[(Lock, Lease)]) -> Arc<[Planned]> {
             Planned {
                 // For a re-entry a blind release could take away the earlier hold, so it is
                 // not sent (the lease then bounds the stray count).
-                fresh: inner.holds.get(&lock.keys.hash, &field).is_none(),
+                fresh: (inner.holds)
+                    .get(&HoldKey::new(&lock.keys.hash, &field))
+                    .is_none(),
                 keys: lock.keys.clone(),
                 field,
                 lease_ms: lease.ms(),
@@ -132,7 +134,7 @@ async fn wait_for_turns(
     order.dedup_by(|a, b| a.keys.hash == b.keys.hash && a.field == b.field);
     let acquiring: Vec<_> = order
         .iter()
-        .map(|p| inner.turns.start(&p.keys.hash, &p.field))
+        .map(|p| inner.turns.start(&HoldKey::new(&p.keys.hash, &p.field)))
         .collect();
     // As `Lock::acquire` does: an implicit owner's acquisitions of a lock in progress at once
     // are concurrent for certain, and refused before anything is sent.

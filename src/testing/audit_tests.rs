@@ -38,7 +38,7 @@ async fn a_hold_still_on_the_server_counts_and_one_gone_does_not() -> crate::Res
     let auditor = server.client().await?;
     let guard = holder.lock("audit")?.lock().await?;
     let presence = match holder.inner.holds.all().remove(0) {
-        crate::hold::Noted::Lock(hash, field) => holder.inner.holds.get(&hash, &field),
+        crate::hold::Noted::Lock(key) => holder.inner.holds.get(&key),
         crate::hold::Noted::Family(..) => None,
     }
     .ok_or_else(|| crate::Error::InvalidArgument("the lock's hold is not registered".into()))?

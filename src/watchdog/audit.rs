@@ -14,6 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::keys::HoldKey;
 use crate::node::Presence;
 use crate::shared::Inner;
 
@@ -40,7 +41,8 @@ pub(crate) fn read_again(inner: &Inner, presence: Presence, still_there: fn(&Pre
             // A grant the read came after is registered by now.
             tokio::time::sleep(TAKEN_AGAIN_WITHIN).await;
             let taken_again = client.upgrade().is_some_and(|inner| {
-                (inner.holds).granted_since(&presence.key, &presence.field, lost_at)
+                let key = HoldKey::new(&presence.key, &presence.field);
+                (inner.holds).granted_since(&key, lost_at)
             });
             if !taken_again {
                 still_there(&presence);

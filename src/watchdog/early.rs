@@ -65,7 +65,7 @@ async fn renew_one(weak: Weak<Inner>, hold: Weak<Hold>) {
         let (Some(inner), Some(hold)) = (weak.upgrade(), hold.upgrade()) else {
             return;
         };
-        let current = inner.holds.get(&hold.keys.hash, &hold.field);
+        let current = inner.holds.get(&hold.key);
         if !current.is_some_and(|c| Arc::ptr_eq(&c, &hold)) || hold.is_lost() {
             return;
         }

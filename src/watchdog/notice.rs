@@ -365,7 +365,7 @@ fn due_now(
 /// When the hold `noted` stands for was granted (a family hold: noted), if it is still live.
 fn granted_at(inner: &Inner, noted: &Noted) -> Option<std::time::Instant> {
     match noted {
-        Noted::Lock(hash, field) => inner.holds.get(hash, field).map(|hold| hold.granted_at),
+        Noted::Lock(key) => inner.holds.get(key).map(|hold| hold.granted_at),
         Noted::Family(hold, at) => hold.upgrade()?.is_live().then_some(*at),
     }
 }

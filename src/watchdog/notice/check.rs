@@ -80,7 +80,7 @@ impl Live {
     /// The hold, if it is still this client's and not known lost.
     fn of(inner: &Inner, noted: &Noted) -> Option<Live> {
         match noted {
-            Noted::Lock(hash, field) => inner.holds.get(hash, field).map(Live::Lock),
+            Noted::Lock(key) => inner.holds.get(key).map(Live::Lock),
             Noted::Family(hold, _) => {
                 let hold = hold.upgrade()?;
                 hold.is_live().then_some(Live::Family(hold))
