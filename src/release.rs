@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
@@ -38,7 +39,9 @@ pub(crate) async fn release_hold(client: &Client, hold: &Arc<Hold>) -> Result<()
         Ok(local) => local,
         Err(e) => {
             if stale_metadata(client, hold) {
-                forget_metadata(client, hold).await;
+                // Boxed: rare, and it would double the size of every unlock's future.
+                let forget: BoxFuture<'_, ()> = Box::pin(forget_metadata(client, hold));
+                forget.await;
             }
             return Err(e);
         }
@@ -46,7 +49,7 @@ pub(crate) async fn release_hold(client: &Client, hold: &Arc<Hold>) -> Result<()
     // Lost by time (no renewal confirmed in time) but still our registered hold: give it back
     // on the server all the same, in case the key survived, and report the loss.
     let lost = hold.is_lost();
-    let server = release_remotely(client.clone(), hold.clone(), local);
+    let server: ServerHalf = Box::pin(release_remotely(client.clone(), hold.clone(), local));
     finish_unlock(client, &hold.keys.name, lost, Some(server)).await
 }
 
@@ -72,21 +75,24 @@ pub(crate) fn release_hold_in_background(client: &Client, hold: &Arc<Hold>) {
     release_dropped(client, hold.keys.name.clone(), server);
 }
 
+/// The server half of a guard's release, boxed (see [`finish_unlock`]); erased, so the futures
+/// around it stay shallow for the compiler's `Send` proofs.
+pub(crate) type ServerHalf = BoxFuture<'static, Result<bool>>;
+
 /// The end of every guard's release, once its kind has done the local half: `release` (`None`:
 /// nothing to send) is the server half, which runs to its end even when the caller stops
 /// waiting (tracked, so `Client::shutdown` waits for it) and answers whether the hold was still
 /// there; a hold gone then, or known `lost` before, is [`Error::LeaseLost`]. Polled outside
 /// tokio, the caller hears so and the server half runs on the client's runtime, as a dropped
-/// guard's ([`release_dropped`]).
-pub(crate) async fn finish_unlock<F>(
+/// guard's ([`release_dropped`]). Boxed by the caller: the server half (2 KB) is then moved as
+/// a pointer through the unlock's futures, where it was copied at each step (about 500 client
+/// instructions of an uncontended pair).
+pub(crate) async fn finish_unlock(
     client: &Client,
     name: &Arc<str>,
     lost: bool,
-    release: Option<F>,
-) -> Result<()>
-where
-    F: Future<Output = Result<bool>> + Send + 'static,
-{
+    release: Option<ServerHalf>,
+) -> Result<()> {
     if let Err(e) = crate::task::in_runtime() {
         if let Some(release) = release {
             release_dropped(client, name.clone(), release);
@@ -96,7 +102,7 @@ where
     let background = &client.inner.background;
     let held = match release {
         Some(release) => {
-            let released = FinishOnDrop::new(release, |_| async {})
+            let released = FinishOnDrop::pinned(release, |_| async {})
                 .tracked(background)
                 .await;
             match released {

@@ -179,7 +179,7 @@ impl Drop for Unfinished {
 /// server, so its outcome must be observed (and undone) even when the caller stopped waiting.
 pub(crate) struct FinishOnDrop<F, C>
 where
-    F: Future + Send + 'static,
+    F: Future + Send + ?Sized + 'static,
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {
@@ -211,13 +211,22 @@ where
 
 impl<F, C> FinishOnDrop<F, C>
 where
-    F: Future + Send + 'static,
+    F: Future + Send + ?Sized + 'static,
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {
-    pub(crate) fn new(fut: F, on_abandoned: C) -> Self {
+    pub(crate) fn new(fut: F, on_abandoned: C) -> Self
+    where
+        F: Sized,
+    {
+        FinishOnDrop::pinned(Box::pin(fut), on_abandoned)
+    }
+
+    /// As [`new`](Self::new), for a future boxed already (by a caller that passes it on before
+    /// awaiting it: a large future is then moved as a pointer, not copied at each step).
+    pub(crate) fn pinned(fut: Pin<Box<F>>, on_abandoned: C) -> Self {
         FinishOnDrop {
-            fut: Some(Box::pin(fut)),
+            fut: Some(fut),
             on_abandoned: Some(on_abandoned),
             tracker: None,
             keep: None,
@@ -245,7 +254,7 @@ where
 // Only a `Pin<Box<F>>` is ever pinned, never a field in place, so moving out is fine.
 impl<F, C> Unpin for FinishOnDrop<F, C>
 where
-    F: Future + Send + 'static,
+    F: Future + Send + ?Sized + 'static,
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {
@@ -253,7 +262,7 @@ where
 
 impl<F, C> Future for FinishOnDrop<F, C>
 where
-    F: Future + Send + 'static,
+    F: Future + Send + ?Sized + 'static,
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {
@@ -276,7 +285,7 @@ where
 
 impl<F, C> Drop for FinishOnDrop<F, C>
 where
-    F: Future + Send + 'static,
+    F: Future + Send + ?Sized + 'static,
     F::Output: Send + 'static,
     C: OnAbandoned<F::Output>,
 {

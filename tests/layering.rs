@@ -8,8 +8,8 @@ use std::path::Path;
 /// Lowest first. Modules not listed are lock kinds (layer 5); `client` and `testing` are the
 /// top, `lib` may name anything.
 const LAYERS: &[&[&str]] = &[
-    &["error", "task", "turns", "telemetry", "backoff"],
-    &["config", "keys", "options", "scripts", "terms"],
+    &["error", "task", "telemetry", "backoff"],
+    &["config", "keys", "options", "scripts", "terms", "turns"],
     &["node"],
     &["local_queue", "hold", "identity", "pubsub"],
     &["shared"],

@@ -12,7 +12,7 @@ use crate::family::queued;
 use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask};
 use crate::node::FamilyScript;
 use crate::options::LockOptions;
-use crate::release::{finish_unlock, release_dropped};
+use crate::release::{ServerHalf, finish_unlock, release_dropped};
 use crate::shared::Client;
 use crate::telemetry::{self, PERMIT};
 use crate::terms::{Lease, Wait};
@@ -347,7 +347,7 @@ impl Permit {
         let lost = self.kept.is_lost();
         self.kept.closing();
         let semaphore = &self.semaphore;
-        let release = Some(self.give_back());
+        let release: Option<ServerHalf> = Some(Box::pin(self.give_back()));
         finish_unlock(&semaphore.client, &semaphore.keys.name, lost, release).await
     }
 

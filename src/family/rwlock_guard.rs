@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::family::kept::Kept;
 use crate::family::rwlock::{Hold, Kind, ReadWriteLock};
 use crate::family::rwlock_share::{OwnHeld, Share};
-use crate::release::{finish_unlock, release_dropped};
+use crate::release::{ServerHalf, finish_unlock, release_dropped};
 use crate::telemetry;
 use crate::terms::Lease;
 
@@ -157,7 +157,7 @@ impl RwHold {
         // Known lost before: a share no longer confirmed valid counts as lost for each member,
         // the last one out or not.
         let lost = self.kept().is_lost();
-        let release = self.give_back();
+        let release = self.give_back().map(|r| Box::pin(r) as ServerHalf);
         finish_unlock(&self.lock.client, &self.lock.keys.name, lost, release).await
     }
 }

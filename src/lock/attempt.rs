@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
+
 use crate::config::Replicas;
 use crate::error::{Error, Result};
 use crate::keys::{HoldKey, LockKeys};
@@ -81,11 +83,13 @@ pub(super) async fn send(
         );
         move || turns.start_release(&HoldKey::new(&hash, &field))
     };
-    let call = FinishOnDrop::new(request.run(), move |outcome| {
-        abandoned.undo_abandoned(outcome, sent)
-    })
-    .tracked(&client.inner.background)
-    .keeping_while_abandoned(in_flight);
+    // Erased (boxed it is anyway, to finish in the background): the compiler's `Send` proofs
+    // of every future that awaits an acquisition then stop here, well inside the recursion
+    // limit, whatever the application's futures around them.
+    let run: BoxFuture<'static, _> = Box::pin(request.run());
+    let call = FinishOnDrop::pinned(run, move |outcome| abandoned.undo_abandoned(outcome, sent))
+        .tracked(&client.inner.background)
+        .keeping_while_abandoned(in_flight);
     match tokio::time::timeout(timeout, call).await {
         Ok(outcome) => outcome.map(|acquire| (acquire, !unqueued.load(Ordering::Acquire))),
         Err(_) => Err(Error::Timeout {

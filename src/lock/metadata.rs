@@ -5,6 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use crate::error::Result;
 use crate::guard::LockGuard;
 
@@ -32,14 +34,18 @@ pub(super) async fn stored_with(
     let ttl = watchdog + Duration::from_secs(1);
     let what = (&*hold.keys.hash, &*hold.key.field);
     let prefix = &inner.config.prefix;
-    let stored =
-        crate::identity::store_metadata(&inner.node, prefix, &inner.me, ttl, what, text).await;
+    // Boxed, as the unlock below: only an acquisition with metadata writes it, and inline
+    // these would make every acquisition's future 2 KB larger (copied as it is set up).
+    let store = crate::identity::store_metadata(&inner.node, prefix, &inner.me, ttl, what, text);
+    let store: BoxFuture<'_, _> = Box::pin(store);
+    let stored = store.await;
     match stored {
         Ok(()) => Ok(got),
         Err(e) => {
             if let Some(guard) = got {
                 // The hold without what it was to carry is not the one asked for.
-                let _ = guard.unlock().await;
+                let unlock: BoxFuture<'_, _> = Box::pin(guard.unlock());
+                let _ = unlock.await;
             }
             Err(e)
         }

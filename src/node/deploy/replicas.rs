@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{RedisResult, Value};
 use tokio::time::Instant;
@@ -179,7 +180,12 @@ impl Node {
                 if failed_lately {
                     return None;
                 }
-                match self.replica_count().await {
+                // Boxed: counting is rare (once, then after a failover or a short write), and
+                // its future (3 KB, a whole `INFO` round trip) would otherwise sit inline in
+                // every acquisition's future, which is copied as it is set up. Erased, so the
+                // compiler's `Send` proofs of the futures around it stay shallow.
+                let count: BoxFuture<'_, _> = Box::pin(self.replica_count());
+                match count.await {
                     Ok(n) if n > 0 => Some(WaitFor {
                         replicas: n,
                         timeout,

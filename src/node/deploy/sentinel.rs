@@ -21,6 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
@@ -121,7 +122,12 @@ impl SentinelConn {
         if self.generation() != seen || self.0.resolutions.load(Ordering::Acquire) != asked {
             return Ok(());
         }
-        let resolved = self.0.resolver.resolve().await;
+        // Boxed and erased: a resolution is rare (a failover), and its future (every sentinel
+        // asked, a new connection made) would otherwise sit inline in every call's future
+        // behind sentinels, and deepen the compiler's `Send` proofs of each of them past its
+        // recursion limit in an application's spawned task.
+        let resolve: BoxFuture<'_, _> = Box::pin(self.0.resolver.resolve());
+        let resolved = resolve.await;
         self.0.resolutions.fetch_add(1, Ordering::AcqRel);
         let (addr, client) = resolved?;
         self.install(seen, &addr, client).await
