@@ -294,8 +294,9 @@ impl PermitSemaphore {
         };
         let (this, permit) = (self.clone(), id.clone());
         let give_back = move || async move { this.give_back(&permit, false).await.map(drop) };
-        let withdraw = self.clone().withdraw(id.clone());
-        let withdraw = move || withdraw;
+        let (this, waiter) = (self.clone(), id.clone());
+        let withdraw = move || this.withdraw(waiter);
+        let request = Box::pin(request);
         ask(&self.client, &self.keys.name, request, give_back, withdraw).await
     }
 

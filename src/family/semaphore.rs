@@ -312,8 +312,9 @@ impl Semaphore {
         };
         let this = self.clone();
         let give_back = move || async move { this.give_back(permits).await };
-        let withdraw = self.clone().withdraw(waiter.clone());
-        let withdraw = move || withdraw;
+        let (this, who) = (self.clone(), waiter.clone());
+        let withdraw = move || this.withdraw(who);
+        let request = Box::pin(request);
         ask(&self.client, &self.keys.name, request, give_back, withdraw).await
     }
 

@@ -161,15 +161,10 @@ impl ReadWriteLock {
             Ok(Reply::new(SCRIPT.name, lock.request(&args).await?).taken())
         };
         let (lock, field) = (self.clone(), field.clone());
-        let withdraw = self.clone().withdraw(waiter.clone(), field.clone());
+        let (this, waiter, owner) = (self.clone(), waiter.clone(), field.clone());
+        let withdraw = move || this.withdraw(waiter, owner);
         let give_back = move || async move { lock.release(Hold::Own(kind), &field, false).await };
-        ask(
-            &self.client,
-            &self.keys.name,
-            request,
-            give_back,
-            move || withdraw,
-        )
-        .await
+        let request = Box::pin(request);
+        ask(&self.client, &self.keys.name, request, give_back, withdraw).await
     }
 }

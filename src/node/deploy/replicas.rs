@@ -180,12 +180,19 @@ impl Node {
                 if failed_lately {
                     return None;
                 }
-                // Boxed: counting is rare (once, then after a failover or a short write), and
-                // its future (3 KB, a whole `INFO` round trip) would otherwise sit inline in
-                // every acquisition's future, which is copied as it is set up. Erased, so the
-                // compiler's `Send` proofs of the futures around it stay shallow.
-                let count: BoxFuture<'_, _> = Box::pin(self.replica_count());
-                match count.await {
+                let counted = match self.counted_replicas() {
+                    Some(replicas) => Ok(replicas),
+                    None => {
+                        // Boxed: counting is rare (once, then after a failover or a short
+                        // write), and its future (3 KB, an `INFO` round trip) would otherwise
+                        // sit inline in every acquisition's future, which is copied as it is
+                        // set up. Erased, so the compiler's `Send` proofs of the futures around
+                        // it stay shallow.
+                        let count: BoxFuture<'_, _> = Box::pin(self.replica_count());
+                        count.await
+                    }
+                };
+                match counted {
                     Ok(n) if n > 0 => Some(WaitFor {
                         replicas: n,
                         timeout,
@@ -206,18 +213,14 @@ impl Node {
     /// [`SETTLING`] after that, at most every [`RECOUNT_EVERY`], while the other replicas
     /// move over), and anywhere after a write fell short of it ([`Node::read_acks`]).
     async fn replica_count(&self) -> Result<u32> {
+        if let Some(replicas) = self.counted_replicas() {
+            return Ok(replicas);
+        }
         let state = self.replica_state();
         let generation = self.master_generation();
-        let current = |now| {
-            let counted = *state.counted.lock();
-            counted.filter(|c| c.stands(generation, now))
-        };
-        if let Some(count) = current(Instant::now()) {
-            return Ok(count.replicas);
-        }
         let _turn = state.counting.lock().await;
-        if let Some(count) = current(Instant::now()) {
-            return Ok(count.replicas);
+        if let Some(replicas) = self.counted_replicas() {
+            return Ok(replicas);
         }
         let replicas = match self.connected_replicas().await {
             Ok(replicas) => replicas,
@@ -240,6 +243,15 @@ impl Node {
             stale: false,
         });
         Ok(replicas)
+    }
+
+    /// The replicas last counted, while that count stands (see [`Node::replica_count`]).
+    fn counted_replicas(&self) -> Option<u32> {
+        let generation = self.master_generation();
+        let counted = *self.replica_state().counted.lock();
+        counted
+            .filter(|c| c.stands(generation, Instant::now()))
+            .map(|c| c.replicas)
     }
 
     /// `connected_slaves` of `INFO replication`: of the server, or the fewest of any primary
