@@ -123,7 +123,7 @@ impl redis::ToRedisArgs for Derived<'_> {
 /// One owner's hold of one lock as the client's maps know it (the registry of holds, the
 /// owners' turns): the lock's hash key and the owner's field, hashed once when made. An
 /// acquisition and its release look these maps up about ten times, and hashing both strings
-/// each time, with the reference counts of the pair built for it, was about 2,000 client
+/// each time, with the reference counts of the pair built for it, was about 1,000 client
 /// instructions of an uncontended lock+unlock pair (`bench/scripts/client_cost.sh`).
 #[derive(Clone, Debug)]
 pub(crate) struct HoldKey {

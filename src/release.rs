@@ -85,8 +85,8 @@ pub(crate) type ServerHalf = BoxFuture<'static, Result<bool>>;
 /// there; a hold gone then, or known `lost` before, is [`Error::LeaseLost`]. Polled outside
 /// tokio, the caller hears so and the server half runs on the client's runtime, as a dropped
 /// guard's ([`release_dropped`]). Boxed by the caller: the server half (2 KB) is then moved as
-/// a pointer through the unlock's futures, where it was copied at each step (about 500 client
-/// instructions of an uncontended pair).
+/// a pointer through the unlock's futures, where it was copied at each step (`LockGuard::unlock`'s
+/// future was 4 KB, now 240 bytes).
 pub(crate) async fn finish_unlock(
     client: &Client,
     name: &Arc<str>,

@@ -35,7 +35,7 @@ pub(super) async fn stored_with(
     let what = (&*hold.keys.hash, &*hold.key.field);
     let prefix = &inner.config.prefix;
     // Boxed, as the unlock below: only an acquisition with metadata writes it, and inline
-    // these would make every acquisition's future 2 KB larger (copied as it is set up).
+    // these would make every acquisition's future 4 KB larger (copied as it is set up).
     let store = crate::identity::store_metadata(&inner.node, prefix, &inner.me, ttl, what, text);
     let store: BoxFuture<'_, _> = Box::pin(store);
     let stored = store.await;

@@ -217,11 +217,12 @@ impl Node {
             return Ok(replicas);
         }
         let state = self.replica_state();
-        let generation = self.master_generation();
         let _turn = state.counting.lock().await;
         if let Some(replicas) = self.counted_replicas() {
             return Ok(replicas);
         }
+        // Read once the turn is ours: the count is stored for the master it is taken from.
+        let generation = self.master_generation();
         let replicas = match self.connected_replicas().await {
             Ok(replicas) => replicas,
             Err(e) => {
