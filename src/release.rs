@@ -154,12 +154,7 @@ fn release_locally(client: &Client, hold: &Arc<Hold>) -> Result<(LocalRelease, R
                 name: hold.keys.name.to_string(),
             })
         }
-        other => {
-            if other == LocalRelease::Last {
-                hold.let_go(true);
-            }
-            Ok((other, inner.turns.start_release(&hold.key)))
-        }
+        other => Ok((other, inner.turns.start_release(&hold.key))),
     }
 }
 

@@ -148,6 +148,13 @@ async fn a_scripted_run_yields_every_series_with_its_labels() {
         !text.contains("lock=\"orders:"),
         "a raw name leaked into a label:\n{text}"
     );
+    // A hold given back without its guard (`Lock::unlock`, after the guard was forgotten)
+    // leaves `held` too.
+    let forgotten = labelled.lock("orders:9").unwrap();
+    std::mem::forget(forgotten.lock().await.unwrap());
+    assert_eq!(value(&handle, "redlease_held", &ORDERS), 1.0);
+    forgotten.unlock().await.unwrap();
+    assert_eq!(value(&handle, "redlease_held", &ORDERS), 0.0);
     // Shutdown gives back what is still held: `held` falls even while a guard lives on.
     let kept = labelled.lock("orders:8").unwrap().lock().await.unwrap();
     assert_eq!(value(&handle, "redlease_held", &ORDERS), 1.0);

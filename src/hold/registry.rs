@@ -127,7 +127,8 @@ impl Holds {
         }
     }
 
-    /// Gives back one guard of `hold`.
+    /// Gives back one guard of `hold`; the last one takes the hold out of the `held` gauge
+    /// (its hold time recorded).
     pub(crate) fn release(&self, hold: &Arc<Hold>) -> LocalRelease {
         // Under the entry's lock: the guard count is read and the hold removed at once.
         let mut registered = false;
@@ -136,7 +137,10 @@ impl Holds {
             registered && hold.guards.fetch_sub(1, Ordering::AcqRel) <= 1
         });
         match (removed, registered) {
-            (Some(_), _) => LocalRelease::Last,
+            (Some(_), _) => {
+                hold.let_go(true);
+                LocalRelease::Last
+            }
             (None, true) => LocalRelease::Remaining,
             (None, false) => LocalRelease::Detached,
         }
