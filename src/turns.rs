@@ -197,6 +197,11 @@ impl Acquiring {
             && self.owned.releasing.load(Ordering::Acquire) == 0
     }
 
+    /// The lock and owner this acquisition is of.
+    pub(crate) fn key(&self) -> &HoldKey {
+        &self.key
+    }
+
     /// Whether another acquisition of the same owner was in progress when this one started.
     pub(crate) fn overlapping(&self) -> bool {
         self.overlapping

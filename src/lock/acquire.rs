@@ -100,7 +100,6 @@ async fn wait_for_grant(
     }
     let mut waiter = LockWaiter {
         lock,
-        field,
         terms: Terms {
             lease,
             wait,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::hold::Grant;
+use crate::keys::HoldKey;
 use crate::local_queue::{GiveBack, OfferAnswer, Offered, Ticket};
 use crate::node::Successor;
 use crate::pubsub::Subscription;
@@ -41,7 +42,7 @@ pub(super) struct Napping<'a> {
     pub ticket: Option<&'a Ticket<'a>>,
     /// Whether it may be handed the lock by a release of this client.
     pub take_over: bool,
-    pub field: &'a Arc<str>,
+    pub key: &'a HoldKey,
     pub lease: Lease,
 }
 
@@ -89,28 +90,28 @@ fn offer(napping: &Napping<'_>) -> Option<Offered> {
     let ticket = napping.ticket.filter(|_| napping.take_over)?;
     let lease_ms = napping.lease.ms();
     let successor = Successor {
-        field: napping.field.clone(),
+        field: napping.key.field.clone(),
         lease_ms,
         fenced: napping.lock.fenced,
     };
     Some(ticket.offer(
         successor,
-        give_back_later(napping.lock, napping.field, lease_ms),
+        give_back_later(napping.lock, &napping.key.field, lease_ms),
     ))
 }
 
 /// What the answer to an offer (if one came) makes of the wait.
 async fn take_answer(napping: &Napping<'_>, answer: Option<OfferAnswer>) -> Result<Woken> {
     let Napping {
-        lock, field, lease, ..
+        lock, key, lease, ..
     } = *napping;
+    let field = &key.field;
     match answer {
         Some(OfferAnswer::Granted { token, sent }) => {
             match grant::confirmed(lock, field, lease, sent).await? {
                 Some(since) => {
                     let granted = Grant::HandedOver;
-                    grant::guard(lock, field.clone(), lease, granted, token, since)
-                        .map(Woken::HandedOver)
+                    grant::guard(lock, key, lease, granted, token, since).map(Woken::HandedOver)
                 }
                 None => Ok(Woken::GaveBack),
             }

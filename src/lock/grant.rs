@@ -77,7 +77,7 @@ pub(super) async fn confirmed(
 /// would renew it, so it is given back.
 pub(crate) fn register(
     lock: &Lock,
-    field: Arc<str>,
+    key: &HoldKey,
     lease: Lease,
     grant: Grant,
     token: u64,
@@ -86,16 +86,15 @@ pub(crate) fn register(
     let inner: &Arc<Inner> = &lock.client.inner;
     if inner.check_open().is_err() {
         let why = "granted during shutdown";
-        give_back_in_background(&lock.client, &lock.keys, &field, lease.ms(), why);
+        give_back_in_background(&lock.client, &lock.keys, &key.field, lease.ms(), why);
         return Err(Error::Shutdown);
     }
     let drift = inner.config.drift(lease.duration());
     let token = lock.fenced.then_some(token);
     let delay_ms = lock.delay_ms();
     let keys = lock.keys.clone();
-    let key = HoldKey::new(&keys.hash, &field);
     let series = (inner.config.lock_label).series(crate::telemetry::LOCK, &keys.name);
-    let (hold, fresh) = inner.holds.granted(&key, grant, || {
+    let (hold, fresh) = inner.holds.granted(key, grant, || {
         Hold::new(keys, key.clone(), lease, token, drift, started, series)
     });
     hold.raise_delay(delay_ms);
@@ -109,13 +108,13 @@ pub(crate) fn register(
 /// acknowledgement the watchdog's renewals ask for (the lock's own, else the client's).
 pub(super) fn guard(
     lock: &Lock,
-    field: Arc<str>,
+    key: &HoldKey,
     lease: Lease,
     grant: Grant,
     token: u64,
     started: Instant,
 ) -> Result<LockGuard> {
-    let guard = register(lock, field, lease, grant, token, started)?;
+    let guard = register(lock, key, lease, grant, token, started)?;
     guard.hold().set_replicas(lock.replicas_wanted());
     Ok(guard)
 }

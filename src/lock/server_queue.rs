@@ -8,6 +8,7 @@ use crate::config::{Replicas, WaitBy};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::hold::Grant;
+use crate::keys::HoldKey;
 use crate::node::QueueTerms;
 use crate::pubsub::Subscription;
 use crate::terms::Lease;
@@ -48,7 +49,7 @@ pub(super) fn terms(lock: &Lock, lease: Lease) -> QueueTerms {
 /// a token).
 pub(super) fn grant_from_message(
     lock: &Lock,
-    field: &Arc<str>,
+    key: &HoldKey,
     lease: Lease,
     terms: QueueTerms,
     sent: Instant,
@@ -68,7 +69,7 @@ pub(super) fn grant_from_message(
         return Ok(None);
     }
     let (granted, token) = (Grant::Counted(1), token.unwrap_or(0));
-    let guard = grant::guard(lock, field.clone(), lease, granted, token, sent)?;
+    let guard = grant::guard(lock, key, lease, granted, token, sent)?;
     let hold = guard.hold();
     hold.cap_validity(sent + claim.saturating_sub(inner.config.drift(claim)));
     if let Lease::Watchdog(_) = lease {

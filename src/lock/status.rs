@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use super::Lock;
-use crate::config::lease_ms;
 use crate::error::{Error, Result};
 use crate::identity::{Announcement, ClientInfo};
 use crate::keys::HoldKey;
@@ -210,10 +209,8 @@ impl Lock {
         let inner = &self.client.inner;
         inner.check_open()?;
         let field = self.field();
-        let mut lease_ms = lease_ms(
-            "lease",
-            self.watchdog_lease.unwrap_or(inner.config.watchdog_lease),
-        )?;
+        // The lease a hold of ours was taken with, else this lock's watchdog lease.
+        let mut lease_ms = self.watchdog()?.ms();
         if let Some(hold) = inner.holds.get(&HoldKey::new(&self.keys.hash, &field)) {
             lease_ms = hold.lease_ms;
             inner.holds.release(&hold);

@@ -9,6 +9,7 @@ use crate::config::Replicas;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Grant, Hold};
+use crate::keys::HoldKey;
 use crate::local_queue::Ticket;
 use crate::node::QueueTerms;
 use crate::pubsub::Subscription;
@@ -36,7 +37,6 @@ pub(super) struct Terms {
 /// One acquisition of a lock, as the wait loop runs it.
 pub(super) struct LockWaiter<'a> {
     pub lock: &'a Lock,
-    pub field: Arc<str>,
     pub terms: Terms,
     pub acquiring: &'a Acquiring,
     /// The hold this acquisition re-enters, if any: kept, since if the server says another
@@ -113,7 +113,7 @@ impl Waiter for LockWaiter<'_> {
             lock: self.lock,
             ticket: self.ticket.as_ref(),
             take_over: self.terms.take_over,
-            field: &self.field,
+            key: self.key(),
             lease: self.terms.lease,
         };
         match contenders::wait_between_attempts(napping, listening, nap).await? {
@@ -134,7 +134,17 @@ impl Waiter for LockWaiter<'_> {
     }
 }
 
-impl LockWaiter<'_> {
+impl<'a> LockWaiter<'a> {
+    /// The lock and owner of this acquisition (its turn's: one value for the whole wait).
+    fn key(&self) -> &'a HoldKey {
+        self.acquiring.key()
+    }
+
+    /// The owner's field in the lock.
+    fn field(&self) -> &'a Arc<str> {
+        &self.acquiring.key().field
+    }
+
     /// One attempt ([`Waiter::attempt`]): a grant its message told of, else a request to the
     /// server. `None` when the unqueued retry after a dropped connection answered it, which
     /// took us out of the queue.
@@ -156,7 +166,7 @@ impl LockWaiter<'_> {
         let (lock, reentry) = (self.lock, self.reentered.is_some());
         let (lease_ms, replicas) = (self.terms.lease.ms(), self.terms.replicas);
         let (answer, answered_queued) =
-            attempt::send(lock, &self.field, lease_ms, reentry, replicas, queue).await?;
+            attempt::send(lock, self.field(), lease_ms, reentry, replicas, queue).await?;
         match answer {
             Acquire::Acquired { count, token } => self.acquired(count, token, started).await,
             Acquire::AlreadyHeld => Err(Error::WouldDeadlock {
@@ -175,7 +185,7 @@ impl LockWaiter<'_> {
             return Ok(None);
         };
         let nonce = self.queued_by.map(|(terms, _)| terms.nonce);
-        let Some(token) = listening.take_grant(&self.field, nonce) else {
+        let Some(token) = listening.take_grant(self.field(), nonce) else {
             return Ok(None);
         };
         let Some((terms, sent)) = self.queued_by else {
@@ -185,7 +195,7 @@ impl LockWaiter<'_> {
         // with an attempt instead (`Acquiring::alone`).
         let (lock, lease) = (self.lock, self.terms.lease);
         let taken = match self.acquiring.alone() {
-            true => server_queue::grant_from_message(lock, &self.field, lease, terms, sent, token)?,
+            true => server_queue::grant_from_message(lock, self.key(), lease, terms, sent, token)?,
             false => None,
         };
         if taken.is_none() {
@@ -207,7 +217,7 @@ impl LockWaiter<'_> {
         // A grant to an earlier attempt of ours is claimed by this one, or gone.
         self.queued_by = None;
         if queue.is_some() && self.place.is_none() {
-            self.place = Some(QueuePlace::in_lock(&lock.client, &lock.keys, &self.field));
+            self.place = Some(QueuePlace::in_lock(&lock.client, &lock.keys, self.field()));
         }
         queue
     }
@@ -221,7 +231,7 @@ impl LockWaiter<'_> {
         started: Instant,
     ) -> Result<Option<Attempt<LockGuard>>> {
         let (lock, lease) = (self.lock, self.terms.lease);
-        let Some(since) = grant::confirmed(lock, &self.field, lease, started).await? else {
+        let Some(since) = grant::confirmed(lock, self.field(), lease, started).await? else {
             self.ttl = Some(Duration::ZERO);
             return Ok(Some(self.again()));
         };
@@ -229,8 +239,8 @@ impl LockWaiter<'_> {
         // fails at shutdown (the hold is given back then, and a withdrawal would take out a
         // waiter of the same owner).
         self.place_taken();
-        let field = self.field.clone();
-        let guard = grant::guard(lock, field, lease, Grant::Counted(count), token, since)?;
+        let key = self.key();
+        let guard = grant::guard(lock, key, lease, Grant::Counted(count), token, since)?;
         Ok(Some(Attempt::Done(guard)))
     }
 
@@ -289,7 +299,7 @@ impl LockWaiter<'_> {
 
     /// Contended: from now on take turns with this client's other contenders.
     async fn take_turns(&mut self) -> Result<Then> {
-        let lock = self.lock;
+        let (lock, field) = (self.lock, self.field());
         let wait = self.terms.wait;
         let joined = self
             .ticket
@@ -304,7 +314,7 @@ impl LockWaiter<'_> {
         }
         let listening = &mut self.listening;
         // Not our turn by the wait's end: the loop finds the wait spent before any nap.
-        if !contenders::wait_turn(lock, joined, wait, listening, &self.field).await? {
+        if !contenders::wait_turn(lock, joined, wait, listening, field).await? {
             return Ok(Then::Nap);
         }
         if queued {
@@ -324,7 +334,7 @@ impl LockWaiter<'_> {
         if self.listening.is_some() {
             return Ok(Then::Nap);
         }
-        self.listening = Some(server_queue::subscribe(self.lock, &self.field).await?);
+        self.listening = Some(server_queue::subscribe(self.lock, self.field()).await?);
         Ok(Then::Attempt)
     }
 }

@@ -47,7 +47,8 @@ type Replies = Result<Vec<Result<Acquire>>>;
 /// One lock of a batch, as sent.
 struct Planned {
     keys: Arc<LockKeys>,
-    field: Arc<str>,
+    /// The lock and the owner acquiring it.
+    key: HoldKey,
     lease_ms: u64,
     reentrant: bool,
     fenced: bool,
@@ -102,15 +103,13 @@ fn plan_batch(inner: &Inner, batch: &[(Lock, Lease)]) -> Arc<[Planned]> {
     batch
         .iter()
         .map(|(lock, lease)| {
-            let field = lock.field();
+            let key = HoldKey::new(&lock.keys.hash, &lock.field());
             Planned {
                 // For a re-entry a blind release could take away the earlier hold, so it is
                 // not sent (the lease then bounds the stray count).
-                fresh: (inner.holds)
-                    .get(&HoldKey::new(&lock.keys.hash, &field))
-                    .is_none(),
+                fresh: inner.holds.get(&key).is_none(),
                 keys: lock.keys.clone(),
-                field,
+                key,
                 lease_ms: lease.ms(),
                 reentrant: lock.reentrant,
                 fenced: lock.fenced,
@@ -130,12 +129,9 @@ async fn wait_for_turns(
     plan: &[Planned],
 ) -> Result<(Vec<Acquiring>, Vec<Turn>)> {
     let mut order: Vec<&Planned> = plan.iter().collect();
-    order.sort_by(|a, b| (&a.keys.hash, &a.field).cmp(&(&b.keys.hash, &b.field)));
-    order.dedup_by(|a, b| a.keys.hash == b.keys.hash && a.field == b.field);
-    let acquiring: Vec<_> = order
-        .iter()
-        .map(|p| inner.turns.start(&HoldKey::new(&p.keys.hash, &p.field)))
-        .collect();
+    order.sort_by(|a, b| (&a.key.hash, &a.key.field).cmp(&(&b.key.hash, &b.key.field)));
+    order.dedup_by(|a, b| a.key == b.key);
+    let acquiring: Vec<_> = order.iter().map(|p| inner.turns.start(&p.key)).collect();
     // As `Lock::acquire` does: an implicit owner's acquisitions of a lock in progress at once
     // are concurrent for certain, and refused before anything is sent.
     let overlapping = order.iter().zip(&acquiring).find(|(_, a)| a.overlapping());
@@ -208,7 +204,7 @@ fn register_grants(
             Ok(Acquire::Acquired { count, token }) => {
                 match crate::lock::register(
                     lock,
-                    p.field.clone(),
+                    &p.key,
                     *lease,
                     crate::hold::Grant::Counted(count),
                     token,
@@ -235,7 +231,7 @@ async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Replies {
         .iter()
         .map(|p| AcquireCall {
             keys: &p.keys,
-            field: &p.field,
+            field: &p.key.field,
             lease_ms: p.lease_ms,
             reentrant: p.reentrant,
             held: !p.fresh,
@@ -299,7 +295,7 @@ fn outcome_unknown(e: &Error) -> bool {
 /// connection after the request, so the server applies it after the acquire even when both wait
 /// behind a paused server.
 async fn undo(client: &Client, p: &Planned) {
-    match crate::release::give_back(client, &p.keys, &p.field, p.lease_ms, 1).await {
+    match crate::release::give_back(client, &p.keys, &p.key.field, p.lease_ms, 1).await {
         Ok(_) => tracing::debug!(lock = %p.keys.name, "gave back an abandoned acquisition"),
         Err(e) => {
             tracing::warn!(lock = %p.keys.name, error = %e, "could not give back an abandoned acquisition; it expires with its lease")

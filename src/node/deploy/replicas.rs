@@ -212,10 +212,8 @@ impl Node {
     /// behind sentinels, when the connection follows a new master (and, for
     /// [`SETTLING`] after that, at most every [`RECOUNT_EVERY`], while the other replicas
     /// move over), and anywhere after a write fell short of it ([`Node::read_acks`]).
+    /// Its caller found no count standing ([`Node::counted_replicas`]).
     async fn replica_count(&self) -> Result<u32> {
-        if let Some(replicas) = self.counted_replicas() {
-            return Ok(replicas);
-        }
         let state = self.replica_state();
         let _turn = state.counting.lock().await;
         if let Some(replicas) = self.counted_replicas() {
