@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,6 +190,26 @@ where
     tracker: Option<Background>,
     /// Made when the future is abandoned, kept until its background completion ends.
     keep: Option<KeepWhileAbandoned>,
+    /// How long the background completion may run.
+    expiry: Option<Expiry<F::Output>>,
+}
+
+/// The bound of an abandoned future's background completion: unfinished at `since + limit`, it
+/// is dropped, and `on_abandoned` hears `expired(limit)` instead of its output.
+struct Expiry<T> {
+    since: Instant,
+    limit: Duration,
+    expired: fn(Duration) -> T,
+}
+
+impl<T> Expiry<T> {
+    async fn finish(self, fut: impl Future<Output = T>) -> T {
+        let deadline = tokio::time::Instant::from_std(self.since) + self.limit;
+        match tokio::time::timeout_at(deadline, fut).await {
+            Ok(output) => output,
+            Err(_) => (self.expired)(self.limit),
+        }
+    }
 }
 
 /// Makes a value (a registration, say) at the moment a future is abandoned.
@@ -230,7 +251,25 @@ where
             on_abandoned: Some(on_abandoned),
             tracker: None,
             keep: None,
+            expiry: None,
         }
+    }
+
+    /// Bounds the background completion, for a future that arms no timer of its own because
+    /// its caller bounds the wait: abandoned and still unfinished `limit` after `since`, it is
+    /// dropped, and `on_abandoned` hears `expired(limit)`. Costs nothing while nobody abandons.
+    pub(crate) fn expiring(
+        mut self,
+        since: Instant,
+        limit: Duration,
+        expired: fn(Duration) -> F::Output,
+    ) -> Self {
+        self.expiry = Some(Expiry {
+            since,
+            limit,
+            expired,
+        });
+        self
     }
 
     /// Runs `start` synchronously when the future is abandoned and keeps what it returns until
@@ -295,8 +334,13 @@ where
             return;
         };
         let kept = self.keep.take().map(|start| start());
+        let expiry = self.expiry.take();
         let finish = async move {
-            on_abandoned.call(fut.await).await;
+            let output = match expiry {
+                Some(expiry) => expiry.finish(fut).await,
+                None => fut.await,
+            };
+            on_abandoned.call(output).await;
             drop(kept);
         };
         match &self.tracker {
@@ -310,5 +354,44 @@ where
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot;
+
+    /// Abandons `fut` (bounded at 5 s), and answers what `on_abandoned` heard, and when.
+    async fn abandoned(
+        fut: impl Future<Output = &'static str> + Send + 'static,
+    ) -> (&'static str, Duration) {
+        let (told, heard) = oneshot::channel();
+        let started = tokio::time::Instant::now();
+        let call = FinishOnDrop::new(fut, move |output| async move {
+            let _ = told.send(output);
+        })
+        .expiring(Instant::now(), Duration::from_secs(5), |_| "expired");
+        drop(call);
+        (heard.await.expect("told"), started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_future_is_dropped_at_its_expiry() {
+        let (heard, after) = abandoned(std::future::pending()).await;
+        assert_eq!(heard, "expired");
+        // The timer wheel rounds up to its next millisecond.
+        assert!((5_000..5_010).contains(&after.as_millis()), "{after:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_future_that_ends_in_time_is_heard() {
+        let (heard, after) = abandoned(async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            "done"
+        })
+        .await;
+        assert_eq!(heard, "done");
+        assert!((1_000..1_010).contains(&after.as_millis()), "{after:?}");
     }
 }

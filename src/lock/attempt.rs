@@ -51,6 +51,8 @@ pub(super) async fn send(
     let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
     let lease = Duration::from_millis(lease_ms);
     let sent = Instant::now();
+    // A reply later than the lease carries nothing to give back.
+    let patience = lease.max(timeout);
     let unqueued = Arc::new(AtomicBool::new(false));
     let request = Request {
         client: client.clone(),
@@ -65,8 +67,7 @@ pub(super) async fn send(
             queue,
             strict: lock.strict,
         },
-        // A reply later than the lease carries nothing to give back.
-        patience: lease.max(timeout),
+        patience,
         wait,
         unqueued: unqueued.clone(),
     };
@@ -87,9 +88,17 @@ pub(super) async fn send(
     // of every future that awaits an acquisition then stop here, well inside the recursion
     // limit, whatever the application's futures around them.
     let run: BoxFuture<'static, _> = Box::pin(request.run());
+    // The request arms no timer of its own: the caller's timeout bounds it here, and
+    // `patience` once the caller stops waiting.
     let call = FinishOnDrop::pinned(run, move |outcome| abandoned.undo_abandoned(outcome, sent))
         .tracked(&client.inner.background)
-        .keeping_while_abandoned(in_flight);
+        .keeping_while_abandoned(in_flight)
+        .expiring(sent, patience, |patience| {
+            Err(Error::Timeout {
+                operation: "acquire",
+                timeout: patience,
+            })
+        });
     match tokio::time::timeout(timeout, call).await {
         Ok(outcome) => outcome.map(|acquire| (acquire, !unqueued.load(Ordering::Acquire))),
         Err(_) => Err(Error::Timeout {
@@ -106,7 +115,7 @@ struct Request {
     keys: Arc<LockKeys>,
     field: Arc<str>,
     terms: AcquireTerms,
-    /// How long the node call waits for its reply.
+    /// How long the request may wait for its reply, once its caller stopped waiting.
     patience: Duration,
     wait: Option<WaitFor>,
     /// Set when the answer comes from an unqueued retry, after the queued request was undone.

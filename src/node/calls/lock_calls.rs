@@ -15,7 +15,7 @@ use crate::node::batch::{Batcher, Traffic};
 use crate::node::family_calls::FamilyBatches;
 use crate::node::release_calls::ReleaseEntry;
 use crate::node::replicas::{Acks, WaitFor};
-use crate::node::{Node, evalsha, evalsha_without_keys};
+use crate::node::{Node, UNBOUNDED, evalsha, evalsha_without_keys};
 use crate::scripts::{self, Acquire};
 
 /// The terms of one acquisition, as `acquire.lua` takes them.
@@ -81,6 +81,10 @@ impl Node {
     /// in flight, except for fenced locks. With `wait`, `WAIT` follows the call on its
     /// connection, and its answer comes back with the grant (the caller judges it: a grant
     /// acknowledged by too few replicas is still granted here).
+    ///
+    /// A call of the caller's own arms no timer: its caller bounds the wait, first by its
+    /// timeout, then, should it stop waiting, by `limit` (`lock/attempt.rs`); one timer less
+    /// per acquisition. A batch, shared with other callers, waits at most `limit`.
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -101,10 +105,13 @@ impl Node {
             acquire_args(&mut cmd, keys, field, terms, self.fence_grace_ms);
             let hash = &keys.hash;
             match wait {
-                None => (self.eval("acquire", hash, limit, script, &cmd).await?, None),
+                None => (
+                    self.eval("acquire", hash, UNBOUNDED, script, &cmd).await?,
+                    None,
+                ),
                 Some(wait) => {
                     let (reply, acks) = self
-                        .eval_acked("acquire", hash, limit, script, &cmd, wait)
+                        .eval_acked("acquire", hash, UNBOUNDED, script, &cmd, wait)
                         .await?;
                     (reply, Some(acks))
                 }

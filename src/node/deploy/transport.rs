@@ -323,13 +323,20 @@ pub(in crate::node) fn evalsha_without_keys(
     cmd
 }
 
-/// Bounds a Redis future by the configured timeout and types its error.
+/// A call's limit when its caller bounds the wait itself: [`bounded`] then arms no timer.
+pub(in crate::node) const UNBOUNDED: Duration = crate::config::MAX_DURATION;
+
+/// Bounds a Redis future by the configured timeout and types its error. A limit of
+/// [`UNBOUNDED`] (a year) arms no timer: its caller bounds the wait.
 pub(crate) async fn bounded<T>(
     operation: &'static str,
     key: &str,
     timeout: Duration,
     fut: impl Future<Output = RedisResult<T>>,
 ) -> Result<T> {
+    if timeout >= UNBOUNDED {
+        return fut.await.map_err(|e| Error::redis(operation, key, e));
+    }
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Error::redis(operation, key, e)),
