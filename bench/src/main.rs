@@ -483,7 +483,7 @@ force-unlocked by another process: the time from the reply saying the key is gon
 holder's `lost()` resolving, 100 trials of each cause per run (10 with `--quick`; on the \
 cluster and behind Sentinel at most 40 s of trials per run). Without the notice it is the next \
 renewal, up to 10 s.
-- K1, the waiter curve: W7 (as below) at 2, 8, 32 and 64 processes (not `--w7-procs`), with \
+- K1, the waiter curve: W7 (as below) at 2, 8, 16, 32 and 64 processes (not `--w7-procs`), with \
 `Lock` under a fixed 10 s lease beside the watchdog's, `FairLock`, rslock and the floor; the \
 bars are issue 39's (≥ 0.8× the floor at the same K). `bench/scripts/waiter_curve.py` plots it.
 - K2, the holds curve: one client holds N locks under the watchdog (default lease; 3 s with \
@@ -502,7 +502,10 @@ a fixed time, each incrementing a counter non-atomically under it (GET, then SET
 the lock's hash slot). Wait: from asking for the lock to getting it. Script calls: EVAL, \
 EVALSHA (and FCALL) counted by the server(s) (INFO commandstats) between the processes' start \
 and their end, per acquisition. Fairness: Jain's index over the processes' acquisition counts \
-(1 = equal). The floor: one list key holding one token, taken with BLPOP (a connection per \
+(1 = equal). Client CPU: each process reads its own `getrusage` (user + system time of all \
+its threads, voluntary and involuntary context switches) just before and just after its \
+measured part; the sums over the K processes, per acquisition (\"CPU ÷ floor\": over the \
+floor's at the same K). The floor: one list key holding one token, taken with BLPOP (a connection per \
 waiting task) and given back with LPUSH: the server hands it to the longest-blocked client. \
 \"counter − acquisitions\" is the worst run's (0 = no lost update).
 - P2, P3: F2 and F3 across processes, on W7's machinery (K processes, one task and one client \

@@ -93,8 +93,8 @@ pub fn table(ctx: &Context) -> String {
 /// table.
 pub fn w7_table(ctx: &Context) -> String {
     use crate::model::{
-        ACQ_PER_SEC, COUNTER_OFF, COUNTER_OFF_WRITES, JAIN, MOST_INSIDE, OVERLAPS, SCRIPTS_PER_ACQ,
-        WAIT, WAIT_MAX, family,
+        ACQ_PER_SEC, CLIENT_CPU_PER_ACQ, COUNTER_OFF, COUNTER_OFF_WRITES, JAIN, MOST_INSIDE,
+        OVERLAPS, SCRIPTS_PER_ACQ, WAIT, WAIT_MAX, family,
     };
     use crate::workloads::processes::{PERMITS, RSLOCK_IMPL, Workload};
     let rows: Vec<&Entry> = ctx
@@ -107,13 +107,17 @@ pub fn w7_table(ctx: &Context) -> String {
     }
     let mut out = String::from(
         "W7/C7/P2/P3/K1 at a glance (medians; the ratios are redlease's acquisitions/s over the \
-         floor's and rslock's, same run and K; the check is the worst run's):\n\n",
+         floor's and rslock's, same run and K; client CPU: user + system of the K processes \
+         over the measured part, per acquisition, and over the floor's at the same K; the check \
+         is the worst run's):\n\n",
     );
     out += &row(&[
         "Workload",
         "Implementation",
         "acquisitions/s",
         "script calls / acq.",
+        "client CPU / acq.",
+        "CPU ÷ floor",
         "p50 wait",
         "p99 wait",
         "longest wait",
@@ -122,14 +126,15 @@ pub fn w7_table(ctx: &Context) -> String {
         "÷ floor",
         "÷ rslock",
     ]);
-    out += "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n";
+    out += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n";
     let value = |e: &Entry, metric: &str| e.measure(metric).map(|m| m.value);
-    let acq = |w: &str, of: &dyn Fn(&str) -> bool| {
+    let find = |w: &str, of: &dyn Fn(&str) -> bool, metric: &str| {
         ctx.entries
             .iter()
             .find(|e| e.workload == w && of(&e.implementation))
-            .and_then(|e| value(e, ACQ_PER_SEC))
+            .and_then(|e| value(e, metric))
     };
+    let acq = |w: &str, of: &dyn Fn(&str) -> bool| find(w, of, ACQ_PER_SEC);
     for e in rows {
         if !matches!(e.outcome, Outcome::Measured { .. }) {
             continue;
@@ -174,11 +179,22 @@ pub fn w7_table(ctx: &Context) -> String {
             to_floor = of(acq(&e.workload, &|i| family(i) == "floor"));
             to_rslock = of(acq(&e.workload, &|i| i == RSLOCK_IMPL));
         }
+        // Every implementation's client CPU over the floor's (the floor's own row: blank).
+        let cpu = value(e, CLIENT_CPU_PER_ACQ);
+        let floor_cpu = find(&e.workload, &|i| family(i) == "floor", CLIENT_CPU_PER_ACQ);
+        let cpu_to_floor = match (cpu, floor_cpu) {
+            (Some(c), Some(f)) if f > 0.0 && family(&e.implementation) != "floor" => {
+                format!("{:.2}×", c / f)
+            }
+            _ => String::new(),
+        };
         out += &row(&[
             &e.workload,
             &e.implementation,
             &show(ACQ_PER_SEC, Unit::PerSec),
             &show(SCRIPTS_PER_ACQ, Unit::Ratio),
+            &show(CLIENT_CPU_PER_ACQ, Unit::Micros),
+            &cpu_to_floor,
             &p50.unwrap_or_default(),
             &p99.unwrap_or_default(),
             &show(WAIT_MAX, Unit::Micros),

@@ -4,9 +4,9 @@
 use crate::cluster_suite::{C1, C3, C4, C6, CLUSTER, ONE_SERVER};
 use crate::family_suite::{F1, F2};
 use crate::model::{
-    ACQ_PER_SEC, COUNTER, COUNTER_OFF, COUNTER_OFF_WRITES, Entry, JAIN, MEM, MOST_INSIDE, Measure,
-    OVERLAPS, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE, SCRIPTS_PER_ACQ, TICK, TICK_RT,
-    Unit, WAIT_MAX, WAKE, family,
+    ACQ_PER_SEC, CLIENT_CPU_PER_ACQ, COUNTER, COUNTER_OFF, COUNTER_OFF_WRITES, Entry, JAIN, MEM,
+    MOST_INSIDE, Measure, OVERLAPS, PAIR, PAIRS_PER_SEC, READS_PER_SEC, RTT, RTT_WAKE,
+    SCRIPTS_PER_ACQ, TICK, TICK_RT, Unit, WAIT_MAX, WAKE, family,
 };
 use crate::replica_suite::{OFF, R1, WAIT};
 use crate::tls_suite::{FLOOR_PLAIN, FLOOR_TLS, PLAIN, T1, TLS};
@@ -33,6 +33,8 @@ impl Context<'_> {
     /// same K and run (the targets of issue 20), C7 against the same row on one server; rslock against `Lock`.
     /// P2/P3: against their floor, without targets; their checks (no lost write, no more inside
     /// than the permits) as W7's counter.
+    /// Client CPU per acquisition (every workload): the same ratios as acquisitions/s, no
+    /// target.
     fn judge_w7(&self, e: &Entry, m: &Measure) -> (String, String) {
         use crate::workloads::processes::{LOCK_IMPL, PERMITS, RSLOCK_IMPL, one_server_label};
         let w = e.workload.as_str();
@@ -54,7 +56,9 @@ impl Context<'_> {
         }
         if e.implementation == RSLOCK_IMPL {
             let r = match m.metric {
-                ACQ_PER_SEC | WAIT_MAX => ratio(self.find(w, LOCK_IMPL, m.metric), "Lock"),
+                ACQ_PER_SEC | WAIT_MAX | CLIENT_CPU_PER_ACQ => {
+                    ratio(self.find(w, LOCK_IMPL, m.metric), "Lock")
+                }
                 _ => None,
             };
             return (r.unwrap_or_default(), String::new());
@@ -68,7 +72,7 @@ impl Context<'_> {
                     ratio(floor, "floor"),
                     floor.map(|f| verdict(m.value >= 0.8 * f, "≥ 0.8× floor")),
                 ),
-                WAIT_MAX => (ratio(floor, "floor"), None),
+                WAIT_MAX | CLIENT_CPU_PER_ACQ => (ratio(floor, "floor"), None),
                 SCRIPTS_PER_ACQ => (None, Some(verdict(m.value <= 2.05, "≤ 2.05"))),
                 JAIN => (None, Some(verdict(m.value >= 0.99, "≥ 0.99"))),
                 _ => (None, None),
@@ -77,7 +81,7 @@ impl Context<'_> {
         }
         if !matches!(family(w), "W7" | "C7") {
             let r = match m.metric {
-                ACQ_PER_SEC | WAIT_MAX => ratio(floor, "floor"),
+                ACQ_PER_SEC | WAIT_MAX | CLIENT_CPU_PER_ACQ => ratio(floor, "floor"),
                 _ => None,
             };
             return (r.unwrap_or_default(), String::new());
@@ -109,6 +113,14 @@ impl Context<'_> {
                 ratios.extend(ratio(rslock, "rslock"));
                 if let Some(f) = floor {
                     targets.push(verdict(m.value <= 2.0 * f, "≤ 2× floor"));
+                }
+            }
+            // The clients' own price (no target).
+            CLIENT_CPU_PER_ACQ => {
+                ratios.extend(ratio(floor, "floor"));
+                ratios.extend(ratio(rslock, "rslock"));
+                if cluster {
+                    ratios.extend(ratio(one, "one server"));
                 }
             }
             JAIN => targets.push(verdict(m.value >= 0.99, "≥ 0.99")),

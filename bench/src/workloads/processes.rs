@@ -10,7 +10,10 @@
 //! it starts the K processes (this binary again, with its own arguments and
 //! `--w7-worker I`), waits until every one has connected and warmed up, reads the servers'
 //! script calls (`INFO commandstats`), tells them all to go on their stdin, collects each
-//! one's acquisitions and waits from its stdout, and reads the counts again. The K processes
+//! one's acquisitions and waits from its stdout, and reads the counts again. Each process also
+//! reports its own CPU time (user + system, all its threads) and context switches over the
+//! measured part (`getrusage(RUSAGE_SELF)`, read outside the timed loop); the coordinator sums
+//! them over the K processes and gives them per acquisition. The K processes
 //! inherit the CPU placement of the run and die with the coordinator (`PR_SET_PDEATHSIG`);
 //! the coordinator kills them on any error (`kill_on_drop`).
 //!
@@ -32,8 +35,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::config::Config;
 use crate::model::{
-    ACQ_PER_SEC, ACQUISITIONS, COUNTER_OFF, COUNTER_OFF_WRITES, JAIN, MOST_INSIDE, Measure,
-    OVERLAPS, SCRIPTS_PER_ACQ, Unit, WAIT, WAIT_MAX, WRITES, family,
+    ACQ_PER_SEC, ACQUISITIONS, CLIENT_CPU_PER_ACQ, CLIENT_IVCSW_PER_ACQ, CLIENT_VCSW_PER_ACQ,
+    COUNTER_OFF, COUNTER_OFF_WRITES, JAIN, MOST_INSIDE, Measure, OVERLAPS, SCRIPTS_PER_ACQ, Unit,
+    WAIT, WAIT_MAX, WRITES, family,
 };
 use crate::runner::Runner;
 use crate::server::{Counters, RedisServer};
@@ -65,6 +69,9 @@ const DONE: &str = "W7DONE";
 const WAITS: &str = "W7WAITS";
 /// The leases this process's redlease client reported lost (false losses, losses.rs).
 const LOST: &str = "W7LOST";
+/// This process's CPU µs (user + system) and voluntary and involuntary context switches over
+/// the measured part.
+const CPU: &str = "W7CPU";
 const FAILED: &str = "W7ERROR";
 
 pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
@@ -92,7 +99,7 @@ pub enum Workload {
 }
 
 /// K1's numbers of processes.
-pub const K1_PROCS: [usize; 4] = [2, 8, 32, 64];
+pub const K1_PROCS: [usize; 5] = [2, 8, 16, 32, 64];
 
 impl Workload {
     const ALL: [Workload; 5] = [
@@ -591,10 +598,11 @@ async fn work(
         Ok(Err(e)) => return Err(e.into()),
         Err(_) => bail!("no start within {READY_BOUND:?}"),
     }
-    let start = Instant::now();
-    let end = start + Duration::from_secs(secs);
     let mut waits: Vec<Duration> = Vec::new();
     let mut tally = Tally::default();
+    let usage_before = Usage::now()?;
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
     // Bounded by time (and every wait by WAIT_BOUND).
     while Instant::now() < end {
         let op = workload.op(index, WARM_UP + waits.len());
@@ -606,6 +614,7 @@ async fn work(
         locker.unlock(held).await?;
     }
     let elapsed = start.elapsed();
+    let usage = Usage::now()?.since(&usage_before);
     locker.close().await;
     let us: Vec<String> = waits.iter().map(|w| w.as_micros().to_string()).collect();
     let Tally {
@@ -620,7 +629,49 @@ async fn work(
     );
     println!("{WAITS} {}", us.join(","));
     println!("{LOST} {}", crate::losses::count());
+    println!(
+        "{CPU} {} {} {}",
+        usage.cpu_us, usage.voluntary, usage.involuntary
+    );
     Ok(())
+}
+
+/// A process's resource usage (`getrusage(RUSAGE_SELF)`: every thread of it), or the
+/// difference of two readings.
+#[derive(Clone, Copy, Default, PartialEq, Debug)]
+struct Usage {
+    /// User + system CPU time, µs.
+    cpu_us: u64,
+    /// Context switches: voluntary (`ru_nvcsw`: it blocked), involuntary (`ru_nivcsw`:
+    /// preempted).
+    voluntary: u64,
+    involuntary: u64,
+}
+
+impl Usage {
+    fn now() -> Result<Usage> {
+        let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage only writes the struct it is given.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("getrusage");
+        }
+        // SAFETY: zeroed, then filled in by getrusage; every field is plain data.
+        let ru = unsafe { ru.assume_init() };
+        let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        Ok(Usage {
+            cpu_us: us(ru.ru_utime) + us(ru.ru_stime),
+            voluntary: ru.ru_nvcsw as u64,
+            involuntary: ru.ru_nivcsw as u64,
+        })
+    }
+
+    fn since(&self, before: &Usage) -> Usage {
+        Usage {
+            cpu_us: self.cpu_us.saturating_sub(before.cpu_us),
+            voluntary: self.voluntary.saturating_sub(before.voluntary),
+            involuntary: self.involuntary.saturating_sub(before.involuntary),
+        }
+    }
 }
 
 /// What one process reported.
@@ -633,6 +684,8 @@ struct Report {
     waits: Vec<Duration>,
     /// Leases its client reported lost (none reported: 0).
     lost: u64,
+    /// Its CPU and context switches over the measured part.
+    usage: Usage,
 }
 
 fn parse_report(lines: &[String]) -> Result<Report> {
@@ -663,8 +716,19 @@ fn parse_report(lines: &[String]) -> Result<Report> {
         Some(n) => n.trim().parse()?,
         None => 0,
     };
+    let mut u = lines
+        .iter()
+        .find_map(|l| l.strip_prefix(CPU))
+        .context("a W7 process reported no CPU")?
+        .split_whitespace();
+    let usage = Usage {
+        cpu_us: u.next().context("no CPU time")?.parse()?,
+        voluntary: u.next().context("no voluntary switches")?.parse()?,
+        involuntary: u.next().context("no involuntary switches")?.parse()?,
+    };
     Ok(Report {
         lost,
+        usage,
         acquisitions,
         elapsed,
         writes,
@@ -792,16 +856,29 @@ async fn coordinate(k: usize, secs: u64, deadline: Instant) -> Result<Vec<Measur
     let most_inside = reports.iter().map(|r| r.most_inside).max().unwrap_or(0);
     let overlaps: usize = reports.iter().map(|r| r.overlaps).sum();
     let lost: u64 = reports.iter().map(|r| r.lost).sum();
+    let usage = reports.iter().fold(Usage::default(), |a, r| Usage {
+        cpu_us: a.cpu_us + r.usage.cpu_us,
+        voluntary: a.voluntary + r.usage.voluntary,
+        involuntary: a.involuntary + r.usage.involuntary,
+    });
     let counter = counter.unwrap_or(0);
     let elapsed = reports.iter().map(|r| r.elapsed).max().unwrap_or_default();
     let mut waits: Vec<Duration> = reports.into_iter().flat_map(|r| r.waits).collect();
     let max = waits.iter().max().copied().unwrap_or_default();
     let (p50, p99) = p50_p99(&mut waits);
     let scripts = after.scripts.saturating_sub(before.scripts) as f64;
+    let per_acq = |n: u64| n as f64 / total.max(1) as f64;
     let mut measures = vec![
         Measure::new(ACQ_PER_SEC, Unit::PerSec, per_sec(total, elapsed)),
         Measure::new(ACQUISITIONS, Unit::Count, total as f64),
         Measure::new(SCRIPTS_PER_ACQ, Unit::Ratio, scripts / total.max(1) as f64),
+        Measure::new(CLIENT_CPU_PER_ACQ, Unit::Micros, per_acq(usage.cpu_us)),
+        Measure::new(CLIENT_VCSW_PER_ACQ, Unit::Ratio, per_acq(usage.voluntary)),
+        Measure::new(
+            CLIENT_IVCSW_PER_ACQ,
+            Unit::Ratio,
+            per_acq(usage.involuntary),
+        ),
         Measure::dist(WAIT, p50, p99),
         Measure::new(WAIT_MAX, Unit::Micros, micros(max)),
         Measure::new(JAIN, Unit::Ratio, jain(&counts)),
@@ -899,6 +976,22 @@ mod tests {
         assert!((0..20).all(|i| Workload::P3.op(3, i) == Op::Enter));
     }
 
+    /// The readings move forward with work done, and their difference is what was done between.
+    #[test]
+    fn usage() {
+        let before = Usage::now().expect("getrusage");
+        let t = Instant::now();
+        let mut x = 0u64;
+        // Busy until 5 ms of CPU show (bounded: a reading that never moves fails).
+        while Usage::now().expect("getrusage").since(&before).cpu_us < 5_000 {
+            assert!(t.elapsed() < Duration::from_secs(10), "no CPU time counted");
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        }
+        assert_eq!(before.since(&before), Usage::default());
+    }
+
     #[test]
     fn reports() {
         let lines = [
@@ -906,9 +999,19 @@ mod tests {
             "W7DONE 3 1000000 1 8 2".into(),
             "W7WAITS 5,6,7".into(),
             "W7LOST 2".into(),
+            "W7CPU 480 9 1".into(),
         ];
         let r = parse_report(&lines).expect("parses");
         assert_eq!(r.lost, 2);
+        assert_eq!(
+            r.usage,
+            Usage {
+                cpu_us: 480,
+                voluntary: 9,
+                involuntary: 1
+            }
+        );
+        assert!(parse_report(&lines[..4]).is_err(), "no CPU line");
         assert_eq!(
             (r.acquisitions, r.writes, r.most_inside, r.overlaps),
             (3, 1, 8, 2)
