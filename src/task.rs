@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,6 +104,12 @@ impl Background {
         self.tracker.close()
     }
 
+    /// How many tracked tasks are still running.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.tracker.len()
+    }
+
     /// Resolves once every tracked task has ended and the tracker is closed.
     pub(crate) fn wait(&self) -> tokio_util::task::task_tracker::TaskTrackerWaitFuture<'_> {
         self.tracker.wait()
@@ -197,15 +203,15 @@ where
 /// The bound of an abandoned future's background completion: unfinished at `since + limit`, it
 /// is dropped, and `on_abandoned` hears `expired(limit)` instead of its output.
 struct Expiry<T> {
-    since: Instant,
+    /// On tokio's clock, as the timer that ends it (a paused or advanced test clock included).
+    since: tokio::time::Instant,
     limit: Duration,
     expired: fn(Duration) -> T,
 }
 
 impl<T> Expiry<T> {
     async fn finish(self, fut: impl Future<Output = T>) -> T {
-        let deadline = tokio::time::Instant::from_std(self.since) + self.limit;
-        match tokio::time::timeout_at(deadline, fut).await {
+        match tokio::time::timeout_at(self.since + self.limit, fut).await {
             Ok(output) => output,
             Err(_) => (self.expired)(self.limit),
         }
@@ -260,7 +266,7 @@ where
     /// dropped, and `on_abandoned` hears `expired(limit)`. Costs nothing while nobody abandons.
     pub(crate) fn expiring(
         mut self,
-        since: Instant,
+        since: tokio::time::Instant,
         limit: Duration,
         expired: fn(Duration) -> F::Output,
     ) -> Self {
@@ -361,19 +367,31 @@ where
 mod tests {
     use super::*;
     use tokio::sync::oneshot;
+    use tokio::time::Instant;
 
-    /// Abandons `fut` (bounded at 5 s), and answers what `on_abandoned` heard, and when.
+    /// The bound the tests give: 5 s after `since`.
+    const LIMIT: Duration = Duration::from_secs(5);
+
+    /// Waits for `fut` 2 s, then abandons it (the bound runs from `since`, not from the
+    /// abandonment), and answers what `on_abandoned` heard, and when, counted from `since`.
     async fn abandoned(
         fut: impl Future<Output = &'static str> + Send + 'static,
     ) -> (&'static str, Duration) {
         let (told, heard) = oneshot::channel();
-        let started = tokio::time::Instant::now();
-        let call = FinishOnDrop::new(fut, move |output| async move {
+        let since = Instant::now();
+        let mut call = FinishOnDrop::new(fut, move |output| async move {
             let _ = told.send(output);
         })
-        .expiring(Instant::now(), Duration::from_secs(5), |_| "expired");
+        .expiring(since, LIMIT, |limit| match limit == LIMIT {
+            true => "expired",
+            false => "expired with another limit",
+        });
+        let waited = tokio::time::timeout(Duration::from_secs(2), &mut call).await;
+        assert!(waited.is_err(), "abandoned before it ended");
         drop(call);
-        (heard.await.expect("told"), started.elapsed())
+        // Bounded: an expiry that never fired fails here rather than hanging the test.
+        let heard = tokio::time::timeout(Duration::from_secs(60), heard).await;
+        (heard.expect("told in time").expect("told"), since.elapsed())
     }
 
     #[tokio::test(start_paused = true)]
@@ -387,11 +405,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_abandoned_future_that_ends_in_time_is_heard() {
         let (heard, after) = abandoned(async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
             "done"
         })
         .await;
         assert_eq!(heard, "done");
-        assert!((1_000..1_010).contains(&after.as_millis()), "{after:?}");
+        assert!((3_000..3_010).contains(&after.as_millis()), "{after:?}");
     }
 }

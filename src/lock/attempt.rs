@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::future::BoxFuture;
 
@@ -50,6 +52,7 @@ pub(super) async fn send(
     // The server holds the reply up to the WAIT timeout.
     let timeout = client.inner.config.timeout + wait.map_or(Duration::ZERO, |w| w.timeout);
     let lease = Duration::from_millis(lease_ms);
+    // On tokio's clock, as the timers that bound the request.
     let sent = Instant::now();
     // A reply later than the lease carries nothing to give back.
     let patience = lease.max(timeout);
@@ -155,14 +158,26 @@ impl Request {
                 source,
             });
         }
-        self.undo().await;
-        if self.terms.queue.is_some() {
+        let unqueue = self.terms.queue.is_some();
+        if unqueue {
             // The first request may have queued us, and a release may have granted that
             // entry since (the undo just passed such a grant on): the entry goes too, and no
             // message naming that request counts.
             self.unqueued.store(true, Ordering::Release);
-            withdraw_entry(&self.client, &self.keys, &self.field).await;
         }
+        let (undo, client, keys, field) = (
+            self.undo(),
+            self.client.clone(),
+            self.keys.clone(),
+            self.field.clone(),
+        );
+        to_the_end(&self.client, async move {
+            undo.await;
+            if unqueue {
+                withdraw_entry(&client, &keys, &field).await;
+            }
+        })
+        .await;
         // Not queued again: the caller may have stopped waiting meanwhile, and its place was
         // withdrawn.
         let terms = AcquireTerms {
@@ -176,24 +191,32 @@ impl Request {
     /// The first request may have run. We held nothing, so a release undoes its grant if there
     /// was one and is a no-op otherwise; it and the retry go out in this order on the new
     /// connection.
-    async fn undo(&self) {
-        let inner = &self.client.inner;
-        let undo = ReleaseArgs {
-            field: &self.field,
-            lease_ms: self.terms.lease_ms,
-            holds: 1,
-            latch: Latch::Always,
-            delay_ms: Some(self.terms.delay_ms),
-            successor: None,
-            last: false,
-        };
-        let undone = inner
-            .node
-            .release(&self.keys, &undo, inner.request_id(), false)
-            .await;
-        if let Ok(Release::Released) = undone {
-            // It had been granted: our queued waiters hear of it only here.
-            inner.local_queues.released(&self.keys.hash);
+    fn undo(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (client, keys, field, terms) = (
+            self.client.clone(),
+            self.keys.clone(),
+            self.field.clone(),
+            self.terms,
+        );
+        async move {
+            let inner = &client.inner;
+            let undo = ReleaseArgs {
+                field: &field,
+                lease_ms: terms.lease_ms,
+                holds: 1,
+                latch: Latch::Always,
+                delay_ms: Some(terms.delay_ms),
+                successor: None,
+                last: false,
+            };
+            let undone = inner
+                .node
+                .release(&keys, &undo, inner.request_id(), false)
+                .await;
+            if let Ok(Release::Released) = undone {
+                // It had been granted: our queued waiters hear of it only here.
+                inner.local_queues.released(&keys.hash);
+            }
         }
     }
 }
@@ -254,13 +277,101 @@ async fn acknowledged(
     };
     metrics::counter!(telemetry::REPLICAS_SHORT, "write" => "acquire").increment(1);
     tracing::warn!(lock = %keys.name, ?short, "too few replicas acknowledged the acquisition; giving it back");
-    match give_back(client, keys, field, lease_ms, 1).await {
-        // Our waiters hear of a release of this client only here.
-        Ok(Release::Released) => client.inner.local_queues.released(&keys.hash),
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(lock = %keys.name, error = %e, "could not give back an unacknowledged grant; it expires with its lease");
+    let (given, keys_given, field) = (client.clone(), keys.clone(), field.clone());
+    to_the_end(client, async move {
+        let keys = &keys_given;
+        match give_back(&given, keys, &field, lease_ms, 1).await {
+            // Our waiters hear of a release of this client only here.
+            Ok(Release::Released) => given.inner.local_queues.released(&keys.hash),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(lock = %keys.name, error = %e, "could not give back an unacknowledged grant; it expires with its lease");
+            }
         }
-    }
+    })
+    .await;
     Err(short.into_error(&keys.name))
+}
+
+/// Runs a clean-up `step` of the request (an undo, a withdrawal, a give-back and what it
+/// tells this client's waiters) to its end: should the request run out of time around it
+/// ([`FinishOnDrop::expiring`]), the step finishes in the background.
+async fn to_the_end(client: &Client, step: impl Future<Output = ()> + Send + 'static) {
+    FinishOnDrop::new(step, |()| async {})
+        .tracked(&client.inner.background)
+        .await;
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::testing::TestServer;
+    use crate::{Client, LockOptions};
+
+    /// The request arms no timer of its own: a caller that stops waiting leaves it to finish in
+    /// the background, and there it still ends by its lease on a server that answers nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_abandoned_request_ends_by_its_lease_on_a_server_that_never_answers()
+    -> crate::Result<()> {
+        let Ok(server) = TestServer::start() else {
+            eprintln!("no redis-server: skipped");
+            return Ok(());
+        };
+        let timeout = Duration::from_millis(200);
+        let client = Client::builder(server.url())
+            .timeout(timeout)
+            .build()
+            .await?;
+        let lock = client.lock("abandoned")?;
+        // Connected, the script loaded.
+        lock.try_lock().await?.expect("free").unlock().await?;
+        let background = &client.inner.background;
+        let idle = Instant::now() + Duration::from_secs(5);
+        while background.in_flight() > 0 && Instant::now() < idle {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            background.in_flight(),
+            0,
+            "nothing left from the first hold"
+        );
+
+        // Every command now waits 3 s.
+        let mut admin = redis::Client::open(server.url())
+            .and_then(|c| c.get_connection())
+            .expect("admin connection");
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(3_000)
+            .arg("ALL")
+            .query::<()>(&mut admin)
+            .expect("CLIENT PAUSE");
+        let started = Instant::now();
+        let lease = Duration::from_secs(1);
+        let refused = lock.try_lock_with(LockOptions::new().lease(lease)).await;
+        assert!(
+            matches!(refused, Err(crate::Error::Timeout { .. })),
+            "{refused:?}"
+        );
+        assert!(started.elapsed() < lease, "{:?}", started.elapsed());
+        assert_eq!(
+            background.in_flight(),
+            1,
+            "the request finishes in the background"
+        );
+
+        // Ended by its lease (1 s after it was sent), while the server still answers nothing.
+        let mut ended = None;
+        while started.elapsed() < Duration::from_millis(2_500) {
+            if background.in_flight() == 0 {
+                ended = Some(started.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let ended = ended.expect("the abandoned request outlived its lease");
+        assert!(ended >= lease, "ended before its lease: {ended:?}");
+        Ok(())
+    }
 }

@@ -179,7 +179,7 @@ impl Node {
         let deadline = tokio::time::Instant::now() + limit;
         let mut backoff = Backoff::resend();
         loop {
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let remaining = remaining(limit, deadline);
             match request(remaining).await {
                 Err(e) if in_transition(&e) && remaining > backoff.peek() * 2 => {
                     tracing::debug!(error = %e, "cluster in transition; sending again");
@@ -239,7 +239,7 @@ where
     let mut backoff = Backoff::resend();
     loop {
         let seen = conn.generation();
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let remaining = remaining(limit, deadline);
         match request(remaining).await {
             Err(e) if sentinel::master_moved(&e) && remaining > backoff.peek() * 2 => {
                 tracing::debug!(error = %e, "the master may have moved; asking the sentinels");
@@ -253,6 +253,15 @@ where
             }
             outcome => return outcome,
         }
+    }
+}
+
+/// What is left of `limit` before `deadline`; [`UNBOUNDED`] stays unbounded (the caller bounds
+/// the wait, so the sends that follow arm no timer either).
+fn remaining(limit: Duration, deadline: tokio::time::Instant) -> Duration {
+    match limit >= UNBOUNDED {
+        true => UNBOUNDED,
+        false => deadline.saturating_duration_since(tokio::time::Instant::now()),
     }
 }
 
@@ -323,11 +332,13 @@ pub(in crate::node) fn evalsha_without_keys(
     cmd
 }
 
-/// A call's limit when its caller bounds the wait itself: [`bounded`] then arms no timer.
+/// A call's limit when its caller bounds the wait itself: [`bounded`] then arms no timer, and
+/// the cluster's and Sentinel's resends go on until the caller stops them.
 pub(in crate::node) const UNBOUNDED: Duration = crate::config::MAX_DURATION;
 
 /// Bounds a Redis future by the configured timeout and types its error. A limit of
-/// [`UNBOUNDED`] (a year) arms no timer: its caller bounds the wait.
+/// [`UNBOUNDED`] or more (a year: no configured duration is longer, `Config::validate`) arms
+/// no timer: its caller bounds the wait.
 pub(crate) async fn bounded<T>(
     operation: &'static str,
     key: &str,
