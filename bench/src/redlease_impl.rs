@@ -16,13 +16,10 @@ pub struct Redlease {
 }
 
 impl Redlease {
-    /// With `REDLEASE_BENCH_LOSS_NOTICE=off` in the environment (inherited by the cells'
-    /// processes), the client runs without the loss notice: the price of the notice is the
-    /// ratio of two runs.
+    /// A client as [`client`] makes it.
     pub async fn new(url: &str) -> Result<Self> {
-        let notice = std::env::var("REDLEASE_BENCH_LOSS_NOTICE").map_or(true, |v| v != "off");
         Ok(Redlease {
-            client: Client::builder(url).loss_notice(notice).build().await?,
+            client: client(url).await?,
         })
     }
 
@@ -148,4 +145,20 @@ impl AsyncLocker for RedleaseMulti {
             let _ = c.shutdown().await;
         }
     }
+}
+
+/// A client of `url` with the library's defaults, but for two knobs read from the environment
+/// (inherited by the cells' processes, W7's included), so that the price of the loss notice is
+/// the ratio of two runs: `REDLEASE_BENCH_LOSS_NOTICE=off` runs without the notice, and
+/// `REDLEASE_BENCH_LOSS_NOTICE_DELAY_MS=N` sets its delay.
+pub async fn client(url: &str) -> Result<Client> {
+    let notice = std::env::var("REDLEASE_BENCH_LOSS_NOTICE").map_or(true, |v| v != "off");
+    let mut builder = Client::builder(url).loss_notice(notice);
+    if let Some(ms) = std::env::var("REDLEASE_BENCH_LOSS_NOTICE_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        builder = builder.loss_notice_delay(std::time::Duration::from_millis(ms));
+    }
+    Ok(builder.build().await?)
 }

@@ -106,13 +106,9 @@ pub async fn handovers_only(role: &str, url: &str, n: usize) -> Result<()> {
         "waiter" => Duration::ZERO,
         other => anyhow::bail!("--handover-cost: no role {other:?} (holder, waiter)"),
     };
-    // As `Redlease::new`: REDLEASE_BENCH_LOSS_NOTICE=off runs the client without the loss
-    // notice (its price per hand-over is the difference).
-    let notice = std::env::var("REDLEASE_BENCH_LOSS_NOTICE").map_or(true, |v| v != "off");
-    let client = redlease::Client::builder(url)
-        .loss_notice(notice)
-        .build()
-        .await?;
+    // REDLEASE_BENCH_LOSS_NOTICE=off runs the client without the loss notice (its price per
+    // hand-over is the difference).
+    let client = crate::redlease_impl::client(url).await?;
     let lock = client.lock(HANDOVER_KEY)?;
     let mut waited = 0usize;
     for _ in 0..n {

@@ -332,31 +332,31 @@ impl Locker {
         Ok(match (kind, target) {
             #[cfg(feature = "redlease")]
             (Kind::Lock, t) => {
-                let client = redlease::Client::connect(t.url()).await?;
+                let client = crate::redlease_impl::client(t.url()).await?;
                 let lock = client.lock(LOCK)?;
                 Locker::Lock(client, lock)
             }
             #[cfg(feature = "redlease")]
             (Kind::Fixed, t) => {
-                let client = redlease::Client::connect(t.url()).await?;
+                let client = crate::redlease_impl::client(t.url()).await?;
                 let lock = client.lock(LOCK)?;
                 Locker::Fixed(client, lock)
             }
             #[cfg(feature = "redlease")]
             (Kind::Fair, t) => {
-                let client = redlease::Client::connect(t.url()).await?;
+                let client = crate::redlease_impl::client(t.url()).await?;
                 let lock = client.fair_lock(LOCK)?;
                 Locker::Fair(client, lock)
             }
             #[cfg(feature = "redlease")]
             (Kind::ReadWrite, t) => {
-                let client = redlease::Client::connect(t.url()).await?;
+                let client = crate::redlease_impl::client(t.url()).await?;
                 let lock = client.read_write_lock(LOCK)?;
                 Locker::ReadWrite(client, lock)
             }
             #[cfg(feature = "redlease")]
             (Kind::Semaphore, t) => {
-                let client = redlease::Client::connect(t.url()).await?;
+                let client = crate::redlease_impl::client(t.url()).await?;
                 let permits = client.semaphore(LOCK)?;
                 // The first process sets them (the runner flushes the servers before each run).
                 permits.try_set_permits(PERMITS).await?;
