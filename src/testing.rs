@@ -283,4 +283,6 @@ pub use crate::watchdog::audit::{FALSE_LOSS_LOG, audited_losses, audits_in_fligh
 pub use server::{SERVER_BIN_ENV, TestServer};
 
 #[cfg(test)]
+mod abandon_tests;
+#[cfg(test)]
 mod audit_tests;
