@@ -104,8 +104,8 @@ impl Background {
         self.tracker.close()
     }
 
-    /// How many tracked tasks are still running.
-    #[cfg(test)]
+    /// How many tracked tasks are still running (`testing/abandon_tests.rs`).
+    #[cfg(all(test, feature = "testing"))]
     pub(crate) fn in_flight(&self) -> usize {
         self.tracker.len()
     }
