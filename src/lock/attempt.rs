@@ -20,6 +20,7 @@ use crate::scripts::{Acquire, Release};
 use crate::shared::Client;
 use crate::task::FinishOnDrop;
 use crate::telemetry;
+use crate::turns::Releasing;
 
 use super::Lock;
 
@@ -41,7 +42,7 @@ use super::Lock;
 /// after a dropped connection, which took us out of the queue).
 pub(super) async fn send(
     lock: &Lock,
-    field: &Arc<str>,
+    key: &HoldKey,
     lease_ms: u64,
     reentry: bool,
     replicas: Replicas,
@@ -60,7 +61,7 @@ pub(super) async fn send(
     let request = Request {
         client: client.clone(),
         keys: lock.keys.clone(),
-        field: field.clone(),
+        key: key.clone(),
         terms: AcquireTerms {
             lease_ms,
             reentrant: lock.reentrant,
@@ -79,14 +80,7 @@ pub(super) async fn send(
     // connection included) and a give-back or a withdrawal finish in the background: they
     // count as an operation of this owner in flight until then (`turns.rs`), so the owner's
     // next acquisition waits for them and takes no grant from a message meanwhile.
-    let in_flight = {
-        let (turns, hash, field) = (
-            client.inner.turns.clone(),
-            lock.keys.hash.clone(),
-            field.clone(),
-        );
-        move || turns.start_release(&HoldKey::new(&hash, &field))
-    };
+    let in_flight = in_flight(client, key);
     // Erased (boxed it is anyway, to finish in the background): the compiler's `Send` proofs
     // of every future that awaits an acquisition then stop here, well inside the recursion
     // limit, whatever the application's futures around them.
@@ -116,7 +110,8 @@ pub(super) async fn send(
 struct Request {
     client: Client,
     keys: Arc<LockKeys>,
-    field: Arc<str>,
+    /// The lock's hash and the owner's field.
+    key: HoldKey,
     terms: AcquireTerms,
     /// How long the request may wait for its reply, once its caller stopped waiting.
     patience: Duration,
@@ -129,7 +124,7 @@ impl Request {
     /// The request, retried once after a dropped connection, and its acknowledgement judged.
     async fn run(self) -> Result<Acquire> {
         let node = &self.client.inner.node;
-        let (keys, field) = (&self.keys, &self.field);
+        let (keys, field) = (&self.keys, &self.key.field);
         let outcome = node
             .acquire(keys, field, self.terms, self.patience, self.wait)
             .await;
@@ -142,7 +137,7 @@ impl Request {
             outcome => outcome,
         };
         let lease_ms = self.terms.lease_ms;
-        acknowledged(&self.client, keys, field, lease_ms, self.wait, outcome?).await
+        acknowledged(&self.client, keys, &self.key, lease_ms, self.wait, outcome?).await
     }
 
     /// The request once more, after its connection dropped with the outcome unknown: its
@@ -169,9 +164,9 @@ impl Request {
             self.undo(),
             self.client.clone(),
             self.keys.clone(),
-            self.field.clone(),
+            self.key.field.clone(),
         );
-        to_the_end(&self.client, &self.keys, &self.field, async move {
+        to_the_end(&self.client, &self.key, async move {
             undo.await;
             if unqueue {
                 withdraw_entry(&client, &keys, &field).await;
@@ -185,7 +180,7 @@ impl Request {
             ..self.terms
         };
         let node = &self.client.inner.node;
-        (node.acquire(&self.keys, &self.field, terms, self.patience, self.wait)).await
+        (node.acquire(&self.keys, &self.key.field, terms, self.patience, self.wait)).await
     }
 
     /// The first request may have run. We held nothing, so a release undoes its grant if there
@@ -195,7 +190,7 @@ impl Request {
         let (client, keys, field, terms) = (
             self.client.clone(),
             self.keys.clone(),
-            self.field.clone(),
+            self.key.field.clone(),
             self.terms,
         );
         async move {
@@ -225,7 +220,7 @@ impl Request {
     /// Undoes what this request, sent at `sent` and abandoned by its caller, left according to
     /// its `outcome`: a grant, or a queue entry.
     async fn undo_abandoned(self, outcome: Result<Acquire>, sent: Instant) {
-        let (client, keys, field) = (&self.client, &self.keys, &self.field);
+        let (client, keys, field) = (&self.client, &self.keys, &self.key.field);
         let Ok(Acquire::Acquired { .. }) = outcome else {
             // A refusal that queued us (or an error after which it may have): the caller's
             // place was withdrawn when it stopped waiting, possibly before this request
@@ -234,9 +229,7 @@ impl Request {
             // idle for a claim lease. Withdraw again, now that the request is done; unless
             // another wait of this owner is in progress (tasks sharing an `Owner`): the
             // entry is that wait's now, and so may be a grant it is taking from a message.
-            if self.terms.queue.is_some()
-                && !(client.inner.turns).acquiring(&HoldKey::new(&keys.hash, field))
-            {
+            if self.terms.queue.is_some() && !(client.inner.turns).acquiring(&self.key) {
                 withdraw_entry(client, keys, field).await;
             }
             return;
@@ -264,7 +257,7 @@ impl Request {
 async fn acknowledged(
     client: &Client,
     keys: &Arc<LockKeys>,
-    field: &Arc<str>,
+    key: &HoldKey,
     lease_ms: u64,
     wait: Option<WaitFor>,
     (outcome, acks): (Acquire, Option<Acks>),
@@ -277,8 +270,8 @@ async fn acknowledged(
     };
     metrics::counter!(telemetry::REPLICAS_SHORT, "write" => "acquire").increment(1);
     tracing::warn!(lock = %keys.name, ?short, "too few replicas acknowledged the acquisition; giving it back");
-    let (given, keys_given, field_given) = (client.clone(), keys.clone(), field.clone());
-    to_the_end(client, keys, field, async move {
+    let (given, keys_given, field_given) = (client.clone(), keys.clone(), key.field.clone());
+    to_the_end(client, key, async move {
         let keys = &keys_given;
         match give_back(&given, keys, &field_given, lease_ms, 1).await {
             // Our waiters hear of a release of this client only here.
@@ -297,16 +290,23 @@ async fn acknowledged(
 /// tells this client's waiters) to its end: should the request run out of time around it
 /// ([`FinishOnDrop::expiring`]), the step finishes in the background, and still counts as an
 /// operation of this owner in flight (`turns.rs`) until it has: a release landing after the
-/// owner's next grant would take that grant away.
+/// owner's next grant would take that grant away. (Needed because `expiring` bounds the
+/// whole request, its clean-up included.)
 async fn to_the_end(
     client: &Client,
-    keys: &LockKeys,
-    field: &Arc<str>,
+    key: &HoldKey,
     step: impl Future<Output = ()> + Send + 'static,
 ) {
-    let (turns, hash, field) = (client.inner.turns.clone(), keys.hash.clone(), field.clone());
     FinishOnDrop::new(step, |()| async {})
         .tracked(&client.inner.background)
-        .keeping_while_abandoned(move || turns.start_release(&HoldKey::new(&hash, &field)))
+        .keeping_while_abandoned(in_flight(client, key))
         .await;
+}
+
+/// What makes an abandoned operation of `key`'s owner count as in flight (`turns.rs`), from the
+/// moment it is abandoned until its background completion ends: the owner's next acquisition
+/// waits for it and takes no grant from a message meanwhile.
+fn in_flight(client: &Client, key: &HoldKey) -> impl FnOnce() -> Releasing + Send + 'static {
+    let (turns, key) = (client.inner.turns.clone(), key.clone());
+    move || turns.start_release(&key)
 }

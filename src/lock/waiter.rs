@@ -166,7 +166,7 @@ impl<'a> LockWaiter<'a> {
         let (lock, reentry) = (self.lock, self.reentered.is_some());
         let (lease_ms, replicas) = (self.terms.lease.ms(), self.terms.replicas);
         let (answer, answered_queued) =
-            attempt::send(lock, self.field(), lease_ms, reentry, replicas, queue).await?;
+            attempt::send(lock, self.key(), lease_ms, reentry, replicas, queue).await?;
         match answer {
             Acquire::Acquired { count, token } => self.acquired(count, token, started).await,
             Acquire::AlreadyHeld => Err(Error::WouldDeadlock {

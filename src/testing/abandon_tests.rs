@@ -23,7 +23,10 @@ async fn an_abandoned_request_ends_by_its_lease_on_a_server_that_never_answers()
         .await?;
     let lock = client.lock("abandoned")?;
     // Connected, the script loaded.
-    lock.try_lock().await?.expect("free").unlock().await?;
+    let Some(first) = lock.try_lock().await? else {
+        panic!("the lock is free");
+    };
+    first.unlock().await?;
     let background = &client.inner.background;
     let idle = Instant::now() + Duration::from_secs(5);
     while background.in_flight() > 0 && Instant::now() < idle {
@@ -36,15 +39,16 @@ async fn an_abandoned_request_ends_by_its_lease_on_a_server_that_never_answers()
     );
 
     // Every command now waits (far longer than the test: the server is killed at its end).
-    let mut admin = redis::Client::open(server.url())
+    let paused = redis::Client::open(server.url())
         .and_then(|c| c.get_connection())
-        .expect("admin connection");
-    redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(60_000)
-        .arg("ALL")
-        .query::<()>(&mut admin)
-        .expect("CLIENT PAUSE");
+        .and_then(|mut admin| {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(60_000)
+                .arg("ALL")
+                .query::<()>(&mut admin)
+        });
+    assert!(paused.is_ok(), "CLIENT PAUSE: {paused:?}");
     let started = Instant::now();
     let lease = Duration::from_secs(1);
     let refused = lock.try_lock_with(LockOptions::new().lease(lease)).await;
@@ -68,7 +72,9 @@ async fn an_abandoned_request_ends_by_its_lease_on_a_server_that_never_answers()
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let ended = ended.expect("the abandoned request outlived its lease");
+    let Some(ended) = ended else {
+        panic!("the abandoned request outlived its lease");
+    };
     assert!(ended >= lease, "ended before its lease: {ended:?}");
     assert!(
         ended < lease + Duration::from_secs(1),
