@@ -72,10 +72,8 @@ fn a_paused_holders_late_write_is_rejected_by_the_resource() {
     let mut cmd = rl(&server.url(), sub, &name, &["sh", "-c", &first_body]);
     fenced_write(&mut cmd);
     let mut first = Running::spawn(cmd);
-    first.wait_for(&dir, "pid");
-
     // Pause redlease and its command (which leads its own process group) past the lease.
-    let group: i32 = dir.read("pid").trim().parse().expect("the command's pid");
+    let group = first.wait_for_pid(&dir, "pid");
     first.signal(libc::SIGSTOP);
     signal_group(group, libc::SIGSTOP);
     let second_body = format!(

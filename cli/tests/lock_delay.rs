@@ -41,7 +41,7 @@ fn next_run_waits_out_a_killed_holders_delay(next_run: &str) {
         &name,
         &["sh", "-c", &body],
     ));
-    holder.wait_for(&dir, "pid");
+    let command = holder.wait_for_pid(&dir, "pid");
     // Let a renewal or two happen, then kill redlease without a chance to release.
     std::thread::sleep(Duration::from_millis(900));
     holder.signal(libc::SIGKILL);
@@ -51,7 +51,6 @@ fn next_run_waits_out_a_killed_holders_delay(next_run: &str) {
         "the lock is still held after the kill: {left_ms}"
     );
     let last_renewal_us = now_us() + left_ms * 1000 - 2_000_000;
-    let command: i32 = dir.read("pid").trim().parse().expect("the command's pid");
     // SAFETY: kill(2) on the command our killed redlease started (it leads its own group).
     unsafe { libc::kill(-command, libc::SIGKILL) };
     drop(holder.finish(LIMIT));

@@ -261,9 +261,7 @@ fn a_killed_runner_frees_the_lock_within_one_lease() {
         &name,
         &["sh", "-c", &body],
     ));
-    first.wait_for(&dir, "pid");
-    // Created is not written: `echo $$ > pid` creates the file before it writes the pid.
-    dir.wait_for("pid");
+    let pid = first.wait_for_pid(&dir, "pid");
     first.signal(libc::SIGKILL);
     let killed_at = Instant::now();
     let second = finish(rl(&server.url(), "run --wait 10s", &name, &["true"]));
@@ -274,7 +272,6 @@ fn a_killed_runner_frees_the_lock_within_one_lease() {
     );
     drop(first.finish(LIMIT));
     // The orphaned command got SIGTERM from the kernel when redlease died.
-    let pid: i32 = dir.read("pid").trim().parse().expect("a pid");
     assert!(
         eventually(Duration::from_secs(2), || !alive(pid)),
         "orphan {pid} still runs"

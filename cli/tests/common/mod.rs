@@ -85,6 +85,14 @@ impl Running {
         }
     }
 
+    /// Waits (bounded) until the command under the lock wrote a pid to `file`, and returns it.
+    /// `echo $$ > file` creates the file before it writes, so existence alone is not enough.
+    pub fn wait_for_pid(&mut self, dir: &Scratch, file: &str) -> i32 {
+        self.wait_for(dir, file);
+        dir.wait_for(file);
+        dir.read(file).trim().parse().expect("a pid")
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("still running").id() as i32
     }
