@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::host::free_port;
 use super::server::Server;
 use super::shard::key_slot;
 
@@ -409,8 +408,7 @@ fn start_nodes(binary: Option<&std::path::Path>) -> Vec<Server> {
                 .arg("yes")
                 .arg("--cluster-node-timeout")
                 .arg("1000")
-                .arg("--cluster-port")
-                .arg(free_port().to_string())
+                .port_arg("--cluster-port")
                 // A primary that lost its slots' majority keeps answering reads; we never
                 // read from one, and writes fail either way.
                 .arg("--cluster-require-full-coverage")

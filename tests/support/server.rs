@@ -29,6 +29,7 @@ pub struct Builder {
     binary: Option<PathBuf>,
     appendonly: bool,
     extra: Vec<OsString>,
+    port_args: Vec<&'static str>,
 }
 
 impl Builder {
@@ -50,6 +51,14 @@ impl Builder {
     /// One extra command-line argument, e.g. `.arg("--maxclients").arg("100")`.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.extra.push(arg.into());
+        self
+    }
+
+    /// One more port the server listens on, given by `arg` (`--cluster-port`, `--tls-port`):
+    /// a free one is picked with `--port`'s at each start attempt, since another process may
+    /// take either in between, and kept by a restart ([`Server::port_of`]).
+    pub fn port_arg(mut self, arg: &'static str) -> Self {
+        self.port_args.push(arg);
         self
     }
 
@@ -86,6 +95,7 @@ impl Builder {
             binary,
             args,
             port: 0,
+            ports: self.port_args.into_iter().map(|arg| (arg, 0)).collect(),
             dir,
             child: None,
         };
@@ -101,6 +111,8 @@ pub struct Server {
     /// Everything but `--port` and `--dir`, reused by [`Server::restart`].
     args: Vec<OsString>,
     port: u16,
+    /// The other ports (`Builder::port_arg`), by their argument.
+    ports: Vec<(&'static str, u16)>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -128,6 +140,11 @@ impl Server {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The port given by `arg` ([`Builder::port_arg`]).
+    pub fn port_of(&self, arg: &str) -> Option<u16> {
+        self.ports.iter().find(|(a, _)| *a == arg).map(|(_, p)| *p)
     }
 
     /// The server's pid. Panics if it was killed and not restarted.
@@ -245,6 +262,9 @@ impl Server {
     fn spawn_fresh(&mut self) {
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
+            for (_, other) in &mut self.ports {
+                *other = free_port();
+            }
             // Each attempt gets a clean log, so a failure shows only its own output.
             File::create(self.dir.join(LOG_FILE)).expect("creating the server log failed");
             match self.spawn_and_wait(port) {
@@ -269,6 +289,11 @@ impl Server {
             .arg(port.to_string())
             .arg("--dir")
             .arg(&self.dir)
+            .args(
+                self.ports
+                    .iter()
+                    .flat_map(|(arg, p)| [arg.to_string(), p.to_string()]),
+            )
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log)

@@ -13,7 +13,11 @@ use rcgen::{
 };
 
 use super::binary::{default_binary, valkey_binary};
-use super::host::{free_port, make_temp_dir};
+use super::host::make_temp_dir;
+
+/// The arguments of a TLS server's other ports, picked free at each start attempt.
+const TLS_PORT: &str = "--tls-port";
+const BUS_PORT: &str = "--cluster-port";
 use super::server::{Builder, Server};
 
 /// A CA with one server and one client certificate it signed, all PEM.
@@ -148,12 +152,9 @@ impl TlsServer {
         let binary = tls_binary()?;
         let pki = Pki::new();
         let files = ServerFiles::write(&pki);
-        let tls_port = free_port();
-        let builder = Server::builder()
-            .binary(binary)
-            .arg("--tls-port")
-            .arg(tls_port.to_string());
+        let builder = Server::builder().binary(binary).port_arg(TLS_PORT);
         let server = files.args(builder, require_client_cert).start();
+        let tls_port = server.port_of(TLS_PORT).expect("the TLS port");
         Some(TlsServer {
             server,
             tls_port,
@@ -194,21 +195,19 @@ impl TlsCluster {
         let mut nodes = Vec::new();
         let mut bus_ports = Vec::new();
         for _ in 0..3 {
-            let tls_port = free_port();
-            let bus_port = free_port();
             let builder = Server::builder()
                 .binary(&binary)
                 .arg("--cluster-enabled")
                 .arg("yes")
                 .arg("--cluster-node-timeout")
                 .arg("1000")
-                .arg("--cluster-port")
-                .arg(bus_port.to_string())
-                .arg("--tls-port")
-                .arg(tls_port.to_string())
+                .port_arg(BUS_PORT)
+                .port_arg(TLS_PORT)
                 .arg("--tls-cluster")
                 .arg("yes");
             let server = files.args(builder, false).start();
+            let tls_port = server.port_of(TLS_PORT).expect("the TLS port");
+            let bus_port = server.port_of(BUS_PORT).expect("the bus port");
             bus_ports.push(bus_port);
             nodes.push(TlsServer {
                 server,
