@@ -120,20 +120,23 @@ pub struct Config {
     pub loss_notice: bool,
     /// How long after its grant a hold is first checked and armed for the loss notice, at the
     /// least: holds are armed in rounds at most this far apart, so each between one and two
-    /// delays after its grant. Defaults to 10 milliseconds; zero arms each hold as soon as the
+    /// delays after its grant (a client's first holds sooner: every hold is checked when the
+    /// notice's connection opens, at the first hold). Defaults to 100 milliseconds; zero arms each hold as soon as the
     /// notice sees it.
     ///
-    /// A lock released sooner is never read at all, and a steady stream of short holds wakes
-    /// the notice once per delay: short critical sections (the common case) cost the server
-    /// nothing more and the client next to nothing. A hold lost before it is armed is told
-    /// when it is first checked.
+    /// A lock released sooner is never read at all: short critical sections (the common case)
+    /// cost the server nothing more. The notice's task wakes at most about twice per delay
+    /// (one wake-up to schedule a round, one for the round), whatever the rate of
+    /// acquisitions: at 100 ms, some 20 wake-ups a second at most. A hold lost before it is
+    /// armed is told when it is first checked, so up to two delays after its grant (200 ms);
+    /// once armed, at once.
     ///
-    /// A client that acquires less often than once per delay pays two wake-ups of the
-    /// notice's task per acquisition (one to schedule the check, one for the check, which finds
-    /// a short hold already released). With tens of processes taking turns on one lock, one
-    /// measurement put that near a fifth of each process's CPU per acquisition
-    /// (docs/performance.md); a delay of 100 ms removed most of it. A hold lost in its first
-    /// moments is then told up to 200 ms after its grant.
+    /// Why 100 ms and not shorter: a client that acquires less often than once per delay pays
+    /// both wake-ups for each acquisition, and the second finds a short hold already released.
+    /// With 32 processes taking turns on one lock, each acquires every 10 ms or so; at 10 ms
+    /// (the earlier default) that cost the processes about a fifth more CPU per acquisition,
+    /// and the rate fell from 0.83–0.87× the `BLPOP` floor to 0.68–0.78×
+    /// (docs/performance.md, "The loss notice's delay").
     pub loss_notice_delay: Duration,
 }
 
@@ -144,7 +147,7 @@ pub(crate) const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(2);
 pub(crate) const DEFAULT_CHANNEL_LINGER: Duration = Duration::from_millis(500);
 
 /// The default of [`Config::loss_notice_delay`].
-pub(crate) const DEFAULT_LOSS_NOTICE_DELAY: Duration = Duration::from_millis(10);
+pub(crate) const DEFAULT_LOSS_NOTICE_DELAY: Duration = Duration::from_millis(100);
 
 /// The default of [`Config::fence_grace`].
 pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);

@@ -243,9 +243,11 @@ async fn a_watchdog_renewing_every_few_milliseconds_never_makes_a_false_loss() {
     let server = Server::start();
     // A 600 ms lease: the watchdog renews every 200 ms, each renewal a notice and a check
     // (short enough for many renewals, long enough that a loaded machine still renews in time).
+    // A 10 ms arming delay, so that the short holds below end both before and after theirs.
     let holder = client_with(&server, |b| {
         b.watchdog_lease(Duration::from_millis(600))
             .timeout(Duration::from_millis(200))
+            .loss_notice_delay(Duration::from_millis(10))
     })
     .await;
     let names: Vec<String> = (0..20)
@@ -428,9 +430,11 @@ async fn the_lock_familys_holds_are_told_too() {
 async fn family_holds_renewed_by_the_watchdog_are_never_falsely_lost() {
     support::init_tracing();
     let server = Server::start();
+    // A 10 ms arming delay: the holds released below, 40 ms after their grant, are armed.
     let holder = client_with(&server, |b| {
         b.watchdog_lease(Duration::from_millis(600))
             .timeout(Duration::from_millis(200))
+            .loss_notice_delay(Duration::from_millis(10))
     })
     .await;
     let name = unique_name("notice-family-busy");

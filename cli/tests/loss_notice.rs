@@ -24,8 +24,8 @@ fn start(server: &Server, name: &str, dir: &Scratch) -> Running {
     );
     let mut run = Running::spawn(rl(&server.url(), "run", name, &["sh", "-c", &body]));
     run.wait_for(dir, "started");
-    // Past the loss notice's arming delay (10 ms).
-    std::thread::sleep(Duration::from_millis(200));
+    // Past two of the loss notice's arming delays (100 ms by default), so the hold is armed.
+    std::thread::sleep(Duration::from_millis(300));
     run
 }
 

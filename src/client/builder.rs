@@ -83,7 +83,7 @@ impl ClientBuilder {
     }
 
     /// How long after its grant a hold is armed for the loss notice; see
-    /// [`Config::loss_notice_delay`]. Defaults to 10 milliseconds.
+    /// [`Config::loss_notice_delay`]. Defaults to 100 milliseconds.
     pub fn loss_notice_delay(mut self, delay: Duration) -> Self {
         self.config.loss_notice_delay = delay;
         self

@@ -10,8 +10,8 @@ use redlease::{Client, LockGuard};
 /// room).
 pub const NOTICE_WITHIN: Duration = Duration::from_secs(1);
 
-/// Longer than two of the loss notice's arming delays (10 ms by default), so a hold is armed.
-pub const SETTLE: Duration = Duration::from_millis(100);
+/// Longer than two of the loss notice's arming delays (100 ms by default), so a hold is armed.
+pub const SETTLE: Duration = Duration::from_millis(250);
 
 /// Holds `name` through `client` under the watchdog, then waits until it is armed.
 pub async fn hold(client: &Client, name: &str) -> LockGuard {

@@ -108,7 +108,7 @@ impl Builder {
 #[derive(Debug)]
 pub struct Server {
     binary: PathBuf,
-    /// Everything but `--port` and `--dir`, reused by [`Server::restart`].
+    /// Everything but `--port`, the other ports and `--dir`, reused by [`Server::restart`].
     args: Vec<OsString>,
     port: u16,
     /// The other ports (`Builder::port_arg`), by their argument.
@@ -185,7 +185,7 @@ impl Server {
         }
     }
 
-    /// Starts the server again on the same port and dir (kills it first if it still runs),
+    /// Starts the server again on the same ports and dir (kills it first if it still runs),
     /// waiting until it answers PING. Without `appendonly`, all data is gone.
     pub fn restart(&mut self) {
         self.kill();

@@ -14,11 +14,12 @@ use rcgen::{
 
 use super::binary::{default_binary, valkey_binary};
 use super::host::make_temp_dir;
+use super::server::{Builder, Server};
 
-/// The arguments of a TLS server's other ports, picked free at each start attempt.
+/// A TLS server's port, and a TLS cluster node's bus port: picked free at each start attempt
+/// ([`Builder::port_arg`]).
 const TLS_PORT: &str = "--tls-port";
 const BUS_PORT: &str = "--cluster-port";
-use super::server::{Builder, Server};
 
 /// A CA with one server and one client certificate it signed, all PEM.
 #[derive(Clone)]

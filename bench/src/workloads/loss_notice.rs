@@ -40,9 +40,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::model::{Measure, NOTICE, NOTICE_MAX, NOTICE_TRIALS, Unit};
 use crate::stats::{micros, p50_p99};
 
-/// Past two of the loss notice's arming delays (10 ms by default; a hold is armed one to two
-/// delays after its grant), so each trial's hold is armed.
-const SETTLE: Duration = Duration::from_millis(30);
+/// How long a trial waits after its grant: past two of the holder's loss-notice arming delays
+/// (a hold is armed one to two delays after its grant), so each trial's hold is armed.
+fn settle(holder: &Client) -> Duration {
+    2 * holder.config().loss_notice_delay + Duration::from_millis(10)
+}
 /// A trial that takes longer failed: on one server the watchdog alone would take seconds.
 const LIMIT_ONE: Duration = Duration::from_secs(5);
 /// On the cluster and behind Sentinel: past the watchdog's renewal (10 s with the default lease).
@@ -141,7 +143,7 @@ pub async fn loss_notice(
         let key = format!("redlease:{{{name}}}");
         let guard = holder.lock(&name)?.lock().await?;
         let owner = owner_of(&mut nodes, &key).await?;
-        tokio::time::sleep(SETTLE).await;
+        tokio::time::sleep(settle(&holder)).await;
         if guard.is_lost() {
             bail!("the hold was lost before anything happened to it");
         }
