@@ -4,7 +4,11 @@
 //! `FairLock` (the same engine in strict mode: every attempt queues or respects the queue),
 //! rslock, and the floor: one list key holding one token, taken with `BLPOP` on a
 //! connection of the waiting task's own and given back with `LPUSH` (the server hands it to
-//! the longest-blocked client: FIFO, one round trip per hand-over).
+//! the longest-blocked client: FIFO, one round trip per hand-over). W7 and K1 also run the
+//! floor with one more reply per acquisition: each `BLPOP` pipelined behind an `EXISTS` of the
+//! token's key, which the server answers at once. Its waiters get what a queued redlease
+//! waiter gets (an answer at once, the token later), so it shows what that extra delivery
+//! costs by itself.
 //!
 //! The cell's own child process (spawned by the runner like every cell) is the coordinator:
 //! it starts the K processes (this binary again, with its own arguments and
@@ -76,6 +80,7 @@ const FAILED: &str = "W7ERROR";
 
 pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
 pub const FLOOR_TOKENS: &str = "floor (BLPOP/LPUSH 8 tokens)";
+pub const FLOOR_REPLY: &str = "floor+reply (EXISTS answered, then BLPOP, pipelined)";
 pub const LOCK_IMPL: &str = "redlease Lock";
 pub const FIXED_IMPL: &str = "redlease Lock, fixed lease";
 pub const FAIR_IMPL: &str = "redlease FairLock";
@@ -139,11 +144,18 @@ impl Workload {
     /// Its implementations, floor first (the runner interleaves their runs).
     fn kinds(self) -> &'static [Kind] {
         match self {
-            Workload::W7 | Workload::C7 => &[Kind::Floor, Kind::Lock, Kind::Fair, Kind::Rslock],
+            Workload::W7 | Workload::C7 => &[
+                Kind::Floor,
+                Kind::FloorReply,
+                Kind::Lock,
+                Kind::Fair,
+                Kind::Rslock,
+            ],
             Workload::P2 => &[Kind::Floor, Kind::ReadWrite],
             Workload::P3 => &[Kind::Tokens, Kind::Semaphore],
             Workload::K1 => &[
                 Kind::Floor,
+                Kind::FloorReply,
                 Kind::Lock,
                 Kind::Fixed,
                 Kind::Fair,
@@ -190,15 +202,18 @@ pub enum Kind {
     Semaphore,
     /// The floor with 8 tokens in the list (P3's).
     Tokens,
+    /// The floor with one more reply per acquisition, answered at once (see the module doc).
+    FloorReply,
     /// `Lock` with a fixed lease (`lock_with(LockOptions::new().lease(10 s))`, as most users and
     /// every peer hold a lock).
     Fixed,
 }
 
 impl Kind {
-    const ALL: [Kind; 8] = [
+    const ALL: [Kind; 9] = [
         Kind::Fixed,
         Kind::Floor,
+        Kind::FloorReply,
         Kind::Lock,
         Kind::Fair,
         Kind::Rslock,
@@ -216,6 +231,7 @@ impl Kind {
             Kind::ReadWrite => RW_IMPL,
             Kind::Semaphore => SEMAPHORE_IMPL,
             Kind::Tokens => FLOOR_TOKENS,
+            Kind::FloorReply => FLOOR_REPLY,
             Kind::Fixed => FIXED_IMPL,
         }
     }
@@ -223,7 +239,7 @@ impl Kind {
     /// Tokens the coordinator puts in the floor's list.
     fn tokens(self) -> u32 {
         match self {
-            Kind::Floor => 1,
+            Kind::Floor | Kind::FloorReply => 1,
             Kind::Tokens => PERMITS,
             _ => 0,
         }
@@ -294,6 +310,13 @@ impl Conn {
             Conn::Cluster(c) => cmd.query_async(c).await?,
         })
     }
+
+    async fn query_pipe<T: redis::FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T> {
+        Ok(match self {
+            Conn::One(c) => pipe.query_async(c).await?,
+            Conn::Cluster(c) => pipe.query_async(c).await?,
+        })
+    }
 }
 
 /// One process's way to take and give back the lock.
@@ -311,6 +334,8 @@ enum Locker {
     Rslock(crate::peers::rslock::Rslock),
     /// The token's connection (BLPOP blocks it; this task's own).
     Floor(Conn),
+    /// The same, each `BLPOP` pipelined behind an `EXISTS` answered at once.
+    FloorReply(Conn),
 }
 
 enum Held {
@@ -377,6 +402,9 @@ impl Locker {
             (Kind::Floor | Kind::Tokens, t) => {
                 Locker::Floor(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
             }
+            (Kind::FloorReply, t) => {
+                Locker::FloorReply(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
+            }
         })
     }
 
@@ -415,6 +443,15 @@ impl Locker {
                     got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
                     Held::Token
                 }
+                Locker::FloorReply(conn) => {
+                    let secs = WAIT_BOUND.as_secs();
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("EXISTS").arg(TOKEN_KEY);
+                    pipe.cmd("BLPOP").arg(TOKEN_KEY).arg(secs);
+                    let (_, got): (i64, Option<(String, String)>) = conn.query_pipe(&pipe).await?;
+                    got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
+                    Held::Token
+                }
             })
         };
         match tokio::time::timeout(WAIT_BOUND + Duration::from_secs(1), take).await {
@@ -435,7 +472,7 @@ impl Locker {
             #[cfg(feature = "redlease")]
             (Locker::Semaphore(_, permits), Held::Permit) => permits.release(1).await?,
             (Locker::Rslock(l), Held::Rslock(g)) => l.unlock(g).await?,
-            (Locker::Floor(conn), Held::Token) => {
+            (Locker::Floor(conn) | Locker::FloorReply(conn), Held::Token) => {
                 conn.query::<i64>(redis::cmd("LPUSH").arg(TOKEN_KEY).arg("token"))
                     .await?;
             }
@@ -454,7 +491,7 @@ impl Locker {
             | Locker::Semaphore(client, _) => {
                 let _ = client.shutdown().await;
             }
-            Locker::Rslock(_) | Locker::Floor(_) => {}
+            Locker::Rslock(_) | Locker::Floor(_) | Locker::FloorReply(_) => {}
         }
     }
 }
@@ -958,6 +995,8 @@ mod tests {
             assert_eq!(Kind::of(kind.name()), Some(kind));
         }
         assert_eq!(family(FLOOR_TOKENS), "floor");
+        // Its own family: selected with `--impls floor+reply`, compared with the floor.
+        assert_eq!(family(FLOOR_REPLY), "floor+reply");
     }
 
     /// P2: every tenth acquisition of each process a write, the writes staggered over the
