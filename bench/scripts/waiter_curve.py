@@ -103,7 +103,7 @@ def plot(curve, out, title):
         ks = sorted(k for k in rows if rows[k]["acq"] is not None)
         if not ks:
             continue
-        style = "k--" if name.startswith("floor") else "o-"
+        style = "k--" if name.startswith("floor (") else ("k:" if name.startswith("floor") else "o-")
         acq.plot(ks, [rows[k]["acq"] for k in ks], style, label=name)
         rk = [k for k in ks if rows[k]["floor_ratio"]]
         if rk:

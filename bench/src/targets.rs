@@ -51,7 +51,8 @@ impl Context<'_> {
             let ok = m.value <= f64::from(PERMITS);
             return (String::new(), verdict(ok, &format!("≤ {PERMITS}")));
         }
-        if fam == "floor" {
+        // The floors stand alone, `floor+reply` too (a reference, not a contender).
+        if fam == "floor" || fam.starts_with("floor+") {
             return (String::new(), String::new());
         }
         if e.implementation == RSLOCK_IMPL {

@@ -4,11 +4,12 @@
 //! `FairLock` (the same engine in strict mode: every attempt queues or respects the queue),
 //! rslock, and the floor: one list key holding one token, taken with `BLPOP` on a
 //! connection of the waiting task's own and given back with `LPUSH` (the server hands it to
-//! the longest-blocked client: FIFO, one round trip per hand-over). W7 and K1 also run the
-//! floor with one more reply per acquisition: each `BLPOP` pipelined behind an `EXISTS` of the
-//! token's key, which the server answers at once. Its waiters get what a queued redlease
-//! waiter gets (an answer at once, the token later), so it shows what that extra delivery
-//! costs by itself.
+//! the longest-blocked client: FIFO, one round trip per hand-over). W7, C7 and K1 also run
+//! the floor with one more reply per acquisition: each `BLPOP` pipelined behind an `EXISTS` of
+//! the token's key, which the server answers at once. Its waiters get one more delivery from
+//! the server, as a queued redlease waiter does (an answer at once, the token later); redis-rs
+//! parses that reply without waking the caller, so the row is a lower bound on what the
+//! delivery costs.
 //!
 //! The cell's own child process (spawned by the runner like every cell) is the coordinator:
 //! it starts the K processes (this binary again, with its own arguments and
