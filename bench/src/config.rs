@@ -25,8 +25,8 @@ struct Args {
     /// clients).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Implementations to run (redlease, rslock, redlock, rlock, redisson, floor+reply; the floor
-    /// always runs).
+    /// Implementations to run (redlease, rslock, redlock, rlock, redisson, floor+reply,
+    /// floor+call; the floor always runs).
     #[arg(long, value_delimiter = ',')]
     impls: Vec<String>,
     /// Runs per workload and implementation; the median is reported.

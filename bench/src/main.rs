@@ -484,8 +484,8 @@ holder's `lost()` resolving, 100 trials of each cause per run (10 with `--quick`
 cluster and behind Sentinel at most 40 s of trials per run). Without the notice it is the next \
 renewal, up to 10 s.
 - K1, the waiter curve: W7 (as below) at 2, 8, 16, 32 and 64 processes (not `--w7-procs`), with \
-`Lock` under a fixed 10 s lease beside the watchdog's, `FairLock`, rslock, the floor and \
-floor+reply; the \
+`Lock` under a fixed 10 s lease beside the watchdog's, `FairLock`, rslock, the floor, \
+floor+reply and floor+call; the \
 bars are issue 39's (≥ 0.8× the floor at the same K). `bench/scripts/waiter_curve.py` plots it.
 - K2, the holds curve: one client holds N locks under the watchdog (default lease; 3 s with \
 `--quick`); over two renewal periods, the script calls and their commandstats usec per second, \
@@ -511,7 +511,9 @@ waiting task) and given back with LPUSH: the server hands it to the longest-bloc
 floor+reply (W7, C7, K1): the floor with each BLPOP pipelined behind an EXISTS of the token's \
 key, answered at once: one more delivery per acquisition from the server, as a queued redlease \
 waiter gets (parsed by the connection's driver, without waking the caller: a lower bound on \
-what that delivery costs). \"counter − acquisitions\" is the worst run's (0 = no lost update).
+what that delivery costs); floor+call awaits the EXISTS before it sends the BLPOP (the reply \
+then wakes the caller, as a queued redlease waiter's does). \"counter − acquisitions\" is the \
+worst run's (0 = no lost update).
 - P2, P3: F2 and F3 across processes, on W7's machinery (K processes, one task and one client \
 each, one server): P2 on one `ReadWriteLock`, every tenth acquisition of each process a write \
 (GET, SET of the counter + 1; \"counter − writes\" must be 0) and the other nine reads (GET); \

@@ -9,7 +9,9 @@
 //! the token's key, which the server answers at once. Its waiters get one more delivery from
 //! the server, as a queued redlease waiter does (an answer at once, the token later); redis-rs
 //! parses that reply without waking the caller, so the row is a lower bound on what the
-//! delivery costs.
+//! delivery costs. `floor+call` sends the `EXISTS` as a call of its own and awaits it before the
+//! `BLPOP`: the extra reply then wakes the caller, as a queued redlease waiter's does (and one
+//! more send, which redlease does not pay).
 //!
 //! The cell's own child process (spawned by the runner like every cell) is the coordinator:
 //! it starts the K processes (this binary again, with its own arguments and
@@ -82,6 +84,7 @@ const FAILED: &str = "W7ERROR";
 pub const FLOOR: &str = "floor (BLPOP/LPUSH token)";
 pub const FLOOR_TOKENS: &str = "floor (BLPOP/LPUSH 8 tokens)";
 pub const FLOOR_REPLY: &str = "floor+reply (EXISTS answered, then BLPOP, pipelined)";
+pub const FLOOR_CALL: &str = "floor+call (EXISTS awaited, then BLPOP)";
 pub const LOCK_IMPL: &str = "redlease Lock";
 pub const FIXED_IMPL: &str = "redlease Lock, fixed lease";
 pub const FAIR_IMPL: &str = "redlease FairLock";
@@ -148,6 +151,7 @@ impl Workload {
             Workload::W7 | Workload::C7 => &[
                 Kind::Floor,
                 Kind::FloorReply,
+                Kind::FloorCall,
                 Kind::Lock,
                 Kind::Fair,
                 Kind::Rslock,
@@ -157,6 +161,7 @@ impl Workload {
             Workload::K1 => &[
                 Kind::Floor,
                 Kind::FloorReply,
+                Kind::FloorCall,
                 Kind::Lock,
                 Kind::Fixed,
                 Kind::Fair,
@@ -205,16 +210,19 @@ pub enum Kind {
     Tokens,
     /// The floor with one more reply per acquisition, answered at once (see the module doc).
     FloorReply,
+    /// The same reply awaited by the caller before its `BLPOP` (see the module doc).
+    FloorCall,
     /// `Lock` with a fixed lease (`lock_with(LockOptions::new().lease(10 s))`, as most users and
     /// every peer hold a lock).
     Fixed,
 }
 
 impl Kind {
-    const ALL: [Kind; 9] = [
+    const ALL: [Kind; 10] = [
         Kind::Fixed,
         Kind::Floor,
         Kind::FloorReply,
+        Kind::FloorCall,
         Kind::Lock,
         Kind::Fair,
         Kind::Rslock,
@@ -233,6 +241,7 @@ impl Kind {
             Kind::Semaphore => SEMAPHORE_IMPL,
             Kind::Tokens => FLOOR_TOKENS,
             Kind::FloorReply => FLOOR_REPLY,
+            Kind::FloorCall => FLOOR_CALL,
             Kind::Fixed => FIXED_IMPL,
         }
     }
@@ -240,7 +249,7 @@ impl Kind {
     /// Tokens the coordinator puts in the floor's list.
     fn tokens(self) -> u32 {
         match self {
-            Kind::Floor | Kind::FloorReply => 1,
+            Kind::Floor | Kind::FloorReply | Kind::FloorCall => 1,
             Kind::Tokens => PERMITS,
             _ => 0,
         }
@@ -337,6 +346,8 @@ enum Locker {
     Floor(Conn),
     /// The same, each `BLPOP` pipelined behind an `EXISTS` answered at once.
     FloorReply(Conn),
+    /// The same, the `EXISTS` awaited before the `BLPOP` is sent.
+    FloorCall(Conn),
 }
 
 enum Held {
@@ -406,6 +417,9 @@ impl Locker {
             (Kind::FloorReply, t) => {
                 Locker::FloorReply(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
             }
+            (Kind::FloorCall, t) => {
+                Locker::FloorCall(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
+            }
         })
     }
 
@@ -453,6 +467,16 @@ impl Locker {
                     got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
                     Held::Token
                 }
+                Locker::FloorCall(conn) => {
+                    let secs = WAIT_BOUND.as_secs();
+                    conn.query::<i64>(redis::cmd("EXISTS").arg(TOKEN_KEY))
+                        .await?;
+                    let got: Option<(String, String)> = conn
+                        .query(redis::cmd("BLPOP").arg(TOKEN_KEY).arg(secs))
+                        .await?;
+                    got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
+                    Held::Token
+                }
             })
         };
         match tokio::time::timeout(WAIT_BOUND + Duration::from_secs(1), take).await {
@@ -473,7 +497,10 @@ impl Locker {
             #[cfg(feature = "redlease")]
             (Locker::Semaphore(_, permits), Held::Permit) => permits.release(1).await?,
             (Locker::Rslock(l), Held::Rslock(g)) => l.unlock(g).await?,
-            (Locker::Floor(conn) | Locker::FloorReply(conn), Held::Token) => {
+            (
+                Locker::Floor(conn) | Locker::FloorReply(conn) | Locker::FloorCall(conn),
+                Held::Token,
+            ) => {
                 conn.query::<i64>(redis::cmd("LPUSH").arg(TOKEN_KEY).arg("token"))
                     .await?;
             }
@@ -492,7 +519,8 @@ impl Locker {
             | Locker::Semaphore(client, _) => {
                 let _ = client.shutdown().await;
             }
-            Locker::Rslock(_) | Locker::Floor(_) | Locker::FloorReply(_) => {}
+            Locker::Rslock(_) | Locker::Floor(_) | Locker::FloorReply(_) | Locker::FloorCall(_) => {
+            }
         }
     }
 }
@@ -998,6 +1026,7 @@ mod tests {
         assert_eq!(family(FLOOR_TOKENS), "floor");
         // Its own family: selected with `--impls floor+reply`, compared with the floor.
         assert_eq!(family(FLOOR_REPLY), "floor+reply");
+        assert_eq!(family(FLOOR_CALL), "floor+call");
     }
 
     /// P2: every tenth acquisition of each process a write, the writes staggered over the
