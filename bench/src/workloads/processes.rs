@@ -342,12 +342,9 @@ enum Locker {
     #[cfg(feature = "redlease")]
     Semaphore(redlease::Client, redlease::Semaphore),
     Rslock(crate::peers::rslock::Rslock),
-    /// The token's connection (BLPOP blocks it; this task's own).
-    Floor(Conn),
-    /// The same, each `BLPOP` pipelined behind an `EXISTS` answered at once.
-    FloorReply(Conn),
-    /// The same, the `EXISTS` awaited before the `BLPOP` is sent.
-    FloorCall(Conn),
+    /// The token's connection (BLPOP blocks it; this task's own), and the reply sent before
+    /// each `BLPOP`, if any.
+    Floor(Conn, Extra),
 }
 
 enum Held {
@@ -361,6 +358,16 @@ enum Held {
     Permit,
     Rslock(rslock::LockGuard),
     Token,
+}
+
+/// The reply a floor's waiter gets before its token (`floor+reply`, `floor+call`).
+#[derive(Clone, Copy)]
+enum Extra {
+    None,
+    /// An `EXISTS` pipelined with the `BLPOP`.
+    Pipelined,
+    /// An `EXISTS` awaited before the `BLPOP` is sent.
+    Awaited,
 }
 
 impl Locker {
@@ -411,14 +418,13 @@ impl Locker {
             }
             // The server answers a BLPOP once it has the token: no response timeout below the
             // wait bound.
-            (Kind::Floor | Kind::Tokens, t) => {
-                Locker::Floor(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
-            }
-            (Kind::FloorReply, t) => {
-                Locker::FloorReply(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
-            }
-            (Kind::FloorCall, t) => {
-                Locker::FloorCall(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?)
+            (Kind::Floor | Kind::Tokens | Kind::FloorReply | Kind::FloorCall, t) => {
+                let extra = match kind {
+                    Kind::FloorReply => Extra::Pipelined,
+                    Kind::FloorCall => Extra::Awaited,
+                    _ => Extra::None,
+                };
+                Locker::Floor(Conn::open(t, WAIT_BOUND + WAIT_BOUND).await?, extra)
             }
         })
     }
@@ -450,30 +456,21 @@ impl Locker {
                     Held::Permit
                 }
                 Locker::Rslock(l) => Held::Rslock(l.lock(LOCK).await?),
-                Locker::Floor(conn) => {
+                Locker::Floor(conn, extra) => {
                     let secs = WAIT_BOUND.as_secs();
-                    let got: Option<(String, String)> = conn
-                        .query(redis::cmd("BLPOP").arg(TOKEN_KEY).arg(secs))
-                        .await?;
-                    got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
-                    Held::Token
-                }
-                Locker::FloorReply(conn) => {
-                    let secs = WAIT_BOUND.as_secs();
-                    let mut pipe = redis::pipe();
-                    pipe.cmd("EXISTS").arg(TOKEN_KEY);
-                    pipe.cmd("BLPOP").arg(TOKEN_KEY).arg(secs);
-                    let (_, got): (i64, Option<(String, String)>) = conn.query_pipe(&pipe).await?;
-                    got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
-                    Held::Token
-                }
-                Locker::FloorCall(conn) => {
-                    let secs = WAIT_BOUND.as_secs();
-                    conn.query::<i64>(redis::cmd("EXISTS").arg(TOKEN_KEY))
-                        .await?;
-                    let got: Option<(String, String)> = conn
-                        .query(redis::cmd("BLPOP").arg(TOKEN_KEY).arg(secs))
-                        .await?;
+                    let blpop = redis::cmd("BLPOP").arg(TOKEN_KEY).arg(secs).clone();
+                    let exists = redis::cmd("EXISTS").arg(TOKEN_KEY).clone();
+                    let got: Option<(String, String)> = match extra {
+                        Extra::None => conn.query(&blpop).await?,
+                        Extra::Pipelined => {
+                            let pipe = redis::pipe().add_command(exists).add_command(blpop).clone();
+                            conn.query_pipe::<(i64, _)>(&pipe).await?.1
+                        }
+                        Extra::Awaited => {
+                            conn.query::<i64>(&exists).await?;
+                            conn.query(&blpop).await?
+                        }
+                    };
                     got.ok_or_else(|| anyhow!("no token in {secs} s"))?;
                     Held::Token
                 }
@@ -497,10 +494,7 @@ impl Locker {
             #[cfg(feature = "redlease")]
             (Locker::Semaphore(_, permits), Held::Permit) => permits.release(1).await?,
             (Locker::Rslock(l), Held::Rslock(g)) => l.unlock(g).await?,
-            (
-                Locker::Floor(conn) | Locker::FloorReply(conn) | Locker::FloorCall(conn),
-                Held::Token,
-            ) => {
+            (Locker::Floor(conn, _), Held::Token) => {
                 conn.query::<i64>(redis::cmd("LPUSH").arg(TOKEN_KEY).arg("token"))
                     .await?;
             }
@@ -519,8 +513,7 @@ impl Locker {
             | Locker::Semaphore(client, _) => {
                 let _ = client.shutdown().await;
             }
-            Locker::Rslock(_) | Locker::Floor(_) | Locker::FloorReply(_) | Locker::FloorCall(_) => {
-            }
+            Locker::Rslock(_) | Locker::Floor(..) => {}
         }
     }
 }
