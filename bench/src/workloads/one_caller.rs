@@ -99,13 +99,24 @@ const HOLDER_HOLDS: Duration = Duration::from_millis(50);
 /// release, and the waiter's own release hands the lock back: callgrind counts the waiter's
 /// instructions per hand-over (bench/scripts/handover_cost.sh runs it twice and takes the
 /// difference). The waiter prints how many of its acquisitions waited (all of them should).
+///
+/// The roles `floor-holder` and `floor-waiter` do the same with the bench's floor instead: a
+/// token taken with `BLPOP` and given back with `LPUSH` on one multiplexed redis-rs connection
+/// (W7's floor row), for the floor's instructions per hand-over beside redlease's.
 #[cfg(feature = "redlease")]
 pub async fn handovers_only(role: &str, url: &str, n: usize) -> Result<()> {
-    let hold = match role {
-        "holder" => HOLDER_HOLDS,
-        "waiter" => Duration::ZERO,
-        other => anyhow::bail!("--handover-cost: no role {other:?} (holder, waiter)"),
+    let (floor, hold) = match role {
+        "holder" => (false, HOLDER_HOLDS),
+        "waiter" => (false, Duration::ZERO),
+        "floor-holder" => (true, HOLDER_HOLDS),
+        "floor-waiter" => (true, Duration::ZERO),
+        other => anyhow::bail!(
+            "--handover-cost: no role {other:?} (holder, waiter, floor-holder, floor-waiter)"
+        ),
     };
+    if floor {
+        return floor_handovers(role == "floor-holder", url, n, hold).await;
+    }
     // REDLEASE_BENCH_LOSS_NOTICE=off runs the client without the loss notice (its price per
     // hand-over is the difference).
     let client = crate::redlease_impl::client(url).await?;
@@ -124,6 +135,54 @@ pub async fn handovers_only(role: &str, url: &str, n: usize) -> Result<()> {
     }
     let _ = client.shutdown().await;
     if role == "waiter" {
+        println!("waited: {waited} of {n}");
+    }
+    Ok(())
+}
+
+/// How long a floor process waits for the token before it gives up.
+#[cfg(feature = "redlease")]
+const FLOOR_WAIT: Duration = Duration::from_secs(30);
+
+/// [`handovers_only`] with the floor: the holder puts the one token in the list first.
+#[cfg(feature = "redlease")]
+async fn floor_handovers(holder: bool, url: &str, n: usize, hold: Duration) -> Result<()> {
+    // A BLPOP is answered when the token comes: no response timeout below its own.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(FLOOR_WAIT * 2));
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    if holder {
+        let _: () = redis::pipe()
+            .del(HANDOVER_KEY)
+            .ignore()
+            .lpush(HANDOVER_KEY, "token")
+            .ignore()
+            .query_async(&mut conn)
+            .await?;
+    }
+    let mut waited = 0usize;
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let got: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg(HANDOVER_KEY)
+            .arg(FLOOR_WAIT.as_secs())
+            .query_async(&mut conn)
+            .await?;
+        got.ok_or_else(|| anyhow::anyhow!("no token in {FLOOR_WAIT:?}"))?;
+        if t0.elapsed() >= HOLDER_HOLDS / 10 {
+            waited += 1;
+        }
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
+        }
+        let _: i64 = redis::cmd("LPUSH")
+            .arg(HANDOVER_KEY)
+            .arg("token")
+            .query_async(&mut conn)
+            .await?;
+    }
+    if !holder {
         println!("waited: {waited} of {n}");
     }
     Ok(())
