@@ -85,7 +85,14 @@ impl Channel {
         let Ok(field) = std::str::from_utf8(field) else {
             return;
         };
-        if let Some((wake, _)) = self.grant_waiters.lock().get(field) {
+        // Woken after the lock is let go: the woken waiter takes it at once to forget its
+        // field, and would otherwise spin (and yield its thread) until this one lets go.
+        let wake = self
+            .grant_waiters
+            .lock()
+            .get(field)
+            .map(|(wake, _)| wake.clone());
+        if let Some(wake) = wake {
             wake.notify_waiters();
         }
     }
