@@ -267,7 +267,10 @@ impl Subscriber {
     /// alone. A waiter not listening yet finds the grant with the attempt it makes after
     /// subscribing.
     pub(crate) fn handed(&self, channel: &str, field: &str) {
-        if let Some(channel) = self.channels.lock().get(channel) {
+        // Kept and woken after the map is let go, as for a message (`reader.rs`): the woken
+        // waiter may at once stop listening, which takes the map's lock.
+        let channel = self.channels.lock().get(channel).cloned();
+        if let Some(channel) = channel {
             channel.granted_here(field.as_bytes(), HANDED, None);
         }
     }

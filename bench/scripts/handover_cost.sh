@@ -37,11 +37,11 @@ name=handover_cost
 source "$here/private_redis.sh"
 
 # The roles' prefix: the floor's, or redlease's.
-floor="${HANDOVER_FLOOR:+floor-}"
-impl_name="${HANDOVER_FLOOR:+the floor (BLPOP/LPUSH token)}"
-impl_name="${impl_name:-a redlease Lock}"
-label="${HANDOVER_FLOOR:+floor}"
-label="${label:-redlease}"
+if [[ "${HANDOVER_FLOOR:-0}" != 0 ]]; then
+  floor="floor-" impl_name="the floor (BLPOP/LPUSH token)" label="floor"
+else
+  floor="" impl_name="a redlease Lock" label="redlease"
+fi
 
 # The holder: contends until killed (far more acquisitions than the runs take).
 "$bench" --handover-cost "${floor}holder" 100000000 --urls "$url" >"$out/holder.log" 2>&1 &
@@ -58,29 +58,38 @@ count() {
   awk '/Collected :/ {print $NF}' "$out/run.$1"
 }
 # The system calls of one whole waiter run of n acquisitions, by name (strace's summary, every
-# thread of the process), as "name count" lines in $out/sys.$1.
+# thread of the process), as "name count" lines in $out/sys.$1; fails (after saying why) when
+# strace cannot trace here, or when not every acquisition was a hand-over.
 syscalls() {
-  strace -f -c -o "$out/strace.$1" "$bench" \
-    --handover-cost "${floor}waiter" "$1" --urls "$url" >/dev/null 2>&1 || { cat "$out/strace.$1" >&2; exit 1; }
+  if ! strace -f -c -o "$out/strace.$1" "$bench" \
+    --handover-cost "${floor}waiter" "$1" --urls "$url" >"$out/srun.$1" 2>&1; then
+    echo "handover_cost: no system call count (strace or the waiter failed):" >&2
+    cat "$out/srun.$1" >&2
+    return 1
+  fi
+  local waited
+  waited="$(awk '/^waited:/ {print $2}' "$out/srun.$1")"
+  if [[ "$waited" != "$1" ]]; then
+    echo "handover_cost: no system call count: only $waited of $1 acquisitions waited" >&2
+    return 1
+  fi
   awk '$1 ~ /^[0-9.]+$/ && $NF != "total" {print $NF, $4}' "$out/strace.$1" >"$out/sys.$1"
 }
 small="$(count "$n")"
 large="$(count "$((5 * n))")"
-if command -v strace >/dev/null; then
-  syscalls "$n"
-  syscalls "$((5 * n))"
-fi
-kill "$holder" 2>/dev/null || true
-also_stop=""
 echo "client instructions per cross-process hand-over of $impl_name (callgrind, $((4 * n)) hand-overs' difference):"
 echo "  $label: $(( (large - small) / (4 * n) ))"
-if [[ -f "$out/sys.$n" ]]; then
+if [[ -n "$keep" ]]; then
+  cp "$out/cg.$((5 * n))" "$keep"
+  cp "$out/cg.$n" "$keep.small"
+fi
+# Under strace every system call stops the process, so the counts of calls whose number
+# depends on timing (a thread that spins, then yields or sleeps) are those of a slowed run.
+if command -v strace >/dev/null && syscalls "$n" && syscalls "$((5 * n))"; then
   echo "system calls per hand-over (strace -f -c, the same difference; 0.05 or more):"
   awk -v d="$((4 * n))" 'NR == FNR {small[$1] = $2; next}
     {per = ($2 - small[$1]) / d; all += per; if (per >= 0.05) printf "  %s %.2f\n", $1, per}
     END {printf "  in all %.2f\n", all}' "$out/sys.$n" "$out/sys.$((5 * n))"
 fi
-if [[ -n "$keep" ]]; then
-  cp "$out/cg.$((5 * n))" "$keep"
-  cp "$out/cg.$n" "$keep.small"
-fi
+kill "$holder" 2>/dev/null || true
+also_stop=""
