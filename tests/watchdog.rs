@@ -331,3 +331,58 @@ async fn a_renewal_tick_sends_calls_of_at_most_200_locks() {
     }
     unlock_all(guards).await;
 }
+
+/// One client's holds with three leases (the default 30 s, 1 s, and 1 s with a 5 s lock-delay)
+/// are renewed in the same ticks, each with its own: renewal calls take one lease for all their
+/// locks, so the client sends one per lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hold_is_renewed_with_its_own_lease() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let long = client.lock(&unique_name("own-lease-30s")).unwrap();
+    let short = client
+        .lock(&unique_name("own-lease-1s"))
+        .unwrap()
+        .watchdog_lease(LEASE);
+    let delayed = client
+        .lock(&unique_name("own-lease-delayed"))
+        .unwrap()
+        .watchdog_lease(LEASE)
+        .lock_delay(Duration::from_secs(5));
+    let guards = vec![
+        long.lock().await.unwrap(),
+        short.lock().await.unwrap(),
+        delayed.lock().await.unwrap(),
+    ];
+    // Three of the short leases: only renewals explain what is left, and the 1 s lease makes
+    // the watchdog tick every third of a second.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let long_ttl = pttl(&server, long.key());
+    assert!(
+        long_ttl > 28_000,
+        "the 30 s lease renewed as 30 s (not taken from another lock): PTTL {long_ttl} ms"
+    );
+    for lock in [&short, &delayed] {
+        let ttl = pttl(&server, lock.key());
+        assert!(
+            ttl > 0 && ttl <= 1000,
+            "{}: the 1 s lease renewed as 1 s: PTTL {ttl} ms",
+            lock.name()
+        );
+    }
+    let marker = format!("{}:delay", delayed.key());
+    let marker_ttl = pttl(&server, &marker);
+    assert!(
+        marker_ttl > 4_000 && marker_ttl <= 6_000,
+        "the lock-delay's marker renewed to the lease plus the delay: PTTL {marker_ttl} ms"
+    );
+    assert_eq!(
+        pttl(&server, &format!("{}:delay", short.key())),
+        -2,
+        "a lock without a lock-delay gets no marker"
+    );
+    for guard in &guards {
+        assert!(!guard.is_lost(), "{} lost", guard.name());
+    }
+    unlock_all(guards).await;
+}

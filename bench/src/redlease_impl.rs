@@ -152,6 +152,12 @@ impl AsyncLocker for RedleaseMulti {
 /// the ratio of two runs: `REDLEASE_BENCH_LOSS_NOTICE=off` runs without the notice, and
 /// `REDLEASE_BENCH_LOSS_NOTICE_DELAY_MS=N` sets its delay.
 pub async fn client(url: &str) -> Result<Client> {
+    Ok(builder(url).build().await?)
+}
+
+/// The builder of [`client`], for a workload that sets more (K2's watchdog lease): the loss
+/// notice as the environment asks.
+pub fn builder(url: &str) -> redlease::ClientBuilder {
     let notice = std::env::var("REDLEASE_BENCH_LOSS_NOTICE").map_or(true, |v| v != "off");
     let mut builder = Client::builder(url).loss_notice(notice);
     if let Some(ms) = std::env::var("REDLEASE_BENCH_LOSS_NOTICE_DELAY_MS")
@@ -160,5 +166,5 @@ pub async fn client(url: &str) -> Result<Client> {
     {
         builder = builder.loss_notice_delay(std::time::Duration::from_millis(ms));
     }
-    Ok(builder.build().await?)
+    builder
 }

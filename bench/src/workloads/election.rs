@@ -53,7 +53,10 @@ pub async fn resign_takeover(url: &str, rounds: usize) -> Result<Vec<Measure>> {
 
 /// E2: `rounds` leaders killed with SIGKILL, each replaced by a candidate of this process.
 pub async fn kill_takeover(url: &str, rounds: usize, lease: Duration) -> Result<Vec<Measure>> {
-    let client = Client::builder(url).watchdog_lease(lease).build().await?;
+    let client = crate::redlease_impl::builder(url)
+        .watchdog_lease(lease)
+        .build()
+        .await?;
     let name = "bench:election:e2";
     let election = client.election(name)?;
     let exe = std::env::current_exe()?;
@@ -127,7 +130,10 @@ pub fn candidate(spec: &str) -> Result<()> {
         .enable_all()
         .build()?
         .block_on(async {
-            let client = Client::builder(url).watchdog_lease(lease).build().await?;
+            let client = crate::redlease_impl::builder(url)
+                .watchdog_lease(lease)
+                .build()
+                .await?;
             let leadership = client.election(name)?.campaign("leader").await?;
             println!("{LEADING}");
             tokio::time::sleep(Duration::from_secs(600)).await;
