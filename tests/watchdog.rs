@@ -333,8 +333,8 @@ async fn a_renewal_tick_sends_calls_of_at_most_200_locks() {
 }
 
 /// One client's holds with three leases (the default 30 s, 1 s, and 1 s with a 5 s lock-delay)
-/// are renewed in the same ticks, each with its own: renewal calls take one lease for all their
-/// locks, so the client sends one per lease.
+/// are renewed in the same ticks and the same calls, each with its own lease (and the delayed
+/// one's marker with the lease plus the delay).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_hold_is_renewed_with_its_own_lease() {
     let server = Server::start();

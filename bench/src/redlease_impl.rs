@@ -25,14 +25,14 @@ impl Redlease {
 
     /// A client whose locks wait for `replicas` to acknowledge them (the R1 rows).
     pub async fn with_replicas(url: &str, replicas: redlease::Replicas) -> Result<Self> {
-        let client = Client::builder(url).replicas(replicas).build().await?;
+        let client = builder(url).replicas(replicas).build().await?;
         Ok(Redlease { client })
     }
 
     /// A client of a `rediss://` server whose certificate `ca_pem` (PEM) signed (the T1 rows).
     pub async fn with_tls(url: &str, ca_pem: Vec<u8>) -> Result<Self> {
         let tls = redlease::TlsOptions::new().root_ca_pem(ca_pem);
-        let client = Client::builder(url).tls(tls).build().await?;
+        let client = builder(url).tls(tls).build().await?;
         Ok(Redlease { client })
     }
 
@@ -78,7 +78,7 @@ impl RedleaseMulti {
     pub async fn new(urls: &[String], mode: Multi) -> Result<Self> {
         let mut clients = Vec::new();
         for url in urls {
-            clients.push(Client::connect(url).await?);
+            clients.push(client(url).await?);
         }
         Ok(RedleaseMulti { clients, mode })
     }
@@ -149,7 +149,8 @@ impl AsyncLocker for RedleaseMulti {
 
 /// A client of `url` with the library's defaults, but for two knobs read from the environment
 /// (inherited by the cells' processes, W7's included), so that the price of the loss notice is
-/// the ratio of two runs: `REDLEASE_BENCH_LOSS_NOTICE=off` runs without the notice, and
+/// the ratio of two runs. Every bench client is made here or with [`builder`], but L1's, which
+/// measure the notice itself: `REDLEASE_BENCH_LOSS_NOTICE=off` runs without the notice, and
 /// `REDLEASE_BENCH_LOSS_NOTICE_DELAY_MS=N` sets its delay.
 pub async fn client(url: &str) -> Result<Client> {
     Ok(builder(url).build().await?)

@@ -148,7 +148,7 @@ async fn hold(kind: &str, url: &str, name: &str) -> Result<()> {
         Ok(())
     };
     if kind == REDLEASE {
-        let client = redlease::Client::connect(url).await?;
+        let client = crate::redlease_impl::client(url).await?;
         let guard = client.lock(name)?.lock().await?;
         tokio::time::sleep(SETTLE).await;
         holding()?;

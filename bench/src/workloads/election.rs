@@ -9,7 +9,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use redlease::Client;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::model::{LEASE, Measure, TAKEOVER_KILL, TAKEOVER_RESIGN, Unit};
@@ -21,7 +20,10 @@ const LEADING: &str = "LEADING";
 
 /// E1: `rounds` hand-overs by resignation between two clients.
 pub async fn resign_takeover(url: &str, rounds: usize) -> Result<Vec<Measure>> {
-    let clients = [Client::connect(url).await?, Client::connect(url).await?];
+    let clients = [
+        crate::redlease_impl::client(url).await?,
+        crate::redlease_impl::client(url).await?,
+    ];
     let name = "bench:election:e1";
     let elections = [clients[0].election(name)?, clients[1].election(name)?];
     let mut leader = elections[0].campaign("0").await?;

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use redis::AsyncCommands;
-use redlease::Client;
 use tokio::task::JoinSet;
 
 use crate::model::{
@@ -31,7 +30,10 @@ type Rec = (i64, usize, Duration);
 
 /// F1: `tasks` tasks over two clients, `rounds` rounds each of (acquire, GET, SET +1, release).
 pub async fn fair(url: &str, kind: Kind, tasks: usize, rounds: usize) -> Result<Vec<Measure>> {
-    let clients = [Client::connect(url).await?, Client::connect(url).await?];
+    let clients = [
+        crate::redlease_impl::client(url).await?,
+        crate::redlease_impl::client(url).await?,
+    ];
     let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
     let _: () = conn.del(COUNTER_KEY).await?;
     let name = "bench:family:f1";
@@ -84,7 +86,7 @@ pub async fn fair(url: &str, kind: Kind, tasks: usize, rounds: usize) -> Result<
 
 /// F2: `tasks` tasks, `rounds` acquisitions each; every tenth is a write.
 pub async fn read_mostly(url: &str, tasks: usize, rounds: usize) -> Result<Vec<Measure>> {
-    let client = Client::connect(url).await?;
+    let client = crate::redlease_impl::client(url).await?;
     let rw = client.read_write_lock("bench:family:f2")?;
     let start = Instant::now();
     let mut set = JoinSet::new();
@@ -122,7 +124,7 @@ pub async fn read_mostly(url: &str, tasks: usize, rounds: usize) -> Result<Vec<M
 
 /// F3: `tasks` tasks, `rounds` rounds each of acquire(1) / release(1) on 8 permits.
 pub async fn semaphore(url: &str, tasks: usize, rounds: usize) -> Result<Vec<Measure>> {
-    let client = Client::connect(url).await?;
+    let client = crate::redlease_impl::client(url).await?;
     let permits = client.semaphore("bench:family:f3")?;
     permits.set_permits(8).await?;
     let start = Instant::now();

@@ -184,7 +184,7 @@ async fn slowlog(admin: &mut MultiplexedConnection) -> Result<(i64, usize, Strin
 
 /// K2 for `n` locks held by one client with a watchdog lease of `lease`, on the server at `url`.
 pub async fn run(url: &str, n: usize, lease: Duration) -> Result<Vec<Measure>> {
-    // The loss notice as REDLEASE_BENCH_LOSS_NOTICE asks, as for every bench client.
+    // The loss notice as REDLEASE_BENCH_LOSS_NOTICE asks (`redlease_impl::client`).
     let client = crate::redlease_impl::builder(url)
         .watchdog_lease(lease)
         .build()
