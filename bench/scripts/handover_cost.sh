@@ -59,7 +59,8 @@ count() {
 }
 # The system calls of one whole waiter run of n acquisitions, by name (strace's summary, every
 # thread of the process), as "name count" lines in $out/sys.$1; fails (after saying why) when
-# strace cannot trace here, or when not every acquisition was a hand-over.
+# strace cannot trace here. As with `count`, a run whose acquisitions were not all hand-overs
+# is said, and still counted: the difference of the two runs sets a stray one aside.
 syscalls() {
   if ! strace -f -c -o "$out/strace.$1" "$bench" \
     --handover-cost "${floor}waiter" "$1" --urls "$url" >"$out/srun.$1" 2>&1; then
@@ -69,10 +70,7 @@ syscalls() {
   fi
   local waited
   waited="$(awk '/^waited:/ {print $2}' "$out/srun.$1")"
-  if [[ "$waited" != "$1" ]]; then
-    echo "handover_cost: no system call count: only $waited of $1 acquisitions waited" >&2
-    return 1
-  fi
+  [[ "$waited" == "$1" ]] || echo "handover_cost: strace run: only $waited of $1 acquisitions waited (not all were hand-overs)" >&2
   awk '$1 ~ /^[0-9.]+$/ && $NF != "total" {print $NF, $4}' "$out/strace.$1" >"$out/sys.$1"
 }
 small="$(count "$n")"
