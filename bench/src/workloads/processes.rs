@@ -458,16 +458,20 @@ impl Locker {
                 Locker::Rslock(l) => Held::Rslock(l.lock(LOCK).await?),
                 Locker::Floor(conn, extra) => {
                     let secs = WAIT_BOUND.as_secs();
-                    let blpop = redis::cmd("BLPOP").arg(TOKEN_KEY).arg(secs).clone();
-                    let exists = redis::cmd("EXISTS").arg(TOKEN_KEY).clone();
+                    let mut blpop = redis::cmd("BLPOP");
+                    blpop.arg(TOKEN_KEY).arg(secs);
+                    // The extra command is made only by the rows that send it: the floor's own
+                    // CPU per acquisition is the other rows' yardstick.
+                    let exists = || redis::cmd("EXISTS").arg(TOKEN_KEY).to_owned();
                     let got: Option<(String, String)> = match extra {
                         Extra::None => conn.query(&blpop).await?,
                         Extra::Pipelined => {
-                            let pipe = redis::pipe().add_command(exists).add_command(blpop).clone();
+                            let mut pipe = redis::pipe();
+                            pipe.add_command(exists()).add_command(blpop);
                             conn.query_pipe::<(i64, _)>(&pipe).await?.1
                         }
                         Extra::Awaited => {
-                            conn.query::<i64>(&exists).await?;
+                            conn.query::<i64>(&exists()).await?;
                             conn.query(&blpop).await?
                         }
                     };
