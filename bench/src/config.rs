@@ -19,7 +19,7 @@ struct Args {
     /// Smoke run with ~1/20 of the counts.
     #[arg(long)]
     quick: bool,
-    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F3, P2, P3, E1, E2, L1, L1C, L1S, K1..K3,
+    /// Workloads to run (W1..W7, C1, C3, C4, C6, C7, F1..F4, P2, P3, E1, E2, L1, L1C, L1S, K1..K3,
     /// R1, T1, S1; default all). P2 and P3 are F2 and F3 across processes, as W7; L1C and L1S
     /// are L1 on the cluster and behind Sentinel; K1..K3 the cost curves (waiters, holds,
     /// clients).

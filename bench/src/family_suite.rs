@@ -1,6 +1,6 @@
-//! The lock family's workloads (F1-F3, redlease only: the peers have no such locks), sized
-//! like the workloads they compare with: F1 like W2, F2 and F3 like W3 with a fifth of the
-//! rounds.
+//! The lock family's workloads (F1-F4, redlease only: the peers have no such locks), sized
+//! like the workloads they compare with: F1 and F4 like W2, F2 and F3 like W3 with a fifth of
+//! the rounds.
 
 use crate::config::Counts;
 use crate::runner::Runner;
@@ -16,7 +16,7 @@ pub async fn family(r: &mut Runner, c: &Counts) {
     ] {
         r.measure(F1, name, |_| {
             let url = url.clone();
-            async move { family::fair(&url, kind, t2, r2).await }
+            async move { family::fair(&url, kind, 2, t2, r2).await }
         })
         .await;
     }
@@ -31,11 +31,22 @@ pub async fn family(r: &mut Runner, c: &Counts) {
         async move { family::semaphore(&url, t3, r3).await }
     })
     .await;
+    for (name, kind) in [
+        ("redlease Lock", Kind::Lock),
+        ("redlease write lock", Kind::Write),
+        ("redlease Semaphore(1)", Kind::Semaphore1),
+    ] {
+        r.measure(F4, name, |_| {
+            let url = url.clone();
+            async move { family::fair(&url, kind, 1, t2, r2).await }
+        })
+        .await;
+    }
 }
 
 #[cfg(not(feature = "redlease"))]
 pub async fn family(r: &mut Runner, _: &Counts) {
-    for w in [F1, F2, F3] {
+    for w in [F1, F2, F3, F4] {
         r.not_applicable(w, "redlease", "bench built without the `redlease` feature");
     }
 }
@@ -44,3 +55,4 @@ pub async fn family(r: &mut Runner, _: &Counts) {
 pub const F1: &str = "F1 fair (W2 over 2 clients)";
 pub const F2: &str = "F2 read-write (90% reads)";
 pub const F3: &str = "F3 semaphore(8)";
+pub const F4: &str = "F4 one client's hand-overs (W2, exclusive kinds)";

@@ -321,7 +321,7 @@ async fn run(
         server_time_suite::suite(&mut runner, c, &servers, &s1_missing).await;
         runner.run_queued().await;
     }
-    if ["F1", "F2", "F3"].iter().any(|f| cfg.wants(f)) {
+    if ["F1", "F2", "F3", "F4"].iter().any(|f| cfg.wants(f)) {
         family_suite::family(&mut runner, c).await;
         runner.run_queued().await;
     }
@@ -457,11 +457,15 @@ cold as W6's). A lone EVALSHA after the gap and a back-to-back one are shown for
 - C1-C6: W1, W3, W4 and W6 on a Redis Cluster of 3 primaries (no replicas) on the same \
 machine, each beside redlease on one server in the same run. C4 counts round trips as the \
 client reports them (`RenewStats`): a cluster has no single server to count on.
-- F1-F3, the lock family (redlease only; no peer has these locks): F1 is W2 over two clients \
+- F1-F4, the lock family (redlease only; no peer has these locks): F1 is W2 over two clients \
 (tasks alternate between them) with `FairLock` (`Lock`'s engine in strict mode: every attempt \
 respects the server's queue) and with `Lock`; F2 is W3's tasks on one \
 `ReadWriteLock`, every tenth acquisition a write; F3 is W3's tasks sharing a `Semaphore` of 8 \
-permits. F2 and F3 run a fifth of W3's rounds.
+permits. F2 and F3 run a fifth of W3's rounds. F4 is W2 on one client with the exclusive kinds \
+of each in-client hand-over: `Lock` (a release hands the lock to the waiting head it names), the \
+`ReadWriteLock`'s write side and a `Semaphore` of 1 (every waiter queues on the server, and a \
+release names the client's waiters it granted); script calls per acquisition from the server's \
+INFO commandstats.
 - R1: W1 on a primary with one replica on the same machine, with `Replicas::Off` and with \
 `Replicas::Wait { replicas: 1, timeout: 100ms }` (`WAIT 1 100` pipelined behind every acquire) \
 in the same run: the ratio is the price of the replica's acknowledgement (docs/replicas.md).

@@ -135,6 +135,7 @@ metrics! {
     RTT_WAKE = "W6-shaped: after the idle gap, one task's EVALSHA returns and wakes another for the timed one";
     ACQUISITIONS = "acquisitions";
     SCRIPTS_PER_ACQ = "script calls per acquisition (server)";
+    SCRIPT_US_PER_ACQ = "server µs in script calls per acquisition (commandstats)";
     CLIENT_CPU_PER_ACQ = "client CPU µs per acquisition (all processes, user + system)";
     CLIENT_VCSW_PER_ACQ = "client voluntary context switches per acquisition (all processes)";
     CLIENT_IVCSW_PER_ACQ = "client involuntary context switches per acquisition (all processes)";
