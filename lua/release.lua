@@ -119,7 +119,8 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         -- waiter of another client there, a MultiLock's member among them, gets the lock from
         -- the queue).
         local hand_over = false
-        if successor ~= nil then
+        -- Never from an owner to itself: its hold would go with the field it leaves.
+        if successor ~= nil and successor ~= field then
             local first = redis.call('LINDEX', hash .. ':q', 0)
             hand_over = not first or first == successor
         end

@@ -133,16 +133,22 @@ impl LocalQueues {
         }
     }
 
-    /// Takes the waiting head's offer for `key`, if there is one. The caller must answer it
-    /// (see [`OfferAnswer`]).
-    pub(crate) fn take_offer(&self, key: &Arc<str>) -> Option<Offer> {
+    /// Takes the waiting head's offer for `key`, if there is one and its waiter is not the
+    /// releasing owner `releasing` (tasks sharing an `Owner`): the lock cannot pass from an
+    /// owner to itself, so that offer stays, and the release frees the lock and wakes its
+    /// waiter. The caller must answer the offer it takes (see [`OfferAnswer`]).
+    pub(crate) fn take_offer(&self, key: &Arc<str>, releasing: &str) -> Option<Offer> {
         if self.none() {
             return None;
         }
         let queue = self.map.get(key)?;
         // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
         // just after this take is answered in vain, and the releaser gives its grant back.
-        queue.offer.lock().take()
+        let mut offer = queue.offer.lock();
+        match &*offer {
+            Some(waiting) if *waiting.successor.field != *releasing => offer.take(),
+            _ => None,
+        }
     }
 
     /// Whether no lock has a queue: nothing to look up.

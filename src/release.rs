@@ -172,7 +172,7 @@ async fn release_remotely(
         // Every hold the server counts for us goes, maybe to our waiting head.
         true => (
             hold.server_count(1),
-            inner.local_queues.take_offer(&hold.keys.hash),
+            (inner.local_queues).take_offer(&hold.keys.hash, &hold.key.field),
         ),
         false => (1, None),
     };

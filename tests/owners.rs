@@ -256,3 +256,57 @@ fn hold_count(server: &Server, key: &str) -> u64 {
         .expect("HVALS");
     counts.iter().sum()
 }
+
+/// Two tasks of one explicit owner wait behind another owner's hold, one behind the other in
+/// the client. The first is handed the lock; the second, now at the head of the client's
+/// queue, must not be handed the lock by its own owner's release: the lock cannot pass from
+/// an owner to itself, and that release deleted the key while the waiter got a guard (anyone
+/// could then take the lock beside it). It re-enters the lock its owner holds instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_never_hands_the_lock_to_itself() {
+    let server = Server::start();
+    let [client, other] = support::clients(&server).await;
+    let name = "self-handed";
+    let key = support::key_of(name);
+    let held = client.lock(name).unwrap().lock().await.unwrap();
+    let shared = client.lock(name).unwrap().with_owner(Owner::new());
+    let first = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let guard = shared.lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.unlock().await.unwrap();
+        })
+    };
+    // The first waits at the head of the client's queue, then the second behind it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = {
+        let shared = shared.clone();
+        tokio::spawn(async move { shared.lock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the second task gets the lock")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), first)
+        .await
+        .expect("the first task finishes")
+        .unwrap();
+    // The first task's hold is gone; the second's is still on the server, and only its.
+    assert!(!guard.is_lost());
+    assert!(
+        support::exists(&server, &key),
+        "the second task's hold left the server"
+    );
+    assert_eq!(support::owners(&server, &key), 1);
+    let intruder = other.lock(name).unwrap().try_lock().await.unwrap();
+    assert!(
+        intruder.is_none(),
+        "another client took a lock the second task holds"
+    );
+    guard.unlock().await.unwrap();
+    assert!(!support::exists(&server, &key));
+    assert_eq!(client.held_count(), 0);
+}

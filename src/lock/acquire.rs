@@ -85,6 +85,12 @@ async fn wait_for_grant(
     {
         return Ok(None);
     }
+    // A task sharing our `Owner` may have been handed the lock while we waited our turn: then
+    // this is a re-entry, which never waits for that owner's own release.
+    let reentered = match reentered {
+        None if ticket.is_some() => inner.holds.get(&key).inspect(|_| ticket = None),
+        held => held,
+    };
     // Whether to ask Redis now, or only wait for our turn to be handed the lock.
     let try_now = !contenders::skip_attempt(ticket.as_ref(), wait);
     // A lock this client waited for a moment ago: its channel still listens, so the first

@@ -299,7 +299,7 @@ impl<'a> LockWaiter<'a> {
 
     /// Contended: from now on take turns with this client's other contenders.
     async fn take_turns(&mut self) -> Result<Then> {
-        let (lock, field) = (self.lock, self.field());
+        let (lock, field, key) = (self.lock, self.field(), self.key());
         let wait = self.terms.wait;
         let joined = self
             .ticket
@@ -318,8 +318,14 @@ impl<'a> LockWaiter<'a> {
             return Ok(Then::Nap);
         }
         if queued {
-            // Our turn came after others had theirs: the lock may well be free now.
-            self.try_now = !contenders::skip_attempt(Some(joined), wait);
+            // Our turn came after others had theirs: the lock may well be free now, or held
+            // by our own owner (a task sharing it was handed the lock): a re-entry.
+            self.reentered = lock.client.inner.holds.get(key);
+            self.try_now =
+                self.reentered.is_some() || !contenders::skip_attempt(Some(joined), wait);
+            if self.reentered.is_some() {
+                self.ticket = None;
+            }
             return Ok(Then::Attempt);
         }
         // First in line at once: another attempt right now would meet the same holder (it
