@@ -328,6 +328,9 @@ pub(crate) fn lose(inner: &Inner, hold: &Arc<Hold>, reason: LostReason, why: &st
     if !inner.holds.detach(hold) {
         return 0;
     }
+    // The lock may be free now: this client's head waiter, which may be napping because the
+    // lock was handed to this hold (`local_queue.rs`), must look again.
+    inner.local_queues.released(&hold.keys.hash);
     #[cfg(feature = "testing")]
     if reason == LostReason::ServerLost {
         audit::server_reported_loss(inner, hold.presence());

@@ -445,3 +445,51 @@ async fn a_shut_down_client_leaves_no_lingering_task_behind() {
         "{lingering} tasks left by a shut-down client with a 60 s linger, {without} without"
     );
 }
+
+/// Two tasks of one client wait for a lock another holds; it is handed to one, and the other,
+/// next in line, waits for that task's release rather than asking Redis. When the key is
+/// deleted under the first task (its hold lost), the second must ask at once: before, it slept
+/// through the holder's remaining lease as its last refusal told it (about 30 s), with the
+/// lock free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lost_after_a_hand_over_wakes_the_next_waiter() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("lost-after-hand-over");
+    let key = key_of(&name);
+    let held = client.lock(&name).unwrap().lock().await.unwrap();
+    // Both ask while the lock is held (each refused, told of a ~30 s lease), then line up.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for task in 0..2 {
+        let (lock, tx) = (client.lock(&name).unwrap(), tx.clone());
+        tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let _ = tx.send((task, guard, std::time::Instant::now()));
+        });
+    }
+    until_waiting(&server, &name, 1).await;
+    held.unlock().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), rx.recv());
+    let (first, first_guard, _) = next.await.expect("one task is handed the lock").unwrap();
+    // Past the loss notice's arming delay, then the key goes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted = std::time::Instant::now();
+    redis::cmd("DEL")
+        .arg(&key)
+        .query::<()>(&mut server.conn())
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), rx.recv());
+    let (second, second_guard, at) = next.await.expect("the other task gets the lock").unwrap();
+    assert_ne!(first, second);
+    assert!(
+        at - deleted < Duration::from_secs(3),
+        "the next waiter took {:?} to ask after the hold was lost",
+        at - deleted
+    );
+    assert!(first_guard.is_lost());
+    assert!(!second_guard.is_lost());
+    assert_eq!(owners(&server, &key), 1);
+    drop(first_guard);
+    second_guard.unlock().await.unwrap();
+    assert!(until_gone(std::slice::from_ref(&server), &key, Duration::from_secs(5)).await);
+}
