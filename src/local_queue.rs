@@ -70,8 +70,9 @@ pub(crate) struct Offered {
     give_back: Option<GiveBack>,
 }
 
-/// Gives the lock back on the server on behalf of a waiter that will never use its grant.
-pub(crate) type GiveBack = Box<dyn FnOnce() + Send + Sync>;
+/// Takes over the answer to an offer whose waiter stopped waiting after a release took it:
+/// gives back on the server the grant it may bring, which the waiter will never use.
+pub(crate) type GiveBack = Box<dyn FnOnce(oneshot::Receiver<OfferAnswer>) + Send + Sync>;
 
 /// A contender's place in its lock's local queue; leaving is dropping it.
 pub(crate) struct Ticket<'a> {
@@ -213,8 +214,9 @@ impl Offered {
         if offer.is_some() {
             // Nobody took it, and nobody can now. Closed before its sender goes: dropping the
             // sender would otherwise wake this waiter's task for nothing (one more poll of the
-            // caller's future at its next await, every hand-over).
+            // caller's future at its next await, every hand-over). Nothing to give back.
             self.reply.close();
+            self.give_back = None;
             return None;
         }
         Some(self.answered().await)
@@ -234,17 +236,17 @@ impl Drop for Offered {
         if self.reply.is_terminated() {
             return; // the answer was read: whoever read it deals with it
         }
-        // Still at the queue: nobody took it.
-        self.queue.offer.lock().take();
-        // Taken: a releaser that answers after this close finds us gone and gives the lock
-        // back itself; one that answered before (after our last look, e.g. as a timeout around
-        // the wait fired) left a grant that only we know of.
-        self.reply.close();
-        if let Ok(answer) = self.reply.try_recv()
-            && answer.may_hold()
-            && let Some(give_back) = self.give_back.take()
-        {
-            give_back();
+        if self.queue.offer.lock().take().is_some() {
+            // Still at the queue: nobody took it, and nobody can now.
+            self.reply.close();
+            return;
+        }
+        // Taken by a release, whose answer is here or on its way and may be the lock: the
+        // give-back takes it over. (Without a runtime to wait on, it drops it: the releaser
+        // then finds us gone and gives the lock back itself.)
+        if let Some(give_back) = self.give_back.take() {
+            let (_, closed) = oneshot::channel();
+            give_back(std::mem::replace(&mut self.reply, closed));
         }
     }
 }

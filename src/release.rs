@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
@@ -369,13 +370,46 @@ pub(crate) fn give_back_in_background(
     lease_ms: u64,
     why: &'static str,
 ) {
+    give_back_if(client, keys, field, lease_ms, why, std::future::ready(true));
+}
+
+/// [`give_back_in_background`] for a waiter that stopped waiting after a release took its
+/// offer: once the release's `answer` is in, and only if it may have handed the lock over.
+/// Counted as the owner's release in flight from now, not from the answer: the owner's next
+/// acquisition must not reach the server between the hand-over and its give-back (it would
+/// meet the handed hold as its own).
+pub(crate) fn give_back_once_answered(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    field: &Arc<str>,
+    lease_ms: u64,
+    answer: oneshot::Receiver<OfferAnswer>,
+) {
+    // A release that ended without answering may have handed it over.
+    let may_hold = async move { answer.await.map_or(true, |answer| answer.may_hold()) };
+    let why = "handed the lock after it stopped waiting";
+    give_back_if(client, keys, field, lease_ms, why, may_hold);
+}
+
+/// Gives back one hold of `field` in the background once `may_hold` says so, as the owner's
+/// release in flight from now until it is done.
+fn give_back_if(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    field: &Arc<str>,
+    lease_ms: u64,
+    why: &'static str,
+    may_hold: impl Future<Output = bool> + Send + 'static,
+) {
     // A release of the owner in flight (`turns.rs`): its next acquisition waits for it, and
     // takes no grant from a message meanwhile.
     let releasing = (client.inner.turns).start_release(&HoldKey::new(&keys.hash, field));
     let (owner, keys, field) = (client.clone(), keys.clone(), field.clone());
     let give_back = async move {
-        tracing::debug!(lock = %keys.name, "{why}; giving it back");
-        let _ = give_back(&owner, &keys, &field, lease_ms, 1).await;
+        if may_hold.await {
+            tracing::debug!(lock = %keys.name, "{why}; giving it back");
+            let _ = give_back(&owner, &keys, &field, lease_ms, 1).await;
+        }
         drop(releasing);
     };
     spawn_from_drop(&client.inner.background, give_back);

@@ -493,3 +493,50 @@ async fn a_hold_lost_after_a_hand_over_wakes_the_next_waiter() {
     second_guard.unlock().await.unwrap();
     assert!(until_gone(std::slice::from_ref(&server), &key, Duration::from_secs(5)).await);
 }
+
+/// A waiter that stops waiting while a release is handing it the lock: the grant is given back
+/// in the background, and its owner's next acquisition waits for that give-back. Before, the
+/// give-back counted as the owner's release only once the release's reply was in, so the next
+/// acquisition could reach the server first and meet the handed hold as its own: on a
+/// non-reentrant lock, `WouldDeadlock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_asking_again_waits_for_the_give_back_of_a_hand_over_it_left() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("left-hand-over");
+    let key = key_of(&name);
+    let owner = redlease::Owner::new();
+    let lock = client
+        .lock(&name)
+        .unwrap()
+        .reentrant(false)
+        .with_owner(owner);
+    let held = client.lock(&name).unwrap().lock().await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    until_waiting(&server, &name, 1).await;
+    // The release takes the waiting task's offer and is sent; the server answers nothing yet.
+    server.pause();
+    let release = tokio::spawn(async move { held.unlock().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiter.abort();
+    assert!(waiter.await.is_err(), "the waiter was still waiting");
+    let again = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.resume();
+    let guard = tokio::time::timeout(Duration::from_secs(10), again)
+        .await
+        .expect("the owner's next acquisition returns")
+        .unwrap()
+        .expect("the owner's next acquisition gets the lock");
+    release.await.unwrap().unwrap();
+    assert!(!guard.is_lost());
+    assert_eq!(owners(&server, &key), 1);
+    guard.unlock().await.unwrap();
+    assert!(until_gone(std::slice::from_ref(&server), &key, Duration::from_secs(5)).await);
+}

@@ -11,7 +11,7 @@ use crate::keys::HoldKey;
 use crate::local_queue::{GiveBack, OfferAnswer, Offered, Ticket};
 use crate::node::Successor;
 use crate::pubsub::Subscription;
-use crate::release::{give_back, give_back_in_background};
+use crate::release::{give_back, give_back_once_answered};
 use crate::terms::{Lease, Wait};
 
 use super::{Lock, grant, server_queue};
@@ -130,10 +130,7 @@ async fn take_answer(napping: &Napping<'_>, answer: Option<OfferAnswer>) -> Resu
 /// the answer (see `local_queue::Offered`).
 fn give_back_later(lock: &Lock, field: &Arc<str>, lease_ms: u64) -> GiveBack {
     let (client, keys, field) = (lock.client.clone(), lock.keys.clone(), field.clone());
-    Box::new(move || {
-        let why = "handed the lock after it stopped waiting";
-        give_back_in_background(&client, &keys, &field, lease_ms, why);
-    })
+    Box::new(move |answer| give_back_once_answered(&client, &keys, &field, lease_ms, answer))
 }
 
 /// Waits until `ticket` is at the head of this client's local queue for the lock. False
