@@ -168,7 +168,8 @@ end
 -- Returns whether a reader was dropped.
 local function scan(v)
     local fields = redis.call('HGETALL', v.key)
-    v.f = {}
+    -- Every owner's fields are in the view now (a grant must not read them back: `giver`).
+    v.f, v.whole = {}, true
     for i = 1, #fields, 2 do
         v.f[fields[i]] = fields[i + 1]
     end
@@ -237,7 +238,7 @@ local function giver(v)
     return function(waiter, n, claim, lease, deadline, handed)
         local owner = owner_of(waiter)
         local field = 'r:' .. owner
-        if n < WHOLE and not v.owners[owner] then
+        if n < WHOLE and not v.owners[owner] and not v.whole then
             -- A reader the batch has not read yet: its fields join the view.
             local got = redis.call('HMGET', v.key, field, 'rd:' .. owner)
             v.f[field], v.f['rd:' .. owner] = got[1] or nil, got[2] or nil

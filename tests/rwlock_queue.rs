@@ -1230,3 +1230,43 @@ async fn rwlock_worker() {
     }
     client.shutdown().await.unwrap();
 }
+
+/// A call that drops an expired reader and then grants the lock to another wait of the same
+/// owner: the grant must see the reader gone. It read the reader's stale fields back, wrote
+/// them again without counting the reader, and the owner's claim then re-entered that
+/// uncounted hold: once the counted readers left, the key was deleted and a writer came in
+/// while the owner still read.
+#[test]
+fn a_reader_dropped_as_expired_stays_dropped_when_its_owner_is_granted() {
+    let server = Server::start();
+    let key = unique_name("rw-queue-expired-reader");
+    let hget = |f: &str| -> Option<String> { server.conn().hget(&key, f).unwrap() };
+    // A writer holds; queued behind it: x:1's first wait, y:1, a writer w:1, x:1's second wait.
+    assert_eq!(call(&server, &key, "write", "h:1", 30_000, 0, "", "").0, 1);
+    assert!(call(&server, &key, "read", "x:1", 100, 5_000, "x:1#1", "").0 <= -2);
+    assert!(call(&server, &key, "read", "y:1", 30_000, 5_000, "y:1#1", "").0 <= -2);
+    assert!(call(&server, &key, "write", "w:1", 30_000, 5_000, "w:1#1", "").0 <= -2);
+    assert!(call(&server, &key, "read", "x:1", 100, 5_000, "x:1#2", "").0 <= -2);
+    // The writer's release grants both first readers (messages: other clients); the writer
+    // behind them waits, and x:1's second wait behind it.
+    call(&server, &key, "unwrite", "h:1", 0, 0, "", "h");
+    assert_eq!(call(&server, &key, "read", "x:1", 100, 5_000, "x:1#1", "").0, 1);
+    assert_eq!(call(&server, &key, "read", "y:1", 30_000, 5_000, "y:1#1", "").0, 1);
+    // x:1's 100 ms read runs out; then w:1 withdraws, which drops it and grants x:1#2.
+    std::thread::sleep(Duration::from_millis(300));
+    call(&server, &key, "withdraw", "w:1", 0, 0, "w:1#1", "w");
+    assert_eq!(hget("rn").as_deref(), Some("2"), "y:1 and x:1's grant");
+    assert_eq!(hget("r:x:1").as_deref(), Some("-1"), "x:1 holds a grant only");
+    // x:1#2 claims it; the readers leave; the lock is free for a writer only then.
+    assert_eq!(call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#2", "").0, 1);
+    assert_eq!(call(&server, &key, "unread", "y:1", 0, 0, "", "y").0, 0);
+    assert!(
+        call(&server, &key, "write", "z:1", 30_000, 0, "", "").0 <= -2,
+        "a writer came in while x:1 reads"
+    );
+    assert_eq!(call(&server, &key, "unread", "x:1", 0, 0, "", "x").0, 0);
+    assert_eq!(call(&server, &key, "write", "z:1", 30_000, 0, "", "").0, 1);
+    call(&server, &key, "unwrite", "z:1", 0, 0, "", "z");
+    assert!(!support::exists(&server, &key), "left behind");
+    assert!(!queue_left(&server, &key), "queue left behind");
+}
