@@ -277,3 +277,41 @@ async fn works_on_a_cluster() {
         assert_eq!(semaphore.available().await.unwrap(), 0);
     }
 }
+
+/// An acquisition answered after the client's timeout: the caller hears `Timeout`, and the
+/// permit the late reply took goes back. A semaphore's permits have no lease: before, the
+/// reply was dropped with the timeout, and the permit stayed taken for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_answered_after_the_timeout_is_given_back() {
+    let server = Server::start();
+    let client = support::client_with(&server, |b| b.timeout(Duration::from_millis(200))).await;
+    let semaphore = client
+        .semaphore(&support::unique_name("late-take"))
+        .unwrap();
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    // The server stalls; the attempt is answered once it resumes, after the client's timeout.
+    server.pause();
+    let resume = {
+        let pid = server.pid();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(600));
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        })
+    };
+    let outcome = semaphore.try_acquire().await;
+    assert!(
+        matches!(&outcome, Err(e) if e.is_timeout()),
+        "the caller hears the timeout: {outcome:?}"
+    );
+    resume.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut available = semaphore.available().await.unwrap();
+    while available != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        available = semaphore.available().await.unwrap();
+    }
+    assert_eq!(available, 1, "the permit the late reply took is back");
+    assert_eq!(client.held_count(), 0);
+}

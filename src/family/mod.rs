@@ -90,6 +90,23 @@ impl FamilyKeys {
         client.inner.node.family_call(script, &keys, args).await
     }
 
+    /// [`send`](Self::send) for an acquisition request: no timer of its own, [`ask`] bounds
+    /// it (see `Node::family_request`).
+    pub(crate) async fn request(
+        &self,
+        client: &Client,
+        script: &'static FamilyScript,
+        args: &[&str],
+    ) -> Result<Reply> {
+        let keys = [&*self.key, &*self.channel];
+        let n = client
+            .inner
+            .node
+            .family_request(script, &keys, args)
+            .await?;
+        Ok(Reply::new(script.name, n))
+    }
+
     /// The count the key holds, 0 when it is absent (`script` names its kind in errors).
     pub(crate) async fn count(&self, client: &Client, script: &'static str) -> Result<u64> {
         let raw: Option<String> = client
@@ -138,12 +155,16 @@ debug_by_name!(
     Semaphore
 );
 
-/// Sends one acquisition `request` for the object `name`. If the caller stops waiting for its
-/// answer, the outcome is undone once it is in, in the background (tracked, so
-/// `Client::shutdown` waits for it): a grant by `give_back`, anything else by `withdraw` (a
-/// place in a server queue the request may have taken, `queued.rs`). The request comes boxed,
-/// and the withdrawal is made only when needed: both would otherwise be copied through every
-/// attempt's future (a read lock's was 6.8 KB).
+/// Sends one acquisition `request` for the object `name`, waiting for its answer at most the
+/// client's timeout (the request arms no timer of its own: [`FamilyKeys::request`]). If the
+/// caller stops waiting, or the timeout runs out, the outcome is undone once it is in, in the
+/// background (tracked, so `Client::shutdown` waits for it): a grant by `give_back`, anything
+/// else by `withdraw` (a place in a server queue the request may have taken, `queued.rs`).
+/// Only the reply tells a semaphore's fresh take, which leaves no record a withdrawal could
+/// find: a reply given up on would leave its permits out for good. The background waits for
+/// it as long as the watchdog lease (at least the timeout), then withdraws. The request comes
+/// boxed, and the withdrawal is made only when needed: both would otherwise be copied through
+/// every attempt's future (a read lock's was 6.8 KB).
 pub(crate) async fn ask<G, GF, R, W, WF>(
     client: &Client,
     name: &Arc<str>,
@@ -169,7 +190,21 @@ where
             _ => withdraw().await,
         }
     };
-    FinishOnDrop::pinned(request, abandoned)
+    let config = &client.inner.config;
+    let (timeout, sent) = (config.timeout, tokio::time::Instant::now());
+    let call = FinishOnDrop::pinned(request, abandoned)
         .tracked(&client.inner.background)
-        .await
+        .expiring(sent, config.watchdog_lease.max(timeout), |patience| {
+            Err(Error::Timeout {
+                operation: "acquire",
+                timeout: patience,
+            })
+        });
+    match tokio::time::timeout(timeout, call).await {
+        Ok(taken) => taken,
+        Err(_) => Err(Error::Timeout {
+            operation: "acquire",
+            timeout,
+        }),
+    }
 }

@@ -286,10 +286,9 @@ impl PermitSemaphore {
         self.client.inner.check_open()?;
         let (this, request_id, terms) = (self.clone(), id.clone(), terms.clone());
         let request = async move {
-            let extra = [terms[0].as_str(), terms[1].as_str()];
-            let reply = this
-                .send_with("acquire", &request_id, lease.ms(), &extra)
-                .await?;
+            let lease = itoa::Buffer::new().format(lease.ms()).to_owned();
+            let args = ["acquire", &request_id, &lease, &terms[0], &terms[1]];
+            let reply = this.keys.request(&this.client, &SCRIPT, &args).await?;
             Ok(reply.taken())
         };
         let (this, permit) = (self.clone(), id.clone());

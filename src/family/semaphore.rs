@@ -302,9 +302,9 @@ impl Semaphore {
         self.client.inner.check_open()?;
         let (this, who, terms) = (self.clone(), waiter.clone(), terms.clone());
         let request = async move {
-            let taken = this
-                .send("acquire", permits, &[&who, &terms[0], &terms[1]])
-                .await?;
+            let n = itoa::Buffer::new().format(permits).to_owned();
+            let args = ["acquire", &n, &who, &terms[0], &terms[1]];
+            let taken = this.keys.request(&this.client, &SCRIPT, &args).await?;
             Ok(match taken.flag()? {
                 true => Taken::Granted,
                 false => Taken::Refused(None),

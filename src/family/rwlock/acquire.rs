@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::family::queued;
 use crate::family::rwlock_guard::RwHold;
 use crate::family::rwlock_share::{Join, Joined};
-use crate::family::{Attempt, Reply, Taken, ask};
+use crate::family::{Attempt, Taken, ask};
 use crate::options::LockOptions;
 use crate::telemetry;
 use crate::terms::{Lease, Wait};
@@ -158,7 +158,11 @@ impl ReadWriteLock {
                 &request_waiter,
                 "",
             ];
-            Ok(Reply::new(SCRIPT.name, lock.request(&args).await?).taken())
+            Ok(lock
+                .keys
+                .request(&lock.client, &SCRIPT, &args)
+                .await?
+                .taken())
         };
         let (lock, field) = (self.clone(), field.clone());
         let (this, waiter, owner) = (self.clone(), waiter.clone(), field.clone());

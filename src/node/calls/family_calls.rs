@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::node::batch::Batcher;
 use crate::node::lock_calls::entry_error;
 use crate::node::shape::{Conn, sharded};
-use crate::node::{Node, evalsha};
+use crate::node::{Node, UNBOUNDED, evalsha};
 
 /// A family script, in the variants for one server and for a cluster, each alone and as a
 /// batch, each made on first use.
@@ -133,6 +133,30 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
+        self.family_call_within(script, keys, args, self.timeout)
+            .await
+    }
+
+    /// [`family_call`](Self::family_call) for an acquisition request, which arms no timer of
+    /// its own: its caller bounds the wait and, should it stop waiting, keeps the request
+    /// waiting for its reply in the background (`family::ask`), since only the reply tells
+    /// what the request took.
+    pub(crate) async fn family_request<T: FromRedisValue>(
+        &self,
+        script: &'static FamilyScript,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T> {
+        self.family_call_within(script, keys, args, UNBOUNDED).await
+    }
+
+    async fn family_call_within<T: FromRedisValue>(
+        &self,
+        script: &'static FamilyScript,
+        keys: &[&str],
+        args: &[&str],
+        limit: std::time::Duration,
+    ) -> Result<T> {
         let cluster = matches!(self.conn, Conn::Cluster(_));
         let key = keys.first().copied().unwrap_or("");
         let (_counted, idle) = self.batches.traffic.enter();
@@ -145,7 +169,7 @@ impl Node {
             T::from_redis_value(reply).map_err(|e| Error::redis(script.name, key, e.into()))
         };
         if alone && script.batching == Batching::Native {
-            let mut replies = self.family_batch(script, vec![entry()], self.timeout).await;
+            let mut replies = self.family_batch(script, vec![entry()], limit).await;
             return match replies.pop() {
                 Some(reply) => typed(reply?),
                 None => Err(Error::Protocol {
@@ -167,7 +191,7 @@ impl Node {
             };
             let shard = self.shard(key);
             let reply = batcher
-                .call(entry, shard, self.timeout, script.name, sender)
+                .call(entry, shard, limit, script.name, sender)
                 .await?;
             return typed(reply);
         }
@@ -180,7 +204,7 @@ impl Node {
         for arg in args {
             cmd.arg(*arg);
         }
-        self.eval(script.name, key, self.timeout, script_variant, &cmd)
+        self.eval(script.name, key, limit, script_variant, &cmd)
             .await
     }
 
