@@ -1250,15 +1250,28 @@ fn a_reader_dropped_as_expired_stays_dropped_when_its_owner_is_granted() {
     // The writer's release grants both first readers (messages: other clients); the writer
     // behind them waits, and x:1's second wait behind it.
     call(&server, &key, "unwrite", "h:1", 0, 0, "", "h");
-    assert_eq!(call(&server, &key, "read", "x:1", 100, 5_000, "x:1#1", "").0, 1);
-    assert_eq!(call(&server, &key, "read", "y:1", 30_000, 5_000, "y:1#1", "").0, 1);
+    assert_eq!(
+        call(&server, &key, "read", "x:1", 100, 5_000, "x:1#1", "").0,
+        1
+    );
+    assert_eq!(
+        call(&server, &key, "read", "y:1", 30_000, 5_000, "y:1#1", "").0,
+        1
+    );
     // x:1's 100 ms read runs out; then w:1 withdraws, which drops it and grants x:1#2.
     std::thread::sleep(Duration::from_millis(300));
     call(&server, &key, "withdraw", "w:1", 0, 0, "w:1#1", "w");
     assert_eq!(hget("rn").as_deref(), Some("2"), "y:1 and x:1's grant");
-    assert_eq!(hget("r:x:1").as_deref(), Some("-1"), "x:1 holds a grant only");
+    assert_eq!(
+        hget("r:x:1").as_deref(),
+        Some("-1"),
+        "x:1 holds a grant only"
+    );
     // x:1#2 claims it; the readers leave; the lock is free for a writer only then.
-    assert_eq!(call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#2", "").0, 1);
+    assert_eq!(
+        call(&server, &key, "read", "x:1", 30_000, 5_000, "x:1#2", "").0,
+        1
+    );
     assert_eq!(call(&server, &key, "unread", "y:1", 0, 0, "", "y").0, 0);
     assert!(
         call(&server, &key, "write", "z:1", 30_000, 0, "", "").0 <= -2,

@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
@@ -90,20 +91,19 @@ impl FamilyKeys {
         client.inner.node.family_call(script, &keys, args).await
     }
 
-    /// [`send`](Self::send) for an acquisition request: no timer of its own, [`ask`] bounds
-    /// it (see `Node::family_request`).
-    pub(crate) async fn request(
+    /// [`send`](Self::send) for an acquisition request, which waits for its reply up to
+    /// `patience` ([`patience`]): [`ask`] waits the client's timeout for it, and lets it
+    /// finish in the background should it stop waiting (see `Node::family_request`).
+    pub(crate) async fn send_acquisition(
         &self,
         client: &Client,
         script: &'static FamilyScript,
         args: &[&str],
+        patience: Duration,
     ) -> Result<Reply> {
         let keys = [&*self.key, &*self.channel];
-        let n = client
-            .inner
-            .node
-            .family_request(script, &keys, args)
-            .await?;
+        let node = &client.inner.node;
+        let n = node.family_request(script, &keys, args, patience).await?;
         Ok(Reply::new(script.name, n))
     }
 
@@ -155,16 +155,24 @@ debug_by_name!(
     Semaphore
 );
 
+/// How long an acquisition request waits for its reply (`FamilyKeys::send_acquisition`): as
+/// long as what it asks for could live, `lease` (a semaphore's permits have none: the watchdog
+/// lease), and at least the client's timeout. A grant seen in a reply later than that has
+/// ended by itself; a semaphore's permits taken then stay out.
+pub(crate) fn patience(client: &Client, lease: Option<Duration>) -> Duration {
+    let config = &client.inner.config;
+    lease.unwrap_or(config.watchdog_lease).max(config.timeout)
+}
+
 /// Sends one acquisition `request` for the object `name`, waiting for its answer at most the
-/// client's timeout (the request arms no timer of its own: [`FamilyKeys::request`]). If the
-/// caller stops waiting, or the timeout runs out, the outcome is undone once it is in, in the
-/// background (tracked, so `Client::shutdown` waits for it): a grant by `give_back`, anything
-/// else by `withdraw` (a place in a server queue the request may have taken, `queued.rs`).
-/// Only the reply tells a semaphore's fresh take, which leaves no record a withdrawal could
-/// find: a reply given up on would leave its permits out for good. The background waits for
-/// it as long as the watchdog lease (at least the timeout), then withdraws. The request comes
-/// boxed, and the withdrawal is made only when needed: both would otherwise be copied through
-/// every attempt's future (a read lock's was 6.8 KB).
+/// client's timeout (the request itself waits up to its [`patience`]). If the caller stops
+/// waiting, or the timeout runs out, the outcome is undone once it is in, in the background
+/// (tracked, so `Client::shutdown` waits for it): a grant by `give_back`, anything else by
+/// `withdraw` (a place in a server queue the request may have taken, `queued.rs`). Only the
+/// reply tells a semaphore's fresh take, which leaves no record a withdrawal could find: a
+/// reply given up on would leave its permits out for good. The request comes boxed, and the
+/// withdrawal is made only when needed: both would otherwise be copied through every
+/// attempt's future (a read lock's was 6.8 KB).
 pub(crate) async fn ask<G, GF, R, W, WF>(
     client: &Client,
     name: &Arc<str>,
@@ -190,16 +198,8 @@ where
             _ => withdraw().await,
         }
     };
-    let config = &client.inner.config;
-    let (timeout, sent) = (config.timeout, tokio::time::Instant::now());
-    let call = FinishOnDrop::pinned(request, abandoned)
-        .tracked(&client.inner.background)
-        .expiring(sent, config.watchdog_lease.max(timeout), |patience| {
-            Err(Error::Timeout {
-                operation: "acquire",
-                timeout: patience,
-            })
-        });
+    let timeout = client.inner.config.timeout;
+    let call = FinishOnDrop::pinned(request, abandoned).tracked(&client.inner.background);
     match tokio::time::timeout(timeout, call).await {
         Ok(taken) => taken,
         Err(_) => Err(Error::Timeout {

@@ -286,9 +286,13 @@ impl PermitSemaphore {
         self.client.inner.check_open()?;
         let (this, request_id, terms) = (self.clone(), id.clone(), terms.clone());
         let request = async move {
+            let patience = super::patience(&this.client, Some(lease.duration()));
             let lease = itoa::Buffer::new().format(lease.ms()).to_owned();
             let args = ["acquire", &request_id, &lease, &terms[0], &terms[1]];
-            let reply = this.keys.request(&this.client, &SCRIPT, &args).await?;
+            let send = this
+                .keys
+                .send_acquisition(&this.client, &SCRIPT, &args, patience);
+            let reply = send.await?;
             Ok(reply.taken())
         };
         let (this, permit) = (self.clone(), id.clone());

@@ -208,8 +208,9 @@ impl Semaphore {
     ///
     /// # Cancel safety
     /// Cancel-safe: dropped while waiting, it leaves nothing; dropped while its request is on
-    /// the wire, the request's outcome is awaited in the background and permits it took are
-    /// released.
+    /// the wire (or answered after the client's timeout), the request's outcome is awaited in
+    /// the background and permits it took are released. A reply that comes later than the
+    /// watchdog lease is not awaited: permits it took stay out.
     pub async fn acquire(&self) -> Result<()> {
         self.acquire_with(LockOptions::new()).await
     }
@@ -304,7 +305,11 @@ impl Semaphore {
         let request = async move {
             let n = itoa::Buffer::new().format(permits).to_owned();
             let args = ["acquire", &n, &who, &terms[0], &terms[1]];
-            let taken = this.keys.request(&this.client, &SCRIPT, &args).await?;
+            let patience = super::patience(&this.client, None);
+            let send = this
+                .keys
+                .send_acquisition(&this.client, &SCRIPT, &args, patience);
+            let taken = send.await?;
             Ok(match taken.flag()? {
                 true => Taken::Granted,
                 false => Taken::Refused(None),

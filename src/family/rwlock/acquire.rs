@@ -147,6 +147,7 @@ impl ReadWriteLock {
         self.client.inner.check_open()?;
         let (lock, request_field, request_waiter) = (self.clone(), field.clone(), waiter.clone());
         let terms = terms.clone();
+        let patience = crate::family::patience(&self.client, Some(lease.duration()));
         let request = async move {
             let lease = lease.ms().to_string();
             let args = [
@@ -158,11 +159,10 @@ impl ReadWriteLock {
                 &request_waiter,
                 "",
             ];
-            Ok(lock
+            let send = lock
                 .keys
-                .request(&lock.client, &SCRIPT, &args)
-                .await?
-                .taken())
+                .send_acquisition(&lock.client, &SCRIPT, &args, patience);
+            Ok(send.await?.taken())
         };
         let (lock, field) = (self.clone(), field.clone());
         let (this, waiter, owner) = (self.clone(), waiter.clone(), field.clone());

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::{FromRedisValue, Script, Value};
@@ -13,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::node::batch::Batcher;
 use crate::node::lock_calls::entry_error;
 use crate::node::shape::{Conn, sharded};
-use crate::node::{Node, UNBOUNDED, evalsha};
+use crate::node::{Node, evalsha};
 
 /// A family script, in the variants for one server and for a cluster, each alone and as a
 /// batch, each made on first use.
@@ -113,11 +114,18 @@ pub(in crate::node) struct FamilyEntry {
 
 /// Each family script's batcher on one node, made on its first coalesced call.
 #[derive(Default)]
-pub(in crate::node) struct FamilyBatches(Mutex<HashMap<&'static str, Arc<Batcher<FamilyEntry>>>>);
+pub(in crate::node) struct FamilyBatches(Mutex<HashMap<BatchesOf, Arc<Batcher<FamilyEntry>>>>);
+
+/// A script, and whether its batcher carries acquisition requests ([`FamilyBatches::of`]).
+type BatchesOf = (&'static str, bool);
 
 impl FamilyBatches {
-    fn of(&self, script: &'static FamilyScript) -> Arc<Batcher<FamilyEntry>> {
-        self.0.lock().entry(script.name).or_default().clone()
+    /// The batcher of `script`'s acquisition requests (`requests`), or of its other calls:
+    /// apart, since a batch waits as long as its most patient entry (`Batcher::call`), and a
+    /// release must not be sent on long after its caller gave up on it.
+    fn of(&self, script: &'static FamilyScript, requests: bool) -> Arc<Batcher<FamilyEntry>> {
+        let mut batchers = self.0.lock();
+        batchers.entry((script.name, requests)).or_default().clone()
     }
 }
 
@@ -133,21 +141,25 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
-        self.family_call_within(script, keys, args, self.timeout)
+        let limit = self.timeout;
+        self.family_call_within(script, keys, args, limit, false)
             .await
     }
 
-    /// [`family_call`](Self::family_call) for an acquisition request, which arms no timer of
-    /// its own: its caller bounds the wait and, should it stop waiting, keeps the request
-    /// waiting for its reply in the background (`family::ask`), since only the reply tells
-    /// what the request took.
+    /// [`family_call`](Self::family_call) for an acquisition request, which waits for its
+    /// reply up to `patience` (at least the node's timeout): its caller waits the timeout
+    /// and, should it stop waiting, lets the request finish in the background
+    /// (`family::ask`), since only the reply tells what the request took.
     pub(crate) async fn family_request<T: FromRedisValue>(
         &self,
         script: &'static FamilyScript,
         keys: &[&str],
         args: &[&str],
+        patience: Duration,
     ) -> Result<T> {
-        self.family_call_within(script, keys, args, UNBOUNDED).await
+        let limit = patience.max(self.timeout);
+        self.family_call_within(script, keys, args, limit, true)
+            .await
     }
 
     async fn family_call_within<T: FromRedisValue>(
@@ -155,7 +167,8 @@ impl Node {
         script: &'static FamilyScript,
         keys: &[&str],
         args: &[&str],
-        limit: std::time::Duration,
+        limit: Duration,
+        request: bool,
     ) -> Result<T> {
         let cluster = matches!(self.conn, Conn::Cluster(_));
         let key = keys.first().copied().unwrap_or("");
@@ -180,7 +193,7 @@ impl Node {
         }
         if !alone {
             let entry = entry();
-            let batcher = self.batches.family.of(script);
+            let batcher = self.batches.family.of(script, request);
             // Made for a batch's first entry only (a node's clone allocates).
             let sender = || {
                 let node = self.clone();
@@ -213,7 +226,7 @@ impl Node {
         &self,
         script: &'static FamilyScript,
         batch: Vec<FamilyEntry>,
-        limit: std::time::Duration,
+        limit: Duration,
     ) -> Vec<Result<Value>> {
         let cluster = matches!(self.conn, Conn::Cluster(_));
         let script_variant = script.get(cluster, true);
