@@ -144,7 +144,7 @@ impl LocalQueues {
         }
         let queue = self.map.get(key)?;
         // A head that stops waiting withdraws its offer (`Offered`'s Drop); one that stopped
-        // just after this take is answered in vain, and the releaser gives its grant back.
+        // just after this take leaves the answer to a give-back that waits for it.
         let mut offer = queue.offer.lock();
         match &*offer {
             Some(waiting) if *waiting.successor.field != *releasing => offer.take(),
@@ -171,7 +171,8 @@ impl Ticket<'_> {
     }
 
     /// Leaves the head's offer to take the lock over (replacing none: one head, one offer).
-    /// `give_back` runs if the lock is handed over after the waiter stopped waiting.
+    /// `give_back` takes over the answer if the waiter stops waiting after a release took the
+    /// offer, and gives back the lock it may bring.
     pub(crate) fn offer(&self, successor: Successor, give_back: GiveBack) -> Offered {
         let (tx, rx) = oneshot::channel();
         *self.queue.offer.lock() = Some(Offer {
@@ -242,8 +243,8 @@ impl Drop for Offered {
             return;
         }
         // Taken by a release, whose answer is here or on its way and may be the lock: the
-        // give-back takes it over. (Without a runtime to wait on, it drops it: the releaser
-        // then finds us gone and gives the lock back itself.)
+        // give-back takes it over. (Once the client's runtime has ended, nothing can run it:
+        // the lease frees the lock.)
         if let Some(give_back) = self.give_back.take() {
             let (_, closed) = oneshot::channel();
             give_back(std::mem::replace(&mut self.reply, closed));
@@ -260,5 +261,34 @@ impl Drop for Ticket<'_> {
         if gone.is_some() {
             self.local_queues.queues.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A release takes the waiting head's offer, unless the head waits as the releasing owner
+    /// itself (tasks sharing an `Owner`): that offer stays for the head's next look.
+    #[test]
+    fn a_release_never_takes_its_own_owners_offer() {
+        let queues = LocalQueues::default();
+        let key: Arc<str> = "lock".into();
+        let ticket = queues.join(&key);
+        let successor = Successor {
+            field: "client:owner".into(),
+            lease_ms: 1_000,
+            fenced: false,
+        };
+        let _offered = ticket.offer(successor, Box::new(|_| {}));
+        assert!(queues.take_offer(&key, "client:owner").is_none());
+        let Some(offer) = queues.take_offer(&key, "client:other") else {
+            panic!("another owner's release takes the offer");
+        };
+        assert_eq!(&*offer.successor.field, "client:owner");
+        assert!(
+            queues.take_offer(&key, "client:other").is_none(),
+            "taken once"
+        );
     }
 }

@@ -867,3 +867,16 @@ fn every_copy_of_the_scripts_concatenates_the_clients_order() {
         assert_eq!(measured, sent, "{cost_start}");
     }
 }
+
+/// A release never hands the lock from a field to itself (tasks sharing an owner): it frees
+/// the lock and answers a plain release. Handing over wrote the successor's count and then
+/// deleted the releasing field, the same one: the key was gone while the reply said "handed".
+#[test]
+fn a_release_never_hands_the_lock_to_its_own_field() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    acquire_as(&mut conn, "a:1");
+    assert_eq!(release_as(&mut conn, "a:1", 1, 1, "-", Some("a:1")), 0);
+    assert_eq!(count_of(&mut conn, "a:1"), None);
+    assert!(!support::exists(&server, HASH));
+}
