@@ -5,15 +5,20 @@
 use crate::config::Counts;
 use crate::runner::Runner;
 
+/// The workloads `wants` selects (by their first word, as `--only` names them).
 #[cfg(feature = "redlease")]
-pub async fn family(r: &mut Runner, c: &Counts) {
+pub async fn family(r: &mut Runner, c: &Counts, wants: impl Fn(&str) -> bool) {
     use crate::workloads::family::{self, Kind};
     let url = r.url(0);
     let (t2, r2) = (c.w2_tasks, c.w2_rounds);
-    for (name, kind) in [
-        ("redlease Lock", Kind::Lock),
-        ("redlease FairLock", Kind::Fair),
-    ] {
+    let f1: &[_] = match wants("F1") {
+        true => &[
+            ("redlease Lock", Kind::Lock),
+            ("redlease FairLock", Kind::Fair),
+        ],
+        false => &[],
+    };
+    for &(name, kind) in f1 {
         r.measure(F1, name, |_| {
             let url = url.clone();
             async move { family::fair(&url, kind, 2, t2, r2).await }
@@ -21,21 +26,29 @@ pub async fn family(r: &mut Runner, c: &Counts) {
         .await;
     }
     let (t3, r3) = (c.w3_tasks, (c.w3_rounds / 5).max(1));
-    r.measure(F2, "redlease ReadWriteLock", |_| {
-        let url = url.clone();
-        async move { family::read_mostly(&url, t3, r3).await }
-    })
-    .await;
-    r.measure(F3, "redlease Semaphore(8)", |_| {
-        let url = url.clone();
-        async move { family::semaphore(&url, t3, r3).await }
-    })
-    .await;
-    for (name, kind) in [
-        ("redlease Lock", Kind::Lock),
-        ("redlease write lock", Kind::Write),
-        ("redlease Semaphore(1)", Kind::Semaphore1),
-    ] {
+    if wants("F2") {
+        r.measure(F2, "redlease ReadWriteLock", |_| {
+            let url = url.clone();
+            async move { family::read_mostly(&url, t3, r3).await }
+        })
+        .await;
+    }
+    if wants("F3") {
+        r.measure(F3, "redlease Semaphore(8)", |_| {
+            let url = url.clone();
+            async move { family::semaphore(&url, t3, r3).await }
+        })
+        .await;
+    }
+    let f4: &[_] = match wants("F4") {
+        true => &[
+            ("redlease Lock", Kind::Lock),
+            ("redlease write lock", Kind::Write),
+            ("redlease Semaphore(1)", Kind::Semaphore1),
+        ],
+        false => &[],
+    };
+    for &(name, kind) in f4 {
         r.measure(F4, name, |_| {
             let url = url.clone();
             async move { family::fair(&url, kind, 1, t2, r2).await }
@@ -45,7 +58,7 @@ pub async fn family(r: &mut Runner, c: &Counts) {
 }
 
 #[cfg(not(feature = "redlease"))]
-pub async fn family(r: &mut Runner, _: &Counts) {
+pub async fn family(r: &mut Runner, _: &Counts, _: impl Fn(&str) -> bool) {
     for w in [F1, F2, F3, F4] {
         r.not_applicable(w, "redlease", "bench built without the `redlease` feature");
     }

@@ -322,7 +322,7 @@ async fn run(
         runner.run_queued().await;
     }
     if ["F1", "F2", "F3", "F4"].iter().any(|f| cfg.wants(f)) {
-        family_suite::family(&mut runner, c).await;
+        family_suite::family(&mut runner, c, |w| cfg.wants(w)).await;
         runner.run_queued().await;
     }
     if ["E1", "E2"].iter().any(|e| cfg.wants(e)) {
