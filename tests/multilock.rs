@@ -489,3 +489,37 @@ async fn a_multilock_and_a_lock_of_one_task_at_once_are_not_both_admitted() {
     }
     assert!(all_free(&server, &names));
 }
+
+/// A MultiLock acquisition given up while its request waits behind a paused server: the grant
+/// that comes later is given back in the background, and the owner's next attempt waits for
+/// that. Before, it reached the server first and met the grant as the owner's own hold: on a
+/// non-reentrant member, `WouldDeadlock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_after_an_abandoned_one_waits_for_its_undo() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let names = unique_names("abandoned-multi", 2);
+    let members = names
+        .iter()
+        .map(|n| client.lock(n).unwrap().reentrant(false))
+        .collect();
+    let multi = MultiLock::new(members).unwrap();
+    // Once first, so the client has all it learns on a first acquisition (scripts, replicas).
+    multi.lock().await.unwrap().unlock().await.unwrap();
+    server.client_pause(300, true);
+    let abandoned = tokio::time::timeout(Duration::from_millis(50), multi.lock()).await;
+    assert!(
+        abandoned.is_err(),
+        "the first attempt waits behind the pause"
+    );
+    let guard = tokio::time::timeout(Duration::from_secs(5), multi.try_lock())
+        .await
+        .expect("the second attempt returns")
+        .expect("no error (WouldDeadlock before)")
+        .expect("the locks are free once the abandoned grant is given back");
+    for name in &names {
+        assert_eq!(support::owners(&server, &key_of(name)), 1);
+    }
+    guard.unlock().await.unwrap();
+    assert!(all_free(&server, &names));
+}

@@ -303,3 +303,40 @@ async fn holder_paused_past_its_validity_stays_lost() {
         .await
         .unwrap();
 }
+
+/// A node frozen while its release of our last guard is still on its way: our next round
+/// costs that node its timeout, not the freeze. The release counts as the owner's operation in
+/// flight there, and the round waited for it, past the node timeout, with the other nodes
+/// held to no purpose (a short lease then ran out before the round ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_frozen_during_our_release_costs_the_next_round_its_timeout() {
+    let servers = support::start_many(3);
+    let name = unique_name("frozen-release");
+    let redlock = support::redlock(&servers, &name)
+        .await
+        .node_timeout(Duration::from_millis(50));
+    let lease = LockOptions::new().lease(Duration::from_secs(2));
+    let guard = redlock.lock_with(lease).await.unwrap();
+    servers[0].pause();
+    guard.unlock().await.unwrap();
+    let resume = {
+        let pid = servers[0].pid();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        })
+    };
+    let started = Instant::now();
+    let again = redlock.try_lock_with(lease).await;
+    let took = started.elapsed();
+    let again = again.unwrap().expect("two of three nodes are free");
+    assert!(
+        took < Duration::from_millis(1000),
+        "the round took {took:?}, waiting for the frozen node"
+    );
+    assert_eq!(again.held_nodes(), 2);
+    again.unlock().await.unwrap();
+    resume.join().unwrap();
+}

@@ -21,7 +21,7 @@ use crate::scripts::Acquire;
 use crate::shared::{Client, Inner};
 use crate::task::FinishOnDrop;
 use crate::terms::Lease;
-use crate::turns::{Acquiring, Turn};
+use crate::turns::{Acquiring, Releasing, Turn};
 
 /// What one attempt on one member came to.
 pub(crate) enum Outcome {
@@ -58,7 +58,8 @@ struct Planned {
 }
 
 /// One acquisition attempt on every lock of `batch`, all of which belong to `client`, in one
-/// round trip. `limit` bounds the wait for the reply (the client's own timeout applies too).
+/// round trip. `limit` bounds the wait for the owners' turns and the reply (the client's own
+/// timeout applies too).
 /// One outcome per lock, in order. A refused member leaves nothing on the server: members
 /// of a MultiLock that wait do so in their locks' queues, one after another (`multilock/`).
 ///
@@ -76,16 +77,29 @@ pub(crate) async fn attempt_batch(
         return failed(e);
     }
     let plan = plan_batch(&client.inner, batch);
+    let timed_out = || batch.iter().map(|_| Outcome::TimedOut).collect();
+    // `limit` bounds the wait for the owners' turns too: an earlier operation of theirs may
+    // be waiting for a frozen server (`turns.rs`).
+    let deadline = limit.map(|limit| tokio::time::Instant::now() + limit);
+    let turns = wait_for_turns(&client.inner, batch, &plan);
+    let turns = match deadline {
+        Some(deadline) => match tokio::time::timeout_at(deadline, turns).await {
+            Ok(turns) => turns,
+            Err(_) => return timed_out(),
+        },
+        None => turns.await,
+    };
     // Both held until the grants are registered.
-    let (_acquiring, _turns) = match wait_for_turns(&client.inner, batch, &plan).await {
+    let (_acquiring, _turns) = match turns {
         Ok(turns) => turns,
         Err(e) => return failed(e),
     };
     let started = Instant::now();
+    let limit = deadline.map(|deadline| deadline - tokio::time::Instant::now().min(deadline));
     match send_batch(client, &plan, limit).await {
         Some(Ok(replies)) => register_grants(batch, &plan, replies, started),
         Some(Err(e)) => failed(duplicate(&e)),
-        None => batch.iter().map(|_| Outcome::TimedOut).collect(),
+        None => timed_out(),
     }
 }
 
@@ -173,7 +187,16 @@ async fn send_batch(
             undo_batch(&client, &plan, &outcome).await;
         }
     };
-    let call = FinishOnDrop::new(request, cleanup).tracked(&client.inner.background);
+    // Finished in the background, the request and its undo count as an operation in flight
+    // of each member's owner from the moment the caller stops waiting (`turns.rs`): the
+    // owner's next acquisition must not reach a server between a grant and its undo.
+    let abandoned = {
+        let (client, plan) = (client.clone(), plan.clone());
+        move || in_flight(&client, &plan)
+    };
+    let call = FinishOnDrop::new(request, cleanup)
+        .tracked(&client.inner.background)
+        .keeping_while_abandoned(abandoned);
     let reply = match limit {
         None => call.await,
         Some(limit) => tokio::time::timeout(limit, call).await.ok()?,
@@ -183,11 +206,23 @@ async fn send_batch(
         && plan.iter().any(|p| p.fresh)
     {
         let (client, plan) = (client.clone(), plan.clone());
-        // Tracked like every other give-back, so `Client::shutdown` waits for it.
+        // Tracked like every other give-back, so `Client::shutdown` waits for it; in flight
+        // for the owners from now, as above.
+        let releasing = in_flight(&client, &plan);
         let background = client.inner.background.clone();
-        background.spawn(async move { undo_unanswered(&client, &plan).await });
+        background.spawn(async move {
+            undo_unanswered(&client, &plan).await;
+            drop(releasing);
+        });
     }
     Some(reply)
+}
+
+/// Registers an operation in flight for the owner of each lock of `plan` (`turns.rs`), until
+/// what this returns is dropped.
+fn in_flight(client: &Client, plan: &[Planned]) -> Vec<Releasing> {
+    let turns = &client.inner.turns;
+    plan.iter().map(|p| turns.start_release(&p.key)).collect()
 }
 
 /// Each member's outcome from its reply: a grant becomes a guard, registered at once.
