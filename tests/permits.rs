@@ -184,3 +184,47 @@ async fn cancelled_acquisitions_leave_nothing() {
         semaphore.available().await.unwrap()
     );
 }
+
+/// A permit granted while the client shuts down: the shutdown's drain has passed and will not
+/// give it back, so the acquisition gives it back itself and answers `Shutdown`. Before, it
+/// answered a permit nobody renewed or released, out until its lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_granted_during_shutdown_is_given_back() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let semaphore = client
+        .permit_semaphore(&unique_name("shutdown-grant"))
+        .unwrap();
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    // Once first, so the client has learnt what a first acquisition learns.
+    semaphore.acquire().await.unwrap().release().await.unwrap();
+    server.pause();
+    let acquiring = {
+        let semaphore = semaphore.clone();
+        tokio::spawn(async move { semaphore.acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let shutdown = {
+        let client = client.clone();
+        tokio::spawn(async move { client.shutdown().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.resume();
+    let acquired = tokio::time::timeout(Duration::from_secs(10), acquiring)
+        .await
+        .expect("the acquisition returns")
+        .unwrap();
+    assert!(
+        matches!(&acquired, Err(e) if e.is_shutdown()),
+        "granted during shutdown: {:?}",
+        acquired.as_ref().map(|_| "a permit")
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(10), shutdown).await;
+    let other = support::client(&server).await;
+    let available = other.permit_semaphore(semaphore.name()).unwrap();
+    assert_eq!(
+        available.available().await.unwrap(),
+        1,
+        "the permit is back"
+    );
+}

@@ -170,9 +170,10 @@ pub(crate) fn patience(client: &Client, lease: Option<Duration>) -> Duration {
 /// (tracked, so `Client::shutdown` waits for it): a grant by `give_back`, anything else by
 /// `withdraw` (a place in a server queue the request may have taken, `queued.rs`). Only the
 /// reply tells a semaphore's fresh take, which leaves no record a withdrawal could find: a
-/// reply given up on would leave its permits out for good. The request comes boxed, and the
-/// withdrawal is made only when needed: both would otherwise be copied through every
-/// attempt's future (a read lock's was 6.8 KB).
+/// reply given up on would leave its permits out for good. A grant that comes while the
+/// client shuts down is given back, and the answer is [`Error::Shutdown`]. The request comes
+/// boxed, and the withdrawal is made only when needed: both would otherwise be copied through
+/// every attempt's future (a read lock's was 6.8 KB).
 pub(crate) async fn ask<G, GF, R, W, WF>(
     client: &Client,
     name: &Arc<str>,
@@ -181,12 +182,12 @@ pub(crate) async fn ask<G, GF, R, W, WF>(
     withdraw: W,
 ) -> Result<Taken>
 where
-    G: FnOnce() -> GF + Send + 'static,
+    G: FnOnce() -> GF + Clone + Send + 'static,
     GF: Future<Output = Result<R>> + Send,
     W: FnOnce() -> WF + Send + 'static,
     WF: Future<Output = ()> + Send,
 {
-    let name = name.clone();
+    let (late, name) = (give_back.clone(), name.clone());
     let abandoned = move |taken: Result<Taken>| async move {
         match taken {
             Ok(Taken::Granted) => {
@@ -200,11 +201,22 @@ where
     };
     let timeout = client.inner.config.timeout;
     let call = FinishOnDrop::pinned(request, abandoned).tracked(&client.inner.background);
-    match tokio::time::timeout(timeout, call).await {
+    let taken = match tokio::time::timeout(timeout, call).await {
         Ok(taken) => taken,
         Err(_) => Err(Error::Timeout {
             operation: "acquire",
             timeout,
         }),
+    };
+    if let Ok(Taken::Granted) = taken
+        && client.inner.check_open().is_err()
+    {
+        // Granted while the client shuts down: its drain may have passed, and would not give
+        // this hold back (nor would anybody renew it). As the `Lock` does (`lock/grant.rs`).
+        if let Err(e) = late().await {
+            tracing::warn!(error = %e, "could not give back a grant made during shutdown");
+        }
+        return Err(Error::Shutdown);
     }
+    taken
 }
