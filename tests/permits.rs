@@ -208,7 +208,18 @@ async fn a_permit_granted_during_shutdown_is_given_back() {
         let client = client.clone();
         tokio::spawn(async move { client.shutdown().await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Resumed once the shutdown has begun (new acquisitions are refused).
+    let mut begun = false;
+    for _ in 0..500 {
+        // Answers at once when shut down; nothing to renew otherwise.
+        let probe = tokio::time::timeout(Duration::from_millis(20), client.renew_now()).await;
+        if matches!(&probe, Ok(Err(e)) if e.is_shutdown()) {
+            begun = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(begun, "the shutdown began");
     server.resume();
     let acquired = tokio::time::timeout(Duration::from_secs(10), acquiring)
         .await

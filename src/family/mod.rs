@@ -156,12 +156,17 @@ debug_by_name!(
 );
 
 /// How long an acquisition request waits for its reply (`FamilyKeys::send_acquisition`): as
-/// long as what it asks for could live, `lease` (a semaphore's permits have none: the watchdog
-/// lease), and at least the client's timeout. A grant seen in a reply later than that has
-/// ended by itself; a semaphore's permits taken then stay out.
+/// long as what it asks for would live, `lease` (a semaphore's permits have none: the watchdog
+/// lease), at least the client's timeout, and below a year (a timer is always armed). A reply
+/// later than that is not awaited: what it took is not given back (a hold lasts its lease, a
+/// semaphore's permits stay out).
 pub(crate) fn patience(client: &Client, lease: Option<Duration>) -> Duration {
     let config = &client.inner.config;
-    lease.unwrap_or(config.watchdog_lease).max(config.timeout)
+    let longest = crate::config::MAX_DURATION - Duration::from_secs(1);
+    lease
+        .unwrap_or(config.watchdog_lease)
+        .max(config.timeout)
+        .min(longest)
 }
 
 /// Sends one acquisition `request` for the object `name`, waiting for its answer at most the
@@ -212,10 +217,15 @@ where
         && client.inner.check_open().is_err()
     {
         // Granted while the client shuts down: its drain may have passed, and would not give
-        // this hold back (nor would anybody renew it). As the `Lock` does (`lock/grant.rs`).
-        if let Err(e) = late().await {
-            tracing::warn!(error = %e, "could not give back a grant made during shutdown");
-        }
+        // this hold back (nor would anybody renew it). As the `Lock` does (`lock/grant.rs`);
+        // finished in the background should the caller stop waiting.
+        let give_back = async move {
+            if let Err(e) = late().await {
+                tracing::warn!(error = %e, "could not give back a grant made during shutdown");
+            }
+        };
+        let give_back = FinishOnDrop::new(give_back, |()| async {});
+        give_back.tracked(&client.inner.background).await;
         return Err(Error::Shutdown);
     }
     taken

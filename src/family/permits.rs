@@ -187,7 +187,8 @@ impl PermitSemaphore {
         ///
         /// # Cancel safety
         /// Cancel-safe: dropped while waiting it leaves nothing; dropped while its request is on the
-        /// wire, a permit granted meanwhile is released in the background.
+        /// wire (or answered after the client's timeout), a permit granted meanwhile is released
+        /// in the background, if the reply comes within the permit's lease.
     );
 
     /// Takes a permit on `options`' terms: wait at most `wait`, and hold it at most `lease`

@@ -310,7 +310,8 @@ macro_rules! side_methods {
                 /// # Cancel safety
                 /// Cancel-safe: dropped while waiting it leaves nothing (its place in the queue is
                 /// withdrawn, and a grant it has not claimed goes to the next waiter); dropped while
-                /// its request is on the wire, a grant that arrives is given back in the background.
+                /// its request is on the wire (or answered after the client's timeout), a grant that
+                /// arrives within the hold's lease is given back in the background.
             );
 
             #[doc = concat!("Takes the ", $what, " lock on `options`' terms: wait at most `wait`, hold at most `lease` (no renewal); `None` when the wait ran out (a zero wait: when it is not free for this owner now).")]

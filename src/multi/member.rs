@@ -96,6 +96,10 @@ pub(crate) async fn attempt_batch(
     };
     let started = Instant::now();
     let limit = deadline.map(|deadline| deadline - tokio::time::Instant::now().min(deadline));
+    if limit == Some(Duration::ZERO) {
+        // Spent on the turns: nothing is sent (it would only be undone).
+        return timed_out();
+    }
     match send_batch(client, &plan, limit).await {
         Some(Ok(replies)) => register_grants(batch, &plan, replies, started),
         Some(Err(e)) => failed(duplicate(&e)),
