@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
@@ -82,12 +83,15 @@ pub(crate) async fn attempt_batch(
     // be waiting for a frozen server (`turns.rs`).
     let deadline = limit.map(|limit| tokio::time::Instant::now() + limit);
     let turns = wait_for_turns(&client.inner, batch, &plan);
-    let turns = match deadline {
-        Some(deadline) => match tokio::time::timeout_at(deadline, turns).await {
+    tokio::pin!(turns);
+    // Most turns are free at once: no timer then.
+    let turns = match ((&mut turns).now_or_never(), deadline) {
+        (Some(turns), _) => turns,
+        (None, Some(deadline)) => match tokio::time::timeout_at(deadline, turns).await {
             Ok(turns) => turns,
             Err(_) => return timed_out(),
         },
-        None => turns.await,
+        (None, None) => turns.await,
     };
     // Both held until the grants are registered.
     let (_acquiring, _turns) = match turns {
