@@ -11,17 +11,21 @@ pub async fn family(r: &mut Runner, c: &Counts, wants: impl Fn(&str) -> bool) {
     use crate::workloads::family::{self, Kind};
     let url = r.url(0);
     let (t2, r2) = (c.w2_tasks, c.w2_rounds);
-    let f1: &[_] = match wants("F1") {
-        true => &[
-            ("redlease Lock", Kind::Lock),
-            ("redlease FairLock", Kind::Fair),
-        ],
-        false => &[],
-    };
-    for &(name, kind) in f1 {
-        r.measure(F1, name, |_| {
+    // F1 and F4: W2's shape over `clients` clients.
+    let exclusive = [
+        (F1, 2, "redlease Lock", Kind::Lock),
+        (F1, 2, "redlease FairLock", Kind::Fair),
+        (F4, 1, "redlease Lock", Kind::Lock),
+        (F4, 1, "redlease write lock", Kind::Write),
+        (F4, 1, "redlease Semaphore(1)", Kind::Semaphore1),
+    ];
+    for (workload, clients, name, kind) in exclusive {
+        if !wants(&workload[..2]) {
+            continue;
+        }
+        r.measure(workload, name, |_| {
             let url = url.clone();
-            async move { family::fair(&url, kind, 2, t2, r2).await }
+            async move { family::fair(&url, kind, clients, t2, r2).await }
         })
         .await;
     }
@@ -37,21 +41,6 @@ pub async fn family(r: &mut Runner, c: &Counts, wants: impl Fn(&str) -> bool) {
         r.measure(F3, "redlease Semaphore(8)", |_| {
             let url = url.clone();
             async move { family::semaphore(&url, t3, r3).await }
-        })
-        .await;
-    }
-    let f4: &[_] = match wants("F4") {
-        true => &[
-            ("redlease Lock", Kind::Lock),
-            ("redlease write lock", Kind::Write),
-            ("redlease Semaphore(1)", Kind::Semaphore1),
-        ],
-        false => &[],
-    };
-    for &(name, kind) in f4 {
-        r.measure(F4, name, |_| {
-            let url = url.clone();
-            async move { family::fair(&url, kind, 1, t2, r2).await }
         })
         .await;
     }

@@ -91,17 +91,19 @@ impl FamilyKeys {
         client.inner.node.family_call(script, &keys, args).await
     }
 
-    /// [`send`](Self::send) for an acquisition request, which waits for its reply up to
-    /// `patience` ([`patience`]): [`ask`] waits the client's timeout for it, and lets it
-    /// finish in the background should it stop waiting (see `Node::family_request`).
+    /// [`send`](Self::send) for an acquisition request of a hold of `lease` (`None`: a
+    /// semaphore's permits), which waits for its reply up to its [`patience`]: [`ask`] waits
+    /// the client's timeout for it, and lets it finish in the background should it stop
+    /// waiting (see `Node::family_request`).
     pub(crate) async fn send_acquisition(
         &self,
         client: &Client,
         script: &'static FamilyScript,
         args: &[&str],
-        patience: Duration,
+        lease: Option<Duration>,
     ) -> Result<Reply> {
         let keys = [&*self.key, &*self.channel];
+        let patience = patience(client, lease);
         let node = &client.inner.node;
         let n = node.family_request(script, &keys, args, patience).await?;
         Ok(Reply::new(script.name, n))
@@ -160,7 +162,7 @@ debug_by_name!(
 /// lease), at least the client's timeout, and below a year (a timer is always armed). A reply
 /// later than that is not awaited: what it took is not given back (a hold lasts its lease, a
 /// semaphore's permits stay out).
-pub(crate) fn patience(client: &Client, lease: Option<Duration>) -> Duration {
+fn patience(client: &Client, lease: Option<Duration>) -> Duration {
     let config = &client.inner.config;
     let longest = crate::config::MAX_DURATION - Duration::from_secs(1);
     lease

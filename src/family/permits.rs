@@ -287,12 +287,12 @@ impl PermitSemaphore {
         self.client.inner.check_open()?;
         let (this, request_id, terms) = (self.clone(), id.clone(), terms.clone());
         let request = async move {
-            let patience = super::patience(&this.client, Some(lease.duration()));
+            let duration = Some(lease.duration());
             let lease = itoa::Buffer::new().format(lease.ms()).to_owned();
             let args = ["acquire", &request_id, &lease, &terms[0], &terms[1]];
             let send = this
                 .keys
-                .send_acquisition(&this.client, &SCRIPT, &args, patience);
+                .send_acquisition(&this.client, &SCRIPT, &args, duration);
             let reply = send.await?;
             Ok(reply.taken())
         };

@@ -305,10 +305,9 @@ impl Semaphore {
         let request = async move {
             let n = itoa::Buffer::new().format(permits).to_owned();
             let args = ["acquire", &n, &who, &terms[0], &terms[1]];
-            let patience = super::patience(&this.client, None);
             let send = this
                 .keys
-                .send_acquisition(&this.client, &SCRIPT, &args, patience);
+                .send_acquisition(&this.client, &SCRIPT, &args, None);
             let taken = send.await?;
             Ok(match taken.flag()? {
                 true => Taken::Granted,

@@ -2,13 +2,10 @@
 //! contenders, then the wait loop (`wait.rs`) around the lock's waiter (`waiter.rs`), and the
 //! place in the server's queue withdrawn when the wait ends without the lock.
 
-use std::sync::Arc;
-
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::Hold;
 use crate::keys::HoldKey;
 use crate::local_queue::Ticket;
 use crate::owner::Owner;
@@ -88,7 +85,7 @@ async fn wait_for_grant(
     {
         return Ok(None);
     }
-    let reentered = reentered.or_else(|| held_after_turn(lock, &key, &mut ticket));
+    let reentered = reentered.or_else(|| contenders::held_after_turn(lock, &key, &mut ticket));
     // Whether to ask Redis now, or only wait for our turn to be handed the lock.
     let try_now = !contenders::skip_attempt(ticket.as_ref(), wait);
     // A lock this client waited for a moment ago: its channel still listens, so the first
@@ -145,20 +142,6 @@ async fn start(lock: &Lock, owner: Owner, key: &HoldKey) -> Result<Acquiring> {
     }
     acquiring.settled().await;
     Ok(acquiring)
-}
-
-/// After our turn in the client's queue (`ticket`): the hold of our owner if a task sharing
-/// it (`Owner`) was handed the lock meanwhile. That makes this a re-entry, which never waits
-/// for that owner's own release, so it leaves the queue.
-fn held_after_turn(
-    lock: &Lock,
-    key: &HoldKey,
-    ticket: &mut Option<Ticket<'_>>,
-) -> Option<Arc<Hold>> {
-    ticket.as_ref()?;
-    let held = lock.client.inner.holds.get(key)?;
-    *ticket = None;
-    Some(held)
 }
 
 /// This acquisition's ticket in the client's local queue for the lock, if it takes turns now:

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::hold::Grant;
+use crate::hold::Hold;
 use crate::keys::HoldKey;
 use crate::local_queue::{GiveBack, OfferAnswer, Offered, Ticket};
 use crate::node::Successor;
@@ -157,4 +158,18 @@ pub(super) async fn wait_turn(
         _ = ticket.wait_head() => Ok(true),
         _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => Ok(false),
     }
+}
+
+/// After our turn in the client's queue (`ticket`): the hold of our owner if a task sharing
+/// it (`Owner`) was handed the lock meanwhile. That makes this a re-entry, which never waits
+/// for that owner's own release, so it leaves the queue.
+pub(super) fn held_after_turn(
+    lock: &Lock,
+    key: &HoldKey,
+    ticket: &mut Option<Ticket<'_>>,
+) -> Option<Arc<Hold>> {
+    ticket.as_ref()?;
+    let held = lock.client.inner.holds.get(key)?;
+    *ticket = None;
+    Some(held)
 }

@@ -320,12 +320,9 @@ impl<'a> LockWaiter<'a> {
         if queued {
             // Our turn came after others had theirs: the lock may well be free now, or held
             // by our own owner (a task sharing it was handed the lock): a re-entry.
-            self.reentered = lock.client.inner.holds.get(key);
-            self.try_now =
-                self.reentered.is_some() || !contenders::skip_attempt(Some(joined), wait);
-            if self.reentered.is_some() {
-                self.ticket = None;
-            }
+            let skip = contenders::skip_attempt(Some(joined), wait);
+            self.reentered = contenders::held_after_turn(lock, key, &mut self.ticket);
+            self.try_now = self.reentered.is_some() || !skip;
             return Ok(Then::Attempt);
         }
         // First in line at once: another attempt right now would meet the same holder (it

@@ -147,8 +147,8 @@ impl ReadWriteLock {
         self.client.inner.check_open()?;
         let (lock, request_field, request_waiter) = (self.clone(), field.clone(), waiter.clone());
         let terms = terms.clone();
-        let patience = crate::family::patience(&self.client, Some(lease.duration()));
         let request = async move {
+            let duration = Some(lease.duration());
             let lease = lease.ms().to_string();
             let args = [
                 op,
@@ -159,9 +159,7 @@ impl ReadWriteLock {
                 &request_waiter,
                 "",
             ];
-            let send = lock
-                .keys
-                .send_acquisition(&lock.client, &SCRIPT, &args, patience);
+            let send = (lock.keys).send_acquisition(&lock.client, &SCRIPT, &args, duration);
             Ok(send.await?.taken())
         };
         let (lock, field) = (self.clone(), field.clone());

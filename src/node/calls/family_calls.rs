@@ -147,7 +147,7 @@ impl Node {
     }
 
     /// [`family_call`](Self::family_call) for an acquisition request, which waits for its
-    /// reply up to `patience` (at least the node's timeout): its caller waits the timeout
+    /// reply up to `patience`: its caller waits the timeout
     /// and, should it stop waiting, lets the request finish in the background
     /// (`family::ask`), since only the reply tells what the request took.
     pub(crate) async fn family_request<T: FromRedisValue>(
@@ -157,8 +157,7 @@ impl Node {
         args: &[&str],
         patience: Duration,
     ) -> Result<T> {
-        let limit = patience.max(self.timeout);
-        self.family_call_within(script, keys, args, limit, true)
+        self.family_call_within(script, keys, args, patience, true)
             .await
     }
 
