@@ -21,7 +21,14 @@ for i, key in ipairs(KEYS) do
             -- Derived like the channel: the marker shares the lock's hash tag, so its slot; in
             -- a slot migration it may be elsewhere already, and this lock is then not renewed
             -- here (0) rather than failing the batch.
-            local set = redis.pcall('SET', key .. ':delay', '1', 'PX', lease + delay)
+            -- Extended first, which needs no memory: a full server (`noeviction`) refuses only
+            -- a script's first write that needs memory, so a missing marker is written anew
+            -- after it, and a full server never makes a renewal read as a lost hold.
+            local marker, life = key .. ':delay', lease + delay
+            local set = redis.pcall('PEXPIRE', marker, life)
+            if set == 0 then
+                set = redis.pcall('SET', marker, '1', 'PX', life)
+            end
             ok = not (type(set) == 'table' and set.err)
         end
         if ok then

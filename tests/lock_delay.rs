@@ -299,3 +299,44 @@ async fn coalesced_attempts_are_refused_in_the_delay() {
     assert!(!exists(&server, &key_of(&name)), "nobody took the lock");
     drop(stale);
 }
+
+/// A full server under `noeviction` refuses a script's first write that needs memory. A
+/// renewal needs none (it extends the lock and its marker), so the holder of a lock with a
+/// lock-delay is renewed there rather than told a false loss, and its release frees the lock.
+#[tokio::test]
+async fn a_renewal_on_a_full_server_keeps_the_hold_and_its_marker() {
+    let server = Server::start();
+    let [client] = clients(&server).await;
+    let name = unique_name("delay-full");
+    let delay = Duration::from_millis(400);
+    let held = delayed(&client, &name, delay).lock().await.unwrap();
+    let mut conn = server.conn();
+    let set = |conn: &mut redis::Connection, name: &str, value: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(conn)
+            .unwrap();
+    };
+    set(&mut conn, "maxmemory-policy", "noeviction");
+    // Below what the server uses already: every write that needs memory is refused.
+    set(&mut conn, "maxmemory", "1");
+    let refused: redis::RedisResult<()> = redis::cmd("SET").arg("probe").arg("1").query(&mut conn);
+    let renewed = client.renew_now().await;
+    set(&mut conn, "maxmemory", "0");
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("OOM")),
+        "the server was not full"
+    );
+    let renewed = renewed.unwrap();
+    assert_eq!((renewed.locks, renewed.lost), (1, 0), "{renewed:?}");
+    assert!(!held.is_lost());
+    let ttl = pttl(&server, &marker(&name));
+    assert!(
+        ttl > 30_000 - 1_000,
+        "marker renewed to the lease plus the delay: {ttl} ms"
+    );
+    held.unlock().await.unwrap();
+    assert!(!exists(&server, &key_of(&name)));
+}

@@ -880,3 +880,78 @@ fn a_release_never_hands_the_lock_to_its_own_field() {
     assert_eq!(count_of(&mut conn, "a:1"), None);
     assert!(!support::exists(&server, HASH));
 }
+
+/// Both renewal scripts renew on a full server (`noeviction`, over `maxmemory`): a lock with a
+/// lock-delay gets its lease and its marker extended, and one whose marker went is given a new
+/// one (a script's later writes are not refused, and the per-node script declares `allow-oom`).
+#[test]
+fn a_renewal_on_a_full_server_renews_the_lock_and_its_marker() {
+    const RENEW: &str = include_str!("../lua/renew.lua");
+    const RENEW_NODE: &str = include_str!("../lua/renew_node.lua");
+    let server = Server::start();
+    let mut conn = server.conn();
+    let marker = format!("{HASH}:delay");
+    for (script, marker_kept) in [
+        (RENEW, true),
+        (RENEW, false),
+        (RENEW_NODE, true),
+        (RENEW_NODE, false),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg("0")
+            .query(&mut conn)
+            .unwrap();
+        acquire_as(&mut conn, "a:1");
+        if marker_kept {
+            let _: () = redis::cmd("SET")
+                .arg(&marker)
+                .arg("1")
+                .arg("PX")
+                .arg(1_000)
+                .query(&mut conn)
+                .unwrap();
+        }
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(HASH)
+            .arg(1_000)
+            .query(&mut conn)
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("noeviction")
+            .query(&mut conn)
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg("1")
+            .query(&mut conn)
+            .unwrap();
+        let loaded = Script::new(script);
+        let mut call = loaded.prepare_invoke();
+        if script == RENEW {
+            call.key(HASH);
+        } else {
+            call.arg(HASH);
+        }
+        let renewed: RedisResult<Vec<i64>> = call.arg("a:1").arg("30000+5000").invoke(&mut conn);
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg("0")
+            .query(&mut conn)
+            .unwrap();
+        let which = (script == RENEW, marker_kept);
+        assert_eq!(renewed.unwrap(), [1], "renewed: {which:?}");
+        assert!(pttl(&server, HASH) > 29_000, "lease extended: {which:?}");
+        assert!(
+            pttl(&server, &marker) > 34_000,
+            "marker extended: {which:?}"
+        );
+        release_as(&mut conn, "a:1", 1, 1, "-", None);
+        let _: () = redis::cmd("DEL").arg(&marker).query(&mut conn).unwrap();
+    }
+}
