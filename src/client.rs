@@ -199,7 +199,7 @@ impl Client {
         let client = &self;
         let releases = drained.locks.into_iter().map(|(hold, guards)| async move {
             let holds = hold.server_count(guards.max(1));
-            crate::release::give_back(client, &hold.keys, &hold.key.field, hold.lease_ms, holds)
+            crate::release::give_back(client, &hold.keys, &hold.key.field, hold.lease_ms(), holds)
                 .await
         });
         // The lock family's guards still alive: each is told it is lost, then released.

@@ -124,7 +124,7 @@ impl LockGuard {
     pub async fn extend(&self, lease: std::time::Duration) -> Result<()> {
         let lease_ms = crate::config::lease_ms("lease", lease)?;
         let hold = self.hold();
-        if matches!(hold.lease, crate::terms::Lease::Watchdog(_)) {
+        if matches!(hold.lease(), crate::terms::Lease::Watchdog(_)) {
             return Err(Error::InvalidArgument(format!(
                 "lock `{}` is kept by the watchdog; extend is for locks with a fixed lease",
                 hold.keys.name

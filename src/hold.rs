@@ -31,13 +31,13 @@ pub(crate) struct Hold {
     pub keys: Arc<LockKeys>,
     /// The lock's hash key and the owner's field.
     pub key: HoldKey,
-    pub lease: Lease,
-    pub lease_ms: u64,
+    /// The lease it is kept on, and the drift allowed on it: a re-entry may lengthen both
+    /// ([`Hold::reentered`]).
+    terms: Mutex<(Lease, Duration)>,
     pub token: Option<u64>,
     /// The lock's lock-delay in milliseconds (0: none), renewed with the lease: the largest of
     /// the handles this owner took it through.
     delay_ms: AtomicU64,
-    drift: Duration,
     /// Live guards of this hold. Changed only under the registry's entry lock.
     guards: AtomicU32,
     /// Server-side holds adopted from a lost predecessor of this owner that the server still
@@ -72,11 +72,9 @@ impl Hold {
         Hold {
             keys,
             key,
-            lease,
-            lease_ms: lease.ms(),
+            terms: Mutex::new((lease, drift)),
             token,
             delay_ms: AtomicU64::new(0),
-            drift,
             guards: AtomicU32::new(1),
             orphans: AtomicU32::new(0),
             validity: Validity::new(started + lease.duration().saturating_sub(drift)),
@@ -87,6 +85,32 @@ impl Hold {
             counted: AtomicBool::new(true),
             metadata: AtomicBool::new(false),
         }
+    }
+
+    /// The lease it is kept on: renewed by the watchdog, or fixed.
+    pub(crate) fn lease(&self) -> Lease {
+        self.terms.lock().0
+    }
+
+    /// Its lease in milliseconds, as the scripts take it.
+    pub(crate) fn lease_ms(&self) -> u64 {
+        self.lease().ms()
+    }
+
+    /// Takes note of a re-entry granted on `lease` (sent at `started`, `drift` allowed on it).
+    /// The server kept the later of the two expiries, and so does the hold; a re-entry under
+    /// the watchdog makes the hold renewed until its last release, on the longest lease asked
+    /// for, so no guard of it expires while another one is renewed.
+    pub(crate) fn reentered(&self, lease: Lease, started: Instant, drift: Duration) {
+        let mut terms = self.terms.lock();
+        let longest = terms.0.duration().max(lease.duration());
+        terms.0 = match (terms.0, lease) {
+            (Lease::Fixed(_), Lease::Fixed(_)) => Lease::Fixed(longest),
+            _ => Lease::Watchdog(longest),
+        };
+        terms.1 = terms.1.max(drift);
+        self.validity
+            .extend(started + lease.duration().saturating_sub(drift));
     }
 
     /// Takes note that metadata of this hold is (about to be) stored.
@@ -166,7 +190,8 @@ impl Hold {
 
     /// Records a successful renewal that was sent at `started`.
     pub(crate) fn renewed(&self, started: Instant) {
-        let until = started + self.lease.duration().saturating_sub(self.drift);
+        let (lease, drift) = *self.terms.lock();
+        let until = started + lease.duration().saturating_sub(drift);
         self.validity.extend(until);
     }
 
@@ -196,7 +221,7 @@ impl Hold {
             return true;
         }
         if self.validity.ran_out() {
-            let reason = match self.lease {
+            let reason = match self.lease() {
                 Lease::Fixed(_) => LostReason::Expired,
                 Lease::Watchdog(_) => LostReason::RenewalFailed,
             };

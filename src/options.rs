@@ -119,6 +119,11 @@ impl LockOptions {
     /// Hold the lock for `lease` at most, with no renewal: it expires by itself. Defaults to
     /// the watchdog lease, renewed while the lock is held.
     ///
+    /// A re-entry (the owner holds the lock already) on other terms never shortens the hold:
+    /// a longer fixed lease extends it, and a re-entry under the watchdog makes it renewed
+    /// until its last guard is released, so no guard of one hold expires while another one is
+    /// renewed.
+    ///
     /// A [`Semaphore`](crate::Semaphore)'s permits and a
     /// [`CountDownLatch`](crate::CountDownLatch) have no lease: they refuse one with
     /// [`Error::InvalidArgument`].

@@ -180,7 +180,7 @@ async fn release_remotely(
     let request = Request {
         keys: hold.keys.clone(),
         field: hold.key.field.clone(),
-        lease_ms: hold.lease_ms,
+        lease_ms: hold.lease_ms(),
         holds,
         latch: Latch::WhileHeld,
         delay_ms: hold.delay(),

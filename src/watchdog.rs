@@ -318,7 +318,7 @@ async fn renew_on_cluster(
 }
 
 fn renewal(hold: &Hold) -> Renewal<'_> {
-    hold.renewal(hold.lease_ms)
+    hold.renewal(hold.lease_ms())
 }
 
 /// Detaches `hold` and tells its guard it is lost: 1, or 0 when it was released meanwhile.

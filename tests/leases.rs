@@ -235,3 +235,56 @@ async fn error_kinds_have_predicates() {
     assert!(err.is_timeout() && err.is_unavailable(), "{err}");
     down.kill();
 }
+
+/// A hold re-entered on other terms lives as long as the server keeps it: a re-entry under the
+/// watchdog makes a fixed-lease hold renewed until its last release, and a re-entry with a
+/// longer fixed lease extends it (the server keeps the longer expiry). Neither guard is told a
+/// false loss, and the last release frees the key.
+#[tokio::test]
+async fn a_reentry_on_longer_terms_extends_the_hold() {
+    let server = Server::start();
+    let client = redlease::Client::builder(server.url())
+        .watchdog_lease(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
+    let short = LockOptions::new().lease(Duration::from_millis(300));
+    for (tag, longer) in [
+        ("watchdog", None),
+        ("fixed", Some(Duration::from_millis(1_500))),
+    ] {
+        let name = support::unique_name(&format!("reentry-{tag}"));
+        let lock = client.lock(&name).unwrap();
+        let first = lock.lock_with(short).await.unwrap();
+        let second = match longer {
+            None => lock.lock().await.unwrap(),
+            Some(lease) => lock
+                .lock_with(LockOptions::new().lease(lease))
+                .await
+                .unwrap(),
+        };
+        // Past the first lease twice over; under the watchdog, past its lease too.
+        tokio::time::sleep(Duration::from_millis(if longer.is_some() {
+            700
+        } else {
+            1_200
+        }))
+        .await;
+        let key = support::key_of(&name);
+        assert!(
+            support::exists(&server, &key),
+            "{tag}: the server dropped the hold"
+        );
+        assert!(
+            !first.is_lost() && !second.is_lost(),
+            "{tag}: a guard was told its hold is lost while the server keeps it"
+        );
+        second.unlock().await.unwrap();
+        first.unlock().await.unwrap();
+        assert!(
+            !support::exists(&server, &key),
+            "{tag}: the last release left the key"
+        );
+    }
+    client.shutdown().await.unwrap();
+}

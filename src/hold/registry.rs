@@ -159,7 +159,7 @@ impl Holds {
     pub(crate) fn watchdog_holds(&self) -> Vec<Arc<Hold>> {
         self.map
             .iter()
-            .filter(|e| matches!(e.value().lease, Lease::Watchdog(_)))
+            .filter(|e| matches!(e.value().lease(), Lease::Watchdog(_)))
             .map(|e| e.value().clone())
             .collect()
     }
@@ -207,7 +207,7 @@ impl Holds {
 
     /// The shortest watchdog lease held, of every kind, if any.
     pub(crate) fn shortest_watchdog_lease(&self) -> Option<Duration> {
-        let locks = self.map.iter().filter_map(|e| match e.value().lease {
+        let locks = self.map.iter().filter_map(|e| match e.value().lease() {
             Lease::Watchdog(d) => Some(d),
             Lease::Fixed(_) => None,
         });

@@ -98,9 +98,10 @@ pub(crate) fn register(
         Hold::new(keys, key.clone(), lease, token, drift, started, series)
     });
     hold.raise_delay(delay_ms);
-    if fresh {
-        inner.watchdog.adopt(lease);
+    if !fresh {
+        hold.reentered(lease, started, drift);
     }
+    inner.watchdog.adopt(lease);
     Ok(LockGuard::new(lock.client.clone(), hold))
 }
 

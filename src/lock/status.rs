@@ -212,7 +212,7 @@ impl Lock {
         // The lease a hold of ours was taken with, else this lock's watchdog lease.
         let mut lease_ms = self.watchdog()?.ms();
         if let Some(hold) = inner.holds.get(&HoldKey::new(&self.keys.hash, &field)) {
-            lease_ms = hold.lease_ms;
+            lease_ms = hold.lease_ms();
             inner.holds.release(&hold);
         }
         match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {

@@ -21,7 +21,7 @@ pub(super) async fn raise_fence(
     let raised = join_all(slots.iter().flatten().map(|held| async move {
         let node = &held.client().inner.node;
         let hold = held.hold();
-        let raise = node.raise_fence(&hold.keys, token, hold.lease_ms);
+        let raise = node.raise_fence(&hold.keys, token, hold.lease_ms());
         let reply = tokio::time::timeout(limit, raise).await;
         matches!(reply, Ok(Ok(counter)) if counter >= token)
     }))

@@ -172,7 +172,7 @@ impl Shared {
             };
         };
         // A hold shared with a single-lock guard of the same owner keeps its longer lease.
-        let batch = [hold.renewal(lease_ms.max(hold.lease_ms))];
+        let batch = [hold.renewal(lease_ms.max(hold.lease_ms()))];
         let reply = tokio::time::timeout(self.settle_timeout, client.inner.node.renew(&batch));
         match reply.await {
             Ok(Ok(flags)) if flags == [true] => Step::Renewed(hold),
