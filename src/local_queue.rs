@@ -16,7 +16,7 @@
 //! until a waiter of another client queues; the next release that frees it is that waiter's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use dashmap::DashMap;
@@ -40,8 +40,8 @@ pub(crate) struct LocalQueue {
     pub released: Notify,
     /// The waiting head's offer to take the lock over from a releasing holder.
     offer: Mutex<Option<Offer>>,
-    /// Whether this client's last release of the lock handed it to one of its waiters.
-    handed_over: AtomicBool,
+    /// The owner field this client's last release of the lock handed it to, if it did.
+    handed_to: Mutex<Option<Arc<str>>>,
 }
 
 /// The waiting head's offer: who it is, and where to tell it what became of the offer.
@@ -94,7 +94,7 @@ impl LocalQueues {
                     head: Arc::new(Semaphore::new(1)),
                     released: Notify::new(),
                     offer: Mutex::new(None),
-                    handed_over: AtomicBool::new(false),
+                    handed_to: Mutex::new(None),
                 })
             })
             .clone();
@@ -129,7 +129,7 @@ impl LocalQueues {
             return;
         }
         if let Some(queue) = self.map.get(key) {
-            queue.handed_over.store(false, Ordering::Relaxed);
+            *queue.handed_to.lock() = None;
             queue.released.notify_one();
         }
     }
@@ -157,10 +157,10 @@ impl LocalQueues {
         self.queues.load(Ordering::Acquire) == 0
     }
 
-    /// Notes that a release of this client handed the lock to one of its waiters.
-    pub(crate) fn note_handed_over(&self, key: &Arc<str>) {
+    /// Notes that a release of this client handed the lock to its waiter `field`.
+    pub(crate) fn note_handed_over(&self, key: &Arc<str>, field: &Arc<str>) {
         if let Some(queue) = self.map.get(key) {
-            queue.handed_over.store(true, Ordering::Relaxed);
+            *queue.handed_to.lock() = Some(field.clone());
         }
     }
 }
@@ -196,9 +196,9 @@ impl Ticket<'_> {
 }
 
 impl LocalQueue {
-    /// Whether this client's last release of the lock handed it to one of its waiters.
-    pub(crate) fn last_handed_over(&self) -> bool {
-        self.handed_over.load(Ordering::Relaxed)
+    /// The owner field this client's last release of the lock handed it to, if it did.
+    pub(crate) fn handed_to(&self) -> Option<Arc<str>> {
+        self.handed_to.lock().clone()
     }
 }
 

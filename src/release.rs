@@ -315,7 +315,12 @@ fn send(
             // Before the answer, so the next head already knows a local waiter holds it.
             Ok(Release::HandedOver { .. }) => {
                 crate::telemetry::count(crate::telemetry::HANDOVERS);
-                inner.local_queues.note_handed_over(&request.keys.hash)
+                if let Some(offer) = &offer {
+                    let handed_to = &offer.successor.field;
+                    inner
+                        .local_queues
+                        .note_handed_over(&request.keys.hash, handed_to)
+                }
             }
             _ => {}
         }

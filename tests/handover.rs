@@ -494,6 +494,47 @@ async fn a_hold_lost_after_a_hand_over_wakes_the_next_waiter() {
     assert!(until_gone(std::slice::from_ref(&server), &key, Duration::from_secs(5)).await);
 }
 
+/// The same with a fixed lease that runs out: the task handed the lock keeps its guard past
+/// its lease, and the next one in line must get the lock soon after the key expires, not
+/// sleep through the ~30 s its last refusal told it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_fixed_lease_that_runs_out_wakes_the_next_waiter() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let name = unique_name("expired-after-hand-over");
+    let key = key_of(&name);
+    let lease = Duration::from_millis(500);
+    let held = client.lock(&name).unwrap().lock().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for task in 0..2 {
+        let (lock, tx) = (client.lock(&name).unwrap(), tx.clone());
+        tokio::spawn(async move {
+            let guard = lock
+                .lock_with(LockOptions::new().lease(lease))
+                .await
+                .unwrap();
+            let _ = tx.send((task, guard, std::time::Instant::now()));
+        });
+    }
+    until_waiting(&server, &name, 1).await;
+    held.unlock().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), rx.recv());
+    let (first, first_guard, granted) = next.await.expect("one task is handed the lock").unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), rx.recv());
+    let (second, second_guard, at) = next.await.expect("the other task gets the lock").unwrap();
+    assert_ne!(first, second);
+    assert!(
+        at - granted < lease + Duration::from_secs(2),
+        "the next waiter got the lock {:?} after a {lease:?} hold was handed over",
+        at - granted
+    );
+    assert!(first_guard.is_lost());
+    assert!(!second_guard.is_lost());
+    drop(first_guard);
+    second_guard.unlock().await.unwrap();
+    assert!(until_gone(std::slice::from_ref(&server), &key, Duration::from_secs(5)).await);
+}
+
 /// A waiter that stops waiting while a release is handing it the lock: the grant is given back
 /// in the background, and its owner's next acquisition waits for that give-back. Before, the
 /// give-back counted as the owner's release only once the release's reply was in, so the next

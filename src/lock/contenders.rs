@@ -22,7 +22,22 @@ use super::{Lock, grant, server_queue};
 /// therefore holds it. Its release hands it on to us, or frees it and wakes us directly
 /// (`local_queue.rs`), so the attempt could only fail. Never for a single attempt.
 pub(super) fn skip_attempt(ticket: Option<&Ticket<'_>>, wait: Wait) -> bool {
-    !matches!(wait, Wait::Once) && ticket.is_some_and(|t| t.queue.last_handed_over())
+    !matches!(wait, Wait::Once) && ticket.is_some_and(|t| t.queue.handed_to().is_some())
+}
+
+/// How long the head that skipped its attempt waits for the hold it skipped it for: as long
+/// as that hold is valid. Its release or its loss to the watchdog wakes the head sooner, but
+/// a fixed lease that runs out wakes nobody. Zero when it is not registered (any more): the
+/// head asks at once.
+pub(super) fn handed_hold_left(lock: &Lock, ticket: Option<&Ticket<'_>>) -> Duration {
+    let handed_to = ticket.and_then(|t| t.queue.handed_to());
+    let hold = handed_to.and_then(|field| {
+        let holds = &lock.client.inner.holds;
+        holds.get(&HoldKey::new(&lock.keys.hash, &field))
+    });
+    hold.map_or(Duration::ZERO, |hold| {
+        hold.valid_until().saturating_duration_since(Instant::now())
+    })
 }
 
 /// How a wait between attempts ended.

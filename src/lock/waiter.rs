@@ -155,6 +155,11 @@ impl<'a> LockWaiter<'a> {
             return Ok(Some(self.granted(guard)));
         }
         if !std::mem::replace(&mut self.try_now, true) {
+            // Skipped for a hold handed to a task of ours: wait for it at most while it lasts.
+            self.ttl = Some(contenders::handed_hold_left(
+                self.lock,
+                self.ticket.as_ref(),
+            ));
             return Ok(Some(self.again()));
         }
         // Held until the grant is registered, so this owner's grants register in the order
