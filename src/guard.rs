@@ -124,6 +124,11 @@ impl LockGuard {
     pub async fn extend(&self, lease: std::time::Duration) -> Result<()> {
         let lease_ms = crate::config::lease_ms("lease", lease)?;
         let hold = self.hold();
+        let inner = &self.client.inner;
+        // In the owner's turn: this extension and the owner's re-entries change the hold in
+        // the order the server applied them (`Hold::reentered`).
+        let extending = inner.turns.start_release(&hold.key);
+        let _turn = extending.turn().await;
         if matches!(hold.lease(), crate::terms::Lease::Watchdog(_)) {
             return Err(Error::InvalidArgument(format!(
                 "lock `{}` is kept by the watchdog; extend is for locks with a fixed lease",
@@ -138,7 +143,6 @@ impl LockGuard {
         }
         let started = Instant::now();
         let renewal = hold.renewal(lease_ms);
-        let inner = &self.client.inner;
         let renewed = inner.node.renew(std::slice::from_ref(&renewal)).await?;
         if renewed.first() != Some(&true) {
             let why = "the key was gone when its lease was to be extended";

@@ -98,17 +98,25 @@ impl Hold {
     }
 
     /// Takes note of a re-entry granted on `lease` (sent at `started`, `drift` allowed on it).
-    /// The server kept the later of the two expiries, and so does the hold; a re-entry under
-    /// the watchdog makes the hold renewed until its last release, on the longest lease asked
-    /// for, so no guard of it expires while another one is renewed.
+    /// A re-entry never shortens the key's expiry on the server (`acquire.lua`):
+    /// - a renewed hold stays on its own lease: its next renewal sets that again, so a longer
+    ///   fixed re-entry changes nothing the hold may count on;
+    /// - a fixed hold re-entered under the watchdog is renewed from now on, on that lease, so
+    ///   no guard of it expires while another one is renewed;
+    /// - a fixed hold re-entered on a longer fixed lease is valid as long as that one.
+    ///
+    /// Exact only in the order the server applied the re-entry and the owner's extensions:
+    /// both hold the owner's turn (`turns.rs`).
     pub(crate) fn reentered(&self, lease: Lease, started: Instant, drift: Duration) {
         let mut terms = self.terms.lock();
-        let longest = terms.0.duration().max(lease.duration());
-        terms.0 = match (terms.0, lease) {
-            (Lease::Fixed(_), Lease::Fixed(_)) => Lease::Fixed(longest),
-            _ => Lease::Watchdog(longest),
-        };
-        terms.1 = terms.1.max(drift);
+        match (terms.0, lease) {
+            (Lease::Watchdog(_), _) => return,
+            (Lease::Fixed(_), Lease::Watchdog(_)) => *terms = (lease, drift),
+            (Lease::Fixed(held), Lease::Fixed(asked)) => {
+                *terms = (Lease::Fixed(held.max(asked)), terms.1.max(drift))
+            }
+        }
+        drop(terms);
         self.validity
             .extend(started + lease.duration().saturating_sub(drift));
     }

@@ -122,7 +122,8 @@ impl LockOptions {
     /// A re-entry (the owner holds the lock already) on other terms never shortens the hold:
     /// a longer fixed lease extends it, and a re-entry under the watchdog makes it renewed
     /// until its last guard is released, so no guard of one hold expires while another one is
-    /// renewed.
+    /// renewed. A hold the watchdog renews stays renewed, on its lease, until its last guard
+    /// is released, whatever lease a re-entry asks for.
     ///
     /// A [`Semaphore`](crate::Semaphore)'s permits and a
     /// [`CountDownLatch`](crate::CountDownLatch) have no lease: they refuse one with

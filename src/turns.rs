@@ -65,6 +65,22 @@ impl Owned {
     fn idle(&self) -> bool {
         self.acquiring.load(Ordering::Acquire) == 0 && self.releasing.load(Ordering::Acquire) == 0
     }
+
+    /// Waits for the turn and holds it until the [`Turn`] is dropped.
+    async fn take_turn(owned: &Arc<Owned>) -> Turn {
+        // The permit is given back by `Turn`'s Drop, not by a guard that borrows the entry.
+        let taken = match owned.turn.acquire().await {
+            Ok(permit) => {
+                permit.forget();
+                true
+            }
+            Err(_) => false,
+        };
+        Turn {
+            owned: owned.clone(),
+            taken,
+        }
+    }
 }
 
 /// One acquisition in progress; dropping it (returned, failed or cancelled) ends it.
@@ -174,18 +190,7 @@ impl Acquiring {
 
     /// Waits for the owner's other attempts to be registered, then holds the turn.
     pub(crate) async fn turn(&self) -> Turn {
-        // The permit is given back by `Turn`'s Drop, not by a guard that borrows the entry.
-        let taken = match self.owned.turn.acquire().await {
-            Ok(permit) => {
-                permit.forget();
-                true
-            }
-            Err(_) => false,
-        };
-        Turn {
-            owned: self.owned.clone(),
-            taken,
-        }
+        Owned::take_turn(&self.owned).await
     }
 
     /// Whether this acquisition is the owner's only operation on the lock in progress: no other
@@ -205,6 +210,15 @@ impl Acquiring {
     /// Whether another acquisition of the same owner was in progress when this one started.
     pub(crate) fn overlapping(&self) -> bool {
         self.overlapping
+    }
+}
+
+impl Releasing {
+    /// Waits for the owner's attempts in flight to be registered, then holds the turn: an
+    /// operation that changes a hold's lease (`LockGuard::extend`) reaches the server and the
+    /// hold in the same order as the owner's re-entries.
+    pub(crate) async fn turn(&self) -> Turn {
+        Owned::take_turn(&self.owned).await
     }
 }
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use support::{
-    Server, client, client_with, clients, command_calls, exists, join_within, key_of, numsub,
-    owners, pttl, unique_name, unlock_channel, until_gone, until_subscribed,
+    Server, client, client_with, clients, command_calls, eventually, exists, join_within, key_of,
+    numsub, owners, pttl, unique_name, unlock_channel, until_gone, until_subscribed,
 };
 
 /// Waits until `n` connections listen for `name`'s unlock messages, and a little more so the
@@ -508,6 +508,7 @@ async fn a_handed_fixed_lease_that_runs_out_wakes_the_next_waiter() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for task in 0..2 {
         let (lock, tx) = (client.lock(&name).unwrap(), tx.clone());
+        let calls = command_calls(&server, "evalsha");
         tokio::spawn(async move {
             let guard = lock
                 .lock_with(LockOptions::new().lease(lease))
@@ -515,6 +516,14 @@ async fn a_handed_fixed_lease_that_runs_out_wakes_the_next_waiter() {
                 .unwrap();
             let _ = tx.send((task, guard, std::time::Instant::now()));
         });
+        // Each refused (the first then queued on the server, the second behind it in the
+        // client's queue) before the next starts.
+        let asked = || command_calls(&server, "evalsha") > calls;
+        assert!(
+            eventually(Duration::from_secs(5), asked),
+            "task {task} never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     until_waiting(&server, &name, 1).await;
     held.unlock().await.unwrap();

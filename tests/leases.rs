@@ -288,3 +288,33 @@ async fn a_reentry_on_longer_terms_extends_the_hold() {
     }
     client.shutdown().await.unwrap();
 }
+
+/// A re-entry whose reply comes late (the server froze past half its lease) joins the hold as
+/// it is: before, it was confirmed with a renewal on its own short lease, which cut the key's
+/// expiry under the earlier guard (kept 30 s by the watchdog) to 300 ms: the key went while
+/// that guard still counted on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reentry_never_shortens_the_hold() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let name = support::unique_name("late-reentry");
+    let key = support::key_of(&name);
+    let lock = client.lock(&name).unwrap();
+    let held = lock.lock().await.unwrap();
+    let short = LockOptions::new().lease(Duration::from_millis(300));
+    server.pause();
+    let (reentry, ()) = tokio::join!(lock.lock_with(short), async {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        server.resume();
+    });
+    let reentry = reentry.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        support::exists(&server, &key),
+        "the late re-entry shortened the key under the renewed hold"
+    );
+    assert!(!held.is_lost() && !reentry.is_lost());
+    reentry.unlock().await.unwrap();
+    held.unlock().await.unwrap();
+    assert!(!support::exists(&server, &key));
+}

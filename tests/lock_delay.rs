@@ -319,6 +319,12 @@ async fn a_renewal_on_a_full_server_keeps_the_hold_and_its_marker() {
             .query(conn)
             .unwrap();
     };
+    // Short, so only a renewal explains a marker that lives the lease plus the delay.
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(marker(&name))
+        .arg(1_000)
+        .query(&mut conn)
+        .unwrap();
     set(&mut conn, "maxmemory-policy", "noeviction");
     // Below what the server uses already: every write that needs memory is refused.
     set(&mut conn, "maxmemory", "1");

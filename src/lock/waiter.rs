@@ -236,7 +236,13 @@ impl<'a> LockWaiter<'a> {
         started: Instant,
     ) -> Result<Option<Attempt<LockGuard>>> {
         let (lock, lease) = (self.lock, self.terms.lease);
-        let Some(since) = grant::confirmed(lock, self.field(), lease, started).await? else {
+        // A re-entry joins a hold whose validity stands on its own: confirming it with a
+        // renewal on this acquisition's lease could shorten the key under the earlier guards.
+        let since = match count {
+            1 => grant::confirmed(lock, self.field(), lease, started).await?,
+            _ => Some(started),
+        };
+        let Some(since) = since else {
             self.ttl = Some(Duration::ZERO);
             return Ok(Some(self.again()));
         };
