@@ -228,6 +228,9 @@ impl Hold {
         if self.validity.is_marked() {
             return true;
         }
+        if self.validity.is_ended() {
+            return false;
+        }
         if self.validity.ran_out() {
             let reason = match self.lease() {
                 Lease::Fixed(_) => LostReason::Expired,
@@ -237,6 +240,30 @@ impl Hold {
             return true;
         }
         false
+    }
+
+    /// Ends it at its last release: a lapse of its validity before still counts as a loss,
+    /// nothing after it does (see [`Validity`]).
+    pub(crate) fn end(&self) {
+        self.is_lost();
+        self.validity.end();
+    }
+
+    /// Whether its last guard released it.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.validity.is_ended()
+    }
+
+    /// Resolves when the hold is lost or ended (released): for what must stop with it either
+    /// way (the work a leader handed to other tasks).
+    pub(crate) fn lost_or_ended(
+        self: &Arc<Self>,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let hold = Arc::clone(self);
+        async move {
+            let over = || hold.is_lost() || hold.is_ended();
+            hold.validity.until_lost(over, std::future::pending).await
+        }
     }
 
     /// What the server counts for this hold while `guards` guards live: one per guard, plus

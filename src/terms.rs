@@ -79,10 +79,13 @@ impl Wait {
 
 /// Until when a hold is known valid, and whether it is known lost: the state behind every
 /// guard's `valid_until`, `is_lost` and `lost()` (a lock's hold, a family hold, a RedLock).
-/// Lost is sticky: a renewal that lands late does not bring a hold back.
+/// Lost is sticky: a renewal that lands late does not bring a hold back. A released hold is
+/// ended: valid no longer, and never lost afterwards (a `lost()` future that outlives the
+/// release stays pending, rather than raising an alarm when the lease would have run out).
 pub(crate) struct Validity {
     until: Mutex<Instant>,
     lost: AtomicBool,
+    ended: AtomicBool,
     notify: Notify,
 }
 
@@ -91,6 +94,7 @@ impl Validity {
         Validity {
             until: Mutex::new(until),
             lost: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             notify: Notify::new(),
         }
     }
@@ -114,6 +118,19 @@ impl Validity {
     pub(crate) fn cap(&self, until: Instant) {
         let mut valid = self.until.lock();
         *valid = (*valid).min(until);
+    }
+
+    /// Ends it (its hold was released): valid until now at most, and from now on never lost
+    /// (the holds' `is_lost` ask [`is_ended`](Self::is_ended) before the validity's end).
+    pub(crate) fn end(&self) {
+        self.cap(Instant::now());
+        self.ended.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether its hold was released.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     /// Whether it was marked lost.
@@ -153,6 +170,10 @@ impl Validity {
             notified.as_mut().enable();
             if is_lost() {
                 return;
+            }
+            if self.is_ended() {
+                // Released, not lost: nobody is to be told.
+                return std::future::pending().await;
             }
             let deadline = tokio::time::Instant::from_std(self.until());
             tokio::select! {

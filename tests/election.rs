@@ -1008,3 +1008,56 @@ fn worker_process() {
         }
     });
 }
+
+/// A term is over for every handle the moment its leader resigns or drops its leadership:
+/// work handed to other tasks sees it lost, and no later than the resignation, before another
+/// candidate can win. Before, a `Leading` kept reporting a valid term for up to a lease after
+/// the next leader won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resigned_term_is_over_for_every_handle() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = support::clients(&server).await;
+    let name = unique_name("term-over");
+    let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+    let leading = leadership.leading();
+    let over = leading.lost();
+    leadership.resign().await.unwrap();
+    assert!(leading.is_lost(), "a resigned term still looks valid");
+    assert!(leading.valid_until() <= Instant::now());
+    let told = tokio::time::timeout(Duration::from_millis(200), over).await;
+    assert!(told.is_ok(), "lost() did not resolve when the term ended");
+    // Dropped rather than resigned: over by the time the next candidate wins.
+    let dropped = a.election(&name).unwrap().campaign("a").await.unwrap();
+    let leading = dropped.leading();
+    drop(dropped);
+    let next = b.election(&name).unwrap().campaign("b").await.unwrap();
+    assert!(
+        leading.is_lost(),
+        "a dropped term still looks valid under the next leader"
+    );
+    assert!(leading.valid_until() <= Instant::now());
+    next.resign().await.unwrap();
+}
+
+/// A leadership found lost and dropped before its monitor said so is recorded as lost, not as
+/// a resignation: the monitor goes with it. (One thread: the monitor cannot run between the
+/// renewal that finds the loss and the drop.)
+#[tokio::test]
+async fn a_lost_leadership_dropped_at_once_is_recorded_as_lost() {
+    support::init_tracing();
+    let server = Server::start();
+    let a = support::client_with(&server, |b| b.loss_notice(false)).await;
+    let operator = client(&server).await;
+    let name = unique_name("lost-dropped");
+    let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+    assert!(operator.lock(&name).unwrap().force_unlock().await.unwrap());
+    assert_eq!(a.renew_now().await.unwrap().lost, 1);
+    assert!(leadership.is_lost());
+    drop(leadership);
+    // The recording runs in the background, one round trip away (a status read before it
+    // would find the lock free and record the term expired).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = operator.election(&name).unwrap().status().await.unwrap();
+    assert_eq!(status.last_change, Some(ChangeCause::Lost));
+}

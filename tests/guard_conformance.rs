@@ -262,6 +262,24 @@ async fn lost_when_fixed_lease_ends(kind: Kind) {
     .await;
 }
 
+/// A released hold was not lost: a `lost()` future taken before the release (a task watching
+/// for the loss) stays pending past the lease, and nothing counts a lost lease. Before, it
+/// resolved when the lease would have run out, with a "lease lost" warning and metric.
+async fn a_released_hold_is_never_told_lost(kind: Kind) {
+    with_server(|server, name| async move {
+        let client = support::client(&server).await;
+        let guard = kind.take(&client, &name, Some(FIXED_LEASE)).await;
+        let lost = guard.lost();
+        guard.unlock().await.unwrap();
+        let told = tokio::time::timeout(FIXED_LEASE + Duration::from_millis(500), lost).await;
+        assert!(
+            told.is_err(),
+            "{kind:?}: a released hold was told lost when its lease would have ended"
+        );
+    })
+    .await;
+}
+
 /// A server restarted without persistence forgets the hold; the next renewal finds it gone.
 async fn lost_by_server_restart(kind: Kind) {
     with_server(|mut server, name| async move {
@@ -477,5 +495,6 @@ matrix! {
         lost_by_force_unlock_under_fixed_lease,
         lost_when_fixed_lease_ends,
         valid_until_is_within_a_fixed_lease,
+        a_released_hold_is_never_told_lost,
     ]
 }

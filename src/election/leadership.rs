@@ -77,7 +77,7 @@ impl Term {
 
     async fn proclaim(&self, value: &str) -> Result<()> {
         check_value(value)?;
-        if self.hold.is_lost() {
+        if self.hold.is_lost() || self.hold.is_ended() {
             return Err(self.lost_error());
         }
         let span =
@@ -122,18 +122,22 @@ impl Leading {
         self.term.value.lock().clone()
     }
 
-    /// Whether the leadership is known to be lost (see [`LockGuard::is_lost`]).
+    /// Whether the leadership is known to be lost (see [`LockGuard::is_lost`]), or the term
+    /// is over: resigned, or its [`Leadership`] dropped (from the moment the release is on its
+    /// way, before another candidate can win).
     pub fn is_lost(&self) -> bool {
-        self.term.hold.is_lost()
+        self.term.hold.is_lost() || self.term.hold.is_ended()
     }
 
-    /// Resolves when the leadership is lost. [`Election::lead`](crate::Election::lead) already
-    /// stops the body then; this is for work the body hands to other tasks.
+    /// Resolves when the leadership is lost or the term is over (see
+    /// [`is_lost`](Leading::is_lost)). [`Election::lead`](crate::Election::lead) already stops
+    /// the body then; this is for work the body hands to other tasks.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.term.hold.lost()
+        self.term.hold.lost_or_ended()
     }
 
-    /// The instant until which the leadership is known valid (see [`LockGuard::valid_until`]).
+    /// The instant until which the leadership is known valid (see [`LockGuard::valid_until`]);
+    /// once the term is over, no later than its end.
     pub fn valid_until(&self) -> Instant {
         self.term.hold.valid_until()
     }
@@ -272,8 +276,14 @@ impl Leadership {
         let term = self.leading.term.clone();
         let span =
             tracing::debug_span!("resign", election = %term.keys.lock.name, term = term.term);
+        // A lost lease is recorded as lost, whoever hears of it first (the monitor may never).
+        let why = if term.hold.is_lost() {
+            "lost"
+        } else {
+            "resigned"
+        };
         let resign = async move {
-            let ended = term.end("resigned").await;
+            let ended = term.end(why).await;
             let released = guard.unlock().await;
             // A lost lease is the answer, whatever recording the end met (a leader told of
             // its loss at once may resign before the connection is back).
@@ -298,9 +308,15 @@ impl Drop for Leadership {
         };
         let term = self.leading.term.clone();
         let background = term.client.inner.background.clone();
+        // Dropping it aborts the monitor, which may not have said so yet.
+        let why = if term.hold.is_lost() {
+            "lost"
+        } else {
+            "resigned"
+        };
         // Runs on the client's runtime; once that has ended, the lease frees the lock.
         let resign = async move {
-            if let Err(e) = term.end("resigned").await
+            if let Err(e) = term.end(why).await
                 && !e.is_shutdown()
             {
                 tracing::debug!(election = %term.keys.lock.name, error = %e, "could not record the resignation; the lock's release still ends the term");

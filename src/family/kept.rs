@@ -32,6 +32,9 @@ impl State {
         if self.validity.is_marked() {
             return true;
         }
+        if self.validity.is_ended() {
+            return false;
+        }
         if self.validity.ran_out() {
             match self.fixed {
                 true => self.lose(LostReason::Expired, "its fixed lease ran out"),
@@ -222,6 +225,9 @@ impl Kept {
     /// gone.
     pub(super) fn closing(&self) {
         self.state.closed.store(true, Ordering::Release);
+        // A lapse before counts as a loss; nothing after (see `Validity`).
+        self.state.is_lost();
+        self.state.validity.end();
     }
 
     /// Lost when marked so, or once `valid_until` has passed without a confirmed renewal (for a

@@ -138,6 +138,7 @@ impl Holds {
         });
         match (removed, registered) {
             (Some(_), _) => {
+                hold.end();
                 hold.let_go(true);
                 LocalRelease::Last
             }

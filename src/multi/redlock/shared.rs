@@ -69,6 +69,9 @@ impl Shared {
         if self.validity.is_marked() {
             return true;
         }
+        if self.validity.is_ended() {
+            return false;
+        }
         if !self.validity.ran_out() {
             if self.open_holds() >= self.quorum {
                 return false;
@@ -115,6 +118,9 @@ impl Shared {
 
     /// Takes every member out for release and forbids adding new ones.
     pub(super) fn close(&self) -> Vec<LockGuard> {
+        // A lapse before counts as a loss; nothing after (see `Validity`).
+        self.is_lost();
+        self.validity.end();
         let mut state = self.state.lock();
         state.closed = true;
         state.slots.iter_mut().filter_map(Option::take).collect()
