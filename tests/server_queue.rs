@@ -715,3 +715,37 @@ async fn a_release_whose_reply_is_lost_leaves_exactly_one_holder() {
     guard.unlock().await.unwrap();
     assert!(!exists(&server, &key_of(&name)));
 }
+
+/// A waiter cancelled right after its connection dropped still takes its place out: the
+/// withdrawal is the first command on the dead connection, and is sent once more on a new
+/// one. Before, it failed there and the place stayed for the holder's lease, to be granted the
+/// lock and hold every waiter behind it up for a claim lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_on_a_dropped_connection_is_sent_again() {
+    let server = Server::start();
+    let [holder, waiter] = support::clients(&server).await;
+    let name = unique_name("withdraw-dropped");
+    let held = holder.lock(&name).unwrap().lock().await.unwrap();
+    let lock = waiter.lock(&name).unwrap();
+    let waiting = tokio::spawn(async move { lock.lock().await.map(drop) });
+    assert!(
+        support::eventually(Duration::from_secs(5), || queued(&server, &name).len() == 1),
+        "the waiter never queued"
+    );
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(killed > 0);
+    waiting.abort();
+    assert!(
+        support::eventually(Duration::from_secs(3), || queued(&server, &name).is_empty()),
+        "the cancelled waiter's place stayed: {:?}",
+        queued(&server, &name)
+    );
+    held.unlock().await.unwrap();
+}

@@ -162,13 +162,16 @@ impl Node {
     }
 
     /// Takes `field`'s queue entry out, and gives a grant it had not claimed to the next waiter:
-    /// `true` when there was such a grant.
+    /// `true` when there was such a grant. Sent once more when the connection dropped (often
+    /// the first command on a dead connection: a waiter cancelled as its connection went):
+    /// a repeat finds nothing left to do, and the owner cannot be granted the lock in between
+    /// (the withdrawal counts as its release in flight, `queue_place.rs`).
     pub(crate) async fn withdraw(&self, keys: &LockKeys, field: &str) -> Result<bool> {
         let script = self.withdraw_script();
         let mut cmd = evalsha(script, 1, 1, keys.hash.len() + field.len());
         cmd.arg(&*keys.hash).arg(field);
         let gave_back: i64 = self
-            .eval("withdraw", &keys.hash, self.timeout, script, &cmd)
+            .eval_retried("withdraw", &keys.hash, script, &cmd)
             .await?;
         Ok(gave_back == 1)
     }
