@@ -92,7 +92,8 @@
 //!   included: a [`Lock`] in strict mode, on the same keys (`P:{N}` and its queue), whose every
 //!   attempt respects the server's waiter queue; a release tells only the first waiter, and a
 //!   crashed waiter holds the others up for the claim lease ([`Config::claim_lease`], 2 s) at
-//!   most. Its guard is a [`LockGuard`] ([`FairGuard`] is an alias).
+//!   most (one that asked for a fixed lease: for that lease, as a crashed holder does). Its
+//!   guard is a [`LockGuard`] ([`FairGuard`] is an alias).
 //! - [`Election`] ([`Client::election`]): leader election on a fenced lock, after etcd's
 //!   `concurrency.Election` and client-go's `leaderelection`. [`Election::campaign`] waits to
 //!   lead and returns a [`Leadership`] whose [`term`](Leadership::term) is its fencing token;

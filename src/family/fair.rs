@@ -30,7 +30,9 @@ pub type FairGuard = LockGuard;
 /// - **No stale places**: a waiter that gives up leaves the queue at once; one that crashed is
 ///   granted the lock and holds it for the claim lease
 ///   ([`Config::claim_lease`](crate::Config::claim_lease), 2 s) at most, after which the next
-///   waiter takes it.
+///   waiter takes it; one that asked for a fixed lease is granted that lease (it holds the lock
+///   from the grant's message, with no call of its own), so it holds the others up for its
+///   lease, as a crashed holder does.
 /// - **Strict order**: every waiter, whatever its client, waits in the server's queue from its
 ///   first attempt and is served in that order; a newcomer never takes the lock ahead of it
 ///   (a single attempt is refused while anybody is queued).

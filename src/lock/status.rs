@@ -137,14 +137,16 @@ impl Lock {
     /// server's clock, at one instant), then the waiters' announcements; no waiter moves, no
     /// entry is dropped, no grant is made or delayed.
     ///
-    /// One waiter per client and lock: a client's tasks that wait for the same lock line up
-    /// in the client, and only the first of them waits in the server's queue (the next one
-    /// takes its place when it is served). A plain `Lock`'s waiter takes its place at its
-    /// first refused attempt, a [`FairLock`](crate::FairLock)'s at its first attempt. A
-    /// waiter whose client stopped asking (it crashed) is listed until its place lives out
-    /// ([`Waiter::place_expires_in`]). MultiLock members waiting for the lock are not in the
-    /// queue (they are counted in [`LockStatus::listening_clients`]). At most
-    /// 1,000 waiters are read, from the head.
+    /// For a plain `Lock`, one waiter per client and lock: a client's tasks that wait for the
+    /// same lock line up in the client, and only the first of them waits in the server's queue
+    /// (the next one takes its place when it is served). It takes its place at its second
+    /// attempt (the first refused one subscribes; its next attempt queues), or at its first
+    /// while the client still listens on the lock's channel from a recent wait. A
+    /// [`FairLock`](crate::FairLock)'s waiters each take a place of their own, at their first
+    /// attempt, tasks of one client included. A MultiLock waiting for a member waits in that
+    /// member's queue like any waiter. A waiter whose client stopped asking (it crashed) is
+    /// listed until its place lives out ([`Waiter::place_expires_in`]). At most 1,000 waiters
+    /// are read, from the head.
     ///
     /// ```no_run
     /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
