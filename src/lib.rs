@@ -124,7 +124,9 @@
 //! it to the first waiter queued there, in the same script call, and one message tells that
 //! waiter alone, which holds the lock from it (no call of its own). A waiter also looks again
 //! when the holder's lease would have run out, so a lost message costs time, never correctness.
-//! Nothing polls.
+//! A queued waiter also looks again once per claim lease ([`Config::claim_lease`], 2 s), which
+//! keeps its place alive and passes over a grantee that died: a lock held long by one process
+//! while others wait costs the server one script call per waiting process every 2 s.
 //!
 //! Within one client, waiters for a lock queue FIFO, and a release that frees the lock hands it
 //! straight to the first of them (one script: the holder's field goes, the waiter's comes, with
