@@ -204,7 +204,13 @@ impl Semaphore {
     /// `acquire_with(LockOptions::new())`.
     ///
     /// # Errors
-    /// Redis failures; a key of another kind; [`Error::Shutdown`].
+    /// Redis failures; a key of another kind; [`Error::Shutdown`]. A connection that drops
+    /// after the request was sent fails it with [`Error::Redis`] though the server may have
+    /// taken the permits: a `Semaphore` keeps no record of who holds its permits, so such
+    /// permits stay out until [`release`](Semaphore::release)d or
+    /// [`set`](Semaphore::set_permits) anew. Where that matters, a
+    /// [`PermitSemaphore`](crate::PermitSemaphore)'s permits have ids and leases, and come
+    /// back by themselves.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropped while waiting, it leaves nothing; dropped while its request is on
