@@ -108,17 +108,22 @@ impl Hold {
     /// Exact only in the order the server applied the re-entry and the owner's extensions:
     /// both hold the owner's turn (`turns.rs`).
     pub(crate) fn reentered(&self, lease: Lease, started: Instant, drift: Duration) {
+        let until = started + lease.duration().saturating_sub(drift);
         let mut terms = self.terms.lock();
         match (terms.0, lease) {
-            (Lease::Watchdog(_), _) => return,
-            (Lease::Fixed(_), Lease::Watchdog(_)) => *terms = (lease, drift),
+            (Lease::Watchdog(_), _) => {}
+            // Renewed from now on: valid as far as this re-entry's lease reaches, and then as
+            // far as each renewal's, not to the fixed lease's end (a renewal sets a shorter
+            // expiry, and renewals that failed would go unnoticed until then).
+            (Lease::Fixed(_), Lease::Watchdog(_)) => {
+                *terms = (lease, drift);
+                self.validity.set(until);
+            }
             (Lease::Fixed(held), Lease::Fixed(asked)) => {
-                *terms = (Lease::Fixed(held.max(asked)), terms.1.max(drift))
+                *terms = (Lease::Fixed(held.max(asked)), terms.1.max(drift));
+                self.validity.extend(until);
             }
         }
-        drop(terms);
-        self.validity
-            .extend(started + lease.duration().saturating_sub(drift));
     }
 
     /// Takes note that metadata of this hold is (about to be) stored.
@@ -196,10 +201,10 @@ impl Hold {
         self.at_risk.swap(at_risk, Ordering::AcqRel)
     }
 
-    /// Records a successful renewal that was sent at `started`.
-    pub(crate) fn renewed(&self, started: Instant) {
-        let (lease, drift) = *self.terms.lock();
-        let until = started + lease.duration().saturating_sub(drift);
+    /// Records a successful renewal for `lease_ms` that was sent at `started`.
+    pub(crate) fn renewed(&self, started: Instant, lease_ms: u64) {
+        let drift = self.terms.lock().1;
+        let until = started + Duration::from_millis(lease_ms).saturating_sub(drift);
         self.validity.extend(until);
     }
 

@@ -103,14 +103,21 @@ impl Validity {
         *self.until.lock()
     }
 
-    /// Sets the validity to `until`, earlier or later.
+    /// Sets the validity to `until`, earlier or later (not once ended: a renewal that lands
+    /// after the release must not bring it back).
     pub(crate) fn set(&self, until: Instant) {
-        *self.until.lock() = until;
+        let mut valid = self.until.lock();
+        if !self.is_ended() {
+            *valid = until;
+        }
     }
 
-    /// Moves the validity to `until` if that is later (a confirmed renewal).
+    /// Moves the validity to `until` if that is later (a confirmed renewal); not once ended.
     pub(crate) fn extend(&self, until: Instant) {
         let mut valid = self.until.lock();
+        if self.is_ended() {
+            return;
+        }
         *valid = (*valid).max(until);
     }
 
@@ -123,8 +130,12 @@ impl Validity {
     /// Ends it (its hold was released): valid until now at most, and from now on never lost
     /// (the holds' `is_lost` ask [`is_ended`](Self::is_ended) before the validity's end).
     pub(crate) fn end(&self) {
-        self.cap(Instant::now());
-        self.ended.store(true, Ordering::Release);
+        {
+            // Under the lock `set` and `extend` check it under: none moves it after this.
+            let mut valid = self.until.lock();
+            *valid = (*valid).min(Instant::now());
+            self.ended.store(true, Ordering::Release);
+        }
         self.notify.notify_waiters();
     }
 
@@ -172,8 +183,10 @@ impl Validity {
                 return;
             }
             if self.is_ended() {
-                // Released, not lost: nobody is to be told.
-                return std::future::pending().await;
+                // Released, not lost: nobody is to be told, unless a loss is heard of later
+                // (a release that found the key gone marks it).
+                notified.await;
+                continue;
             }
             let deadline = tokio::time::Instant::from_std(self.until());
             tokio::select! {

@@ -213,7 +213,7 @@ fn apply_outcome(
             None => {
                 let left = hold.valid_until().saturating_duration_since(now);
                 crate::telemetry::observe(crate::telemetry::LEASE_LEFT_AT_RENEWAL, left);
-                hold.renewed(started);
+                hold.renewed(started, hold.lease_ms());
                 hold.set_at_risk(false);
             }
             Some(_) if now >= hold.valid_until() => {

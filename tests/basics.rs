@@ -141,6 +141,23 @@ async fn non_owner_unlock_is_rejected() {
     held.unlock().await.unwrap();
 }
 
+/// `Lock::unlock` by the owner releases its last hold from under a guard that still lives:
+/// the guard is told at once that it holds nothing (before, only when its lease ran out), and
+/// its own unlock says so.
+#[tokio::test]
+async fn unlock_by_name_under_a_live_guard_tells_that_guard() {
+    let server = Server::start();
+    let [a] = clients(&server).await;
+    let lock = a.lock(&unique_name("by-name")).unwrap();
+    let guard = lock.lock().await.unwrap();
+    lock.unlock().await.unwrap();
+    assert!(
+        guard.is_lost(),
+        "the guard still claims a hold released by name"
+    );
+    assert!(guard.unlock().await.unwrap_err().is_lease_lost());
+}
+
 #[tokio::test]
 async fn fixed_lease_expires_and_late_unlock_reports_it() {
     let server = Server::start();

@@ -296,3 +296,35 @@ fn sigterm_hands_over_to_the_next_process_in_milliseconds() {
     assert!(observed, "changes seen: {:?}", causes.lock().unwrap());
     rt.block_on(observer.shutdown()).unwrap();
 }
+
+/// A leader whose client shuts down while it leads: the shutdown marks the hold lost, `lead`
+/// then drops the leadership, and whichever records the end (the leadership's drop, or its
+/// monitor) says resigned, a deliberate stop, not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_shut_down_while_leading_records_resigned() {
+    support::init_tracing();
+    let server = Server::start();
+    let observer = client(&server).await;
+    for run in 0..3 {
+        let name = unique_name("stop-leading");
+        let leader = client(&server).await;
+        let election = leader.election(&name).unwrap();
+        let (led, mut leads) = tokio::sync::mpsc::unbounded_channel();
+        let lead = tokio::spawn(async move {
+            election
+                .lead("a", |leading| {
+                    let _ = led.send(leading.term());
+                    std::future::pending::<()>()
+                })
+                .await
+        });
+        let led = tokio::time::timeout(5 * SECOND, leads.recv()).await;
+        assert!(matches!(led, Ok(Some(_))), "run {run}: no lead within 5 s");
+        leader.shutdown().await.unwrap();
+        let ended = tokio::time::timeout(5 * SECOND, lead).await;
+        assert!(ended.is_ok(), "run {run}: lead did not end at shutdown");
+        let status = observer.election(&name).unwrap().status().await.unwrap();
+        assert_eq!(status.leader, None, "run {run}");
+        assert_eq!(status.last_change, Some(ChangeCause::Resigned), "run {run}");
+    }
+}

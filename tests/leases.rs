@@ -240,18 +240,18 @@ async fn error_kinds_have_predicates() {
 /// watchdog makes a fixed-lease hold renewed until its last release, and a re-entry with a
 /// longer fixed lease extends it (the server keeps the longer expiry). Neither guard is told a
 /// false loss, and the last release frees the key.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentry_on_longer_terms_extends_the_hold() {
     let server = Server::start();
     let client = redlease::Client::builder(server.url())
-        .watchdog_lease(Duration::from_millis(600))
+        .watchdog_lease(Duration::from_secs(1))
         .build()
         .await
         .unwrap();
     let short = LockOptions::new().lease(Duration::from_millis(300));
     for (tag, longer) in [
         ("watchdog", None),
-        ("fixed", Some(Duration::from_millis(1_500))),
+        ("fixed", Some(Duration::from_millis(2_500))),
     ] {
         let name = support::unique_name(&format!("reentry-{tag}"));
         let lock = client.lock(&name).unwrap();
@@ -265,9 +265,9 @@ async fn a_reentry_on_longer_terms_extends_the_hold() {
         };
         // Past the first lease twice over; under the watchdog, past its lease too.
         tokio::time::sleep(Duration::from_millis(if longer.is_some() {
-            700
+            900
         } else {
-            1_200
+            2_200
         }))
         .await;
         let key = support::key_of(&name);

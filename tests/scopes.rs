@@ -230,3 +230,28 @@ async fn a_task_spawned_from_a_body_is_its_own_owner() {
     .await
     .unwrap();
 }
+
+/// Work the body hands to another task stops when the body is over: the scope's `lost()`
+/// resolves once the lock is released, as at a loss (before, it waited for the lease, and a
+/// task looping while `!is_lost()` ran on without the lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_handed_off_by_the_body_stops_when_the_scope_ends() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let lock = client.lock(&support::unique_name("scope-handed")).unwrap();
+    let worker = lock
+        .run(|held| async move {
+            assert!(!held.is_lost());
+            tokio::spawn(async move {
+                held.lost().await;
+                held.is_lost()
+            })
+        })
+        .await
+        .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(1), worker).await;
+    assert!(
+        matches!(stopped, Ok(Ok(true))),
+        "the handed-off work went on after the scope ended: {stopped:?}"
+    );
+}

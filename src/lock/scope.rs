@@ -31,18 +31,21 @@ impl HeldLock {
         self.hold.token
     }
 
-    /// Whether the lease is known to be lost (see [`LockGuard::is_lost`]).
+    /// Whether the lease is known to be lost (see [`LockGuard::is_lost`]), or the body is over
+    /// and the lock released.
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
+        self.hold.is_lost() || self.hold.is_ended()
     }
 
-    /// Resolves when the lease is lost. `run` already stops the body then; this is for work the
-    /// body hands to other tasks.
+    /// Resolves when the lease is lost or the lock is released once the body is over. `run`
+    /// already stops the body at a loss; this is for work the body hands to other tasks, which
+    /// must stop either way.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.hold.lost()
+        self.hold.lost_or_ended()
     }
 
-    /// The instant until which the lease is known valid (see [`LockGuard::valid_until`]).
+    /// The instant until which the lease is known valid (see [`LockGuard::valid_until`]); once
+    /// the lock is released, no later than that.
     pub fn valid_until(&self) -> Instant {
         self.hold.valid_until()
     }

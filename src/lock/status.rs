@@ -3,10 +3,12 @@
 //! the writes for operators and for code that gave its guard up ([`Lock::force_unlock`],
 //! [`Lock::unlock`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Lock;
 use crate::error::{Error, Result};
+use crate::hold::LocalRelease;
 use crate::identity::{Announcement, ClientInfo};
 use crate::keys::HoldKey;
 use crate::node::QueueView;
@@ -215,7 +217,12 @@ impl Lock {
         let mut lease_ms = self.watchdog()?.ms();
         if let Some(hold) = inner.holds.get(&HoldKey::new(&self.keys.hash, &field)) {
             lease_ms = hold.lease_ms();
-            inner.holds.release(&hold);
+            // The last hold taken from under a guard that still lives (the registry's
+            // reference is gone, this one is ours): that guard holds nothing any more.
+            if inner.holds.release(&hold) == LocalRelease::Last && Arc::strong_count(&hold) > 1 {
+                let why = "its last hold was released by name while a guard of it lived";
+                hold.mark_lost(crate::telemetry::LostReason::Forced, why);
+            }
         }
         match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {
             Release::NotHeld => Err(Error::NotHeld {

@@ -77,7 +77,7 @@ async fn renew_one(weak: Weak<Inner>, hold: Weak<Hold>) {
         // One call per hold, to its own shard: a slow node delays only its own holds.
         match inner.node.renew(&[renewal(&hold)]).await.as_deref() {
             Ok([true]) => {
-                hold.renewed(started);
+                hold.renewed(started, hold.lease_ms());
                 return;
             }
             Ok(_) => {

@@ -29,7 +29,8 @@ enum Round {
 
 /// One node's part of a renewal round.
 enum Step {
-    Renewed(Arc<Hold>),
+    /// Renewed for the lease in ms it was sent with.
+    Renewed(Arc<Hold>, u64),
     /// The node answered that our hold is gone.
     Gone,
     /// Taken again on a node that did not hold it.
@@ -99,8 +100,8 @@ impl Shared {
         let mut renewed = 0;
         for (i, step) in steps.into_iter().enumerate() {
             match step {
-                Step::Renewed(hold) => {
-                    hold.renewed(started);
+                Step::Renewed(hold, lease_ms) => {
+                    hold.renewed(started, lease_ms);
                     renewed += 1;
                 }
                 Step::Gone => {
@@ -171,11 +172,19 @@ impl Shared {
                 _ => Step::Failed,
             };
         };
-        // A hold shared with a single-lock guard of the same owner keeps its longer lease.
-        let batch = [hold.renewal(lease_ms.max(hold.lease_ms()))];
-        let reply = tokio::time::timeout(self.settle_timeout, client.inner.node.renew(&batch));
-        match reply.await {
-            Ok(Ok(flags)) if flags == [true] => Step::Renewed(hold),
+        let inner = &client.inner;
+        let renewal = async {
+            // In the owner's turn, as an extension is: a hold shared with a single-lock guard
+            // of the same owner keeps its longer lease, read after the owner's re-entries
+            // in flight, so the two reach the server and the hold in one order.
+            let renewing = inner.turns.start_release(&hold.key);
+            let _turn = renewing.turn().await;
+            let lease_ms = lease_ms.max(hold.lease_ms());
+            let renewed = inner.node.renew(&[hold.renewal(lease_ms)]).await;
+            renewed.map(|flags| (flags, lease_ms))
+        };
+        match tokio::time::timeout(self.settle_timeout, renewal).await {
+            Ok(Ok((flags, lease_ms))) if flags == [true] => Step::Renewed(hold, lease_ms),
             Ok(Ok(_)) => Step::Gone,
             Ok(Err(e)) => {
                 tracing::debug!(lock = %self.name, node = i, error = %e, "RedLock renewal failed on a node");
