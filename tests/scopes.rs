@@ -239,13 +239,15 @@ async fn work_handed_off_by_the_body_stops_when_the_scope_ends() {
     let server = Server::start();
     let client = support::client(&server).await;
     let lock = client.lock(&support::unique_name("scope-handed")).unwrap();
-    let worker = lock
+    // The task's handle comes back in a tuple: the body's output is not itself awaited.
+    let (worker,) = lock
         .run(|held| async move {
             assert!(!held.is_lost());
-            tokio::spawn(async move {
+            let worker = tokio::spawn(async move {
                 held.lost().await;
                 held.is_lost()
-            })
+            });
+            (worker,)
         })
         .await
         .unwrap();
