@@ -1061,3 +1061,46 @@ async fn a_lost_leadership_dropped_at_once_is_recorded_as_lost() {
     let status = operator.election(&name).unwrap().status().await.unwrap();
     assert_eq!(status.last_change, Some(ChangeCause::Lost));
 }
+
+/// The election's state can lose a live leader's record (a failover that lost the win's
+/// write, or the key deleted): its leader records itself again, at its next `proclaim` and at
+/// its monitor's first refresh a lease after the win, rather than staying invisible (no leader
+/// for observers) and being told `LeaseLost` by `proclaim` while its lease holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_record_went_records_itself_again() {
+    support::init_tracing();
+    let server = Server::start();
+    let a = client_with_lease(&server, Duration::from_millis(600)).await;
+    let name = unique_name("record-again");
+    let state = format!("{}:election", key_of(&name));
+    let election = a.election(&name).unwrap();
+    let leadership = election.campaign("a").await.unwrap();
+    let forget = || {
+        redis::cmd("DEL")
+            .arg(&state)
+            .query::<()>(&mut server.conn())
+            .unwrap()
+    };
+    forget();
+    assert_eq!(election.leader().await.unwrap(), None);
+    leadership.proclaim("a2").await.unwrap();
+    let leader = election.leader().await.unwrap().expect("recorded again");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("a2", leadership.term())
+    );
+    // Its monitor does it too, without a call of the leader's.
+    forget();
+    let mut found = None;
+    for _ in 0..40 {
+        found = election.leader().await.unwrap();
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let leader = found.expect("the monitor never recorded the leader again");
+    assert_eq!(leader.term, leadership.term());
+    assert!(!leadership.is_lost());
+    leadership.resign().await.unwrap();
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tracing::Instrument;
 
-use super::state::{Calls, END, ElectionKeys, RETENTION};
+use super::state::{Calls, END, ElectionKeys, RETENTION, Won};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -75,6 +75,26 @@ impl Term {
             .await
     }
 
+    /// Records this term as the election's leader again when the state no longer names it
+    /// while its lease holds (a failover lost the win's write, or the key was deleted): without
+    /// it, observers see no leader and `proclaim` fails for the whole term. True when it is
+    /// recorded again; false when the lease is gone, or a later term is recorded.
+    async fn record_again(&self) -> Result<bool> {
+        if self.hold.is_lost() || self.hold.is_ended() {
+            return Ok(false);
+        }
+        let value = self.value.lock().clone();
+        let field = &self.hold.key.field;
+        match self.calls().won(field, self.term, &value).await? {
+            Won::Recorded { .. } => {
+                let name = &self.keys.lock.name;
+                tracing::warn!(election = %name, term = self.term, "the election's state had lost this leader; recorded again");
+                Ok(true)
+            }
+            Won::NotHeld | Won::StaleTerm { .. } => Ok(false),
+        }
+    }
+
     /// What ending the term now records: `lost` for a lease lost (whoever heard of it first:
     /// the monitor, aborted with its `Leadership`, may not have said so), `resigned` otherwise,
     /// a shutdown included (a deliberate stop, as the monitor says too).
@@ -92,12 +112,15 @@ impl Term {
         }
         let span =
             tracing::debug_span!("proclaim", election = %self.keys.lock.name, term = self.term);
-        let said = self
-            .calls()
-            .as_leader("proclaim", &self.hold.key.field, self.term, Some(value))
-            .instrument(span)
-            .await?;
-        match said {
+        let (calls, field) = (self.calls(), &self.hold.key.field);
+        let said = async {
+            let proclaim = || calls.as_leader("proclaim", field, self.term, Some(value));
+            match proclaim().await? {
+                None if self.record_again().await? => proclaim().await,
+                said => Ok(said),
+            }
+        };
+        match said.instrument(span).await? {
             Some(_) => {
                 *self.value.lock() = value.to_owned();
                 Ok(())
@@ -189,7 +212,8 @@ pub struct Leadership {
     leading: Leading,
     /// `None` once `resign` took it.
     guard: Option<LockGuard>,
-    /// Says "lost" on the server when the lease is lost, and keeps the state from expiring.
+    /// Says "lost" on the server when the lease is lost, keeps the state from expiring, and
+    /// records the leader again if the state lost it.
     _monitor: Option<AbortOnDrop>,
 }
 
@@ -340,10 +364,14 @@ impl std::fmt::Debug for Leadership {
 /// While the term lasts: when its lease is lost, say so on the server (observers see
 /// [`Lost`](crate::ChangeCause::Lost) at once rather than at the lease's expiry; a loss to
 /// the client's shutdown is a [`Resigned`](crate::ChangeCause::Resigned)); meanwhile keep the
-/// election's state from expiring.
+/// election's state from expiring, and record the leader again when the state no longer names
+/// it (first a lease after the win, then at each refresh).
 async fn monitor(term: Arc<Term>) {
     let lost = term.hold.lost();
     tokio::pin!(lost);
+    // The first look a lease after the win: a failover that lost the win's write has shown
+    // by then (the lease that backs the term was renewed on the new primary).
+    let mut next = term.hold.lease().duration().min(REFRESH_EVERY);
     loop {
         tokio::select! {
             () = &mut lost => {
@@ -354,11 +382,17 @@ async fn monitor(term: Arc<Term>) {
                 }
                 return;
             }
-            () = tokio::time::sleep(REFRESH_EVERY) => {
+            () = tokio::time::sleep(next) => {
+                next = REFRESH_EVERY;
                 let refreshed = term
                     .calls()
                     .as_leader("refresh", &term.hold.key.field, term.term, None)
                     .await;
+                // Not on record while the lease holds: the state lost this leader.
+                let refreshed = match refreshed {
+                    Ok(None) => term.record_again().await.map(drop),
+                    other => other.map(drop),
+                };
                 if let Err(e) = refreshed {
                     tracing::debug!(election = %term.keys.lock.name, error = %e, "could not refresh the election's state");
                 }
