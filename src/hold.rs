@@ -114,7 +114,9 @@ impl Hold {
             (Lease::Watchdog(_), _) => {}
             // Renewed from now on: valid as far as this re-entry's lease reaches, and then as
             // far as each renewal's, not to the fixed lease's end (a renewal sets a shorter
-            // expiry, and renewals that failed would go unnoticed until then).
+            // expiry, and renewals that failed would go unnoticed until then). A reply later
+            // than the watchdog lease (possible only with one shorter than the client's
+            // timeout) leaves it lost: safe, if needlessly so.
             (Lease::Fixed(_), Lease::Watchdog(_)) => {
                 *terms = (lease, drift);
                 self.validity.set(until);
@@ -201,11 +203,17 @@ impl Hold {
         self.at_risk.swap(at_risk, Ordering::AcqRel)
     }
 
-    /// Records a successful renewal for `lease_ms` that was sent at `started`.
+    /// Records a successful renewal for `lease_ms` that was sent at `started`. A hold the
+    /// watchdog renews counts no further than its own lease, whatever a renewal of a longer
+    /// one said (a RedLock member's, of a hold shared with a single-lock guard): the
+    /// watchdog's next renewal may set that shorter expiry.
     pub(crate) fn renewed(&self, started: Instant, lease_ms: u64) {
-        let drift = self.terms.lock().1;
-        let until = started + Duration::from_millis(lease_ms).saturating_sub(drift);
-        self.validity.extend(until);
+        let (lease, drift) = *self.terms.lock();
+        let lease = match lease {
+            Lease::Watchdog(own) => own.min(Duration::from_millis(lease_ms)),
+            Lease::Fixed(_) => Duration::from_millis(lease_ms),
+        };
+        self.validity.extend(started + lease.saturating_sub(drift));
     }
 
     /// Lowers the validity to `until` if it is later: a grant from the queue is valid only for
@@ -275,6 +283,16 @@ impl Hold {
     /// any adopted ones. The last guard (or shutdown) gives back all of it.
     pub(crate) fn server_count(&self, guards: u32) -> u32 {
         guards + self.orphans.load(Ordering::Acquire)
+    }
+
+    /// Marks it lost without a warning or a lost lease counted: its last hold was released by
+    /// name ([`Lock::unlock`](crate::Lock::unlock)), most often for a guard that was forgotten,
+    /// whose `lost()` nobody awaits; a guard that lives on is told all the same.
+    pub(crate) fn mark_released_by_name(&self) {
+        let name = &self.keys.name;
+        self.validity.mark(|| {
+            tracing::debug!(lock = %name, "its last hold was released by name; a guard of it that lives on holds nothing");
+        });
     }
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.

@@ -80,8 +80,10 @@ impl Wait {
 /// Until when a hold is known valid, and whether it is known lost: the state behind every
 /// guard's `valid_until`, `is_lost` and `lost()` (a lock's hold, a family hold, a RedLock).
 /// Lost is sticky: a renewal that lands late does not bring a hold back. A released hold is
-/// ended: valid no longer, and never lost afterwards (a `lost()` future that outlives the
-/// release stays pending, rather than raising an alarm when the lease would have run out).
+/// ended: valid no longer, and not lost by its validity running out (a `lost()` future that
+/// outlives the release stays pending, rather than raising an alarm when the lease would have
+/// run out); only a loss heard of after the release (a release that found the key gone)
+/// still marks it.
 pub(crate) struct Validity {
     until: Mutex<Instant>,
     lost: AtomicBool,

@@ -155,6 +155,9 @@ async fn a_scripted_run_yields_every_series_with_its_labels() {
     assert_eq!(value(&handle, "redlease_held", &ORDERS), 1.0);
     forgotten.unlock().await.unwrap();
     assert_eq!(value(&handle, "redlease_held", &ORDERS), 0.0);
+    // Not a lost lease: the forced count is still the one above.
+    let forced = with(("reason", "forced"));
+    assert_eq!(value(&handle, "redlease_leases_lost_total", &forced), 1.0);
     // Shutdown gives back what is still held: `held` falls even while a guard lives on.
     let kept = labelled.lock("orders:8").unwrap().lock().await.unwrap();
     assert_eq!(value(&handle, "redlease_held", &ORDERS), 1.0);

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -35,6 +36,9 @@ pub(crate) struct Term {
     pub hold: Arc<Hold>,
     pub term: u64,
     value: Mutex<String>,
+    /// Set when its end is on its way (resigned, or its `Leadership` dropped): it is never
+    /// recorded again from then on.
+    ending: AtomicBool,
 }
 
 impl Term {
@@ -51,6 +55,7 @@ impl Term {
             hold,
             term,
             value: Mutex::new(value),
+            ending: AtomicBool::new(false),
         }
     }
 
@@ -80,7 +85,7 @@ impl Term {
     /// it, observers see no leader and `proclaim` fails for the whole term. True when it is
     /// recorded again; false when the lease is gone, or a later term is recorded.
     async fn record_again(&self) -> Result<bool> {
-        if self.hold.is_lost() || self.hold.is_ended() {
+        if self.hold.is_lost() || self.hold.is_ended() || self.ending.load(Ordering::Acquire) {
             return Ok(false);
         }
         let value = self.value.lock().clone();
@@ -95,10 +100,12 @@ impl Term {
         }
     }
 
-    /// What ending the term now records: `lost` for a lease lost (whoever heard of it first:
-    /// the monitor, aborted with its `Leadership`, may not have said so), `resigned` otherwise,
-    /// a shutdown included (a deliberate stop, as the monitor says too).
-    fn end_cause(&self) -> &'static str {
+    /// Marks the term as ending (it is never recorded again from now on), and says what its
+    /// end records: `lost` for a lease lost (whoever heard of it first: the monitor, aborted
+    /// with its `Leadership`, may not have said so), `resigned` otherwise, a shutdown included
+    /// (a deliberate stop, as the monitor says too).
+    fn start_ending(&self) -> &'static str {
+        self.ending.store(true, Ordering::Release);
         match self.hold.is_lost() && !self.client.inner.is_shut_down() {
             true => "lost",
             false => "resigned",
@@ -310,7 +317,7 @@ impl Leadership {
         let term = self.leading.term.clone();
         let span =
             tracing::debug_span!("resign", election = %term.keys.lock.name, term = term.term);
-        let why = term.end_cause();
+        let why = term.start_ending();
         let resign = async move {
             let ended = term.end(why).await;
             let released = guard.unlock().await;
@@ -337,7 +344,7 @@ impl Drop for Leadership {
         };
         let term = self.leading.term.clone();
         let background = term.client.inner.background.clone();
-        let why = term.end_cause();
+        let why = term.start_ending();
         // Runs on the client's runtime; once that has ended, the lease frees the lock.
         let resign = async move {
             if let Err(e) = term.end(why).await

@@ -3,7 +3,6 @@
 //! the writes for operators and for code that gave its guard up ([`Lock::force_unlock`],
 //! [`Lock::unlock`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::Lock;
@@ -217,11 +216,9 @@ impl Lock {
         let mut lease_ms = self.watchdog()?.ms();
         if let Some(hold) = inner.holds.get(&HoldKey::new(&self.keys.hash, &field)) {
             lease_ms = hold.lease_ms();
-            // The last hold taken from under a guard that still lives (the registry's
-            // reference is gone, this one is ours): that guard holds nothing any more.
-            if inner.holds.release(&hold) == LocalRelease::Last && Arc::strong_count(&hold) > 1 {
-                let why = "its last hold was released by name while a guard of it lived";
-                hold.mark_lost(crate::telemetry::LostReason::Forced, why);
+            // The last hold: a guard of it that lives on holds nothing any more.
+            if inner.holds.release(&hold) == LocalRelease::Last {
+                hold.mark_released_by_name();
             }
         }
         match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {

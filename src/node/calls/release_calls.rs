@@ -164,8 +164,10 @@ impl Node {
     /// Takes `field`'s queue entry out, and gives a grant it had not claimed to the next waiter:
     /// `true` when there was such a grant. Sent once more when the connection dropped (often
     /// the first command on a dead connection: a waiter cancelled as its connection went):
-    /// a repeat finds nothing left to do, and the owner cannot be granted the lock in between
-    /// (the withdrawal counts as its release in flight, `queue_place.rs`).
+    /// a repeat finds nothing left to do, unless a wait of the same owner (tasks sharing an
+    /// explicit `Owner`) queued in between, which then loses its place but nothing else (the
+    /// withdrawal counts as the owner's release in flight, `queue_place.rs`, so a grant to it
+    /// is claimed by an attempt, never taken from its message).
     pub(crate) async fn withdraw(&self, keys: &LockKeys, field: &str) -> Result<bool> {
         let script = self.withdraw_script();
         let mut cmd = evalsha(script, 1, 1, keys.hash.len() + field.len());
