@@ -420,3 +420,70 @@ async fn a_fair_lock_and_a_lock_of_one_name_are_one_lock() {
     assert!(fair.try_lock().await.unwrap().is_none());
     held.unlock().await.unwrap();
 }
+
+/// The ids of the server's normal (command) connections.
+fn normal_ids(server: &Server) -> Vec<u64> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut server.conn())
+        .unwrap();
+    let id = |line: &str| {
+        let field = line.split(' ').find_map(|f| f.strip_prefix("id="))?;
+        field.parse().ok()
+    };
+    list.lines().filter_map(id).collect()
+}
+
+/// A waiter whose connection drops keeps its place in line: its next look meets the dead
+/// connection, and the retry on a new one refreshes its place. Before, the retry withdrew it
+/// and it queued again behind the waiters that came after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_connection_drops_keeps_its_place() {
+    support::init_tracing();
+    let server = Server::start();
+    let holder = support::client(&server).await;
+    let name = unique_name("fair-dropped");
+    let lock = holder.fair_lock(&name).unwrap();
+    let key = lock.key().to_owned();
+    let held = lock.lock().await.unwrap();
+    let before = normal_ids(&server);
+    let first = support::client(&server).await;
+    let first_ids: Vec<u64> = normal_ids(&server)
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    let [second, third] = clients(&server).await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (who, client) in [("first", &first), ("second", &second), ("third", &third)] {
+        let (lock, order) = (client.fair_lock(&name).unwrap(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.lock().unwrap().push(who);
+            guard.unlock().await.unwrap();
+        }));
+        let n = tasks.len();
+        let in_line = || async { queued(&server, &key).len() == n };
+        assert!(
+            support::eventually_async(Duration::from_secs(2), in_line).await,
+            "{who} never queued"
+        );
+    }
+    for id in &first_ids {
+        let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query(&mut server.conn());
+    }
+    // The first waiter looks again within a claim lease (2 s), on the dead connection.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    held.unlock().await.unwrap();
+    for task in tasks {
+        let done = tokio::time::timeout(Duration::from_secs(10), task).await;
+        assert!(matches!(done, Ok(Ok(()))), "a waiter never got the lock");
+    }
+    assert_eq!(*order.lock().unwrap(), ["first", "second", "third"]);
+}

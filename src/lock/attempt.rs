@@ -3,7 +3,7 @@
 //! acknowledgement it may ask for.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -38,8 +38,10 @@ use super::Lock;
 ///
 /// With `replicas` asking for acknowledgement, `WAIT` follows the script on its connection;
 /// too few acknowledgements give the grant back and fail the attempt (see [`acknowledged`]).
-/// Answers whether the reply is that of the queued request (false: of the unqueued retry
-/// after a dropped connection, which took us out of the queue).
+/// Answers with the terms of the queued request whose reply it is: `queue`, or after a
+/// dropped connection the retry's, which kept the place under a nonce of its own; `None` for
+/// the unqueued retry of a caller that stopped waiting meanwhile, which took us out of the
+/// queue.
 pub(super) async fn send(
     lock: &Lock,
     key: &HoldKey,
@@ -47,7 +49,7 @@ pub(super) async fn send(
     reentry: bool,
     replicas: Replicas,
     queue: Option<QueueTerms>,
-) -> Result<(Acquire, bool)> {
+) -> Result<(Acquire, Option<QueueTerms>)> {
     let client = &lock.client;
     let wait = client.inner.node.wait_for(replicas).await;
     // The server holds the reply up to the WAIT timeout.
@@ -58,6 +60,8 @@ pub(super) async fn send(
     // A reply later than the lease carries nothing to give back.
     let patience = lease.max(timeout);
     let unqueued = Arc::new(AtomicBool::new(false));
+    let requeued = Arc::new(AtomicU64::new(0));
+    let abandoned_flag = Arc::new(AtomicBool::new(false));
     let request = Request {
         client: client.clone(),
         keys: lock.keys.clone(),
@@ -74,6 +78,8 @@ pub(super) async fn send(
         patience,
         wait,
         unqueued: unqueued.clone(),
+        requeued: requeued.clone(),
+        abandoned: abandoned_flag.clone(),
     };
     let abandoned = request.clone();
     // Should the caller stop waiting, the request (its undo and withdrawal after a dropped
@@ -81,6 +87,10 @@ pub(super) async fn send(
     // count as an operation of this owner in flight until then (`turns.rs`), so the owner's
     // next acquisition waits for them and takes no grant from a message meanwhile.
     let in_flight = in_flight(client, key);
+    let in_flight = move || {
+        abandoned_flag.store(true, Ordering::Release);
+        in_flight()
+    };
     // Erased (boxed it is anyway, to finish in the background): the compiler's `Send` proofs
     // of every future that awaits an acquisition then stop here, well inside the recursion
     // limit, whatever the application's futures around them.
@@ -97,7 +107,16 @@ pub(super) async fn send(
             })
         });
     match tokio::time::timeout(timeout, call).await {
-        Ok(outcome) => outcome.map(|acquire| (acquire, !unqueued.load(Ordering::Acquire))),
+        Ok(outcome) => outcome.map(|acquire| {
+            let answered = match requeued.load(Ordering::Acquire) {
+                0 => queue,
+                nonce => queue.map(|terms| QueueTerms { nonce, ..terms }),
+            };
+            (
+                acquire,
+                answered.filter(|_| !unqueued.load(Ordering::Acquire)),
+            )
+        }),
         Err(_) => Err(Error::Timeout {
             operation: "acquire",
             timeout,
@@ -118,6 +137,11 @@ struct Request {
     wait: Option<WaitFor>,
     /// Set when the answer comes from an unqueued retry, after the queued request was undone.
     unqueued: Arc<AtomicBool>,
+    /// The nonce of the queued retry that kept the place after a dropped connection, if one
+    /// answered (0: none).
+    requeued: Arc<AtomicU64>,
+    /// Set when the caller stops waiting (its place is then withdrawn).
+    abandoned: Arc<AtomicBool>,
 }
 
 impl Request {
@@ -141,7 +165,8 @@ impl Request {
     }
 
     /// The request once more, after its connection dropped with the outcome unknown: its
-    /// possible grant undone and its possible queue entry withdrawn first.
+    /// possible grant undone first; a caller that still waits keeps its place in the queue
+    /// (the retry refreshes it), one that stopped has its possible entry withdrawn.
     async fn after_dropped_connection(
         &self,
         source: redis::RedisError,
@@ -152,6 +177,28 @@ impl Request {
                 operation: "acquire",
                 source,
             });
+        }
+        let node = &self.client.inner.node;
+        if let Some(queue) = self.terms.queue
+            && !self.abandoned.load(Ordering::Acquire)
+        {
+            // The caller still waits: it keeps its place. A grant the first request may have
+            // been given goes on to the next waiter (the undo), and the retry refreshes the
+            // place, under a new nonce so that no message naming the first request counts.
+            // (Should the caller stop waiting meanwhile, `undo_abandoned` withdraws the place
+            // once this is done.)
+            to_the_end(&self.client, &self.key, self.undo()).await;
+            let nonce = self.client.inner.next_nonce();
+            self.requeued.store(nonce, Ordering::Release);
+            let queue = Some(QueueTerms { nonce, ..queue });
+            let terms = AcquireTerms {
+                queue,
+                ..self.terms
+            };
+            let (keys, field) = (&self.keys, &self.key.field);
+            return node
+                .acquire(keys, field, terms, self.patience, self.wait)
+                .await;
         }
         let unqueue = self.terms.queue.is_some();
         if unqueue {
@@ -173,13 +220,11 @@ impl Request {
             }
         })
         .await;
-        // Not queued again: the caller may have stopped waiting meanwhile, and its place was
-        // withdrawn.
+        // Not queued (again: the caller stopped waiting, and its place was withdrawn).
         let terms = AcquireTerms {
             queue: None,
             ..self.terms
         };
-        let node = &self.client.inner.node;
         (node.acquire(&self.keys, &self.key.field, terms, self.patience, self.wait)).await
     }
 

@@ -170,7 +170,7 @@ impl<'a> LockWaiter<'a> {
         let queue = self.queue_terms();
         let (lock, reentry) = (self.lock, self.reentered.is_some());
         let (lease_ms, replicas) = (self.terms.lease.ms(), self.terms.replicas);
-        let (answer, answered_queued) =
+        let (answer, answered) =
             attempt::send(lock, self.key(), lease_ms, reentry, replicas, queue).await?;
         match answer {
             Acquire::Acquired { count, token } => self.acquired(count, token, started).await,
@@ -178,7 +178,7 @@ impl<'a> LockWaiter<'a> {
                 name: lock.keys.name.to_string(),
             }),
             Acquire::HeldElsewhere { ttl } => {
-                Ok(self.held_elsewhere(ttl, started, queue, answered_queued))
+                Ok(self.held_elsewhere(ttl, started, queue.is_some(), answered))
             }
         }
     }
@@ -255,21 +255,20 @@ impl<'a> LockWaiter<'a> {
         Ok(Some(Attempt::Done(guard)))
     }
 
-    /// Another owner holds the lock, for `ttl` more, as the attempt sent at `started` with
-    /// `queue` found (`answered_queued`: the answer is the queued request's, not that of the
-    /// unqueued retry after a dropped connection, which took us out of the queue: `None`).
+    /// Another owner holds the lock, for `ttl` more, as the attempt sent at `started` (`queued`:
+    /// with queue terms) found. `answered`: the terms of the queued request that answered
+    /// (after a dropped connection, a retry's, under a nonce of its own), or `None` when the
+    /// unqueued retry answered, which took us out of the queue: `None` then.
     fn held_elsewhere(
         &mut self,
         ttl: Option<Duration>,
         started: Instant,
-        queue: Option<QueueTerms>,
-        answered_queued: bool,
+        queued: bool,
+        answered: Option<QueueTerms>,
     ) -> Option<Attempt<LockGuard>> {
         self.reentered_hold_gone();
-        if let Some(terms) = queue.filter(|_| self.place.is_some()) {
-            if !answered_queued {
-                return None;
-            }
+        if queued && self.place.is_some() {
+            let terms = answered?;
             // Only a grant naming this attempt may come now.
             self.queued_by = Some((terms, started));
         }
