@@ -421,17 +421,19 @@ async fn a_fair_lock_and_a_lock_of_one_name_are_one_lock() {
     held.unlock().await.unwrap();
 }
 
-/// The ids of the server's normal (command) connections.
+/// The ids of the server's normal (command) connections, but the one asking.
 fn normal_ids(server: &Server) -> Vec<u64> {
+    let mut conn = server.conn();
+    let me: u64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
         .arg("normal")
-        .query(&mut server.conn())
+        .query(&mut conn)
         .unwrap();
     let id = |line: &str| {
         let field = line.split(' ').find_map(|f| f.strip_prefix("id="))?;
-        field.parse().ok()
+        field.parse().ok().filter(|id| *id != me)
     };
     list.lines().filter_map(id).collect()
 }
@@ -478,8 +480,15 @@ async fn a_waiter_whose_connection_drops_keeps_its_place() {
             .arg(id)
             .query(&mut server.conn());
     }
-    // The first waiter looks again within a claim lease (2 s), on the dead connection.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The first waiter looks again within a claim lease (2 s), on the dead connection, and
+    // its retry connects anew.
+    let killed = normal_ids(&server);
+    let reconnected = || normal_ids(&server).iter().any(|id| !killed.contains(id));
+    assert!(
+        support::eventually(Duration::from_secs(5), reconnected),
+        "the first waiter never looked again"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
     held.unlock().await.unwrap();
     for task in tasks {
         let done = tokio::time::timeout(Duration::from_secs(10), task).await;

@@ -3,9 +3,10 @@
 //! acknowledgement it may ask for.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use futures_util::future::BoxFuture;
@@ -38,10 +39,9 @@ use super::Lock;
 ///
 /// With `replicas` asking for acknowledgement, `WAIT` follows the script on its connection;
 /// too few acknowledgements give the grant back and fail the attempt (see [`acknowledged`]).
-/// Answers with the terms of the queued request whose reply it is: `queue`, or after a
-/// dropped connection the retry's, which kept the place under a nonce of its own; `None` for
-/// the unqueued retry of a caller that stopped waiting meanwhile, which took us out of the
-/// queue.
+/// Answers with the queue terms of the request whose reply it is: `queue`, or after a dropped
+/// connection the retry's, which kept the place under a nonce of its own. (A caller that
+/// stopped waiting, whose retry goes unqueued, hears nothing.)
 pub(super) async fn send(
     lock: &Lock,
     key: &HoldKey,
@@ -59,8 +59,7 @@ pub(super) async fn send(
     let sent = Instant::now();
     // A reply later than the lease carries nothing to give back.
     let patience = lease.max(timeout);
-    let unqueued = Arc::new(AtomicBool::new(false));
-    let requeued = Arc::new(AtomicU64::new(0));
+    let requeued = Arc::new(Mutex::new(None));
     let abandoned_flag = Arc::new(AtomicBool::new(false));
     let request = Request {
         client: client.clone(),
@@ -77,7 +76,6 @@ pub(super) async fn send(
         },
         patience,
         wait,
-        unqueued: unqueued.clone(),
         requeued: requeued.clone(),
         abandoned: abandoned_flag.clone(),
     };
@@ -108,14 +106,11 @@ pub(super) async fn send(
         });
     match tokio::time::timeout(timeout, call).await {
         Ok(outcome) => outcome.map(|acquire| {
-            let answered = match requeued.load(Ordering::Acquire) {
-                0 => queue,
-                nonce => queue.map(|terms| QueueTerms { nonce, ..terms }),
+            let answered = match *requeued.lock() {
+                None => queue,
+                Some(nonce) => queue.map(|terms| QueueTerms { nonce, ..terms }),
             };
-            (
-                acquire,
-                answered.filter(|_| !unqueued.load(Ordering::Acquire)),
-            )
+            (acquire, answered)
         }),
         Err(_) => Err(Error::Timeout {
             operation: "acquire",
@@ -135,11 +130,9 @@ struct Request {
     /// How long the request may wait for its reply, once its caller stopped waiting.
     patience: Duration,
     wait: Option<WaitFor>,
-    /// Set when the answer comes from an unqueued retry, after the queued request was undone.
-    unqueued: Arc<AtomicBool>,
     /// The nonce of the queued retry that kept the place after a dropped connection, if one
-    /// answered (0: none).
-    requeued: Arc<AtomicU64>,
+    /// answered.
+    requeued: Arc<Mutex<Option<u64>>>,
     /// Set when the caller stops waiting (its place is then withdrawn).
     abandoned: Arc<AtomicBool>,
 }
@@ -179,34 +172,35 @@ impl Request {
             });
         }
         let node = &self.client.inner.node;
-        if let Some(queue) = self.terms.queue
-            && !self.abandoned.load(Ordering::Acquire)
-        {
-            // The caller still waits: it keeps its place. A grant the first request may have
-            // been given goes on to the next waiter (the undo), and the retry refreshes the
-            // place, under a new nonce so that no message naming the first request counts.
-            // (Should the caller stop waiting meanwhile, `undo_abandoned` withdraws the place
-            // once this is done.)
+        // The first request may have been granted, or queued and granted since: undone (the
+        // undo passes such a grant on), so no message naming that request counts.
+        let waiting = || !self.abandoned.load(Ordering::Acquire);
+        if let Some(queue) = self.terms.queue.filter(|_| waiting()) {
             to_the_end(&self.client, &self.key, self.undo()).await;
-            let nonce = self.client.inner.next_nonce();
-            self.requeued.store(nonce, Ordering::Release);
-            let queue = Some(QueueTerms { nonce, ..queue });
-            let terms = AcquireTerms {
-                queue,
-                ..self.terms
-            };
-            let (keys, field) = (&self.keys, &self.key.field);
-            return node
-                .acquire(keys, field, terms, self.patience, self.wait)
-                .await;
+            // The caller still waits: it keeps its place, which the retry refreshes under a
+            // new nonce. (Should it stop waiting from now on, `undo_abandoned` withdraws the
+            // place once this request is done.)
+            if waiting() {
+                let nonce = self.client.inner.next_nonce();
+                *self.requeued.lock() = Some(nonce);
+                let queue = Some(QueueTerms { nonce, ..queue });
+                let terms = AcquireTerms {
+                    queue,
+                    ..self.terms
+                };
+                let (keys, field) = (&self.keys, &self.key.field);
+                return node
+                    .acquire(keys, field, terms, self.patience, self.wait)
+                    .await;
+            }
+            // It stopped during the undo: its place goes, and the retry asks unqueued.
+            let (client, keys) = (self.client.clone(), self.keys.clone());
+            let field = self.key.field.clone();
+            let withdraw = async move { withdraw_entry(&client, &keys, &field).await };
+            to_the_end(&self.client, &self.key, withdraw).await;
+            return self.unqueued_retry().await;
         }
         let unqueue = self.terms.queue.is_some();
-        if unqueue {
-            // The first request may have queued us, and a release may have granted that
-            // entry since (the undo below passes such a grant on): the entry goes too, and no
-            // message naming that request counts.
-            self.unqueued.store(true, Ordering::Release);
-        }
         let (undo, client, keys, field) = (
             self.undo(),
             self.client.clone(),
@@ -220,11 +214,17 @@ impl Request {
             }
         })
         .await;
-        // Not queued (again: the caller stopped waiting, and its place was withdrawn).
+        self.unqueued_retry().await
+    }
+
+    /// The request once more without queue terms: for a caller that stopped waiting (its
+    /// place withdrawn), or one that never had a place.
+    async fn unqueued_retry(&self) -> Result<(Acquire, Option<Acks>)> {
         let terms = AcquireTerms {
             queue: None,
             ..self.terms
         };
+        let node = &self.client.inner.node;
         (node.acquire(&self.keys, &self.key.field, terms, self.patience, self.wait)).await
     }
 

@@ -72,15 +72,7 @@ impl Waiter for LockWaiter<'_> {
     type Output = LockGuard;
 
     async fn attempt(&mut self) -> Result<Attempt<LockGuard>> {
-        loop {
-            match self.claim_or_ask().await? {
-                Some(attempt) => return Ok(attempt),
-                // Answered by the unqueued retry after a dropped connection, which took us out
-                // of the queue: queue again at once (a new nonce), before any wait.
-                None if self.terms.wait.remaining().is_some() => {}
-                None => return Ok(self.again()),
-            }
-        }
+        self.claim_or_ask().await
     }
 
     async fn refused(&mut self) -> Result<Then> {
@@ -146,13 +138,12 @@ impl<'a> LockWaiter<'a> {
     }
 
     /// One attempt ([`Waiter::attempt`]): a grant its message told of, else a request to the
-    /// server. `None` when the unqueued retry after a dropped connection answered it, which
-    /// took us out of the queue.
-    async fn claim_or_ask(&mut self) -> Result<Option<Attempt<LockGuard>>> {
+    /// server.
+    async fn claim_or_ask(&mut self) -> Result<Attempt<LockGuard>> {
         // Shutdown wakes every waiter; none may take a lock the stopped watchdog won't keep.
         self.lock.client.inner.check_open()?;
         if let Some(guard) = self.grant_from_message()? {
-            return Ok(Some(self.granted(guard)));
+            return Ok(self.granted(guard));
         }
         if !std::mem::replace(&mut self.try_now, true) {
             // Skipped for a hold handed to a task of ours: wait for it at most while it lasts.
@@ -160,7 +151,7 @@ impl<'a> LockWaiter<'a> {
                 self.lock,
                 self.ticket.as_ref(),
             ));
-            return Ok(Some(self.again()));
+            return Ok(self.again());
         }
         // Held until the grant is registered, so this owner's grants register in the order
         // the server applied them (`turns.rs`).
@@ -177,9 +168,7 @@ impl<'a> LockWaiter<'a> {
             Acquire::AlreadyHeld => Err(Error::WouldDeadlock {
                 name: lock.keys.name.to_string(),
             }),
-            Acquire::HeldElsewhere { ttl } => {
-                Ok(self.held_elsewhere(ttl, started, queue.is_some(), answered))
-            }
+            Acquire::HeldElsewhere { ttl } => Ok(self.held_elsewhere(ttl, started, answered)),
         }
     }
 
@@ -234,7 +223,7 @@ impl<'a> LockWaiter<'a> {
         count: u32,
         token: u64,
         started: Instant,
-    ) -> Result<Option<Attempt<LockGuard>>> {
+    ) -> Result<Attempt<LockGuard>> {
         let (lock, lease) = (self.lock, self.terms.lease);
         // A re-entry joins a hold whose validity stands on its own: confirming it with a
         // renewal on this acquisition's lease could shorten the key under the earlier guards.
@@ -244,7 +233,7 @@ impl<'a> LockWaiter<'a> {
         };
         let Some(since) = since else {
             self.ttl = Some(Duration::ZERO);
-            return Ok(Some(self.again()));
+            return Ok(self.again());
         };
         // The script took our place out with the grant: marked before registering, which
         // fails at shutdown (the hold is given back then, and a withdrawal would take out a
@@ -252,28 +241,25 @@ impl<'a> LockWaiter<'a> {
         self.place_taken();
         let key = self.key();
         let guard = grant::guard(lock, key, lease, Grant::Counted(count), token, since)?;
-        Ok(Some(Attempt::Done(guard)))
+        Ok(Attempt::Done(guard))
     }
 
-    /// Another owner holds the lock, for `ttl` more, as the attempt sent at `started` (`queued`:
-    /// with queue terms) found. `answered`: the terms of the queued request that answered
-    /// (after a dropped connection, a retry's, under a nonce of its own), or `None` when the
-    /// unqueued retry answered, which took us out of the queue: `None` then.
+    /// Another owner holds the lock, for `ttl` more, as the attempt sent at `started` found;
+    /// `answered`: the queue terms of the request that answered (after a dropped connection,
+    /// its retry's, under a nonce of its own), if it queued.
     fn held_elsewhere(
         &mut self,
         ttl: Option<Duration>,
         started: Instant,
-        queued: bool,
         answered: Option<QueueTerms>,
-    ) -> Option<Attempt<LockGuard>> {
+    ) -> Attempt<LockGuard> {
         self.reentered_hold_gone();
-        if queued && self.place.is_some() {
-            let terms = answered?;
+        if let Some(terms) = answered.filter(|_| self.place.is_some()) {
             // Only a grant naming this attempt may come now.
             self.queued_by = Some((terms, started));
         }
         self.ttl = ttl;
-        Some(self.again())
+        self.again()
     }
 
     /// Another owner holds the lock: the hold we re-entered is gone on the server (forced, or
