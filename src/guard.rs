@@ -129,8 +129,7 @@ impl LockGuard {
         let inner = &self.client.inner;
         // In the owner's turn: this extension and the owner's re-entries change the hold in
         // the order the server applied them (`Hold::reentered`).
-        let extending = inner.turns.start_release(&hold.key);
-        let _turn = extending.turn().await;
+        let _extending = inner.turns.extending(&hold.key).await;
         if matches!(hold.lease(), crate::terms::Lease::Watchdog(_)) {
             return Err(Error::InvalidArgument(format!(
                 "lock `{}` is kept by the watchdog; extend is for locks with a fixed lease",

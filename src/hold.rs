@@ -241,9 +241,6 @@ impl Hold {
         if self.validity.is_marked() {
             return true;
         }
-        if self.validity.is_ended() {
-            return false;
-        }
         if self.validity.ran_out() {
             let reason = match self.lease() {
                 Lease::Fixed(_) => LostReason::Expired,
@@ -262,19 +259,17 @@ impl Hold {
         self.validity.end();
     }
 
-    /// Whether its last guard released it.
-    pub(crate) fn is_ended(&self) -> bool {
-        self.validity.is_ended()
+    /// Whether it is over: lost, or ended by its last release. What handles that tell work
+    /// when to stop (a leader's term, a `run` body's scope) report as lost.
+    pub(crate) fn is_over(&self) -> bool {
+        self.is_lost() || self.validity.is_ended()
     }
 
-    /// Resolves when the hold is lost or ended (released): for what must stop with it either
-    /// way (the work a leader handed to other tasks).
-    pub(crate) fn lost_or_ended(
-        self: &Arc<Self>,
-    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+    /// Resolves when the hold is [over](Hold::is_over).
+    pub(crate) fn over(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static + use<> {
         let hold = Arc::clone(self);
         async move {
-            let over = || hold.is_lost() || hold.is_ended();
+            let over = || hold.is_over();
             hold.validity.until_lost(over, std::future::pending).await
         }
     }

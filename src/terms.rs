@@ -129,8 +129,8 @@ impl Validity {
         *valid = (*valid).min(until);
     }
 
-    /// Ends it (its hold was released): valid until now at most, and from now on never lost
-    /// (the holds' `is_lost` ask [`is_ended`](Self::is_ended) before the validity's end).
+    /// Ends it (its hold was released): valid until now at most, and from now on it never runs
+    /// out ([`ran_out`](Self::ran_out)), so only a mark makes it lost.
     pub(crate) fn end(&self) {
         {
             // Under the lock `set` and `extend` check it under: none moves it after this.
@@ -151,9 +151,10 @@ impl Validity {
         self.lost.load(Ordering::Acquire)
     }
 
-    /// Whether the validity has run out.
+    /// Whether the validity has run out; never once ended (a released hold is not lost to
+    /// its lease, so every kind's `is_lost` needs no case of its own for it).
     pub(crate) fn ran_out(&self) -> bool {
-        Instant::now() >= self.until()
+        !self.is_ended() && Instant::now() >= self.until()
     }
 
     /// Marks it lost; the first time only, runs `first` (logs, metrics), then wakes every

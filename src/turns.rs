@@ -128,6 +128,16 @@ impl Turns {
         }
     }
 
+    /// Starts an operation that sets the lease of `key`'s hold, once the owner's attempts in
+    /// flight are registered (see [`Extending`]).
+    pub(crate) async fn extending(self: &Arc<Self>, key: &HoldKey) -> Extending {
+        let releasing = self.start_release(key);
+        Extending {
+            _turn: Owned::take_turn(&releasing.owned).await,
+            _releasing: releasing,
+        }
+    }
+
     /// Registers a guard's release of the lock by the owner of `key`; synchronous, so it is in
     /// place before the owner can ask for the lock again.
     pub(crate) fn start_release(self: &Arc<Self>, key: &HoldKey) -> Releasing {
@@ -213,13 +223,13 @@ impl Acquiring {
     }
 }
 
-impl Releasing {
-    /// Waits for the owner's attempts in flight to be registered, then holds the turn: an
-    /// operation that changes a hold's lease (`LockGuard::extend`) reaches the server and the
-    /// hold in the same order as the owner's re-entries.
-    pub(crate) async fn turn(&self) -> Turn {
-        Owned::take_turn(&self.owned).await
-    }
+/// An operation that sets a hold's lease outside an acquisition (`LockGuard::extend`, a
+/// RedLock node's renewal), for as long as it lives: in flight for the owner (its acquisitions
+/// wait for it) and holding the owner's turn (it waits for their attempts in flight), so it and
+/// the owner's re-entries reach the server and the hold in one order.
+pub(crate) struct Extending {
+    _turn: Turn,
+    _releasing: Releasing,
 }
 
 impl Drop for Acquiring {

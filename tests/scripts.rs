@@ -897,39 +897,17 @@ fn a_renewal_on_a_full_server_renews_the_lock_and_its_marker() {
         (RENEW_NODE, true),
         (RENEW_NODE, false),
     ] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory")
-            .arg("0")
-            .query(&mut conn)
-            .unwrap();
+        run(&mut conn, &["CONFIG", "SET", "maxmemory", "0"]);
         acquire_as(&mut conn, "a:1");
         if marker_kept {
-            let _: () = redis::cmd("SET")
-                .arg(&marker)
-                .arg("1")
-                .arg("PX")
-                .arg(1_000)
-                .query(&mut conn)
-                .unwrap();
+            run(&mut conn, &["SET", &marker, "1", "PX", "1000"]);
         }
-        let _: () = redis::cmd("PEXPIRE")
-            .arg(HASH)
-            .arg(1_000)
-            .query(&mut conn)
-            .unwrap();
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory-policy")
-            .arg("noeviction")
-            .query(&mut conn)
-            .unwrap();
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory")
-            .arg("1")
-            .query(&mut conn)
-            .unwrap();
+        run(&mut conn, &["PEXPIRE", HASH, "1000"]);
+        run(
+            &mut conn,
+            &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+        );
+        run(&mut conn, &["CONFIG", "SET", "maxmemory", "1"]);
         let loaded = Script::new(script);
         let mut call = loaded.prepare_invoke();
         if script == RENEW {
@@ -938,12 +916,7 @@ fn a_renewal_on_a_full_server_renews_the_lock_and_its_marker() {
             call.arg(HASH);
         }
         let renewed: RedisResult<Vec<i64>> = call.arg("a:1").arg("30000+5000").invoke(&mut conn);
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory")
-            .arg("0")
-            .query(&mut conn)
-            .unwrap();
+        run(&mut conn, &["CONFIG", "SET", "maxmemory", "0"]);
         let which = (script == RENEW, marker_kept);
         assert_eq!(renewed.unwrap(), [1], "renewed: {which:?}");
         assert!(pttl(&server, HASH) > 29_000, "lease extended: {which:?}");
@@ -952,6 +925,15 @@ fn a_renewal_on_a_full_server_renews_the_lock_and_its_marker() {
             "marker extended: {which:?}"
         );
         release_as(&mut conn, "a:1", 1, 1, "-", None);
-        let _: () = redis::cmd("DEL").arg(&marker).query(&mut conn).unwrap();
+        run(&mut conn, &["DEL", &marker]);
     }
+}
+
+/// Runs a command whose reply does not matter.
+fn run(conn: &mut Connection, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    let _: Value = cmd.query(conn).unwrap();
 }

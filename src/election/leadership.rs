@@ -85,7 +85,7 @@ impl Term {
     /// it, observers see no leader and `proclaim` fails for the whole term. True when it is
     /// recorded again; false when the lease is gone, or a later term is recorded.
     async fn record_again(&self) -> Result<bool> {
-        if self.hold.is_lost() || self.hold.is_ended() || self.ending.load(Ordering::Acquire) {
+        if self.hold.is_over() || self.ending.load(Ordering::Acquire) {
             return Ok(false);
         }
         let value = self.value.lock().clone();
@@ -114,7 +114,7 @@ impl Term {
 
     async fn proclaim(&self, value: &str) -> Result<()> {
         check_value(value)?;
-        if self.hold.is_lost() || self.hold.is_ended() {
+        if self.hold.is_over() {
             return Err(self.lost_error());
         }
         let span =
@@ -166,14 +166,14 @@ impl Leading {
     /// is over: resigned, or its [`Leadership`] dropped (from the moment the release is on its
     /// way, before another candidate can win).
     pub fn is_lost(&self) -> bool {
-        self.term.hold.is_lost() || self.term.hold.is_ended()
+        self.term.hold.is_over()
     }
 
     /// Resolves when the leadership is lost or the term is over (see
     /// [`is_lost`](Leading::is_lost)). [`Election::lead`](crate::Election::lead) already stops
     /// the body then; this is for work the body hands to other tasks.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.term.hold.lost_or_ended()
+        self.term.hold.over()
     }
 
     /// The instant until which the leadership is known valid (see [`LockGuard::valid_until`]);
@@ -383,7 +383,7 @@ async fn monitor(term: Arc<Term>) {
         tokio::select! {
             () = &mut lost => {
                 // Lost to a shutdown of its client: a deliberate stop, as a resignation is.
-                let why = if term.client.inner.is_shut_down() { "resigned" } else { "lost" };
+                let why = term.start_ending();
                 if let Err(e) = term.end(why).await {
                     tracing::debug!(election = %term.keys.lock.name, error = %e, "could not record the lost leadership; it is recorded when its lease runs out");
                 }

@@ -32,9 +32,6 @@ impl State {
         if self.validity.is_marked() {
             return true;
         }
-        if self.validity.is_ended() {
-            return false;
-        }
         if self.validity.ran_out() {
             match self.fixed {
                 true => self.lose(LostReason::Expired, "its fixed lease ran out"),

@@ -34,14 +34,14 @@ impl HeldLock {
     /// Whether the lease is known to be lost (see [`LockGuard::is_lost`]), or the body is over
     /// and the lock released.
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost() || self.hold.is_ended()
+        self.hold.is_over()
     }
 
     /// Resolves when the lease is lost or the lock is released once the body is over. `run`
     /// already stops the body at a loss; this is for work the body hands to other tasks, which
     /// must stop either way.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.hold.lost_or_ended()
+        self.hold.over()
     }
 
     /// The instant until which the lease is known valid (see [`LockGuard::valid_until`]); once

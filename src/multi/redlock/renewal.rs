@@ -177,8 +177,7 @@ impl Shared {
             // In the owner's turn, as an extension is: a hold shared with a single-lock guard
             // of the same owner keeps its longer lease, read after the owner's re-entries
             // in flight, so the two reach the server and the hold in one order.
-            let renewing = inner.turns.start_release(&hold.key);
-            let _turn = renewing.turn().await;
+            let _extending = inner.turns.extending(&hold.key).await;
             let lease_ms = lease_ms.max(hold.lease_ms());
             let renewed = inner.node.renew(&[hold.renewal(lease_ms)]).await;
             renewed.map(|flags| (flags, lease_ms))

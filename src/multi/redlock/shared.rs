@@ -69,9 +69,6 @@ impl Shared {
         if self.validity.is_marked() {
             return true;
         }
-        if self.validity.is_ended() {
-            return false;
-        }
         if !self.validity.ran_out() {
             if self.open_holds() >= self.quorum {
                 return false;
