@@ -286,3 +286,64 @@ async fn lingering_channels_are_unsubscribed_after_a_node_disconnect() {
     holder.shutdown().await.unwrap();
     waiters.shutdown().await.unwrap();
 }
+
+/// While a slot migrates, Redis refuses a call that names or reads keys the node lacks
+/// (`TRYAGAIN`, or an error from the script before it wrote). A semaphore's call (it names its
+/// channel) and a lock's acquisition (it looks for a lock-delay marker) fail for the
+/// migration's length, rather than run against an object whose keys are migrated apart (a
+/// semaphore's grants set aside at the old node would count as free at the new one), and leave
+/// nothing behind. Both work once it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fail_while_a_slot_migrates_and_leave_nothing_behind() {
+    support::init_tracing();
+    let cluster = Cluster::start();
+    let client = cluster_client(&cluster).await;
+    let name = unique_name("family-moving");
+    let key = key_of(&name);
+    let semaphore = client.semaphore(&name).unwrap();
+    semaphore.set_permits(2).await.unwrap();
+    let from = cluster.primary_of(&key);
+    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
+    let slot = key_slot(&key);
+    let (_, to_id) = tokio::task::block_in_place(|| cluster.move_slot_keys(slot, to));
+    let refused = bounded("the semaphore", semaphore.try_acquire()).await;
+    assert!(
+        refused.is_err(),
+        "a semaphore call ran mid-migration: {refused:?}"
+    );
+    let lock = client.lock(&name).unwrap();
+    let refused = bounded("the lock", lock.try_lock()).await;
+    assert!(
+        refused.is_err(),
+        "a lock was taken mid-migration: {refused:?}"
+    );
+    tokio::task::block_in_place(|| cluster.finish_migration(slot, from, to, &to_id));
+    // A call that timed out goes on in the background (its retries land once the slot
+    // settled), and gives back what its late reply says it took.
+    let given_back = || async { semaphore.available().await.unwrap() == 2 };
+    assert!(
+        support::eventually_async(Duration::from_secs(5), given_back).await,
+        "the refused call kept a permit"
+    );
+    let released = || async { !support::exists(cluster.server_of(&key), &key) };
+    assert!(
+        support::eventually_async(Duration::from_secs(5), released).await,
+        "the refused acquisition kept the lock"
+    );
+    assert!(semaphore.try_acquire().await.unwrap());
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+    let guard = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the free lock was refused");
+    guard.unlock().await.unwrap();
+}
+
+/// `call`'s outcome, which must come within 10 s (`what` names it).
+async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(10), call).await {
+        Ok(outcome) => outcome,
+        Err(_) => panic!("{what} hung during the migration"),
+    }
+}
