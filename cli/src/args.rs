@@ -297,7 +297,7 @@ pub struct RunArgs {
     /// (ShedLock's lockAtLeastFor): a fleet whose crons fire a little apart runs a short job
     /// once. After the command exits, redlease waits with the lock held until then, releases
     /// it and exits with the command's status.
-    #[arg(long, value_name = "DUR", value_parser = parse_hold_at_least)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub hold_at_least: Option<Duration>,
     /// Print nothing when the lock is busy (not acquired within --wait): just exit 75, so
     /// cron mails nothing. Other failures are still reported.
@@ -456,13 +456,11 @@ pub struct ObserveArgs {
 }
 
 /// A human duration: `500ms`, `30s`, `2m`, `1h 30m`; a bare `0` is zero.
+/// A duration flag, at most the library's bound on every duration (365 days): a longer one
+/// would be refused by the library or overflow a clock (`--grace`, `watch --for`: a panic).
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (try 500ms, 30s, 2m)"))
-}
-
-/// The longest `--hold-at-least`: the library's bound on every duration (365 days).
-fn parse_hold_at_least(text: &str) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
+    let d =
+        humantime::parse_duration(text.trim()).map_err(|e| format!("{e} (try 500ms, 30s, 2m)"))?;
     if d > redlease::MAX_DURATION {
         return Err(format!(
             "must be at most {}",
@@ -532,21 +530,19 @@ mod tests {
         assert!(parse_positive("0s").is_err());
     }
 
-    /// A huge --hold-at-least is refused at parsing (it overflowed the clock, a panic).
+    /// A huge duration is refused at parsing: `--hold-at-least`, `--grace` and `watch --for`
+    /// overflowed the clock (a panic; after a lost lock, `--grace`'s left the command running).
     #[test]
-    fn hold_at_least_is_bounded() {
-        assert_eq!(parse_hold_at_least("5s"), Ok(Duration::from_secs(5)));
-        assert!(parse_hold_at_least("366days").is_err());
-        assert!(parse_hold_at_least("500000000years").is_err());
-        let cli = Cli::try_parse_from([
-            "redlease",
-            "run",
-            "--hold-at-least",
-            "500000000years",
-            "L",
-            "true",
-        ]);
-        assert!(cli.is_err());
+    fn durations_are_bounded() {
+        assert_eq!(parse_duration("365days"), Ok(redlease::MAX_DURATION));
+        assert!(parse_duration("366days").is_err());
+        assert!(parse_positive("18446744073709551615s").is_err());
+        for (sub, flag) in [("run", "--hold-at-least"), ("run", "--grace"), ("elect", "--grace")] {
+            let cli = Cli::try_parse_from(["redlease", sub, flag, "500000000years", "L", "true"]);
+            assert!(cli.is_err(), "{sub} {flag}");
+        }
+        let cli = Cli::try_parse_from(["redlease", "watch", "--for", "500000000years", "L"]);
+        assert!(cli.is_err(), "watch --for");
     }
 
     #[test]
