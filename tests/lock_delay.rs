@@ -160,6 +160,38 @@ async fn plain_locks_write_no_marker_and_an_absurd_delay_is_refused() {
     assert!(!exists(&server, &key_of(&name)), "nothing written");
 }
 
+/// A RedLock or a MultiLock with an absurd lock-delay on one of its locks is refused with the
+/// typed error before anything is sent (a RedLock counted it as a failed node: acquired on the
+/// others, or `Quorum` after retrying for a lease; a MultiLock took its other members first).
+#[tokio::test]
+async fn an_absurd_delay_on_a_member_is_refused_before_anything_is_sent() {
+    let servers = support::start_many(3);
+    let name = unique_name("delay-member");
+    let absurd = Duration::from_secs(400 * 24 * 3600);
+    let nodes = support::node_locks(&servers, &name).await;
+    let mut nodes: Vec<Lock> = nodes.into_iter().map(|l| l.fenced(true)).collect();
+    nodes[2] = nodes[2].clone().lock_delay(absurd);
+    let redlock = redlease::RedLock::new(nodes.clone()).unwrap();
+    let refused = redlock.try_lock().await;
+    assert!(
+        matches!(refused, Err(Error::InvalidDuration { .. })),
+        "{:?}",
+        refused.map(|g| g.is_some())
+    );
+    let multi = redlease::MultiLock::new(vec![nodes[0].clone(), nodes[2].clone()]).unwrap();
+    let refused = multi.try_lock().await;
+    assert!(
+        matches!(refused, Err(Error::InvalidDuration { .. })),
+        "{:?}",
+        refused.map(|g| g.is_some())
+    );
+    for server in &servers {
+        assert!(!exists(server, &key_of(&name)), "a lock was taken");
+        let fence = format!("{}:fence", key_of(&name));
+        assert!(!exists(server, &fence), "a fencing token was drawn");
+    }
+}
+
 /// The kinds that share a lock's keys, each acquiring the name once with a wait and no
 /// lock-delay of its own; answers how long the acquisition took, having released it.
 async fn acquire_without_delay(kind: &str, client: &Client, name: &str) -> Duration {

@@ -537,7 +537,11 @@ mod tests {
         assert_eq!(parse_duration("365days"), Ok(redlease::MAX_DURATION));
         assert!(parse_duration("366days").is_err());
         assert!(parse_positive("18446744073709551615s").is_err());
-        for (sub, flag) in [("run", "--hold-at-least"), ("run", "--grace"), ("elect", "--grace")] {
+        for (sub, flag) in [
+            ("run", "--hold-at-least"),
+            ("run", "--grace"),
+            ("elect", "--grace"),
+        ] {
             let cli = Cli::try_parse_from(["redlease", sub, flag, "500000000years", "L", "true"]);
             assert!(cli.is_err(), "{sub} {flag}");
         }

@@ -29,6 +29,8 @@ impl MultiLock {
     ) -> Result<Option<MultiLockGuard>> {
         let mut members = Vec::with_capacity(self.members.len());
         for lock in self.members.iter() {
+            // Before any member is sent: one client's batch would find it after the others'.
+            lock.check_lock_delay()?;
             let lease = match fixed {
                 Some(lease) => Lease::fixed(lease)?,
                 None => lock.watchdog()?,

@@ -104,6 +104,8 @@ impl RedLock {
             )));
         }
         check_duration("retry delay", self.retry_delay)?;
+        // Checked per attempt too, where a node's error only counts as a failed node.
+        self.nodes.iter().try_for_each(Lock::check_lock_delay)?;
         Ok(Settings {
             lease,
             renewed,
