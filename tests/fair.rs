@@ -496,3 +496,75 @@ async fn a_waiter_whose_connection_drops_keeps_its_place() {
     }
     assert_eq!(*order.lock().unwrap(), ["first", "second", "third"]);
 }
+
+/// Two tasks of one shared `Owner` wait for a `FairLock`. When it frees, one task claims it
+/// and the other's attempt, which enters the hold again, is cut off with its connection (a
+/// proxy drops the request and closes the connection). Its retry cannot tell whether that
+/// attempt ran, and must not "undo" it with a release of the owner: that release freed the
+/// first task's hold, and a waiter of another client took the lock while the first task held
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_attempt_of_a_shared_owner_never_releases_its_other_tasks_hold() {
+    support::init_tracing();
+    let server = Server::start();
+    let [blocker, other] = clients(&server).await;
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let shared = support::client_at(proxy.url(), |b| b).await;
+    let name = unique_name("fair-shared-owner");
+    let key = blocker.fair_lock(&name).unwrap().key().to_owned();
+    let held = blocker.fair_lock(&name).unwrap().lock().await.unwrap();
+    let owner = Owner::new();
+    let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for task in 0..2 {
+        let lock = shared.fair_lock(&name).unwrap().with_owner(owner.clone());
+        let granted = granted.clone();
+        tasks.push(tokio::spawn(async move {
+            let outcome = lock.lock().await;
+            let _ = granted.send((task, outcome.is_ok()));
+            outcome
+        }));
+    }
+    let in_line = || async { !queued(&server, &key).is_empty() };
+    assert!(support::eventually_async(Duration::from_secs(2), in_line).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first attempt after the release claims the grant; the second is cut.
+    proxy.cut_at("EVALSHA", 1);
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), proxy.cut_done())
+        .await
+        .expect("no second attempt was sent");
+    let (first, ok) = tokio::time::timeout(Duration::from_secs(5), grants.recv())
+        .await
+        .expect("neither task was granted the lock")
+        .unwrap();
+    assert!(ok, "the first task failed");
+    let first = tasks.remove(first).await.unwrap().unwrap();
+    let second = tasks.remove(0);
+    // Another client waits for the lock meanwhile.
+    let other_lock = other.fair_lock(&name).unwrap();
+    let behind = tokio::spawn(async move {
+        other_lock
+            .try_lock_with(LockOptions::new().wait(Duration::from_secs(10)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !first.is_lost(),
+        "the first task was told its hold was lost"
+    );
+    assert!(
+        !behind.is_finished(),
+        "another client took the lock from the first task"
+    );
+    assert!(
+        support::exists(&server, &key),
+        "the first task's hold is gone from the server"
+    );
+    first.unlock().await.unwrap();
+    if let Ok(Ok(Ok(guard))) = tokio::time::timeout(Duration::from_secs(10), second).await {
+        guard.unlock().await.unwrap();
+    }
+    let behind = tokio::time::timeout(Duration::from_secs(40), behind).await;
+    assert!(matches!(behind, Ok(Ok(Ok(Some(_))))), "{behind:?}");
+}

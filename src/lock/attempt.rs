@@ -164,8 +164,11 @@ impl Request {
         &self,
         source: redis::RedisError,
     ) -> Result<(Acquire, Option<Acks>)> {
-        if self.terms.held {
-            // We hold it already: a retry could count one grant twice.
+        // We hold it already, or another task of this owner does (a shared `Owner`, taken after
+        // this acquisition started): a retry could count one grant twice, and the undo could
+        // release that task's hold. The owner's turn, held until this request's grant is
+        // registered, keeps the registry as it was when the request was sent.
+        if self.terms.held || self.client.inner.holds.get(&self.key).is_some() {
             return Err(Error::Redis {
                 operation: "acquire",
                 source,

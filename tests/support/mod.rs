@@ -38,6 +38,7 @@ mod locks;
 pub mod metrics;
 pub mod notice;
 mod probe;
+pub mod proxy;
 pub mod replica;
 pub mod sentinel;
 mod server;
