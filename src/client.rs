@@ -244,10 +244,18 @@ impl Client {
     pub async fn held_locks(&self, pattern: &str, limit: usize) -> Result<Vec<String>> {
         self.inner.check_open()?;
         let prefix = &self.inner.config.prefix;
+        // The prefix as written: `*`, `?`, `[`, `]` and `\` are glob characters to SCAN.
+        let mut literal = String::with_capacity(prefix.len() + 4);
+        for c in prefix.chars() {
+            if "*?[]\\".contains(c) {
+                literal.push('\\');
+            }
+            literal.push(c);
+        }
         let keys = self
             .inner
             .node
-            .scan_hashes(&format!("{prefix}:{{{pattern}}}"), limit)
+            .scan_hashes(&format!("{literal}:{{{pattern}}}"), limit)
             .await?;
         let head = format!("{prefix}:{{");
         let mut names: Vec<String> = keys

@@ -99,3 +99,27 @@ async fn held_locks_lists_what_is_held() {
     }
     assert!(client.held_locks("*", 100).await.unwrap().is_empty());
 }
+
+/// A prefix is matched as written, glob characters included: `app[1]` is not the glob that
+/// matches `app1` (which listed nothing), and `a*`'s scan does not count other prefixes'
+/// locks against the limit.
+#[tokio::test]
+async fn held_locks_takes_the_prefix_literally() {
+    let server = Server::start();
+    let bracketed = support::client_with(&server, |b| b.prefix("app[1]")).await;
+    let starred = support::client_with(&server, |b| b.prefix("a*")).await;
+    let other = support::client_with(&server, |b| b.prefix("ab")).await;
+    let held = bracketed.lock("x").unwrap().lock().await.unwrap();
+    let mut others = Vec::new();
+    for i in 0..3 {
+        others.push(other.lock(&format!("y{i}")).unwrap().lock().await.unwrap());
+    }
+    let starred_held = starred.lock("z").unwrap().lock().await.unwrap();
+    assert_eq!(bracketed.held_locks("*", 10).await.unwrap(), ["x"]);
+    assert_eq!(starred.held_locks("*", 1).await.unwrap(), ["z"]);
+    held.unlock().await.unwrap();
+    starred_held.unlock().await.unwrap();
+    for guard in others {
+        guard.unlock().await.unwrap();
+    }
+}
