@@ -15,6 +15,16 @@ pub(crate) struct Key {
 pub(crate) fn parse(lit: &LitStr, arguments: &[String]) -> syn::Result<Key> {
     let text = lit.value();
     let span = lit.span();
+    // What the library refuses whatever the placeholders' values (`keys.rs`).
+    if text.is_empty() {
+        return Err(syn::Error::new(span, "the key is empty"));
+    }
+    if text.starts_with("}}") {
+        return Err(syn::Error::new(
+            span,
+            "a lock name must not start with `}` (it would empty the key's cluster hash tag)",
+        ));
+    }
     let mut format = String::with_capacity(text.len());
     let mut args = Vec::new();
     let mut chars = text.chars().peekable();
@@ -193,5 +203,13 @@ mod tests {
         assert!(error("{order.get(1)}").contains("only `arg`, `arg.field` and `arg.method()`"));
         assert!(error("{day + 1}").contains("only `arg`"));
         assert!(error("{day:04}").contains("write an argument"));
+    }
+
+    /// Names the library refuses on every call are refused when the code is compiled.
+    #[test]
+    fn names_the_library_refuses_are_compile_errors() {
+        assert_eq!(error(""), "the key is empty");
+        assert!(error("}}x:{day}").contains("must not start with `}`"));
+        assert_eq!(key("x}}:{day}").unwrap().format, "x}}:{}");
     }
 }

@@ -79,10 +79,11 @@ impl Raw {
             "wait" => self.wait.replace(duration(&value, "wait")?).is_some(),
             "lease" => {
                 let lease = duration(&value, "lease")?;
-                if lease.value.is_zero() {
+                // A lease is whole milliseconds on the server.
+                if lease.value.as_millis() == 0 {
                     return Err(syn::Error::new(
                         lease.span,
-                        "`lease` must be more than zero",
+                        "`lease` must be at least 1ms",
                     ));
                 }
                 self.lease.replace(lease).is_some()
@@ -192,10 +193,19 @@ fn lit_str(value: &Expr, what: &str) -> syn::Result<LitStr> {
     }
 }
 
-/// A humantime literal: `"5s"`, `"100ms"`, `"1m 30s"`, `"2h"`.
+/// The library's bound on every duration (`redlease::MAX_DURATION`: the macro crate cannot
+/// depend on the library, which re-exports it).
+const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// A humantime literal: `"5s"`, `"100ms"`, `"1m 30s"`, `"2h"`; at most 365 days (the library's
+/// bound, which would refuse a longer one on every call).
 fn duration(value: &Expr, what: &str) -> syn::Result<Dur> {
     let lit = lit_str(value, what)?;
     match humantime::parse_duration(&lit.value()) {
+        Ok(d) if d > MAX_DURATION => Err(syn::Error::new(
+            lit.span(),
+            format!("`{what}` is at most 365 days"),
+        )),
         Ok(d) => Ok(Dur {
             value: d,
             span: lit.span(),
