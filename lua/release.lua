@@ -19,7 +19,9 @@
 --          attempt released it. A trailing 'd<ms>' ('d3000', 'rd0', ...) marks a lock that may
 --          have a lock-delay of <ms>: a release that frees it deletes its marker P:{N}:delay
 --          (see acquire.lua), so the next owner need not wait; one that leaves holds (and
---          lengthens the lease) lengthens the marker to the lease plus the delay.
+--          lengthens the lease) lengthens the marker to the lease plus the delay. A 'g' before
+--          it ('ag', 'agd0') keeps an unclaimed grant (count 0): the undo of an attempt whose
+--          connection dropped, by a waiter that still waits, whose next attempt claims it.
 -- ARGV[6]  hand-over (optional): owner field of the releasing client's first waiter
 -- ARGV[7]  hand-over (optional): that waiter's lease in milliseconds
 -- ARGV[8]  hand-over to a fenced waiter: the fence grace in milliseconds (see fence.lua and
@@ -56,6 +58,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
         delayed, delay = true, tonumber(string.sub(mode, d + 1)) or 0
         mode = string.sub(mode, 1, d - 1)
     end
+    local keep_grant = string.sub(mode, -1) == 'g'
+    if keep_grant then
+        mode = string.sub(mode, 1, -2)
+    end
     local retry = mode == 'r' or mode == 'ra'
     local always = mode == 'a' or mode == 'ra'
 
@@ -74,7 +80,10 @@ local function release(hash, latch, fence, field, lease, latch_ms, holds, mode, 
     else
         held = tonumber(redis.call('HGET', hash, field))
     end
-    if held == 0 then
+    if held == 0 and keep_grant then
+        -- Not a hold: the grant waits for the waiter's next attempt (or its withdrawal).
+        held = nil
+    elseif held == 0 then
         -- A grant from the queue (queue_lock.lua) is one hold of its owner, which took it from the
         -- grant's message. (A waiter that stopped waiting passes its grant on with withdraw.lua,
         -- never with a release: its client orders the two, `turns.rs`.)

@@ -292,6 +292,7 @@ fn send(
             delay_ms: request.delay_ms,
             successor: offer.as_ref().map(|o| &o.successor),
             last: request.last,
+            keep_grant: false,
         };
         let mut attempt = 0;
         let outcome = loop {

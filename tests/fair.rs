@@ -568,3 +568,48 @@ async fn a_cut_attempt_of_a_shared_owner_never_releases_its_other_tasks_hold() {
     let behind = tokio::time::timeout(Duration::from_secs(40), behind).await;
     assert!(matches!(behind, Ok(Ok(Ok(Some(_))))), "{behind:?}");
 }
+
+/// A waiter granted the lock from the queue, whose claim is cut off with its connection (a
+/// proxy drops the request and closes the connection), keeps its turn: its retry claims the
+/// grant instead of passing it on to the waiter behind it (which was served first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_claim_is_cut_keeps_its_turn() {
+    support::init_tracing();
+    let server = Server::start();
+    let [holder, second] = clients(&server).await;
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let first = support::client_at(proxy.url(), |b| b).await;
+    let name = unique_name("fair-cut-claim");
+    let key = holder.fair_lock(&name).unwrap().key().to_owned();
+    let held = holder.fair_lock(&name).unwrap().lock().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (who, client) in [("first", &first), ("second", &second)] {
+        let (lock, order) = (client.fair_lock(&name).unwrap(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            // Longer than a grant's claim lease: the grant is claimed by an attempt, not
+            // taken from its message.
+            let options = LockOptions::new().lease(Duration::from_secs(5));
+            let guard = lock.lock_with(options).await.unwrap();
+            order.lock().unwrap().push(who);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.unlock().await.unwrap();
+        }));
+        let n = tasks.len();
+        let in_line = || async { queued(&server, &key).len() == n };
+        assert!(
+            support::eventually_async(Duration::from_secs(2), in_line).await,
+            "{who} never queued"
+        );
+    }
+    proxy.cut_at("EVALSHA", 0);
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), proxy.cut_done())
+        .await
+        .expect("the first waiter never claimed its grant");
+    for task in tasks {
+        let done = tokio::time::timeout(Duration::from_secs(15), task).await;
+        assert!(matches!(done, Ok(Ok(()))), "a waiter never got the lock");
+    }
+    assert_eq!(*order.lock().unwrap(), ["first", "second"]);
+}

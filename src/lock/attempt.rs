@@ -175,11 +175,13 @@ impl Request {
             });
         }
         let node = &self.client.inner.node;
-        // The first request may have been granted, or queued and granted since: undone (the
-        // undo passes such a grant on), so no message naming that request counts.
+        // The first request may have taken the lock: undone. It may also have been granted the
+        // lock from the queue, unclaimed (count 0): that grant stays for the retry to claim, so
+        // the waiter keeps its turn. No message naming that request counts (the retry's nonce
+        // is new).
         let waiting = || !self.abandoned.load(Ordering::Acquire);
         if let Some(queue) = self.terms.queue.filter(|_| waiting()) {
-            to_the_end(&self.client, &self.key, self.undo()).await;
+            to_the_end(&self.client, &self.key, self.undo(true)).await;
             // The caller still waits: it keeps its place, which the retry refreshes under a
             // new nonce. (Should it stop waiting from now on, `undo_abandoned` withdraws the
             // place once this request is done.)
@@ -205,7 +207,7 @@ impl Request {
         }
         let unqueue = self.terms.queue.is_some();
         let (undo, client, keys, field) = (
-            self.undo(),
+            self.undo(false),
             self.client.clone(),
             self.keys.clone(),
             self.key.field.clone(),
@@ -232,9 +234,9 @@ impl Request {
     }
 
     /// The first request may have run. We held nothing, so a release undoes its grant if there
-    /// was one and is a no-op otherwise; it and the retry go out in this order on the new
-    /// connection.
-    fn undo(&self) -> impl Future<Output = ()> + Send + 'static {
+    /// was one and is a no-op otherwise (`keep_grant`: a grant from the queue it did not claim
+    /// stays); it and the retry go out in this order on the new connection.
+    fn undo(&self, keep_grant: bool) -> impl Future<Output = ()> + Send + 'static {
         let (client, keys, field, terms) = (
             self.client.clone(),
             self.keys.clone(),
@@ -251,6 +253,7 @@ impl Request {
                 delay_ms: Some(terms.delay_ms),
                 successor: None,
                 last: false,
+                keep_grant,
             };
             let undone = inner
                 .node

@@ -39,6 +39,10 @@ pub(crate) struct ReleaseArgs<'a> {
     /// The guard's last hold as the client counts it: the lean form applies
     /// (`lua/release_plain.lua`); an inner release of a re-entered lock leaves holds.
     pub last: bool,
+    /// An unclaimed grant to the field (count 0) is left for the owner's next attempt to claim,
+    /// not given back as one hold: the undo of a waiter's attempt whose connection dropped,
+    /// while the waiter still waits (it keeps its turn).
+    pub keep_grant: bool,
 }
 
 /// A waiter of this client to hand the lock to if this release frees it.
@@ -196,9 +200,13 @@ fn release_mode(release: &ReleaseArgs<'_>, retry: bool) -> Cow<'static, str> {
         (false, Latch::Always) => "a",
         (true, Latch::Always) => "ra",
     };
-    match release.delay_ms {
-        None => Cow::Borrowed(base),
-        Some(delay) => Cow::Owned(format!("{}d{delay}", base.trim_start_matches('-'))),
+    let keep = if release.keep_grant { "g" } else { "" };
+    match (release.delay_ms, keep) {
+        (None, "") => Cow::Borrowed(base),
+        (None, keep) => Cow::Owned(format!("{}{keep}", base.trim_start_matches('-'))),
+        (Some(delay), keep) => {
+            Cow::Owned(format!("{}{keep}d{delay}", base.trim_start_matches('-')))
+        }
     }
 }
 
