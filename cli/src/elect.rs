@@ -13,13 +13,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     // Before anything is held: from here on a SIGTERM cannot kill us while leading.
     let mut incoming = Incoming::install()
         .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot catch signals: {e}")))?;
-    if args.target.urls().len() > 1 {
-        return Err(Failure::new(
-            exit::USAGE,
-            "elections run on one Redis deployment (a server, a cluster or a sentinel group); \
-             give one --url",
-        ));
-    }
+    // Refuses several --url (an election runs on one deployment) before connecting.
     let client = nodes::connect_one(&args.target).await?;
     let election = client
         .election(&args.name)

@@ -8,7 +8,8 @@ use tokio::task::JoinSet;
 use crate::args::Target;
 use crate::exit::{self, Failure};
 
-/// One node as named by the user, and the client connected to it (or why not).
+/// One node as named by the user, and the client connected to it (or why it could not be:
+/// never a bad URL or setting, which [`connect_all`] refuses).
 pub struct Node {
     /// The URL with any password hidden, for messages.
     pub shown: String,
@@ -51,7 +52,8 @@ fn builder(target: &Target, url: &str, tls: Option<&TlsOptions>) -> ClientBuilde
 }
 
 /// Connects to every URL concurrently; the result keeps the order of the URLs. Fails (exit 64)
-/// only when the `--tls-*` options cannot be used; an unreachable node is in its [`Node`].
+/// when the `--tls-*` options cannot be used or a URL or setting is bad; an unreachable node is
+/// in its [`Node`].
 pub async fn connect_all(target: &Target) -> Result<Vec<Node>, Failure> {
     let urls = target.urls();
     let tls = crate::tls::options(target, &urls)?;
@@ -67,6 +69,12 @@ pub async fn connect_all(target: &Target) -> Result<Vec<Node>, Failure> {
         if let Ok((i, client)) = joined {
             clients[i] = Some(client);
         }
+    }
+    // A bad URL or setting is a mistake in the command line, not a node that is down: it ends
+    // the command as it does with one node, rather than being tolerated as one node down (a
+    // bad URL) or reported as a majority unreachable (a bad setting fails every node).
+    if let Some(failure) = misconfigured(&urls, &clients) {
+        return Err(failure);
     }
     // What puts locks at risk on a server (an evicting `maxmemory-policy`), once per node.
     for client in clients.iter().flatten().flatten() {
@@ -91,13 +99,47 @@ pub async fn connect_all(target: &Target) -> Result<Vec<Node>, Failure> {
         .collect())
 }
 
-/// Connects to the single node of a one-URL target; any failure ends the command.
+/// The failure for the first node, in the order of the URLs, whose client was refused for a bad
+/// URL or setting: what [`exit::code_of`] makes a usage error, as with a single node.
+fn misconfigured(
+    urls: &[String],
+    clients: &[Option<Result<Client, redlease::Error>>],
+) -> Option<Failure> {
+    urls.iter()
+        .zip(clients)
+        .find_map(|(url, client)| match client {
+            Some(Err(e)) if exit::code_of(e) == exit::USAGE => Some(unreachable(&redact(url), e)),
+            _ => None,
+        })
+}
+
+/// Connects to the single node of a one-URL target; any failure ends the command, as does a
+/// target of several URLs.
 pub async fn connect_one(target: &Target) -> Result<Client, Failure> {
+    one_deployment(target)?;
     let node = connect_all(target)
         .await?
         .pop()
         .ok_or_else(|| Failure::new(exit::USAGE, "no Redis URL given"))?;
     node.client.map_err(|e| unreachable(&node.shown, &e))
+}
+
+/// Refuses several `--url`s (exit 64, before connecting) for a subcommand that talks to one
+/// deployment: it would use one of them and ignore the others, showing a lock, a list or a
+/// leader of a node the user did not name alone.
+fn one_deployment(target: &Target) -> Result<(), Failure> {
+    let given = target.urls().len();
+    if given == 1 {
+        return Ok(());
+    }
+    Err(Failure::new(
+        exit::USAGE,
+        format!(
+            "{given} --url given, but this subcommand talks to one Redis deployment (a server, a \
+             cluster or a sentinel group); give one --url (several, for a Redlock over \
+             independent masters, are for run, status and unlock)"
+        ),
+    ))
 }
 
 /// A client for every node, for a Redlock: a node that could not be connected to gets one that

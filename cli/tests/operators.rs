@@ -159,6 +159,65 @@ fn four_urls_with_one_down_still_take_a_redlock() {
     assert!(out.stderr().contains(&down), "{out:?}");
 }
 
+/// A bad setting or URL is a usage error (64) with several `--url`s as with one, not
+/// unreachable nodes (69), and one bad URL among good ones is not tolerated as a down node.
+#[test]
+fn several_urls_report_a_bad_setting_or_url_as_usage_error() {
+    let servers = support::start_many(3);
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let bad_settings = [
+        ("prefix", "the key prefix must not be empty"),
+        ("--prefix a{", "must not contain"),
+        ("--replicas 1:500us", "at least 1 millisecond"),
+    ];
+    for sub in ["run", "status", "unlock --force"] {
+        let command: &[&str] = if sub == "run" { &["true"] } else { &[] };
+        for (setting, says) in bad_settings {
+            let mut cmd = if setting == "prefix" {
+                rl_nodes(&urls, sub, "L", command)
+            } else {
+                rl_nodes(&urls, &format!("{sub} {setting}"), "L", command)
+            };
+            // An empty $REDLEASE_PREFIX is the only way to give an empty prefix.
+            if setting == "prefix" {
+                cmd.env("REDLEASE_PREFIX", "");
+            }
+            let out = finish(cmd);
+            assert_eq!(out.code(), Some(64), "{sub} {setting}: {out:?}");
+            assert!(out.stderr().contains(says), "{sub} {setting}: {out:?}");
+            assert!(
+                !out.stderr().contains("reachable"),
+                "{sub} {setting}: {out:?}"
+            );
+        }
+        let one_bad = [urls[0].clone(), urls[1].clone(), "nosuch://x".to_owned()];
+        let out = finish(rl_nodes(&one_bad, sub, "L", command));
+        assert_eq!(out.code(), Some(64), "{sub} with a bad URL: {out:?}");
+        assert!(out.stderr().contains("nosuch://x"), "{sub}: {out:?}");
+    }
+}
+
+/// The subcommands that talk to one deployment refuse several `--url`s before connecting,
+/// rather than silently using the last one.
+#[test]
+fn one_deployment_subcommands_refuse_several_urls() {
+    let servers = support::start_many(2);
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    for sub in [
+        "list",
+        "watch --count 1",
+        "leader",
+        "observe --count 1",
+        "elect",
+    ] {
+        let command: &[&str] = if sub == "elect" { &["true"] } else { &[] };
+        let out = finish(rl_nodes(&urls, sub, "L", command));
+        assert_eq!(out.code(), Some(64), "{sub}: {out:?}");
+        assert!(out.stderr().contains("give one --url"), "{sub}: {out:?}");
+        assert!(out.stdout().is_empty(), "{sub}: {out:?}");
+    }
+}
+
 #[test]
 fn help_has_examples_and_usage_errors_exit_64() {
     for sub in ["run", "status", "unlock"] {

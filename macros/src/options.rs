@@ -81,10 +81,7 @@ impl Raw {
                 let lease = duration(&value, "lease")?;
                 // A lease is whole milliseconds on the server.
                 if lease.value.as_millis() == 0 {
-                    return Err(syn::Error::new(
-                        lease.span,
-                        "`lease` must be at least 1ms",
-                    ));
+                    return Err(syn::Error::new(lease.span, "`lease` must be at least 1ms"));
                 }
                 self.lease.replace(lease).is_some()
             }

@@ -5,9 +5,8 @@
 
 #![allow(dead_code)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -29,7 +28,7 @@ struct Cut {
 impl Cut {
     /// Whether `chunk` (one read of what a client sent) is the one to cut.
     fn hits(&self, chunk: &[u8]) -> bool {
-        let mut armed = self.armed.lock();
+        let mut armed = self.armed.lock().unwrap();
         let Some((needle, skip)) = armed.as_mut() else {
             return false;
         };
@@ -73,7 +72,7 @@ impl Proxy {
     /// From now on, the `skip + 1`-th read of a client's request bytes that contains `needle`
     /// is not forwarded, and its connection is closed.
     pub fn cut_at(&self, needle: &str, skip: usize) {
-        *self.cut.armed.lock() = Some((needle.as_bytes().to_vec(), skip));
+        *self.cut.armed.lock().unwrap() = Some((needle.as_bytes().to_vec(), skip));
     }
 
     /// Waits until the armed cut happened.
