@@ -578,7 +578,12 @@ async fn a_waiter_whose_claim_is_cut_keeps_its_turn() {
     let server = Server::start();
     let [holder, second] = clients(&server).await;
     let proxy = support::proxy::Proxy::start(server.port()).await;
-    let first = support::client_at(proxy.url(), |b| b).await;
+    // A client that wants replica acknowledgement (none here, so no `WAIT` is sent) claims a
+    // grant with an attempt, never from its message alone: the attempt the proxy cuts.
+    let replicas = redlease::Replicas::Auto {
+        timeout: Duration::from_millis(100),
+    };
+    let first = support::client_at(proxy.url(), |b| b.replicas(replicas)).await;
     let name = unique_name("fair-cut-claim");
     let key = holder.fair_lock(&name).unwrap().key().to_owned();
     let held = holder.fair_lock(&name).unwrap().lock().await.unwrap();
@@ -587,10 +592,7 @@ async fn a_waiter_whose_claim_is_cut_keeps_its_turn() {
     for (who, client) in [("first", &first), ("second", &second)] {
         let (lock, order) = (client.fair_lock(&name).unwrap(), order.clone());
         tasks.push(tokio::spawn(async move {
-            // Longer than a grant's claim lease: the grant is claimed by an attempt, not
-            // taken from its message.
-            let options = LockOptions::new().lease(Duration::from_secs(5));
-            let guard = lock.lock_with(options).await.unwrap();
+            let guard = lock.lock().await.unwrap();
             order.lock().unwrap().push(who);
             tokio::time::sleep(Duration::from_millis(100)).await;
             guard.unlock().await.unwrap();
@@ -607,6 +609,10 @@ async fn a_waiter_whose_claim_is_cut_keeps_its_turn() {
     tokio::time::timeout(Duration::from_secs(5), proxy.cut_done())
         .await
         .expect("the first waiter never claimed its grant");
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "the cut request was not a claim"
+    );
     for task in tasks {
         let done = tokio::time::timeout(Duration::from_secs(15), task).await;
         assert!(matches!(done, Ok(Ok(()))), "a waiter never got the lock");

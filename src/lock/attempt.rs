@@ -167,7 +167,8 @@ impl Request {
         // We hold it already, or another task of this owner does (a shared `Owner`, taken after
         // this acquisition started): a retry could count one grant twice, and the undo could
         // release that task's hold. The owner's turn, held until this request's grant is
-        // registered, keeps the registry as it was when the request was sent.
+        // registered, keeps other acquisitions from registering meanwhile; a hand-over from a
+        // release of this client to another task of the owner does not take it.
         if self.terms.held || self.client.inner.holds.get(&self.key).is_some() {
             return Err(Error::Redis {
                 operation: "acquire",

@@ -2,6 +2,10 @@
 //! request is never forwarded and the connection is closed under it, so the client sees its
 //! connection drop with a request in flight that the server never ran (a `CLIENT KILL` cannot
 //! pick a request, only a connection, and a paused server holds every request alike).
+//!
+//! It looks for its needle in each read of what a client sent, so a request (a small command,
+//! which the client writes at once) is found whole; what the same read carries besides it is
+//! dropped with it, and replies on their way back are lost with the connection.
 
 #![allow(dead_code)]
 
