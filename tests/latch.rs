@@ -141,3 +141,43 @@ async fn bad_input_is_a_typed_error() {
     assert!(latch.try_set_count(1).await.unwrap_err().is_wrong_type());
     assert!(latch.count().await.unwrap_err().is_wrong_type());
 }
+
+/// A latch set again at once after it opened (here in the same transaction as the count-down
+/// that opened it, so before any waiter can look): every waiter of the round that opened is
+/// released. They used to read the new round's count after the message and sleep on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_set_again_at_once_still_opens_for_its_waiters() {
+    support::init_tracing();
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("latch-again");
+    let latch = a.count_down_latch(&name).unwrap();
+    assert!(latch.try_set_count(1).await.unwrap());
+    let waiter = {
+        let latch = b.count_down_latch(&name).unwrap();
+        tokio::spawn(async move { latch.wait().await })
+    };
+    let channel = format!("{}:zero", latch.key());
+    assert!(until_subscribed(&server, &channel, 1).await, "nobody waits");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let script = include_str!("../lua/latch.lua");
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for (op, n) in [("count_down", 1), ("try_set", 2)] {
+        pipe.cmd("EVAL")
+            .arg(script)
+            .arg(2)
+            .arg(latch.key())
+            .arg(&channel)
+            .arg(op)
+            .arg(n);
+    }
+    let (left, set): (i64, i64) = pipe.query(&mut server.conn()).unwrap();
+    assert_eq!((left, set), (0, 1));
+    let opened = tokio::time::timeout(Duration::from_secs(3), waiter).await;
+    assert!(
+        matches!(opened, Ok(Ok(Ok(())))),
+        "the waiter slept through the opening"
+    );
+    assert_eq!(latch.count().await.unwrap(), 2, "the new round");
+}

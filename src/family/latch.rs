@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::family::{Attempt, FamilyKeys, Reply, Wake, wait_for};
 use crate::node::FamilyScript;
 use crate::options::{LockOptions, positive};
@@ -20,7 +18,8 @@ static SCRIPT: FamilyScript = FamilyScript::new("latch", include_str!("../../lua
 ///
 /// Made by [`Client::count_down_latch`]; cheap to clone. A latch at zero has no key; it can be
 /// set again once it reached zero. Waiters sleep on the latch's channel and are woken by the
-/// count-down that reaches zero (or look again after at most a second without a message).
+/// count-down that reaches zero (or look again after at most a second without a message); a
+/// latch set again at once still releases every waiter of the round that opened.
 ///
 /// ```no_run
 /// # async fn demo(client: redlease::Client) -> redlease::Result<()> {
@@ -97,8 +96,24 @@ impl CountDownLatch {
     /// # Cancel safety
     /// Cancel-safe: it only reads.
     pub async fn count(&self) -> Result<u64> {
+        self.look().await.map(|(count, _)| count)
+    }
+
+    /// The count left and its round: when it was set, on the server's clock (`lua/latch.lua`);
+    /// `(0, 0)` when the latch is open.
+    async fn look(&self) -> Result<(u64, u64)> {
         self.client.inner.check_open()?;
-        self.keys.count(&self.client, SCRIPT.name).await
+        let Some(raw) = self.keys.get(&self.client).await? else {
+            return Ok((0, 0));
+        };
+        let (count, round) = raw.split_once(' ').unwrap_or((&raw, "0"));
+        match (count.parse(), round.parse()) {
+            (Ok(count), Ok(round)) => Ok((count, round)),
+            _ => Err(Error::Protocol {
+                script: SCRIPT.name,
+                reply: raw,
+            }),
+        }
     }
 
     /// Waits until the count is zero.
@@ -137,16 +152,21 @@ impl CountDownLatch {
         self.wait_within(options.wait_only()?).await
     }
 
+    /// Waits for the round the first look finds to open: the count reaching zero, or another
+    /// round seen (set again at once after it opened, before this waiter looked).
     async fn wait_within(&self, wait: Wait) -> Result<bool> {
+        let waited_for = parking_lot::Mutex::new(None);
         let open = wait_for(
             &self.client,
             &self.keys.channel,
             wait,
             Wake::All,
             || async {
-                Ok(match self.count().await? {
-                    0 => Attempt::Done(()),
-                    _ => Attempt::Again(None),
+                let (count, round) = self.look().await?;
+                let waited_for = *waited_for.lock().get_or_insert(round);
+                Ok(match count == 0 || round != waited_for {
+                    true => Attempt::Done(()),
+                    false => Attempt::Again(None),
                 })
             },
         )

@@ -109,16 +109,10 @@ impl FamilyKeys {
         Ok(Reply::new(script.name, n))
     }
 
-    /// The count the key holds, 0 when it is absent (`script` names its kind in errors).
-    pub(crate) async fn count(&self, client: &Client, script: &'static str) -> Result<u64> {
-        let raw: Option<String> = client
-            .inner
-            .node
-            .query(redis::cmd("GET").arg(&*self.key))
-            .await?;
-        let Some(raw) = raw else { return Ok(0) };
-        raw.parse()
-            .map_err(|_| Error::Protocol { script, reply: raw })
+    /// What the key holds, a string, `None` when it is absent.
+    pub(crate) async fn get(&self, client: &Client) -> Result<Option<String>> {
+        let get = redis::cmd("GET").arg(&*self.key).clone();
+        client.inner.node.query(&get).await
     }
 
     /// Deletes the key and the keys under it named by `suffixes` (`<key>:<suffix>`, a queue's):
