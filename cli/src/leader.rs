@@ -132,10 +132,12 @@ fn print_change(args: &ObserveArgs, change: &LeaderChange) {
     output::line(text);
 }
 
+/// The leader on one line: its value quoted, with quotes, line breaks and other control
+/// characters escaped (a value may hold any text; `--json` has it as it is).
 fn leader_text(leader: &Leader) -> String {
     let value = match leader.value.as_str() {
         "" => String::new(),
-        value => format!("\"{value}\" "),
+        value => format!("{value:?} "),
     };
     format!(
         "{value}(term {}, host {}, pid {}, {})",

@@ -206,3 +206,26 @@ fn observe_prints_one_line_per_change_in_order() {
             .all(|l| l["missed"] == 0 && l["restarted"] == false)
     );
 }
+
+/// `leader` prints the leader on one line whatever its value: a line break (or a quote) in the
+/// value is escaped, not printed raw to split the line.
+#[test]
+fn a_value_with_a_line_break_is_printed_on_one_line() {
+    let server = Server::start();
+    let name = unique_name("elect-value");
+    let dir = Scratch::new("elect-value");
+    let url = server.url();
+    let body = leader_body(&dir, "a");
+    let args = [
+        "elect", "--url", &url, "--lease", "20s", "--value", "a\n\"b\"", &name, "--", "sh", "-c",
+        &body,
+    ];
+    let mut a = Running::spawn(redlease(&args));
+    a.wait_for(&dir, "started.a");
+    let text = finish(rl(&url, "leader", &name, &[]));
+    let shown = text.stdout();
+    assert_eq!(shown.trim_end().lines().count(), 1, "{text:?}");
+    assert!(shown.contains(r#""a\n\"b\"""#), "{text:?}");
+    std::fs::write(dir.path("stop.a"), "").unwrap();
+    assert_eq!(a.finish(LIMIT).code(), Some(0));
+}
