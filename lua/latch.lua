@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  count     P:{N}:countdown        string: '<count left> <round>'; absent means zero.
 --                                           The round is the server's time (microseconds) when
---                                           it was set: a waiter that sees another round knows
+--                                           it was set: a waiter that sees a later round knows
 --                                           the one it waited for opened (it may be set again at
 --                                           once, before the waiter looks). A bare count (an
 --                                           older client's) is round 0.
@@ -48,7 +48,7 @@ elseif op == 'count_down' then
     if not round then
         return redis.call('DECR', key)
     end
-    redis.call('SET', key, (count - 1) .. ' ' .. round)
+    redis.call('SET', key, string.format('%d %s', count - 1, round))
     return count - 1
 end
 return redis.error_reply('ERR unknown latch operation')

@@ -34,8 +34,8 @@ pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
                 .map(|d| format!(", lease left {}", humantime::format_duration(millis(d))))
                 .unwrap_or_default();
             output::line(format!(
-                "\"{}\" is led by {}{lease}",
-                args.name,
+                "{} is led by {}{lease}",
+                output::quoted(&args.name),
                 leader_text(leader)
             ));
         }
@@ -44,7 +44,10 @@ pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
                 .last_change
                 .map(|c| format!(" (last change: {})", c.as_str()))
                 .unwrap_or_default();
-            output::line(format!("\"{}\" has no leader{last}", args.name));
+            output::line(format!(
+                "{} has no leader{last}",
+                output::quoted(&args.name)
+            ));
         }
     }
     Ok(0)
@@ -133,15 +136,20 @@ fn print_change(args: &ObserveArgs, change: &LeaderChange) {
 }
 
 /// The leader on one line: its value quoted, with quotes, line breaks and other control
-/// characters escaped (a value may hold any text; `--json` has it as it is).
+/// characters escaped, as they are in its host and program (a value may hold any text; `--json`
+/// has them as they are).
 fn leader_text(leader: &Leader) -> String {
     let value = match leader.value.as_str() {
         "" => String::new(),
-        value => format!("{value:?} "),
+        value => format!("{} ", output::quoted(value)),
     };
+    let (host, program) = (&leader.process.host, &leader.process.program);
     format!(
         "{value}(term {}, host {}, pid {}, {})",
-        leader.term, leader.process.host, leader.process.pid, leader.process.program
+        leader.term,
+        output::one_line(host),
+        leader.process.pid,
+        output::one_line(program)
     )
 }
 

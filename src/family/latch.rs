@@ -152,8 +152,10 @@ impl CountDownLatch {
         self.wait_within(options.wait_only()?).await
     }
 
-    /// Waits for the round the first look finds to open: the count reaching zero, or another
-    /// round seen (set again at once after it opened, before this waiter looked).
+    /// Waits for the round the first look finds to open: the count reaching zero, or a later
+    /// round seen (set again at once after it opened, before this waiter looked). Later, not
+    /// another: a failover to a replica that missed the newest round shows an earlier one,
+    /// which opened nothing.
     async fn wait_within(&self, wait: Wait) -> Result<bool> {
         let waited_for = parking_lot::Mutex::new(None);
         let open = wait_for(
@@ -164,7 +166,7 @@ impl CountDownLatch {
             || async {
                 let (count, round) = self.look().await?;
                 let waited_for = *waited_for.lock().get_or_insert(round);
-                Ok(match count == 0 || round != waited_for {
+                Ok(match count == 0 || round > waited_for {
                     true => Attempt::Done(()),
                     false => Attempt::Again(None),
                 })
