@@ -40,6 +40,9 @@ pub(crate) struct Hold {
     delay_ms: AtomicU64,
     /// Live guards of this hold. Changed only under the registry's entry lock.
     guards: AtomicU32,
+    /// Holds released by name ([`Lock::unlock`](crate::Lock::unlock)) while guards of it
+    /// lived: as many guards live on past its last release, holding nothing, and are told then.
+    released_by_name: AtomicU32,
     /// Server-side holds adopted from a lost predecessor of this owner that the server still
     /// counted; given back with this hold's last guard so the key does not outlive it.
     orphans: AtomicU32,
@@ -76,6 +79,7 @@ impl Hold {
             token,
             delay_ms: AtomicU64::new(0),
             guards: AtomicU32::new(1),
+            released_by_name: AtomicU32::new(0),
             orphans: AtomicU32::new(0),
             validity: Validity::new(started + lease.duration().saturating_sub(drift)),
             granted_at: Instant::now(),
@@ -278,6 +282,18 @@ impl Hold {
     /// any adopted ones. The last guard (or shutdown) gives back all of it.
     pub(crate) fn server_count(&self, guards: u32) -> u32 {
         guards + self.orphans.load(Ordering::Acquire)
+    }
+
+    /// One of its holds was released by name, not its last: a guard of it will outlive it.
+    pub(crate) fn note_released_by_name(&self) {
+        self.released_by_name.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether a guard of it outlives its last release (see [`note_released_by_name`]).
+    ///
+    /// [`note_released_by_name`]: Hold::note_released_by_name
+    pub(crate) fn outlived_by_a_guard(&self) -> bool {
+        self.released_by_name.load(Ordering::Acquire) > 0
     }
 
     /// Marks it lost without a warning or a lost lease counted: its last hold was released by

@@ -496,3 +496,25 @@ async fn force_unlock_loses_this_clients_guards_at_once() {
     assert!(!theirs.is_lost());
     drop(theirs);
 }
+
+/// Two guards of one hold, and one of its holds released by name: after the other guard's
+/// release, the guard left holds nothing on the server, and is told so (it used to keep
+/// claiming the lock while another client could take it).
+#[tokio::test]
+async fn unlock_by_name_under_two_guards_tells_the_one_left() {
+    let server = Server::start();
+    let [a, b] = clients(&server).await;
+    let name = unique_name("by-name-two");
+    let lock = a.lock(&name).unwrap();
+    let first = lock.lock().await.unwrap();
+    let second = lock.lock().await.unwrap();
+    lock.unlock().await.unwrap();
+    assert!(!first.is_lost() && !second.is_lost(), "a hold remains");
+    first.unlock().await.unwrap();
+    assert!(
+        b.lock(&name).unwrap().try_lock().await.unwrap().is_some(),
+        "the lock is free on the server"
+    );
+    assert!(second.is_lost(), "the guard left still claims the lock");
+    assert!(second.unlock().await.unwrap_err().is_lease_lost());
+}

@@ -200,7 +200,9 @@ impl Lock {
     ///
     /// Prefer [`LockGuard::unlock`](crate::LockGuard::unlock); this is for code that gave up its guard (for example with
     /// `std::mem::forget`). Releasing a hold whose guard is still alive makes that guard's later
-    /// release fail.
+    /// release fail, and the guard is told ([`LockGuard::is_lost`](crate::LockGuard::is_lost))
+    /// as soon as it holds nothing: at once, or, with several guards of the hold alive, when
+    /// the others are released.
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the current owner holds nothing (the holder is untouched), or a
@@ -216,9 +218,12 @@ impl Lock {
         let mut lease_ms = self.watchdog()?.ms();
         if let Some(hold) = inner.holds.get(&HoldKey::new(&self.keys.hash, &field)) {
             lease_ms = hold.lease_ms();
-            // The last hold: a guard of it that lives on holds nothing any more.
-            if inner.holds.release(&hold) == LocalRelease::Last {
-                hold.mark_released_by_name();
+            // The last hold: a guard of it that lives on holds nothing any more. Not the last:
+            // one of its guards will hold nothing after the others' releases, and is told then.
+            match inner.holds.release(&hold) {
+                LocalRelease::Last => hold.mark_released_by_name(),
+                LocalRelease::Remaining => hold.note_released_by_name(),
+                LocalRelease::Detached => {}
             }
         }
         match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {
