@@ -517,7 +517,7 @@ async fn a_cut_attempt_of_a_shared_owner_never_releases_its_other_tasks_hold() {
     let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for task in 0..2 {
-        let lock = shared.fair_lock(&name).unwrap().with_owner(owner.clone());
+        let lock = shared.fair_lock(&name).unwrap().with_owner(owner);
         let granted = granted.clone();
         tasks.push(tokio::spawn(async move {
             let outcome = lock.lock().await;
