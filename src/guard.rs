@@ -77,7 +77,9 @@ impl LockGuard {
     /// A future that resolves when the lease is lost (see [`is_lost`](LockGuard::is_lost)). It
     /// does not borrow the guard, so it can be raced against the work done under the lock. A
     /// release ends the hold without losing it: a future that outlives the last release stays
-    /// pending (no alarm when the lease would have run out).
+    /// pending (no alarm when the lease would have run out), unless a hold of it was released by
+    /// name meanwhile ([`Lock::unlock`](crate::Lock::unlock)): a guard then outlives the hold,
+    /// and every guard's future resolves to tell it.
     ///
     /// ```no_run
     /// # async fn demo(lock: redlease::Lock) -> redlease::Result<()> {

@@ -169,11 +169,6 @@ async fn release_remotely(
 ) -> Result<bool> {
     let inner = &client.inner;
     let last = local == LocalRelease::Last;
-    if last && hold.outlived_by_a_guard() {
-        // A guard left holding nothing by a release by name is told (after the releasing
-        // guard's own outcome was read: it did release a hold).
-        hold.mark_released_by_name();
-    }
     let (holds, offer) = match last {
         // Every hold the server counts for us goes, maybe to our waiting head.
         true => (
@@ -202,7 +197,14 @@ async fn release_remotely(
             hold.mark_lost(crate::telemetry::LostReason::ServerLost, why);
             Ok(false)
         }
-        Release::Released | Release::HandedOver { .. } | Release::StillHeld(_) => Ok(true),
+        Release::Released | Release::HandedOver { .. } | Release::StillHeld(_) => {
+            if last && hold.outlived_by_a_guard() {
+                // A guard left holding nothing by a release by name is told, quietly (a hold
+                // found gone above is a loss, counted).
+                hold.mark_released_by_name();
+            }
+            Ok(true)
+        }
     }
 }
 

@@ -130,11 +130,29 @@ impl Holds {
     /// Gives back one guard of `hold`; the last one takes the hold out of the `held` gauge
     /// (its hold time recorded).
     pub(crate) fn release(&self, hold: &Arc<Hold>) -> LocalRelease {
+        self.release_one(hold, false)
+    }
+
+    /// [`release`](Holds::release) for a release by name ([`Lock::unlock`](crate::Lock::unlock)):
+    /// when it is not the last, a guard of the hold will outlive the hold, which is noted in the
+    /// same step, so the last release cannot miss it.
+    pub(crate) fn release_by_name(&self, hold: &Arc<Hold>) -> LocalRelease {
+        self.release_one(hold, true)
+    }
+
+    fn release_one(&self, hold: &Arc<Hold>, by_name: bool) -> LocalRelease {
         // Under the entry's lock: the guard count is read and the hold removed at once.
         let mut registered = false;
         let removed = self.map.remove_if(&hold.key, |_, current| {
             registered = Arc::ptr_eq(current, hold);
-            registered && hold.guards.fetch_sub(1, Ordering::AcqRel) <= 1
+            if !registered {
+                return false;
+            }
+            let last = hold.guards.fetch_sub(1, Ordering::AcqRel) <= 1;
+            if !last && by_name {
+                hold.note_released_by_name();
+            }
+            last
         });
         match (removed, registered) {
             (Some(_), _) => {

@@ -219,11 +219,10 @@ impl Lock {
         if let Some(hold) = inner.holds.get(&HoldKey::new(&self.keys.hash, &field)) {
             lease_ms = hold.lease_ms();
             // The last hold: a guard of it that lives on holds nothing any more. Not the last:
-            // one of its guards will hold nothing after the others' releases, and is told then.
-            match inner.holds.release(&hold) {
-                LocalRelease::Last => hold.mark_released_by_name(),
-                LocalRelease::Remaining => hold.note_released_by_name(),
-                LocalRelease::Detached => {}
+            // one of its guards will hold nothing after the others' releases, and is told then
+            // (noted by the registry).
+            if inner.holds.release_by_name(&hold) == LocalRelease::Last {
+                hold.mark_released_by_name();
             }
         }
         match crate::release::give_back(&self.client, &self.keys, &field, lease_ms, 1).await? {
