@@ -177,61 +177,36 @@ impl Request {
         }
         let node = &self.client.inner.node;
         // The first request may have taken the lock: undone. It may also have been granted the
-        // lock from the queue, unclaimed (count 0): that grant stays for the retry to claim, so
-        // the waiter keeps its turn. No message naming that request counts (the retry's nonce
-        // is new).
+        // lock from the queue, unclaimed (count 0): for a caller that still waits, that grant
+        // stays for the retry to claim, so the waiter keeps its turn. No message naming that
+        // request counts (the retry's nonce is new).
         let waiting = || !self.abandoned.load(Ordering::Acquire);
-        if let Some(queue) = self.terms.queue.filter(|_| waiting()) {
-            to_the_end(&self.client, &self.key, self.undo(true)).await;
-            // The caller still waits: it keeps its place, which the retry refreshes under a
-            // new nonce. (Should it stop waiting from now on, `undo_abandoned` withdraws the
-            // place once this request is done.)
-            if waiting() {
-                let nonce = self.client.inner.next_nonce();
-                *self.requeued.lock() = Some(nonce);
-                let queue = Some(QueueTerms { nonce, ..queue });
-                let terms = AcquireTerms {
-                    queue,
-                    ..self.terms
-                };
-                let (keys, field) = (&self.keys, &self.key.field);
-                return node
-                    .acquire(keys, field, terms, self.patience, self.wait)
-                    .await;
-            }
-            // It stopped during the undo: its place goes, and the retry asks unqueued.
-            let (client, keys) = (self.client.clone(), self.keys.clone());
-            let field = self.key.field.clone();
-            let withdraw = async move { withdraw_entry(&client, &keys, &field).await };
-            to_the_end(&self.client, &self.key, withdraw).await;
-            return self.unqueued_retry().await;
-        }
-        let unqueue = self.terms.queue.is_some();
-        let (undo, client, keys, field) = (
-            self.undo(false),
-            self.client.clone(),
-            self.keys.clone(),
-            self.key.field.clone(),
-        );
-        to_the_end(&self.client, &self.key, async move {
-            undo.await;
-            if unqueue {
-                withdraw_entry(&client, &keys, &field).await;
-            }
-        })
-        .await;
-        self.unqueued_retry().await
-    }
-
-    /// The request once more without queue terms: for a caller that stopped waiting (its
-    /// place withdrawn), or one that never had a place.
-    async fn unqueued_retry(&self) -> Result<(Acquire, Option<Acks>)> {
-        let terms = AcquireTerms {
+        let keep_place = self.terms.queue.is_some() && waiting();
+        to_the_end(&self.client, &self.key, self.undo(keep_place)).await;
+        let mut terms = AcquireTerms {
             queue: None,
             ..self.terms
         };
-        let node = &self.client.inner.node;
-        (node.acquire(&self.keys, &self.key.field, terms, self.patience, self.wait)).await
+        if let Some(queue) = self.terms.queue {
+            if waiting() {
+                // It keeps its place, which the retry refreshes under a new nonce. (Should it
+                // stop waiting from now on, `undo_abandoned` withdraws the place once this
+                // request is done.)
+                let nonce = self.client.inner.next_nonce();
+                *self.requeued.lock() = Some(nonce);
+                terms.queue = Some(QueueTerms { nonce, ..queue });
+            } else {
+                // It stopped waiting: its place goes (with a grant the undo kept), and the
+                // retry asks unqueued.
+                let (client, keys) = (self.client.clone(), self.keys.clone());
+                let field = self.key.field.clone();
+                let withdraw = async move { withdraw_entry(&client, &keys, &field).await };
+                to_the_end(&self.client, &self.key, withdraw).await;
+            }
+        }
+        let (keys, field) = (&self.keys, &self.key.field);
+        node.acquire(keys, field, terms, self.patience, self.wait)
+            .await
     }
 
     /// The first request may have run. We held nothing, so a release undoes its grant if there

@@ -200,14 +200,15 @@ fn release_mode(release: &ReleaseArgs<'_>, retry: bool) -> Cow<'static, str> {
         (false, Latch::Always) => "a",
         (true, Latch::Always) => "ra",
     };
-    let keep = if release.keep_grant { "g" } else { "" };
-    match (release.delay_ms, keep) {
-        (None, "") => Cow::Borrowed(base),
-        (None, keep) => Cow::Owned(format!("{}{keep}", base.trim_start_matches('-'))),
-        (Some(delay), keep) => {
-            Cow::Owned(format!("{}{keep}d{delay}", base.trim_start_matches('-')))
-        }
+    if release.delay_ms.is_none() && !release.keep_grant {
+        return Cow::Borrowed(base);
     }
+    let keep = if release.keep_grant { "g" } else { "" };
+    let delay = release
+        .delay_ms
+        .map(|d| format!("d{d}"))
+        .unwrap_or_default();
+    Cow::Owned(format!("{}{keep}{delay}", base.trim_start_matches('-')))
 }
 
 /// A release's reply in the lean form: `None` when the server answered that holds would
