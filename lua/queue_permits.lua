@@ -77,7 +77,7 @@ end
 -- A release's hand-over argument, '<client id> <waiter> ...' ('-' for the client while it
 -- shuts down): deletes the named waiters' records in hash `records` (they took what a release
 -- of that client handed them) and returns the client, whose waiters the call hands what it
--- frees ('' for none: its waiters are quitting).
+-- frees ('' for none: its waiters are quitting), and the names.
 local function handing_to(arg, records)
     local own, took = nil, {}
     for name in string.gmatch(arg or '', '%S+') do
@@ -91,9 +91,9 @@ local function handing_to(arg, records)
         redis.call('HDEL', records, unpack(took))
     end
     if own == nil or own == '-' then
-        return ''
+        return '', took
     end
-    return own
+    return own, took
 end
 
 -- The reply of a call that may have handed grants over: `value` alone, or with the waiters

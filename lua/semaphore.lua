@@ -4,19 +4,22 @@
 --
 -- KEYS[1]  permits   P:{N}:semaphore           string: how many permits are available
 -- KEYS[2]  channel   P:{N}:semaphore:released  grants go to KEYS[2]:<client id> (queue_permits.lua)
--- ARGV[1]  operation: 'acquire', 'release', 'set', 'try_set', 'available' or 'withdraw'
+-- ARGV[1]  operation: 'acquire', 'release', 'set', 'try_set', 'available', 'withdraw' or
+--          'delete'
 -- ARGV[2]  permits n: at least 1 for 'acquire' and 'release', at least 0 for 'set' and
 --          'try_set', ignored by the others
 -- 'acquire' and 'withdraw' also send:
 -- ARGV[3]  the waiter: '<client id>:<wait id>', one per wait
 -- 'release' also sends:
 -- ARGV[3]  the hand-over (queue_permits.lua's handing_to): the releasing client's id, whose
---          own waiters are handed permits, then waiters of that client that took the permits
---          a reply handed them: their records go
+--          own waiters are handed permits, then names of that client's calls whose records
+--          go (below): waiters that took permits, releases whose reply came
+-- ARGV[4]  the release's name, '<client id>:r<n>', one per call
 -- 'acquire' also sends:
 -- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
 -- ARGV[5]  how long a grant to the waiter waits for its claim (ms), its claim lease
+-- ARGV[6]  '1' when the attempt is sent again (its connection dropped), else '0'
 --
 -- P:{N}:semaphore:g  hash  waiter -> 's <deadline ms> <n>': permits set aside for a waiter that
 --                          was granted them and has not claimed them yet (they are still in the
@@ -27,17 +30,29 @@
 --                          minute after its place would have ended; the client's next release
 --                          deletes it once the waiter took them. Calls empty it.
 -- A grantee's next attempt claims its grant: set-aside permits leave the count then.
+-- P:{N}:semaphore:t:<client id>:<m>  hash  call -> n: the calls of that client in minute m
+--                          (server clock) that changed the count by n permits (an acquisition
+--                          by its waiter's name, a release by its own), so a call sent again
+--                          after its connection dropped does nothing twice, and a withdrawal
+--                          gives back what an acquisition took unheard. Its client's next
+--                          release deletes a record once it has the call's reply; a withdrawal
+--                          finds a record for two minutes at least, a call sent again for one,
+--                          and each hash ends three minutes after its last write at most.
 --
 -- Returns
 --   acquire   1 when n permits were taken (or a grant claimed), 0 when not (queued as asked)
 --   release   the permits available after adding n (before any grant it made); followed, in
---             a table, by the releasing client's waiters it handed permits to, if any
+--             a table, by the releasing client's waiters it handed permits to, if any; sent
+--             again, the permits available (nothing added twice)
 --   set       n; permits granted and not yet claimed stay out, as a holder's do
 --   try_set   1 when the semaphore had no permits key and now has n, 0 when it existed
 --   available the permits available: the count less the permits set aside for grantees
---   withdraw  1 when a grant the waiter had not claimed went back to the semaphore, else 0
+--   withdraw  1 when permits granted to the waiter or taken by it unheard went back to the
+--             semaphore, else 0
+--   delete    1 when the semaphore or its queue existed (all deleted, with the records of the
+--             calling client, ARGV[3]), else 0
 -- A value that is not a non-negative integer fails with an error before anything is written;
--- a key of another type fails with WRONGTYPE.
+-- a key of another type fails with WRONGTYPE ('delete' deletes whatever the key holds).
 
 local key, channel, op, n = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 local grants = key .. ':g'
@@ -54,15 +69,51 @@ local function available()
     return value
 end
 
-local current = available()
-if type(current) == 'table' then
-    return current
-end
 
 -- How long a handed grant's record outlives the place of its waiter: only a waiter that died
 -- (or lost its reply and then could not reach the server for this long) leaves its record
 -- to this deadline, and its permits stay with it, as a crashed holder's do.
 local HANDED_KEPT = 60000
+
+-- The records of the calls of the client of `name` ('<client id>:...') made in this minute
+-- (`ago` 0) or `ago` minutes before.
+local function calls_of(name, ago)
+    local minute = math.floor(now() / HANDED_KEPT) - ago
+    return key .. ':t:' .. string.match(name, '^[^:]*') .. ':' .. minute
+end
+
+-- What the call `name` changed the count by, if it did (a record not deleted yet), and where
+-- its record is, looking back `minutes` minutes before this one: a call sent again comes
+-- within seconds of the first send, a withdrawal may come a minute or more after it (its
+-- request's reply waited for up to the watchdog lease, then tries spread over about 40 s).
+local function recorded(name, minutes)
+    for ago = 0, minutes do
+        local calls = calls_of(name, ago)
+        local m = redis.call('HGET', calls, name)
+        if m then
+            return m, calls
+        end
+    end
+    return nil
+end
+
+-- The call `name` changed the count by `m`.
+local function record(name, m)
+    local calls = calls_of(name, 0)
+    redis.call('HSET', calls, name, m)
+    redis.call('PEXPIRE', calls, 3 * HANDED_KEPT)
+end
+
+-- Deletes the records a call's hand-over argument names (see ARGV[3]): handed grants and
+-- calls. Returns handing_to's answer: the client whose waiters the call hands permits.
+local function forget(arg)
+    local own, took = handing_to(arg, grants)
+    -- Most were made this minute: the minute before is looked at only for the others.
+    if #took > 0 and redis.call('HDEL', calls_of(took[1], 0), unpack(took)) < #took then
+        redis.call('HDEL', calls_of(took[1], 1), unpack(took))
+    end
+    return own
+end
 
 -- The permits set aside for grantees still within their claim lease, and the record of
 -- `waiter`'s own grant if it has one; the other grants past their deadline are dropped
@@ -110,8 +161,26 @@ local function grant_free(permits, own)
     return handed
 end
 
+if op == 'delete' then
+    -- ARGV[3]: the deleting client's id, whose records of calls go too (others' end by
+    -- themselves). Whatever the key holds.
+    local existed = redis.call('DEL', key, key .. ':q', key .. ':qd', grants)
+    local own = ARGV[3] .. ':'
+    redis.call('DEL', calls_of(own, 0), calls_of(own, 1), calls_of(own, 2))
+    return existed > 0 and 1 or 0
+end
+
+local current = available()
+if type(current) == 'table' then
+    return current
+end
+
 if op == 'acquire' then
     local waiter, life, claim = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+    -- Sent again after its connection dropped: the first send took them.
+    if ARGV[6] == '1' and recorded(waiter, 1) then
+        return 1
+    end
     local aside, mine, freed = set_aside(waiter)
     -- A grant to this waiter: claimed, even past its claim lease if nobody took it.
     if mine then
@@ -121,6 +190,7 @@ if op == 'acquire' then
         if kind == 's' then
             left = redis.call('DECRBY', key, m)
         end
+        record(waiter, m)
         if freed then
             -- Others' grants that ran out: theirs go to the next waiters.
             grant_free(left)
@@ -136,6 +206,7 @@ if op == 'acquire' then
     end
     if took then
         redis.call('DECRBY', key, n)
+        record(waiter, n)
         return 1
     end
     if life > 0 then
@@ -143,8 +214,14 @@ if op == 'acquire' then
     end
     return 0
 elseif op == 'release' then
-    local own = handing_to(ARGV[3], grants)
+    local own, call = forget(ARGV[3]), ARGV[4]
+    -- Sent again after its connection dropped, or the first send, held up on its way, after
+    -- the second: the other send added them (twice would let one holder too many in).
+    if recorded(call, 1) then
+        return current or 0
+    end
     local now_available = redis.call('INCRBY', key, n)
+    record(call, n)
     return with_handed(now_available, grant_free(now_available, own))
 elseif op == 'set' then
     -- Permits granted and not yet claimed are out already, as a holder's are.
@@ -180,8 +257,17 @@ elseif op == 'withdraw' then
             current = redis.call('INCRBY', key, m)
         end
     end
+    -- Taken by an acquisition whose reply was lost (or given up on).
+    local took, calls = recorded(waiter, 2)
+    if took then
+        redis.call('HDEL', calls, waiter)
+        -- Not into a semaphore deleted since: that would set it anew.
+        if current then
+            current = redis.call('INCRBY', key, took)
+        end
+    end
     -- Free for the next waiters: its grant, or what it held them back from as the head.
     grant_free(current or 0)
-    return granted and 1 or 0
+    return (granted or took) and 1 or 0
 end
 return redis.error_reply('ERR unknown semaphore operation')

@@ -315,3 +315,158 @@ async fn a_take_answered_after_the_timeout_is_given_back() {
     assert_eq!(available, 1, "the permit the late reply took is back");
     assert_eq!(client.held_count(), 0);
 }
+
+/// What a semaphore's call sends first: its operation, as one argument of the request.
+fn operation(op: &str) -> String {
+    format!("${}\r\n{op}\r\n", op.len())
+}
+
+/// The permits available, once they are `want` (within 5 s), else as they are then.
+async fn available_once(semaphore: &redlease::Semaphore, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut available = semaphore.available().await.unwrap();
+    while available != want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        available = semaphore.available().await.unwrap();
+    }
+    available
+}
+
+/// An acquisition the server ran, whose reply was lost with its connection (a proxy forwards
+/// it and closes the connection before the reply): it is sent again and answers what the first
+/// send did, taking its permit once. Before, the caller heard `Error::Redis` and the permit
+/// stayed out for good (nobody knew it was taken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_whose_reply_is_lost_takes_its_permit_once() {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let client = support::client_at(proxy.url(), |b| b).await;
+    let semaphore = client.semaphore(&unique_name("lost-take")).unwrap();
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    for (round, wait) in [LockOptions::new().wait(Duration::ZERO), LockOptions::new()]
+        .into_iter()
+        .enumerate()
+    {
+        proxy.cut_after(&operation("acquire"), 0);
+        let taken = semaphore.try_acquire_with(wait).await;
+        assert!(matches!(taken, Ok(true)), "round {round}: {taken:?}");
+        tokio::time::timeout(Duration::from_secs(1), proxy.cut_done())
+            .await
+            .expect("the acquisition was not cut");
+        let left = 1 - round as u64;
+        assert_eq!(semaphore.available().await.unwrap(), left, "round {round}");
+    }
+    semaphore.release(2).await.unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), 2);
+}
+
+/// A release the server ran, whose reply was lost with its connection: sent again, it adds its
+/// permit once (twice would let one holder too many in). Before, the caller heard
+/// `Error::Redis` and could not tell whether to release again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_is_lost_adds_its_permit_once() {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let client = support::client_at(proxy.url(), |b| b).await;
+    let semaphore = client.semaphore(&unique_name("lost-release")).unwrap();
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    assert!(semaphore.try_acquire().await.unwrap());
+    proxy.cut_after(&operation("release"), 0);
+    let released = semaphore.release(1).await;
+    assert!(released.is_ok(), "{released:?}");
+    tokio::time::timeout(Duration::from_secs(1), proxy.cut_done())
+        .await
+        .expect("the release was not cut");
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+}
+
+/// An acquisition that took its permit unheard, and whose second send was cut before the
+/// server (so the caller hears the error): the permit comes back in the background, for a
+/// single attempt (which has no place in the queue to withdraw) as for a wait. Before, it
+/// stayed out for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_acquisition_gives_back_what_it_took_unheard() {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let client = support::client_at(proxy.url(), |b| b).await;
+    let semaphore = client.semaphore(&unique_name("failed-take")).unwrap();
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    for (round, wait) in [LockOptions::new().wait(Duration::ZERO), LockOptions::new()]
+        .into_iter()
+        .enumerate()
+    {
+        proxy.cut_after(&operation("acquire"), 0);
+        proxy.cut_at(&operation("acquire"), 0);
+        let taken = semaphore.try_acquire_with(wait).await;
+        assert!(
+            matches!(&taken, Err(e) if e.is_unavailable()),
+            "round {round}: {taken:?}"
+        );
+        assert_eq!(available_once(&semaphore, 1).await, 1, "round {round}");
+        // Given back once: not again by another path a moment later.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(semaphore.available().await.unwrap(), 1, "round {round}");
+    }
+    assert_eq!(client.held_count(), 0);
+}
+
+/// The server's records of a client's calls (kept so a call sent again does nothing twice) go
+/// once the client has their replies: after many takes and releases through one handle a
+/// record or two is left; through a new handle each time, they end within three minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_calls_do_not_pile_up() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let name = unique_name("records");
+    let semaphore = client.semaphore(&name).unwrap();
+    assert!(semaphore.try_set_permits(3).await.unwrap());
+    let pattern = format!("{}:t:*", semaphore.key());
+    // The records' hashes, and how many records they hold in all.
+    let records = || -> (Vec<String>, usize) {
+        let mut conn = server.conn();
+        let hashes: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).unwrap();
+        let count = hashes
+            .iter()
+            .map(|h| -> usize { redis::cmd("HLEN").arg(h).query(&mut conn).unwrap() });
+        let count = count.sum();
+        (hashes, count)
+    };
+    for _ in 0..100 {
+        let options = LockOptions::new().permits(2);
+        semaphore.acquire_with(options).await.unwrap();
+        semaphore.release(2).await.unwrap();
+    }
+    let (_, left) = records();
+    assert!((1..=2).contains(&left), "{left} records left");
+    drop(semaphore);
+    for _ in 0..20 {
+        let fresh = client.semaphore(&name).unwrap();
+        fresh.acquire().await.unwrap();
+        drop(fresh);
+        client.semaphore(&name).unwrap().release(1).await.unwrap();
+    }
+    let (hashes, left) = records();
+    assert!(left <= 42, "{left} records left");
+    for hash in &hashes {
+        let ttl = support::pttl(&server, hash);
+        assert!((1..=180_000).contains(&ttl), "{hash} ends in {ttl} ms");
+    }
+    let semaphore = client.semaphore(&name).unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), 3);
+    assert!(semaphore.delete().await.unwrap());
+    assert!(records().0.is_empty(), "deleted with the semaphore");
+}
+
+/// `delete` deletes whatever the key holds: a semaphore whose count was overwritten by
+/// something else can still be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_semaphore_can_be_deleted() {
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let semaphore = client.semaphore(&unique_name("damaged")).unwrap();
+    set_string(&server, semaphore.key(), "not a count");
+    assert!(semaphore.available().await.is_err());
+    assert!(semaphore.delete().await.unwrap());
+    assert!(!support::exists(&server, semaphore.key()));
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+}

@@ -154,8 +154,9 @@ debug_by_name!(
 /// How long an acquisition request waits for its reply (`FamilyKeys::send_acquisition`): as
 /// long as what it asks for would live, `lease` (a semaphore's permits have none: the watchdog
 /// lease), at least the client's timeout, and below a year (a timer is always armed). A reply
-/// later than that is not awaited: what it took is not given back (a hold lasts its lease, a
-/// semaphore's permits stay out).
+/// later than that is not awaited: the withdrawal gives back what it took if it had run by
+/// then (the server records what a semaphore's wait took); else a hold lasts its lease, and a
+/// semaphore's permits stay out.
 fn patience(client: &Client, lease: Option<Duration>) -> Duration {
     let config = &client.inner.config;
     let longest = crate::config::MAX_DURATION - Duration::from_secs(1);
@@ -169,9 +170,8 @@ fn patience(client: &Client, lease: Option<Duration>) -> Duration {
 /// client's timeout (the request itself waits up to its [`patience`]). If the caller stops
 /// waiting, or the timeout runs out, the outcome is undone once it is in, in the background
 /// (tracked, so `Client::shutdown` waits for it): a grant by `give_back`, anything else by
-/// `withdraw` (a place in a server queue the request may have taken, `queued.rs`). Only the
-/// reply tells a semaphore's fresh take, which leaves no record a withdrawal could find: a
-/// reply given up on would leave its permits out for good. A grant that comes while the
+/// `withdraw` (a place in a server queue the request may have taken, `queued.rs`; a
+/// semaphore's take, which the server records under its waiter's name). A grant that comes while the
 /// client shuts down is given back, and the answer is [`Error::Shutdown`]. The request comes
 /// boxed, and the withdrawal is made only when needed: both would otherwise be copied through
 /// every attempt's future (a read lock's was 6.8 KB).

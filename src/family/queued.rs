@@ -51,6 +51,13 @@ pub(crate) fn waiter_of(field: &str) -> Arc<str> {
     format!("{field}#{n}").into()
 }
 
+/// A new name for one release of a semaphore (`<client id>:r<n>`), by which the script knows
+/// it if it is sent again.
+pub(crate) fn release_name(client: &Client) -> Arc<str> {
+    let n = WAITS.fetch_add(1, Ordering::Relaxed);
+    format!("{}:r{n}", client.inner.id_text).into()
+}
+
 /// The channel on which the scripts tell this client's waiters of their grants.
 pub(crate) fn grant_channel(client: &Client, channel: &str) -> Arc<str> {
     format!("{channel}:{}", client.inner.id_text).into()
@@ -86,7 +93,7 @@ where
             return;
         };
         if attempt == WITHDRAW_TRIES || client.inner.check_open().is_err() {
-            tracing::warn!(semaphore = %name, error = %e, "could not withdraw from the queue; the place ends a few seconds after its last attempt, permits handed to it stay out");
+            tracing::warn!(semaphore = %name, error = %e, "could not withdraw from the queue; the place ends a few seconds after its last attempt, permits handed to it or taken unheard stay out");
             return;
         }
         tracing::debug!(semaphore = %name, error = %e, "withdrawal failed; sending it again");
@@ -138,19 +145,29 @@ where
     Ok(taken)
 }
 
-/// This client's waiters of one object that took what a release of this client handed them:
-/// the script keeps a record of each (for a waiter that missed the reply), which this client's
-/// next release deletes. One per object and client.
+/// Names of this client's calls on one object whose records on the server can go, since the
+/// client has their outcome: waiters that took what a release of this client handed them (the
+/// script keeps a record of each, for a waiter that missed the reply), and a semaphore's
+/// acquisitions and releases (kept so a call sent again does nothing twice). The client's next
+/// release carries them, and deletes them. One per object and client.
 #[derive(Default)]
 pub(crate) struct HandedWaiters(parking_lot::Mutex<Vec<Arc<str>>>);
 
 /// The most records one release deletes (more wait for the next, or end at their deadline).
 const FORGET_PER_RELEASE: usize = 64;
 
+/// The most names kept for the next releases to delete.
+const KEPT: usize = 4 * FORGET_PER_RELEASE;
+
 impl HandedWaiters {
-    /// `waiter` took what it was handed.
-    pub(crate) fn push(&self, waiter: Arc<str>) {
-        self.0.lock().push(waiter);
+    /// The record of `name` can go. Past [`KEPT`] names, the oldest is dropped: its record
+    /// ends by itself (a client that acquires and never releases, whose list would grow).
+    pub(crate) fn push(&self, name: Arc<str>) {
+        let mut names = self.0.lock();
+        if names.len() >= KEPT {
+            names.remove(0);
+        }
+        names.push(name);
     }
 
     /// The records the next release deletes.
@@ -159,19 +176,31 @@ impl HandedWaiters {
         let from = handed.len().saturating_sub(FORGET_PER_RELEASE);
         handed.drain(from..).collect()
     }
+
+    /// Records a release took (`take`) and did not delete, since it failed: the next one does.
+    pub(crate) fn put_back(&self, names: Vec<Arc<str>>) {
+        for name in names {
+            self.push(name);
+        }
+    }
 }
 
 /// A release's hand-over argument (`lua/queue_permits.lua`'s `handing_to`): this client's id, whose
 /// waiters the release hands what it frees (`-` while the client shuts down: its waiters are
 /// quitting), then the waiters of `handed` whose records go.
 pub(crate) fn hand_over_arg(client: &Client, handed: Option<&HandedWaiters>) -> String {
+    hand_over_text(client, &handed.map(HandedWaiters::take).unwrap_or_default())
+}
+
+/// [`hand_over_arg`] with the records `forget` names.
+pub(crate) fn hand_over_text(client: &Client, forget: &[Arc<str>]) -> String {
     let mut hand_over = match client.inner.check_open() {
         Ok(()) => client.inner.id_text.to_string(),
         Err(_) => "-".to_string(),
     };
-    for waiter in handed.map(HandedWaiters::take).unwrap_or_default() {
+    for name in forget {
         hand_over.push(' ');
-        hand_over.push_str(&waiter);
+        hand_over.push_str(name);
     }
     hand_over
 }

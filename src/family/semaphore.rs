@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::family::queued;
 use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask};
 use crate::node::FamilyScript;
 use crate::options::{LockOptions, positive};
+use crate::queue_place::QueuePlace;
 use crate::shared::Client;
 use crate::telemetry::{self, SEMAPHORE};
 use crate::terms::Wait;
@@ -67,9 +66,9 @@ pub struct Semaphore {
     keys: Arc<FamilyKeys>,
     /// The channel on which the script tells this client's waiters of their grants.
     grants: Arc<str>,
-    /// This client's waiters that took permits a release of this client handed them: the
-    /// script keeps a record of each (for a waiter that missed the reply), which this
-    /// client's next release deletes.
+    /// The server's records of this client's calls whose outcome it has: waiters that took
+    /// permits (a release of this client may have handed them over), releases. Its next
+    /// release deletes them (else they end within two minutes).
     handed: Arc<queued::HandedWaiters>,
 }
 
@@ -166,35 +165,47 @@ impl Semaphore {
     /// Dropping the future may leave the change made or not: it may already be on its way to
     /// the server. Nothing else is left behind.
     pub async fn delete(&self) -> Result<bool> {
-        self.keys.delete(&self.client, &["q", "qd", "g"]).await
+        // With the records of this client's calls (others' end by themselves).
+        let own = &*self.client.inner.id_text;
+        self.send("delete", 0, &[own]).await?.flag()
     }
 
     /// Gives back `permits` permits and wakes the waiters.
     ///
-    /// Not retried: a reply lost with its connection leaves unknown whether the permits were
-    /// added, and adding them twice would let too many holders in.
+    /// Sent once more should its connection drop: the server keeps a record of the call (until
+    /// this client's next release, or for a minute or two), so the permits are added once whether the
+    /// first send ran or not. This client's waiters the first send handed them to then learn
+    /// so at their next attempt (within a second) rather than from the reply.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero permits; Redis failures; a key of another kind.
+    /// [`Error::InvalidArgument`] for zero permits; Redis failures (after which the permits
+    /// may have been added or not); a key of another kind.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the permits added or not: the call may already be on its
     /// way to the server. If they were handed to this client's own waiters, those learn so at
-    /// their next attempt rather than at once, and the server's records of the waiters this
-    /// call would have deleted stay until their deadline (a minute or so).
+    /// their next attempt rather than at once; the server's records of calls it would have
+    /// deleted end by themselves (within three minutes).
     pub async fn release(&self, permits: u32) -> Result<()> {
         positive("permits", permits)?;
         self.client.inner.check_open()?;
-        self.give_back(permits).await
-    }
-
-    /// Adds `permits` back, even while the client shuts down; this client's waiters they are
-    /// handed to are told from the reply.
-    async fn give_back(&self, permits: u32) -> Result<()> {
         let n = itoa::Buffer::new().format(permits).to_owned();
-        let hand_over = queued::hand_over_arg(&self.client, Some(&self.handed));
-        let args = ["release", &n, &hand_over];
-        let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
+        let call = queued::release_name(&self.client);
+        let forget = self.handed.take();
+        let hand_over = queued::hand_over_text(&self.client, &forget);
+        // The script looks for the call's record whether sent again or not.
+        let send = |_| {
+            let args = ["release", &n, &hand_over, &call];
+            async move { self.keys.send_as(&self.client, &SCRIPT, &args).await }
+        };
+        let reply = match twice_if_dropped(send).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.handed.put_back(forget);
+                return Err(e);
+            }
+        };
+        self.handed.push(call);
         queued::resolve_handed(&self.client, &self.grants, SCRIPT.name, reply)?
             .count()
             .map(drop)
@@ -203,20 +214,20 @@ impl Semaphore {
     /// Takes one permit, waiting as long as it takes. The same as
     /// `acquire_with(LockOptions::new())`.
     ///
+    /// A request whose connection drops is sent once more: the server keeps a record of what
+    /// each wait took (until this client's next release, or for a minute or two), so the second send
+    /// answers what the first did, and does not take permits again. A wait that fails, or
+    /// whose reply never comes, gives back in the background what its requests took. (A first
+    /// send that reaches the server only after that, held up on the way by a proxy, would
+    /// take its permits unheard.)
+    ///
     /// # Errors
-    /// Redis failures; a key of another kind; [`Error::Shutdown`]. A connection that drops
-    /// after the request was sent fails it with [`Error::Redis`] though the server may have
-    /// taken the permits: a `Semaphore` keeps no record of who holds its permits, so such
-    /// permits stay out until [`release`](Semaphore::release)d or
-    /// [`set`](Semaphore::set_permits) anew. Where that matters, a
-    /// [`PermitSemaphore`](crate::PermitSemaphore)'s permits have ids and leases, and come
-    /// back by themselves.
+    /// Redis failures; a key of another kind; [`Error::Shutdown`].
     ///
     /// # Cancel safety
     /// Cancel-safe: dropped while waiting, it leaves nothing; dropped while its request is on
     /// the wire (or answered after the client's timeout), the request's outcome is awaited in
-    /// the background and permits it took are released. A reply that comes later than the
-    /// watchdog lease is not awaited: permits it took stay out.
+    /// the background and permits it took are given back.
     pub async fn acquire(&self) -> Result<()> {
         self.acquire_with(LockOptions::new()).await
     }
@@ -291,7 +302,7 @@ impl Semaphore {
             wait,
             &waiter,
             withdrawal,
-            Some(&self.handed),
+            None,
             || async move {
                 Ok(match self.attempt(permits, waiter_ref, terms).await? {
                     Taken::Granted => Attempt::Done(()),
@@ -299,36 +310,53 @@ impl Semaphore {
                 })
             },
         )
-        .await?;
-        Ok(taken.is_some())
+        .await;
+        match &taken {
+            // The server's record of what the wait took can go.
+            Ok(Some(_)) => self.handed.push(waiter.clone()),
+            Ok(None) => {}
+            // A single attempt has no place to withdraw; one that was sent may have taken
+            // permits unheard.
+            Err(e) if matches!(wait, Wait::Once) && maybe_sent(e) => {
+                let withdrawal = Box::pin(self.clone().withdraw(waiter.clone()));
+                drop(QueuePlace::new(&self.client, move || withdrawal));
+            }
+            Err(_) => {}
+        }
+        Ok(taken?.is_some())
     }
 
-    /// One acquisition request for `waiter` on queue `terms`; if the caller stops waiting for
-    /// its answer, permits it took are released and a place it took is withdrawn.
+    /// One acquisition request for `waiter` on queue `terms`, sent once more should its
+    /// connection drop; if the caller stops waiting for its answer, what it took is given
+    /// back and a place it took is withdrawn (both by the withdrawal).
     async fn attempt(&self, permits: u32, waiter: &Arc<str>, terms: &[String; 2]) -> Result<Taken> {
         self.client.inner.check_open()?;
         let (this, who, terms) = (self.clone(), waiter.clone(), terms.clone());
         let request = async move {
             let n = itoa::Buffer::new().format(permits).to_owned();
-            let args = ["acquire", &n, &who, &terms[0], &terms[1]];
-            let send = this
-                .keys
-                .send_acquisition(&this.client, &SCRIPT, &args, None);
-            let taken = send.await?;
-            Ok(match taken.flag()? {
+            let (keys, client) = (&this.keys, &this.client);
+            let send = |again: bool| {
+                let args = ["acquire", &n, &who, &terms[0], &terms[1], flag(again)];
+                async move { keys.send_acquisition(client, &SCRIPT, &args, None).await }
+            };
+            Ok(match twice_if_dropped(send).await?.flag()? {
                 true => Taken::Granted,
                 false => Taken::Refused(None),
             })
         };
-        let this = self.clone();
-        let give_back = move || async move { this.give_back(permits).await };
+        let (this, who) = (self.clone(), waiter.clone());
+        let give_back = move || async move {
+            this.withdraw(who).await;
+            Ok::<(), Error>(())
+        };
         let (this, who) = (self.clone(), waiter.clone());
         let withdraw = move || this.withdraw(who);
         let request = Box::pin(request);
         ask(&self.client, &self.keys.name, request, give_back, withdraw).await
     }
 
-    /// Takes `waiter` out of the queue; permits granted to it and not claimed go to the next.
+    /// Takes `waiter` out of the queue and gives back what it took: permits granted to it and
+    /// not claimed go to the next, permits its acquisition took unheard back to the count.
     async fn withdraw(self, waiter: Arc<str>) {
         let args = [&*waiter];
         let withdraw = || async { self.send("withdraw", 0, &args).await?.flag() };
@@ -343,4 +371,40 @@ impl Semaphore {
         args.extend_from_slice(extra);
         self.keys.send(&self.client, &SCRIPT, &args).await
     }
+}
+
+/// Whether an acquisition that failed with `error` may have taken permits: not one refused
+/// before anything was sent (bad input, shutdown, a connection refused) or one the script
+/// refused before writing (a key of another type).
+fn maybe_sent(error: &Error) -> bool {
+    !(error.is_invalid_input() || error.is_shutdown() || error.is_wrong_type() || refused(error))
+}
+
+/// Whether `error` is a connection refused: nothing was sent.
+fn refused(error: &Error) -> bool {
+    matches!(error, Error::Redis { source, .. } if source.is_connection_refusal())
+}
+
+/// Sends a call (`call(again)`), and once more (`again` true) if its connection dropped: the
+/// script keeps a record of what the first send did, which the second then finds.
+async fn twice_if_dropped<T, F, Fut>(mut call: F) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    match call(false).await {
+        Err(Error::Redis { source, operation }) if source.is_connection_dropped() => {
+            match call(true).await {
+                // Refused, the second send tells nothing of the first, which may have run.
+                Err(e) if refused(&e) => Err(Error::Redis { source, operation }),
+                outcome => outcome,
+            }
+        }
+        outcome => outcome,
+    }
+}
+
+/// A script's flag argument.
+fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
 }

@@ -1,7 +1,8 @@
 //! A TCP proxy in front of a server that can cut one connection at a chosen request: the
-//! request is never forwarded and the connection is closed under it, so the client sees its
-//! connection drop with a request in flight that the server never ran (a `CLIENT KILL` cannot
-//! pick a request, only a connection, and a paused server holds every request alike).
+//! request is never forwarded (or, with [`Proxy::cut_after`], forwarded and its reply lost) and
+//! the connection is closed under it, so the client sees its connection drop with a request in
+//! flight that the server never ran (or ran) (a `CLIENT KILL` cannot pick a request, only a
+//! connection, and a paused server holds every request alike).
 //!
 //! It looks for its needle in each read of what a client sent, so a request (a small command,
 //! which the client writes at once) is found whole; what the same read carries besides it is
@@ -9,7 +10,10 @@
 
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,31 +25,32 @@ pub struct Proxy {
     accept: tokio::task::JoinHandle<()>,
 }
 
-/// The armed cut: the text to look for in what a client sends, and how many such requests to
-/// let through first.
+/// The armed cuts, made in order: the text to look for in what a client sends, how many such
+/// requests to let through first, and whether the cut request is forwarded.
 #[derive(Default)]
 struct Cut {
-    armed: Mutex<Option<(Vec<u8>, usize)>>,
+    armed: Mutex<VecDeque<(Vec<u8>, usize, bool)>>,
     done: Notify,
 }
 
 impl Cut {
-    /// Whether `chunk` (one read of what a client sent) is the one to cut.
-    fn hits(&self, chunk: &[u8]) -> bool {
+    /// Whether `chunk` (one read of what a client sent) is the one to cut: `Some(forward)`.
+    fn hits(&self, chunk: &[u8]) -> Option<bool> {
         let mut armed = self.armed.lock().unwrap();
-        let Some((needle, skip)) = armed.as_mut() else {
-            return false;
-        };
+        let (needle, skip, forward) = armed.front_mut()?;
         if !chunk.windows(needle.len()).any(|w| w == needle.as_slice()) {
-            return false;
+            return None;
         }
         if *skip > 0 {
             *skip -= 1;
-            return false;
+            return None;
         }
-        *armed = None;
-        self.done.notify_one();
-        true
+        let forward = *forward;
+        armed.pop_front();
+        if armed.is_empty() {
+            self.done.notify_one();
+        }
+        Some(forward)
     }
 }
 
@@ -73,13 +78,21 @@ impl Proxy {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// From now on, the `skip + 1`-th read of a client's request bytes that contains `needle`
-    /// is not forwarded, and its connection is closed.
+    /// From now on (after the cuts armed before), the `skip + 1`-th read of a client's request
+    /// bytes that contains `needle` is not forwarded, and its connection is closed.
     pub fn cut_at(&self, needle: &str, skip: usize) {
-        *self.cut.armed.lock().unwrap() = Some((needle.as_bytes().to_vec(), skip));
+        let cut = (needle.as_bytes().to_vec(), skip, false);
+        self.cut.armed.lock().unwrap().push_back(cut);
     }
 
-    /// Waits until the armed cut happened.
+    /// As [`cut_at`](Self::cut_at), but the request is forwarded: the server runs it, and the
+    /// connection is closed before its reply reaches the client.
+    pub fn cut_after(&self, needle: &str, skip: usize) {
+        let cut = (needle.as_bytes().to_vec(), skip, true);
+        self.cut.armed.lock().unwrap().push_back(cut);
+    }
+
+    /// Waits until every armed cut happened.
     pub async fn cut_done(&self) {
         self.cut.done.notified().await;
     }
@@ -91,10 +104,12 @@ impl Drop for Proxy {
     }
 }
 
-/// Copies both ways until either side closes or `cut` hits a request; then both close.
+/// Copies both ways until either side closes or `cut` hits a request; then both close (once
+/// the server answered a request the cut forwards, whose reply is not passed on).
 async fn relay(mut client: TcpStream, mut server: TcpStream, cut: Arc<Cut>) {
     let (mut from_client, mut to_client) = client.split();
     let (mut from_server, mut to_server) = server.split();
+    let (muted, answered) = (AtomicBool::new(false), Notify::new());
     let upstream = async {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -102,14 +117,39 @@ async fn relay(mut client: TcpStream, mut server: TcpStream, cut: Arc<Cut>) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            if cut.hits(&buf[..n]) || to_server.write_all(&buf[..n]).await.is_err() {
+            let forward = match cut.hits(&buf[..n]) {
+                None => true,
+                Some(false) => return,
+                Some(true) => {
+                    muted.store(true, Ordering::SeqCst);
+                    false
+                }
+            };
+            if to_server.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+            if !forward {
+                let _ = tokio::time::timeout(Duration::from_secs(2), answered.notified()).await;
                 return;
             }
         }
     };
-    let downstream = tokio::io::copy(&mut from_server, &mut to_client);
+    let downstream = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from_server.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if muted.load(Ordering::SeqCst) {
+                answered.notify_one();
+            } else if to_client.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
     tokio::select! {
         () = upstream => {}
-        _ = downstream => {}
+        () = downstream => {}
     }
 }
