@@ -1105,3 +1105,29 @@ async fn a_leader_whose_record_went_records_itself_again() {
     assert!(!leadership.is_lost());
     leadership.resign().await.unwrap();
 }
+
+/// A rejoining `lead_with` with a zero retry pause is refused before it campaigns: while Redis
+/// was down, each failed campaign came straight back and the next began at once, a loop without
+/// a pause (one warning per turn). Before, it campaigned and ran the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_retry_pause_is_refused_before_campaigning() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let election = client.election(&unique_name("zero-pause")).unwrap();
+    let options = LeadOptions::new().rejoin(true).retry_after(Duration::ZERO);
+    let outcome = election.lead_with(options, "a", |_| async { 1 }).await;
+    assert!(
+        matches!(outcome, Err(redlease::Error::InvalidDuration { .. })),
+        "{outcome:?}"
+    );
+    assert!(election.leader().await.unwrap().is_none());
+    // Without `rejoin` the pause is never used, so any is fine.
+    let once = LeadOptions::new().retry_after(Duration::ZERO);
+    assert_eq!(
+        election
+            .lead_with(once, "a", |_| async { 2 })
+            .await
+            .unwrap(),
+        2
+    );
+}

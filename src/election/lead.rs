@@ -27,7 +27,9 @@ pub struct LeadOptions {
     /// term. Defaults to `false`: the loss ends `lead` with [`Error::LeaseLost`].
     pub rejoin: bool,
     /// With `rejoin`, the pause after a campaign that failed on a Redis error. Defaults to one
-    /// second.
+    /// second; more than zero and at most 365 days (else `lead_with` answers
+    /// [`Error::InvalidDuration`]: zero would campaign in a loop without a pause while Redis
+    /// is down).
     pub retry_after: Duration,
 }
 
@@ -125,6 +127,8 @@ impl Election {
     /// # Errors
     /// As [`Election::lead`]; with `rejoin`, only errors that do not pass by themselves (bad
     /// input, shutdown, a key of another type, a refused ACL) end it.
+    /// [`Error::InvalidDuration`] before anything is sent for a `retry_after` of zero or over
+    /// 365 days with `rejoin`.
     ///
     /// # Cancel safety
     /// As [`Election::lead`].
@@ -138,6 +142,9 @@ impl Election {
         F: FnMut(Leading) -> Fut,
         Fut: Future<Output = T>,
     {
+        if options.rejoin {
+            crate::config::check_duration("retry pause", options.retry_after)?;
+        }
         // One turn per term; with `rejoin` it runs as long as the service does, each turn
         // waiting in a campaign or a body.
         loop {
