@@ -15,11 +15,16 @@
 --          own waiters are handed permits, then names of that client's calls whose records
 --          go (below): waiters that took permits, releases whose reply came
 -- ARGV[4]  the release's name, '<client id>:r<n>', one per call
+-- ARGV[5]  '1' when the release is sent again (its connection dropped), else '0'
+-- ARGV[6]  how many minutes a record of the client's calls must be found for (below)
 -- 'acquire' also sends:
 -- ARGV[4]  how long the waiter's queue entry lives without another attempt (ms); '0' for a
 --          single attempt, which is never queued
 -- ARGV[5]  how long a grant to the waiter waits for its claim (ms), its claim lease
 -- ARGV[6]  '1' when the attempt is sent again (its connection dropped), else '0'
+-- ARGV[7]  how many minutes a record of the client's calls must be found for (below)
+-- 'withdraw' also sends:
+-- ARGV[4]  as ARGV[7] of 'acquire': how many minutes back to look for the waiter's record
 --
 -- P:{N}:semaphore:g  hash  waiter -> 's <deadline ms> <n>': permits set aside for a waiter that
 --                          was granted them and has not claimed them yet (they are still in the
@@ -35,9 +40,10 @@
 --                          by its waiter's name, a release by its own), so a call sent again
 --                          after its connection dropped does nothing twice, and a withdrawal
 --                          gives back what an acquisition took unheard. Its client's next
---                          release deletes a record once it has the call's reply; a withdrawal
---                          finds a record for two minutes at least, a call sent again for one,
---                          and each hash ends three minutes after its last write at most.
+--                          release deletes a record once it has the call's reply; else a record
+--                          is found for the k minutes its client asks (longer than an
+--                          acquisition's reply is waited for and its withdrawal is retried),
+--                          and its hash ends k + 1 minutes after its last write.
 --
 -- Returns
 --   acquire   1 when n permits were taken (or a grant claimed), 0 when not (queued as asked)
@@ -84,10 +90,10 @@ end
 
 -- What the call `name` changed the count by, if it did (a record not deleted yet), and where
 -- its record is, looking back `minutes` minutes before this one: a call sent again comes
--- within seconds of the first send, a withdrawal may come a minute or more after it (its
--- request's reply waited for up to the watchdog lease, then tries spread over about 40 s).
+-- within seconds of the first send, a withdrawal may come minutes after it (its request's
+-- reply is waited for up to the watchdog lease, then the withdrawal is retried).
 local function recorded(name, minutes)
-    for ago = 0, minutes do
+    for ago = 0, tonumber(minutes) do
         local calls = calls_of(name, ago)
         local m = redis.call('HGET', calls, name)
         if m then
@@ -97,11 +103,11 @@ local function recorded(name, minutes)
     return nil
 end
 
--- The call `name` changed the count by `m`.
-local function record(name, m)
+-- The call `name` changed the count by `m`; its record is found for `minutes` minutes.
+local function record(name, m, minutes)
     local calls = calls_of(name, 0)
     redis.call('HSET', calls, name, m)
-    redis.call('PEXPIRE', calls, 3 * HANDED_KEPT)
+    redis.call('PEXPIRE', calls, (tonumber(minutes) + 1) * HANDED_KEPT)
 end
 
 -- Deletes the records a call's hand-over argument names (see ARGV[3]): handed grants and
@@ -166,6 +172,7 @@ if op == 'delete' then
     -- themselves). Whatever the key holds.
     local existed = redis.call('DEL', key, key .. ':q', key .. ':qd', grants)
     local own = ARGV[3] .. ':'
+    -- Its records of the last minutes (older ones end by themselves).
     redis.call('DEL', calls_of(own, 0), calls_of(own, 1), calls_of(own, 2))
     return existed > 0 and 1 or 0
 end
@@ -190,7 +197,7 @@ if op == 'acquire' then
         if kind == 's' then
             left = redis.call('DECRBY', key, m)
         end
-        record(waiter, m)
+        record(waiter, m, ARGV[7])
         if freed then
             -- Others' grants that ran out: theirs go to the next waiters.
             grant_free(left)
@@ -206,7 +213,7 @@ if op == 'acquire' then
     end
     if took then
         redis.call('DECRBY', key, n)
-        record(waiter, n)
+        record(waiter, n, ARGV[7])
         return 1
     end
     if life > 0 then
@@ -215,13 +222,12 @@ if op == 'acquire' then
     return 0
 elseif op == 'release' then
     local own, call = forget(ARGV[3]), ARGV[4]
-    -- Sent again after its connection dropped, or the first send, held up on its way, after
-    -- the second: the other send added them (twice would let one holder too many in).
-    if recorded(call, 1) then
+    -- Sent again after its connection dropped: the first send added them.
+    if ARGV[5] == '1' and recorded(call, 1) then
         return current or 0
     end
     local now_available = redis.call('INCRBY', key, n)
-    record(call, n)
+    record(call, n, ARGV[6])
     return with_handed(now_available, grant_free(now_available, own))
 elseif op == 'set' then
     -- Permits granted and not yet claimed are out already, as a holder's are.
@@ -258,7 +264,7 @@ elseif op == 'withdraw' then
         end
     end
     -- Taken by an acquisition whose reply was lost (or given up on).
-    local took, calls = recorded(waiter, 2)
+    local took, calls = recorded(waiter, ARGV[4])
     if took then
         redis.call('HDEL', calls, waiter)
         -- Not into a semaphore deleted since: that would set it anew.

@@ -403,9 +403,6 @@ async fn a_failed_acquisition_gives_back_what_it_took_unheard() {
             "round {round}: {taken:?}"
         );
         assert_eq!(available_once(&semaphore, 1).await, 1, "round {round}");
-        // Given back once: not again by another path a moment later.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(semaphore.available().await.unwrap(), 1, "round {round}");
     }
     assert_eq!(client.held_count(), 0);
 }

@@ -80,6 +80,18 @@ pub(crate) fn terms(client: &Client, wait: Wait) -> [String; 2] {
 /// (about 20 s in all), while the client is open.
 const WITHDRAW_TRIES: u32 = 10;
 
+/// The pauses between a withdrawal's tries, in all, with room to spare (about 21 s).
+const WITHDRAW_PAUSES: Duration = Duration::from_secs(25);
+
+/// For how many minutes the server must find the record of a semaphore's call
+/// (`lua/semaphore.lua`): longer than an acquisition's reply is waited for and its withdrawal
+/// then tried, so a withdrawal finds what the acquisition took unheard.
+pub(crate) fn record_minutes(client: &Client) -> String {
+    let config = &client.inner.config;
+    let span = super::patience(client, None) + WITHDRAW_TRIES * config.timeout + WITHDRAW_PAUSES;
+    span.as_secs().div_ceil(60).to_string()
+}
+
 /// Sends `withdraw` (one withdrawal call of the semaphore `name`) until it succeeds, at most
 /// [`WITHDRAW_TRIES`] times, and once only after the client shut down.
 pub(crate) async fn withdraw_retrying<F, Fut>(client: &Client, name: &str, mut withdraw: F)

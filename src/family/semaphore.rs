@@ -68,7 +68,7 @@ pub struct Semaphore {
     grants: Arc<str>,
     /// The server's records of this client's calls whose outcome it has: waiters that took
     /// permits (a release of this client may have handed them over), releases. Its next
-    /// release deletes them (else they end within two minutes).
+    /// release deletes them (else they end by themselves, in three minutes by default).
     handed: Arc<queued::HandedWaiters>,
 }
 
@@ -173,9 +173,11 @@ impl Semaphore {
     /// Gives back `permits` permits and wakes the waiters.
     ///
     /// Sent once more should its connection drop: the server keeps a record of the call (until
-    /// this client's next release, or for a minute or two), so the permits are added once whether the
+    /// this client's next release, or a few minutes), so the permits are added once whether the
     /// first send ran or not. This client's waiters the first send handed them to then learn
-    /// so at their next attempt (within a second) rather than from the reply.
+    /// so at their next attempt (within a second) rather than from the reply. (A first send
+    /// held up on its way, by a proxy that kept it after the connection dropped, until after
+    /// the second would add them again.)
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero permits; Redis failures (after which the permits
@@ -185,7 +187,7 @@ impl Semaphore {
     /// Dropping the future may leave the permits added or not: the call may already be on its
     /// way to the server. If they were handed to this client's own waiters, those learn so at
     /// their next attempt rather than at once; the server's records of calls it would have
-    /// deleted end by themselves (within three minutes).
+    /// deleted end by themselves (in three minutes by default).
     pub async fn release(&self, permits: u32) -> Result<()> {
         positive("permits", permits)?;
         self.client.inner.check_open()?;
@@ -193,9 +195,9 @@ impl Semaphore {
         let call = queued::release_name(&self.client);
         let forget = self.handed.take();
         let hand_over = queued::hand_over_text(&self.client, &forget);
-        // The script looks for the call's record whether sent again or not.
-        let send = |_| {
-            let args = ["release", &n, &hand_over, &call];
+        let minutes = queued::record_minutes(&self.client);
+        let send = |again: bool| {
+            let args = ["release", &n, &hand_over, &call, flag(again), &minutes];
             async move { self.keys.send_as(&self.client, &SCRIPT, &args).await }
         };
         let reply = match twice_if_dropped(send).await {
@@ -215,11 +217,11 @@ impl Semaphore {
     /// `acquire_with(LockOptions::new())`.
     ///
     /// A request whose connection drops is sent once more: the server keeps a record of what
-    /// each wait took (until this client's next release, or for a minute or two), so the second send
+    /// each wait took (until this client's next release, or a few minutes), so the second send
     /// answers what the first did, and does not take permits again. A wait that fails, or
     /// whose reply never comes, gives back in the background what its requests took. (A first
-    /// send that reaches the server only after that, held up on the way by a proxy, would
-    /// take its permits unheard.)
+    /// send held up on its way, by a proxy that kept it after the connection dropped, until
+    /// after the second or the withdrawal would take its permits unheard.)
     ///
     /// # Errors
     /// Redis failures; a key of another kind; [`Error::Shutdown`].
@@ -335,8 +337,17 @@ impl Semaphore {
         let request = async move {
             let n = itoa::Buffer::new().format(permits).to_owned();
             let (keys, client) = (&this.keys, &this.client);
+            let minutes = queued::record_minutes(client);
             let send = |again: bool| {
-                let args = ["acquire", &n, &who, &terms[0], &terms[1], flag(again)];
+                let args = [
+                    "acquire",
+                    &n,
+                    &who,
+                    &terms[0],
+                    &terms[1],
+                    flag(again),
+                    &minutes,
+                ];
                 async move { keys.send_acquisition(client, &SCRIPT, &args, None).await }
             };
             Ok(match twice_if_dropped(send).await?.flag()? {
@@ -358,7 +369,8 @@ impl Semaphore {
     /// Takes `waiter` out of the queue and gives back what it took: permits granted to it and
     /// not claimed go to the next, permits its acquisition took unheard back to the count.
     async fn withdraw(self, waiter: Arc<str>) {
-        let args = [&*waiter];
+        let minutes = queued::record_minutes(&self.client);
+        let args = [&*waiter, &minutes];
         let withdraw = || async { self.send("withdraw", 0, &args).await?.flag() };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
