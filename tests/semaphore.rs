@@ -332,17 +332,47 @@ async fn available_once(semaphore: &redlease::Semaphore, want: u64) -> u64 {
     available
 }
 
+/// A semaphore of `permits` on a client that reaches its server through a proxy, with the
+/// server (bind it: dropped, it stops) and the proxy.
+struct Proxied {
+    _server: Server,
+    proxy: support::proxy::Proxy,
+    client: Client,
+    semaphore: redlease::Semaphore,
+}
+
+async fn proxied(name: &str, permits: u32) -> Proxied {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let client = support::client_at(proxy.url(), |b| b).await;
+    let semaphore = client.semaphore(&unique_name(name)).unwrap();
+    assert!(semaphore.try_set_permits(permits).await.unwrap());
+    Proxied {
+        _server: server,
+        proxy,
+        client,
+        semaphore,
+    }
+}
+
+/// Waits for the armed cuts of `proxy` to have happened, at most a second.
+async fn cut(proxy: &support::proxy::Proxy, what: &str) {
+    let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
+    assert!(done.is_ok(), "the {what} was not cut");
+}
+
 /// An acquisition the server ran, whose reply was lost with its connection (a proxy forwards
 /// it and closes the connection before the reply): it is sent again and answers what the first
 /// send did, taking its permit once. Before, the caller heard `Error::Redis` and the permit
 /// stayed out for good (nobody knew it was taken).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_whose_reply_is_lost_takes_its_permit_once() {
-    let server = Server::start();
-    let proxy = support::proxy::Proxy::start(server.port()).await;
-    let client = support::client_at(proxy.url(), |b| b).await;
-    let semaphore = client.semaphore(&unique_name("lost-take")).unwrap();
-    assert!(semaphore.try_set_permits(2).await.unwrap());
+    let Proxied {
+        _server,
+        proxy,
+        semaphore,
+        ..
+    } = proxied("lost-take", 2).await;
     for (round, wait) in [LockOptions::new().wait(Duration::ZERO), LockOptions::new()]
         .into_iter()
         .enumerate()
@@ -350,9 +380,7 @@ async fn an_acquisition_whose_reply_is_lost_takes_its_permit_once() {
         proxy.cut_after(&operation("acquire"), 0);
         let taken = semaphore.try_acquire_with(wait).await;
         assert!(matches!(taken, Ok(true)), "round {round}: {taken:?}");
-        tokio::time::timeout(Duration::from_secs(1), proxy.cut_done())
-            .await
-            .expect("the acquisition was not cut");
+        cut(&proxy, "acquisition").await;
         let left = 1 - round as u64;
         assert_eq!(semaphore.available().await.unwrap(), left, "round {round}");
     }
@@ -365,18 +393,17 @@ async fn an_acquisition_whose_reply_is_lost_takes_its_permit_once() {
 /// `Error::Redis` and could not tell whether to release again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_is_lost_adds_its_permit_once() {
-    let server = Server::start();
-    let proxy = support::proxy::Proxy::start(server.port()).await;
-    let client = support::client_at(proxy.url(), |b| b).await;
-    let semaphore = client.semaphore(&unique_name("lost-release")).unwrap();
-    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let Proxied {
+        _server,
+        proxy,
+        semaphore,
+        ..
+    } = proxied("lost-release", 1).await;
     assert!(semaphore.try_acquire().await.unwrap());
     proxy.cut_after(&operation("release"), 0);
     let released = semaphore.release(1).await;
     assert!(released.is_ok(), "{released:?}");
-    tokio::time::timeout(Duration::from_secs(1), proxy.cut_done())
-        .await
-        .expect("the release was not cut");
+    cut(&proxy, "release").await;
     assert_eq!(semaphore.available().await.unwrap(), 1);
 }
 
@@ -386,11 +413,13 @@ async fn a_release_whose_reply_is_lost_adds_its_permit_once() {
 /// stayed out for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_acquisition_gives_back_what_it_took_unheard() {
-    let server = Server::start();
-    let proxy = support::proxy::Proxy::start(server.port()).await;
-    let client = support::client_at(proxy.url(), |b| b).await;
-    let semaphore = client.semaphore(&unique_name("failed-take")).unwrap();
-    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let Proxied {
+        _server,
+        proxy,
+        client,
+        semaphore,
+        ..
+    } = proxied("failed-take", 1).await;
     for (round, wait) in [LockOptions::new().wait(Duration::ZERO), LockOptions::new()]
         .into_iter()
         .enumerate()

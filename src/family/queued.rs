@@ -117,7 +117,9 @@ where
 /// [`wait_for`] does, which a release of this client handing the waiter what it waits for ends
 /// without an attempt (noted in `handed`). Granted, returns when the latest attempt was sent.
 /// A wait that ends without a grant runs `withdrawal` before it returns `None`; one cancelled
-/// or failed runs it in the background.
+/// or failed runs it in the background. A single attempt (`Wait::Once`) never queues: it runs
+/// it only when cancelled or after an error that may have followed its send, since it may
+/// have taken something unheard.
 ///
 /// # Cancel safety
 /// As [`wait_for`]'s; the place is withdrawn in the background.
@@ -134,11 +136,11 @@ where
     F: FnMut() -> Fut + Send,
     Fut: Future<Output = Result<Attempt<()>>> + Send,
 {
-    // A single attempt never queues, so has no place.
-    let place = (!matches!(wait, Wait::Once)).then(|| {
-        let withdrawal = Box::pin(withdrawal);
-        QueuePlace::new(client, move || withdrawal)
-    });
+    // A single attempt never queues; its place is only for what it may have taken unheard (a
+    // semaphore's permits, whose take the script records).
+    let withdrawal = Box::pin(withdrawal);
+    let place = QueuePlace::new(client, move || withdrawal);
+    let once = matches!(wait, Wait::Once);
     let wake = Wake::Grant {
         waiter: waiter.clone(),
         handed,
@@ -146,13 +148,20 @@ where
     // A failed wait leaves its place to be withdrawn in the background: the withdrawal is sent
     // again while it fails (`withdraw_retrying`), for up to about 20 s, which the caller of a
     // wait that failed (Redis unreachable) must not wait out.
-    let taken = wait_for(client, grants, wait, wake, attempt).await?;
-    if let Some(place) = place {
-        match taken {
-            // The script took the place out with the grant.
-            Some(_) => place.taken(),
-            None => place.withdraw().await,
+    let taken = match wait_for(client, grants, wait, wake, attempt).await {
+        Ok(taken) => taken,
+        // Nothing reached the server, or nothing was written: nothing to withdraw.
+        Err(e) if once && !maybe_sent(&e) => {
+            place.taken();
+            return Err(e);
         }
+        Err(e) => return Err(e),
+    };
+    match taken {
+        // The script took the place out with the grant; a refused single attempt has none.
+        Some(_) => place.taken(),
+        None if once => place.taken(),
+        None => place.withdraw().await,
     }
     Ok(taken)
 }
@@ -250,4 +259,12 @@ pub(crate) fn resolve_handed(
         }
         other => Err(malformed(&other)),
     }
+}
+
+/// Whether an attempt that failed with `error` may have taken something: not one refused
+/// before anything was sent (bad input, shutdown, a connection refused) or one the script
+/// refused before writing (a key of another type).
+fn maybe_sent(error: &Error) -> bool {
+    let refused = matches!(error, Error::Redis { source, .. } if source.is_connection_refusal());
+    !(error.is_invalid_input() || error.is_shutdown() || error.is_wrong_type() || refused)
 }

@@ -5,9 +5,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::family::queued;
 use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask};
-use crate::node::FamilyScript;
+use crate::node::{FamilyScript, resent_if_dropped};
 use crate::options::{LockOptions, positive};
-use crate::queue_place::QueuePlace;
 use crate::shared::Client;
 use crate::telemetry::{self, SEMAPHORE};
 use crate::terms::Wait;
@@ -70,6 +69,8 @@ pub struct Semaphore {
     /// permits (a release of this client may have handed them over), releases. Its next
     /// release deletes them (else they end by themselves, in three minutes by default).
     handed: Arc<queued::HandedWaiters>,
+    /// For how many minutes the server must find the record of a call (from the settings).
+    record_minutes: Arc<str>,
 }
 
 impl Semaphore {
@@ -78,6 +79,7 @@ impl Semaphore {
         let grants = queued::grant_channel(&client, &keys.channel);
         let keys = Arc::new(keys);
         Ok(Semaphore {
+            record_minutes: queued::record_minutes(&client).into(),
             handed: client
                 .inner
                 .local_states
@@ -195,12 +197,19 @@ impl Semaphore {
         let call = queued::release_name(&self.client);
         let forget = self.handed.take();
         let hand_over = queued::hand_over_text(&self.client, &forget);
-        let minutes = queued::record_minutes(&self.client);
+        let minutes = &*self.record_minutes;
         let send = |again: bool| {
-            let args = ["release", &n, &hand_over, &call, flag(again), &minutes];
+            let args = [
+                "release",
+                &n,
+                &hand_over,
+                &call,
+                if again { "1" } else { "0" },
+                minutes,
+            ];
             async move { self.keys.send_as(&self.client, &SCRIPT, &args).await }
         };
-        let reply = match twice_if_dropped(send).await {
+        let reply = match resent_if_dropped(send).await {
             Ok(reply) => reply,
             Err(e) => {
                 self.handed.put_back(forget);
@@ -312,20 +321,12 @@ impl Semaphore {
                 })
             },
         )
-        .await;
-        match &taken {
+        .await?;
+        if taken.is_some() {
             // The server's record of what the wait took can go.
-            Ok(Some(_)) => self.handed.push(waiter.clone()),
-            Ok(None) => {}
-            // A single attempt has no place to withdraw; one that was sent may have taken
-            // permits unheard.
-            Err(e) if matches!(wait, Wait::Once) && maybe_sent(e) => {
-                let withdrawal = Box::pin(self.clone().withdraw(waiter.clone()));
-                drop(QueuePlace::new(&self.client, move || withdrawal));
-            }
-            Err(_) => {}
+            self.handed.push(waiter);
         }
-        Ok(taken?.is_some())
+        Ok(taken.is_some())
     }
 
     /// One acquisition request for `waiter` on queue `terms`, sent once more should its
@@ -337,7 +338,7 @@ impl Semaphore {
         let request = async move {
             let n = itoa::Buffer::new().format(permits).to_owned();
             let (keys, client) = (&this.keys, &this.client);
-            let minutes = queued::record_minutes(client);
+            let minutes = &*this.record_minutes;
             let send = |again: bool| {
                 let args = [
                     "acquire",
@@ -345,12 +346,12 @@ impl Semaphore {
                     &who,
                     &terms[0],
                     &terms[1],
-                    flag(again),
-                    &minutes,
+                    if again { "1" } else { "0" },
+                    minutes,
                 ];
                 async move { keys.send_acquisition(client, &SCRIPT, &args, None).await }
             };
-            Ok(match twice_if_dropped(send).await?.flag()? {
+            Ok(match resent_if_dropped(send).await?.flag()? {
                 true => Taken::Granted,
                 false => Taken::Refused(None),
             })
@@ -369,8 +370,8 @@ impl Semaphore {
     /// Takes `waiter` out of the queue and gives back what it took: permits granted to it and
     /// not claimed go to the next, permits its acquisition took unheard back to the count.
     async fn withdraw(self, waiter: Arc<str>) {
-        let minutes = queued::record_minutes(&self.client);
-        let args = [&*waiter, &minutes];
+        let minutes = &*self.record_minutes;
+        let args = [&*waiter, minutes];
         let withdraw = || async { self.send("withdraw", 0, &args).await?.flag() };
         queued::withdraw_retrying(&self.client, &self.keys.name, withdraw).await;
     }
@@ -383,40 +384,4 @@ impl Semaphore {
         args.extend_from_slice(extra);
         self.keys.send(&self.client, &SCRIPT, &args).await
     }
-}
-
-/// Whether an acquisition that failed with `error` may have taken permits: not one refused
-/// before anything was sent (bad input, shutdown, a connection refused) or one the script
-/// refused before writing (a key of another type).
-fn maybe_sent(error: &Error) -> bool {
-    !(error.is_invalid_input() || error.is_shutdown() || error.is_wrong_type() || refused(error))
-}
-
-/// Whether `error` is a connection refused: nothing was sent.
-fn refused(error: &Error) -> bool {
-    matches!(error, Error::Redis { source, .. } if source.is_connection_refusal())
-}
-
-/// Sends a call (`call(again)`), and once more (`again` true) if its connection dropped: the
-/// script keeps a record of what the first send did, which the second then finds.
-async fn twice_if_dropped<T, F, Fut>(mut call: F) -> Result<T>
-where
-    F: FnMut(bool) -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    match call(false).await {
-        Err(Error::Redis { source, operation }) if source.is_connection_dropped() => {
-            match call(true).await {
-                // Refused, the second send tells nothing of the first, which may have run.
-                Err(e) if refused(&e) => Err(Error::Redis { source, operation }),
-                outcome => outcome,
-            }
-        }
-        outcome => outcome,
-    }
-}
-
-/// A script's flag argument.
-fn flag(on: bool) -> &'static str {
-    if on { "1" } else { "0" }
 }

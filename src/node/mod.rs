@@ -39,6 +39,7 @@ pub(crate) use shape::Target;
 pub use tls::TlsOptions;
 pub(crate) use tracking::{Moves, Presence, Tracked, Unavailable};
 pub(crate) use transport::bounded;
+pub(crate) use transport::resent_if_dropped;
 use transport::{UNBOUNDED, evalsha, evalsha_without_keys, once_more_if_dropped};
 
 /// Names one release request (`<client uuid>:<n>`), so a retry of it is recognised.

@@ -291,16 +291,33 @@ fn in_transition(e: &Error) -> bool {
 /// command fails on it, and reconnects then. Without this second try every restart failed one
 /// command per caller: a waiter woken after a restart got `broken pipe` instead of the lock, and
 /// the watchdog learned of a lost key a whole renewal period late. The retry waits for the new
-/// connection within the usual timeout; a second failure is returned as it is.
+/// connection within the usual timeout; a second failure is returned as it is, but a refused
+/// one (see [`resent_if_dropped`]).
 pub(in crate::node) async fn once_more_if_dropped<T, F, Fut>(mut request: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    match request().await {
+    resent_if_dropped(|_| request()).await
+}
+
+/// [`once_more_if_dropped`] for a request that tells its second send (`request(true)`) from the
+/// first: a script that records what the first did answers the second from it. A second send
+/// refused tells nothing of the first, which may have run: the first's error is returned.
+pub(crate) async fn resent_if_dropped<T, F, Fut>(mut request: F) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    match request(false).await {
         Err(Error::Redis { source, operation }) if source.is_connection_dropped() => {
             tracing::debug!(operation, error = %source, "connection dropped; trying once more");
-            request().await
+            match request(true).await {
+                Err(Error::Redis { source: second, .. }) if second.is_connection_refusal() => {
+                    Err(Error::Redis { source, operation })
+                }
+                outcome => outcome,
+            }
         }
         outcome => outcome,
     }
