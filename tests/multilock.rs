@@ -523,3 +523,58 @@ async fn an_attempt_after_an_abandoned_one_waits_for_its_undo() {
     guard.unlock().await.unwrap();
     assert!(all_free(&server, &names));
 }
+
+/// The hold counts the server keeps for `key`, one per owner field.
+fn server_counts(server: &Server, key: &str) -> Vec<u64> {
+    redis::cmd("HVALS")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("HVALS")
+}
+
+/// A MultiLock's acquisition whose reply is lost with its connection (a proxy forwards it and
+/// closes the connection before the reply) takes each member once: the owner's unlock frees
+/// every key at once. Before, the members' requests were sent again blindly and counted twice,
+/// so `unlock` answered `Ok` while each key stayed held (count 1) for a whole lease, refusing
+/// every other client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_whose_reply_is_lost_takes_each_member_once() {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let mine = support::client_at(proxy.url(), |b| b).await;
+    let other = client(&server).await;
+    // Once first, so the scripts are loaded and the cut request is the acquisition itself.
+    let warm = MultiLock::new(locks(&mine, &unique_names("lost-multi-warm", 2))).unwrap();
+    warm.lock().await.unwrap().unlock().await.unwrap();
+    let names = unique_names("lost-multi", 2);
+    let multi = MultiLock::new(locks(&mine, &names)).unwrap();
+    // A fresh member's request on the wire: the watchdog lease, then '1' (reentrant).
+    proxy.cut_after("$5\r\n30000\r\n$1\r\n1\r\n", 0);
+    let taken = multi
+        .try_lock_with(LockOptions::new().wait(Duration::from_secs(5)))
+        .await;
+    let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
+    assert!(done.is_ok(), "the acquisition was not cut");
+    let guard = taken
+        .expect("sent again on a new connection")
+        .expect("the members are free");
+    for name in &names {
+        assert_eq!(server_counts(&server, &key_of(name)), [1], "{name}");
+    }
+    guard.unlock().await.unwrap();
+    assert!(
+        all_free(&server, &names),
+        "a member outlived the owner: {:?}",
+        names
+            .iter()
+            .map(|n| server_counts(&server, &key_of(n)))
+            .collect::<Vec<_>>()
+    );
+    let next = MultiLock::new(locks(&other, &names))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    assert!(next.is_some(), "the freed members were refused");
+    assert_eq!(mine.held_count(), 0);
+}

@@ -339,3 +339,44 @@ async fn a_node_frozen_during_our_release_costs_the_next_round_its_timeout() {
     again.unlock().await.unwrap();
     resume.join().unwrap();
 }
+
+/// A RedLock node's acquisition whose reply is lost with its connection (a proxy in front of
+/// node 0 forwards it and closes the connection before the reply) takes that node's lock once:
+/// the unlock frees it on every node at once. Before, the request was sent again blindly and
+/// counted twice, so after `unlock` answered `Ok` node 0 kept the key (count 1) for a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_reply_is_lost_is_taken_once() {
+    let servers = support::start_many(3);
+    let proxy = support::proxy::Proxy::start(servers[0].port()).await;
+    let mut nodes = vec![support::client_at(proxy.url(), |b| b).await];
+    for server in &servers[1..] {
+        nodes.push(support::client(server).await);
+    }
+    let node_lock = |name: &str| -> Vec<redlease::Lock> {
+        nodes.iter().map(|c| c.lock(name).unwrap()).collect()
+    };
+    // Once first, so the scripts are loaded and the cut request is the acquisition itself.
+    let warm = RedLock::new(node_lock(&unique_name("lost-node-warm"))).unwrap();
+    warm.lock().await.unwrap().unlock().await.unwrap();
+    let name = unique_name("lost-node");
+    let key = key_of(&name);
+    let redlock = RedLock::new(node_lock(&name)).unwrap();
+    proxy.cut_after("$5\r\n30000\r\n$1\r\n1\r\n", 0);
+    let guard = redlock.lock().await.unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
+    assert!(done.is_ok(), "node 0's acquisition was not cut");
+    assert_eq!(
+        guard.held_nodes(),
+        3,
+        "node 0 answered on its new connection"
+    );
+    let count: Vec<u64> = redis::cmd("HVALS")
+        .arg(&key)
+        .query(&mut servers[0].conn())
+        .unwrap();
+    assert_eq!(count, [1], "node 0 counts the owner's hold once");
+    guard.unlock().await.unwrap();
+    for (i, server) in servers.iter().enumerate() {
+        assert!(!exists(server, &key), "node {i} kept the key after unlock");
+    }
+}

@@ -266,10 +266,40 @@ fn register_grants(
         .collect()
 }
 
-/// Sends the batch as one pipelined node call (see [`Node::acquire_pipelined`]).
+/// Sends the batch as one pipelined node call (see [`Node::acquire_pipelined`]), once more
+/// after its connection dropped, as a single lock's acquisition is: each request may have
+/// counted, so the members are undone first (a release of one hold each, harmless where
+/// nothing was taken), in order on the new connection. Only when the owner held none of them
+/// before: an undo could otherwise take an earlier hold (the caller hears the error, and the
+/// lease bounds a stray count); and only when every undo was answered.
 ///
 /// [`Node::acquire_pipelined`]: crate::node::Node::acquire_pipelined
 async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Replies {
+    match send_pipelined(client, plan).await {
+        Err(Error::Redis { source, .. })
+            if source.is_connection_dropped() && plan.iter().all(|p| held_nothing(client, p)) =>
+        {
+            let undone = join_all(plan.iter().map(|p| undo(client, p))).await;
+            if !undone.iter().all(|&undone| undone) {
+                return Err(Error::Redis {
+                    operation: "acquire",
+                    source,
+                });
+            }
+            send_pipelined(client, plan).await
+        }
+        replies => replies,
+    }
+}
+
+/// Whether the owner holds nothing of `p`'s lock, before and now (a hand-over from a release of
+/// this client may have given it some meanwhile).
+fn held_nothing(client: &Client, p: &Planned) -> bool {
+    p.fresh && client.inner.holds.get(&p.key).is_none()
+}
+
+/// The batch as one pipelined node call, sent once.
+async fn send_pipelined(client: &Client, plan: &[Planned]) -> Replies {
     let calls: Vec<AcquireCall<'_>> = plan
         .iter()
         .map(|p| AcquireCall {
@@ -337,11 +367,16 @@ fn outcome_unknown(e: &Error) -> bool {
 /// Gives back what an abandoned or failed request may have taken. The release goes over the same
 /// connection after the request, so the server applies it after the acquire even when both wait
 /// behind a paused server.
-async fn undo(client: &Client, p: &Planned) {
+/// Whether the give-back was answered.
+async fn undo(client: &Client, p: &Planned) -> bool {
     match crate::release::give_back(client, &p.keys, &p.key.field, p.lease_ms, 1).await {
-        Ok(_) => tracing::debug!(lock = %p.keys.name, "gave back an abandoned acquisition"),
+        Ok(_) => {
+            tracing::debug!(lock = %p.keys.name, "gave back an abandoned acquisition");
+            true
+        }
         Err(e) => {
-            tracing::warn!(lock = %p.keys.name, error = %e, "could not give back an abandoned acquisition; it expires with its lease")
+            tracing::warn!(lock = %p.keys.name, error = %e, "could not give back an abandoned acquisition; it expires with its lease");
+            false
         }
     }
 }

@@ -312,14 +312,15 @@ impl Node {
     /// Sends the acquisitions as one pipeline (one per slot on a cluster), each with its own
     /// answer or error, in order. Calls that meet `NOSCRIPT` (a fresh, restarted or just promoted
     /// server) are sent again together after the script is loaded the way every other script
-    /// call loads it ([`Node::load_script`]).
+    /// call loads it ([`Node::load_script`]). Not sent again after a dropped connection: a call
+    /// that ran would count twice (`multi/member.rs` decides).
     pub(crate) async fn acquire_pipelined(
         &self,
         calls: &[AcquireCall<'_>],
     ) -> Result<Vec<Result<Acquire>>> {
         let everything: Vec<usize> = (0..calls.len()).collect();
         let mut replies: Vec<RedisResult<Value>> = self
-            .query_pipeline(
+            .query_pipeline_once(
                 "acquire",
                 "",
                 &acquire_pipeline(calls, &everything, self.fence_grace_ms),
@@ -332,7 +333,7 @@ impl Node {
         if !missing.is_empty() {
             self.load_script("acquire", &scripts::ACQUIRE).await?;
             let again: Vec<RedisResult<Value>> = self
-                .query_pipeline(
+                .query_pipeline_once(
                     "acquire",
                     "",
                     &acquire_pipeline(calls, &missing, self.fence_grace_ms),

@@ -23,24 +23,47 @@ impl Node {
         .await
     }
 
-    /// Runs a pipeline with the node's timeout. Its commands leave back to back on the one
-    /// connection, so another caller's commands cannot come in between (MultiLock batches).
+    /// Runs a pipeline with the node's timeout, once more after a dropped connection (its
+    /// commands' repetition must be harmless). Its commands leave back to back on the one
+    /// connection, so another caller's commands cannot come in between.
     pub(crate) async fn query_pipeline<T: FromRedisValue>(
         &self,
         operation: &'static str,
         key: &str,
         pipe: &redis::Pipeline,
     ) -> Result<T> {
+        self.pipeline(operation, key, pipe, true).await
+    }
+
+    /// [`query_pipeline`](Node::query_pipeline) sent once: for commands that must not run twice
+    /// (a MultiLock's or RedLock's acquisitions, which would count twice). After a dropped
+    /// connection the caller hears the error, with the outcome unknown.
+    pub(crate) async fn query_pipeline_once<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        pipe: &redis::Pipeline,
+    ) -> Result<T> {
+        self.pipeline(operation, key, pipe, false).await
+    }
+
+    async fn pipeline<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        pipe: &redis::Pipeline,
+        again: bool,
+    ) -> Result<T> {
         if self.rights_pending() {
             self.rights_checked().await?;
         }
         if let Some(groups) = self.pipeline_groups(pipe) {
             return self
-                .query_pipeline_split(operation, key, pipe, groups)
+                .query_pipeline_split(operation, key, pipe, groups, again)
                 .await;
         }
         self.through_transitions(self.timeout, |limit| {
-            once_more_if_dropped(move || {
+            once_more_if_dropped_when(again, move || {
                 let mut conn = self.conn.clone();
                 async move { bounded(operation, key, limit, pipe.query_async(&mut conn)).await }
             })
@@ -78,6 +101,7 @@ impl Node {
         key: &str,
         pipe: &redis::Pipeline,
         groups: Vec<Vec<usize>>,
+        again: bool,
     ) -> Result<T> {
         let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
         let calls = groups.iter().map(|group| {
@@ -89,7 +113,7 @@ impl Node {
             async move {
                 self.through_transitions(self.timeout, |limit| {
                     let part = &part;
-                    once_more_if_dropped(move || {
+                    once_more_if_dropped_when(again, move || {
                         let mut conn = self.conn.clone();
                         async move {
                             let query = part.query_async::<Vec<redis::Value>>(&mut conn);
@@ -299,6 +323,19 @@ where
     Fut: Future<Output = Result<T>>,
 {
     resent_if_dropped(|_| request()).await
+}
+
+/// [`once_more_if_dropped`] when `again`, else `request` sent once.
+async fn once_more_if_dropped_when<T, F, Fut>(again: bool, mut request: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    if again {
+        once_more_if_dropped(request).await
+    } else {
+        request().await
+    }
 }
 
 /// [`once_more_if_dropped`] for a request that tells its second send (`request(true)`) from the
