@@ -380,3 +380,50 @@ async fn a_node_whose_reply_is_lost_is_taken_once() {
         assert!(!exists(server, &key), "node {i} kept the key after unlock");
     }
 }
+
+/// A RedLock whose key is deleted on a majority of its nodes is lost at once: each node's loss
+/// notice marks its hold lost the moment the key goes, and `lost()` resolves then, under the
+/// renewal task (watchdog lease) and with a fixed lease alike. Before, the guard counted those
+/// nodes as holding it until the next renewal round (a third of the lease away), or, with a
+/// fixed lease, until its end: another owner could take a majority meanwhile, and the first
+/// was not told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_on_a_majority_is_lost_at_once() {
+    support::init_tracing();
+    let servers = support::start_many(3);
+    for options in [
+        LockOptions::new(),
+        LockOptions::new().lease(Duration::from_secs(30)),
+    ] {
+        let name = unique_name("gone-majority");
+        let key = key_of(&name);
+        let redlock = support::redlock(&servers, &name).await;
+        let guard = redlock.lock_with(options).await.unwrap();
+        // One node's key gone: a majority still holds it.
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query(&mut servers[0].conn())
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!guard.is_lost(), "two of three nodes still hold it");
+        assert_eq!(guard.held_nodes(), 2);
+        let lost = guard.lost();
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query(&mut servers[1].conn())
+            .unwrap();
+        let told = tokio::time::timeout(Duration::from_secs(1), lost).await;
+        assert!(
+            told.is_ok(),
+            "lost() did not resolve within 1 s of the majority's loss"
+        );
+        assert!(guard.is_lost());
+        assert_eq!(guard.held_nodes(), 1);
+        // Another owner takes a majority now; the first hears `LeaseLost` at its unlock.
+        let other = support::redlock(&servers, &name).await;
+        let theirs = other.try_lock().await.unwrap();
+        assert!(theirs.is_some(), "the two free nodes were refused");
+        assert!(guard.unlock().await.unwrap_err().is_lease_lost());
+        theirs.unwrap().unlock().await.unwrap();
+    }
+}

@@ -73,7 +73,7 @@ impl Shared {
             if self.open_holds() >= self.quorum {
                 return false;
             }
-            self.mark_lost("the clients of too many of its nodes shut down");
+            self.mark_lost("fewer than a majority of its nodes still hold it");
             return true;
         }
         // Sticky: the caller may already have acted on the loss, so a renewal that lands after
@@ -84,16 +84,21 @@ impl Shared {
         true
     }
 
-    /// How many nodes still hold it through an open client: `Client::shutdown` gives back the
-    /// holds of its client. Unlocked (closed), it counts every node, so a `lost()` that outlives
-    /// the guard does not resolve for the release.
+    /// How many nodes still hold it: through an open client (`Client::shutdown` gives back the
+    /// holds of its client), and not known lost (a node's loss notice marks its hold lost the
+    /// moment the key goes, long before the next renewal finds it gone). Unlocked (closed), it
+    /// counts every node, so a `lost()` that outlives the guard does not resolve for the release.
     fn open_holds(&self) -> usize {
         let state = self.state.lock();
         if state.closed {
             return self.nodes.len();
         }
-        let open = |held: &&LockGuard| !held.client().inner.is_shut_down();
-        state.slots.iter().flatten().filter(open).count()
+        state
+            .slots
+            .iter()
+            .flatten()
+            .filter(|held| holds(held))
+            .count()
     }
 
     /// The holds of the nodes held now, whose loss may make the lock lost.
@@ -110,7 +115,13 @@ impl Shared {
     }
 
     pub(super) fn held_nodes(&self) -> usize {
-        self.state.lock().slots.iter().flatten().count()
+        let state = self.state.lock();
+        state
+            .slots
+            .iter()
+            .flatten()
+            .filter(|held| holds(held))
+            .count()
     }
 
     /// Takes every member out for release and forbids adding new ones.
@@ -122,4 +133,9 @@ impl Shared {
         state.closed = true;
         state.slots.iter_mut().filter_map(Option::take).collect()
     }
+}
+
+/// Whether a node's guard still holds the lock: its client is open and its hold not known lost.
+fn holds(held: &LockGuard) -> bool {
+    !held.client().inner.is_shut_down() && !held.is_lost()
 }
