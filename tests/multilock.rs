@@ -578,3 +578,89 @@ async fn a_multilock_whose_reply_is_lost_takes_each_member_once() {
     assert!(next.is_some(), "the freed members were refused");
     assert_eq!(mine.held_count(), 0);
 }
+
+/// Two names, in the order a waiting MultiLock takes them (by key).
+fn in_key_order(prefix: &str) -> (String, String) {
+    let mut names = unique_names(prefix, 2);
+    names.sort_by_key(|n| key_of(n));
+    (names[0].clone(), names[1].clone())
+}
+
+/// A waiting MultiLock whose first member, taken in its turn, is lost while it waits for the
+/// second (the key is deleted: the loss notice marks that hold lost) never hands out a guard
+/// with that member lost: it gives everything back and waits for both again. Before, `lock()`
+/// returned a guard that was already lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_lost_while_waiting_is_taken_again() {
+    let server = Server::start();
+    let [mine, other] = clients(&server).await;
+    let (first, second) = in_key_order("lost-early");
+    let blocker = other.lock(&second).unwrap().lock().await.unwrap();
+    let multi = MultiLock::new(locks(&mine, &[first.clone(), second.clone()])).unwrap();
+    let waiting = tokio::spawn(async move { multi.lock().await });
+    // The first member is ours, in its turn, once the round gave back what it took.
+    let ours = || support::owners(&server, &key_of(&first)) == 1;
+    assert!(support::eventually(Duration::from_secs(2), ours));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _: () = redis::cmd("DEL")
+        .arg(key_of(&first))
+        .query(&mut server.conn())
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    blocker.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the MultiLock is granted")
+        .unwrap()
+        .unwrap();
+    assert!(!guard.is_lost(), "handed out with a member already lost");
+    for name in [&first, &second] {
+        assert_eq!(support::owners(&server, &key_of(name)), 1, "{name}");
+    }
+    guard.unlock().await.unwrap();
+    assert!(all_free(&server, &[first, second]));
+}
+
+/// A waiting MultiLock with a fixed lease over a member its owner already holds under the
+/// watchdog is granted, and leaves that hold under the watchdog; over one the owner holds with
+/// a longer fixed lease, leaves that lease as it was. Before, the first failed with
+/// `InvalidArgument` (the member taken early was "extended", which a watchdog hold refuses),
+/// and the second shortened the owner's own hold to the MultiLock's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_held_already_keeps_its_lease() {
+    let server = Server::start();
+    let [mine, other] = clients(&server).await;
+    for outer_lease in [None, Some(Duration::from_secs(60))] {
+        let (first, second) = in_key_order("held-early");
+        let outer = match outer_lease {
+            None => mine.lock(&first).unwrap().lock().await.unwrap(),
+            Some(lease) => {
+                let options = LockOptions::new().lease(lease);
+                mine.lock(&first).unwrap().lock_with(options).await.unwrap()
+            }
+        };
+        let blocker = other.lock(&second).unwrap().lock().await.unwrap();
+        let multi = MultiLock::new(locks(&mine, &[first.clone(), second.clone()])).unwrap();
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            blocker.unlock().await.unwrap();
+        });
+        let options = LockOptions::new()
+            .lease(Duration::from_secs(5))
+            .wait(Duration::from_secs(5));
+        let guard = multi.try_lock_with(options).await;
+        release.await.unwrap();
+        let guard = guard
+            .unwrap_or_else(|e| panic!("{outer_lease:?}: {e}"))
+            .expect("granted once the blocker let go");
+        let ttl = support::pttl(&server, &key_of(&first));
+        assert!(
+            ttl > 20_000,
+            "{outer_lease:?}: the owner's hold was shortened to {ttl} ms"
+        );
+        guard.unlock().await.unwrap();
+        assert!(!outer.is_lost());
+        outer.unlock().await.unwrap();
+        assert!(all_free(&server, &[first, second]));
+    }
+}

@@ -3,7 +3,7 @@
 //! for its members in turn, in their locks' server queues.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
@@ -61,10 +61,9 @@ impl MultiLock {
 /// was held; a member's wait is cancel-safe, and a dropped future drops the guards it held,
 /// which release them.
 ///
-/// A `fixed` lease of a member taken early kept running while the later ones were awaited:
-/// once all are held, each of those is extended to the whole lease from now before the guard
-/// is handed out. One whose lease ran out meanwhile (another owner may have taken it) gives
-/// everything back, and the members are awaited again within the wait.
+/// Once all are held, each member taken early is checked before the guard is handed out (see
+/// [`keep_early`]): one lost meanwhile (another owner may have taken it) gives everything back,
+/// and the members are awaited again within the wait.
 async fn in_turn(
     members: &[(Lock, Lease)],
     fixed: Option<Duration>,
@@ -86,13 +85,10 @@ async fn in_turn(
             }
         }
         let held: Vec<LockGuard> = held.into_iter().flatten().collect();
-        let Some(lease) = fixed else {
-            return Ok(Some(MultiLockGuard::new(held)));
-        };
         let last = order.last().copied();
         let earlier = order.iter().filter(|&&i| Some(i) != last);
-        let extended = join_all(earlier.map(|&i| held[i].extend(lease))).await;
-        match extended.into_iter().find_map(Result::err) {
+        let kept = join_all(earlier.map(|&i| keep_early(&held[i], fixed))).await;
+        match kept.into_iter().find_map(Result::err) {
             None => return Ok(Some(MultiLockGuard::new(held))),
             Some(e) => {
                 give_back(held, None).await;
@@ -105,6 +101,32 @@ async fn in_turn(
             }
         }
     }
+}
+
+/// Whether a member taken before the last one is still good to hand out: not lost meanwhile
+/// (its key deleted or evicted: the loss notice marked it), and with a `fixed` lease, extended
+/// to that lease from now, since its own kept running while the later members were awaited.
+/// Not extended when the owner held it already in a way that needs none: under the watchdog,
+/// which renews it, or valid at least that long (a longer lease of its own, which an
+/// extension would shorten).
+///
+/// # Errors
+/// [`Error::LeaseLost`] when it was lost; what [`LockGuard::extend`] answers.
+async fn keep_early(guard: &LockGuard, fixed: Option<Duration>) -> Result<()> {
+    let hold = guard.hold();
+    if guard.is_lost() {
+        return Err(Error::LeaseLost {
+            name: hold.keys.name.to_string(),
+        });
+    }
+    let Some(lease) = fixed else {
+        return Ok(());
+    };
+    let watchdog = matches!(hold.lease(), Lease::Watchdog(_));
+    if watchdog || hold.valid_until() >= Instant::now() + lease {
+        return Ok(());
+    }
+    guard.extend(lease).await
 }
 
 /// One round over every member: what was granted, which members are held elsewhere, and the
