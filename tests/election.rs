@@ -1131,3 +1131,51 @@ async fn a_zero_retry_pause_is_refused_before_campaigning() {
         2
     );
 }
+
+/// An election's records whose connection drops (the proxy cuts the request before the server,
+/// `cut_at`, or forwards it and drops the reply, `cut_after`) are sent again: a campaign that won
+/// the lock is recorded and returns its leadership, and a resignation is recorded as one, so
+/// observers see `Resigned`. Before, `campaign` failed (and the won term was given back) and
+/// `resign` failed, the next reader recording the term as `Expired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_records_whose_connection_drops_are_sent_again() {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let candidate = support::client_at(proxy.url(), |b| b).await;
+    let watcher = client(&server).await;
+    for forwarded in [false, true] {
+        let name = unique_name("election-cut");
+        let cut = |op: &str| {
+            let needle = format!("${}\r\n{op}\r\n", op.len());
+            match forwarded {
+                true => proxy.cut_after(&needle, 0),
+                false => proxy.cut_at(&needle, 0),
+            }
+        };
+        let election = candidate.election(&name).unwrap();
+        cut("won");
+        let leadership = election.campaign("a").await;
+        let leadership =
+            leadership.unwrap_or_else(|e| panic!("forwarded {forwarded}: campaign: {e}"));
+        let leader = watcher.election(&name).unwrap().leader().await.unwrap();
+        assert_eq!(
+            leader.map(|l| l.term),
+            Some(leadership.term()),
+            "forwarded {forwarded}: the win is recorded"
+        );
+        cut("resign");
+        let resigned = leadership.resign().await;
+        assert!(
+            resigned.is_ok(),
+            "forwarded {forwarded}: resign: {resigned:?}"
+        );
+        let status = watcher.election(&name).unwrap().status().await.unwrap();
+        assert_eq!(
+            status.last_change,
+            Some(ChangeCause::Resigned),
+            "forwarded {forwarded}"
+        );
+        let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
+        assert!(done.is_ok(), "forwarded {forwarded}: a record was not cut");
+    }
+}

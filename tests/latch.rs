@@ -181,3 +181,28 @@ async fn a_latch_set_again_at_once_still_opens_for_its_waiters() {
     );
     assert_eq!(latch.count().await.unwrap(), 2, "the new round");
 }
+
+/// A waiter whose look at the count has its connection dropped (a server restart, a killed
+/// connection: here a proxy cuts the `GET`) looks again on the new connection and still opens
+/// when the count reaches zero. Before, `wait()` failed with `Error::Redis`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_whose_connection_drops_goes_on() {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let waiter = support::client_at(proxy.url(), |b| b).await;
+    let [counter] = clients(&server).await;
+    let name = unique_name("latch-cut");
+    let latch = counter.count_down_latch(&name).unwrap();
+    assert!(latch.try_set_count(1).await.unwrap());
+    proxy.cut_at("$3\r\nGET\r\n", 0);
+    let waiting = {
+        let latch = waiter.count_down_latch(&name).unwrap();
+        tokio::spawn(async move { latch.wait().await })
+    };
+    let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
+    assert!(done.is_ok(), "the look was not cut");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    latch.count_down().await.unwrap();
+    let opened = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    assert!(matches!(opened, Ok(Ok(Ok(())))), "{opened:?}");
+}

@@ -239,3 +239,50 @@ async fn a_permit_granted_during_shutdown_is_given_back() {
         "the permit is back"
     );
 }
+
+/// A permit's acquisition and release whose connection drops (the proxy cuts the request before
+/// the server, `cut_at`, or forwards it and drops the reply, `cut_after`) are sent again: the
+/// acquisition takes its permit once, the release answers `Ok` and the permit is back at once.
+/// Before, each failed with `Error::Redis`; a release that had run was reported failed, and one
+/// that had not left the permit out for its whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_call_whose_connection_drops_is_sent_again() {
+    let server = Server::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let client = support::client_at(proxy.url(), |b| b).await;
+    let semaphore = client
+        .permit_semaphore(&unique_name("permits-cut"))
+        .unwrap();
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let leased = LockOptions::new().lease(Duration::from_secs(60));
+    for forwarded in [false, true] {
+        let cut = |op: &str| {
+            let needle = format!("${}\r\n{op}\r\n", op.len());
+            match forwarded {
+                true => proxy.cut_after(&needle, 0),
+                false => proxy.cut_at(&needle, 0),
+            }
+        };
+        cut("acquire");
+        let permit = semaphore.acquire_with(leased).await;
+        let permit = permit.unwrap_or_else(|e| panic!("forwarded {forwarded}: acquire: {e}"));
+        assert_eq!(
+            semaphore.available().await.unwrap(),
+            0,
+            "forwarded {forwarded}"
+        );
+        cut("release");
+        let released = permit.release().await;
+        assert!(
+            released.is_ok(),
+            "forwarded {forwarded}: release: {released:?}"
+        );
+        assert_eq!(
+            semaphore.available().await.unwrap(),
+            1,
+            "forwarded {forwarded}"
+        );
+        let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
+        assert!(done.is_ok(), "forwarded {forwarded}: a call was not cut");
+    }
+}

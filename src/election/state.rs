@@ -233,10 +233,12 @@ impl Calls<'_> {
         all.push(op);
         all.push(retention.as_str());
         all.extend_from_slice(args);
-        inner
-            .node
-            .family_call(&SCRIPT, &self.keys.all(), &all)
-            .await
+        // Sent again after a dropped connection: every operation is safe to repeat (a win
+        // already recorded answers as recorded, a resignation already recorded as not leading;
+        // a proclamation repeated is recorded twice, with one value).
+        let keys = self.keys.all();
+        let send = |_| inner.node.family_call(&SCRIPT, &keys, &all);
+        crate::node::resent_if_dropped(send).await
     }
 
     /// Records `field` (holding the lock with `term`) as the leader publishing `value`.

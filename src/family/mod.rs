@@ -112,7 +112,9 @@ impl FamilyKeys {
     /// What the key holds, a string, `None` when it is absent.
     pub(crate) async fn get(&self, client: &Client) -> Result<Option<String>> {
         let get = redis::cmd("GET").arg(&*self.key).clone();
-        client.inner.node.query(&get).await
+        // A read: sent again after a dropped connection (a waiter woken after a restart gets
+        // its answer, not `broken pipe`).
+        crate::node::resent_if_dropped(|_| client.inner.node.query(&get)).await
     }
 
     /// Deletes the key and the keys under it named by `suffixes` (`<key>:<suffix>`, a queue's):

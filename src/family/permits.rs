@@ -10,12 +10,13 @@ use crate::error::Result;
 use crate::family::kept::Kept;
 use crate::family::queued;
 use crate::family::{Attempt, FamilyKeys, Reply, Taken, ask};
-use crate::node::FamilyScript;
+use crate::node::{FamilyScript, resent_if_dropped};
 use crate::options::LockOptions;
 use crate::release::{ServerHalf, finish_unlock, release_dropped};
 use crate::shared::Client;
 use crate::telemetry::{self, PERMIT};
 use crate::terms::{Lease, Wait};
+use redis::Value;
 
 static SCRIPT: FamilyScript = FamilyScript::new(
     "permits",
@@ -290,10 +291,13 @@ impl PermitSemaphore {
             let duration = Some(lease.duration());
             let lease = itoa::Buffer::new().format(lease.ms()).to_owned();
             let args = ["acquire", &request_id, &lease, &terms[0], &terms[1]];
-            let send = this
-                .keys
-                .send_acquisition(&this.client, &SCRIPT, &args, duration);
-            let reply = send.await?;
+            // Sent again after a dropped connection: a permit the first send took (or a grant
+            // from the queue) is found under the same id and claimed, not taken twice.
+            let send = |_| {
+                let keys = &this.keys;
+                keys.send_acquisition(&this.client, &SCRIPT, &args, duration)
+            };
+            let reply = resent_if_dropped(send).await?;
             Ok(reply.taken())
         };
         let (this, permit) = (self.clone(), id.clone());
@@ -314,14 +318,23 @@ impl PermitSemaphore {
     /// Gives permit `id` back: `false` when it was not given out (its lease ended). `checked`:
     /// refused once the client shuts down (shutdown's own release is not). This client's
     /// waiters the permit is handed to are told from the reply.
+    ///
+    /// Sent again after a dropped connection: a second send that finds the permit gone was
+    /// preceded by the first, which released it (an id is never given out twice; a permit whose
+    /// lease ran out is known lost before its release is sent).
     async fn give_back(&self, id: &str, checked: bool) -> Result<bool> {
         if checked {
             self.client.inner.check_open()?;
         }
         let hand_over = queued::hand_over_arg(&self.client, None);
         let args = ["release", id, "0", &hand_over];
-        let reply = self.keys.send_as(&self.client, &SCRIPT, &args).await?;
-        queued::resolve_handed(&self.client, &self.grants, SCRIPT.name, reply)?.flag()
+        let send = |again: bool| {
+            let reply = self.keys.send_as::<Value>(&self.client, &SCRIPT, &args);
+            async move { reply.await.map(|reply| (reply, again)) }
+        };
+        let (reply, again) = resent_if_dropped(send).await?;
+        let released = queued::resolve_handed(&self.client, &self.grants, SCRIPT.name, reply)?;
+        Ok(released.flag()? || again)
     }
 }
 
