@@ -56,6 +56,10 @@ pub(crate) struct Hold {
     /// Its labels in the metrics; `counted` while it counts in the `held` gauge.
     series: Series,
     counted: AtomicBool,
+    /// The server was found without it, or it was forced ([`LostReason::ServerLost`],
+    /// [`LostReason::Forced`]), not merely lapsed on this client's clock: a RedLock counts such
+    /// a node as no longer holding it.
+    gone: AtomicBool,
     /// Metadata of this owner's hold is stored in the client's announcement
     /// ([`LockOptions::metadata`](crate::LockOptions::metadata)): its last release removes it.
     metadata: AtomicBool,
@@ -87,6 +91,7 @@ impl Hold {
             at_risk: AtomicBool::new(false),
             series,
             counted: AtomicBool::new(true),
+            gone: AtomicBool::new(false),
             metadata: AtomicBool::new(false),
         }
     }
@@ -306,8 +311,16 @@ impl Hold {
         });
     }
 
+    /// Whether the server was found without it, or it was forced (see the field `gone`).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
     pub(crate) fn mark_lost(&self, reason: LostReason, why: &str) -> bool {
+        if matches!(reason, LostReason::ServerLost | LostReason::Forced) {
+            self.gone.store(true, Ordering::Release);
+        }
         self.validity.mark(|| {
             tracing::warn!(lock = %self.keys.name, owner = %self.key.field, "lease lost: {why}");
             self.series.lost(reason);

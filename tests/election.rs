@@ -1152,30 +1152,33 @@ async fn election_records_whose_connection_drops_are_sent_again() {
                 false => proxy.cut_at(&needle, 0),
             }
         };
+        // Each cut waited for before the next is armed: one wakes one wait.
+        let proxy = &proxy;
+        let was_cut = |what: &'static str| async move {
+            let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
+            assert!(
+                done.is_ok(),
+                "forwarded {forwarded}: the {what} was not cut"
+            );
+        };
         let election = candidate.election(&name).unwrap();
         cut("won");
         let leadership = election.campaign("a").await;
         let leadership =
             leadership.unwrap_or_else(|e| panic!("forwarded {forwarded}: campaign: {e}"));
+        was_cut("win's record").await;
         let leader = watcher.election(&name).unwrap().leader().await.unwrap();
-        assert_eq!(
-            leader.map(|l| l.term),
-            Some(leadership.term()),
-            "forwarded {forwarded}: the win is recorded"
-        );
+        let recorded = leader.map(|l| l.term);
+        assert_eq!(recorded, Some(leadership.term()), "forwarded {forwarded}");
         cut("resign");
         let resigned = leadership.resign().await;
         assert!(
             resigned.is_ok(),
             "forwarded {forwarded}: resign: {resigned:?}"
         );
+        was_cut("resignation's record").await;
         let status = watcher.election(&name).unwrap().status().await.unwrap();
-        assert_eq!(
-            status.last_change,
-            Some(ChangeCause::Resigned),
-            "forwarded {forwarded}"
-        );
-        let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
-        assert!(done.is_ok(), "forwarded {forwarded}: a record was not cut");
+        let cause = status.last_change;
+        assert_eq!(cause, Some(ChangeCause::Resigned), "forwarded {forwarded}");
     }
 }

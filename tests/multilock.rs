@@ -579,6 +579,13 @@ async fn a_multilock_whose_reply_is_lost_takes_each_member_once() {
     assert_eq!(mine.held_count(), 0);
 }
 
+/// Whether somebody queues for lock `name` within 5 s (as `client` sees its waiters).
+async fn queued_for(client: &Client, name: &str) -> bool {
+    let lock = client.lock(name).unwrap();
+    let queued = || async { !lock.waiters().await.unwrap().is_empty() };
+    support::eventually_async(Duration::from_secs(5), queued).await
+}
+
 /// Two names, in the order a waiting MultiLock takes them (by key).
 fn in_key_order(prefix: &str) -> (String, String) {
     let mut names = unique_names(prefix, 2);
@@ -598,15 +605,18 @@ async fn a_member_lost_while_waiting_is_taken_again() {
     let blocker = other.lock(&second).unwrap().lock().await.unwrap();
     let multi = MultiLock::new(locks(&mine, &[first.clone(), second.clone()])).unwrap();
     let waiting = tokio::spawn(async move { multi.lock().await });
-    // The first member is ours, in its turn, once the round gave back what it took.
-    let ours = || support::owners(&server, &key_of(&first)) == 1;
-    assert!(support::eventually(Duration::from_secs(2), ours));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Queued for the second member: the first is ours, taken in its turn.
+    assert!(
+        queued_for(&other, &second).await,
+        "never queued for {second}"
+    );
+    assert_eq!(support::owners(&server, &key_of(&first)), 1);
     let _: () = redis::cmd("DEL")
         .arg(key_of(&first))
         .query(&mut server.conn())
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Time for the loss notice (milliseconds, once armed shortly after the grant).
+    tokio::time::sleep(Duration::from_millis(500)).await;
     blocker.unlock().await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
@@ -641,10 +651,17 @@ async fn a_member_held_already_keeps_its_lease() {
         };
         let blocker = other.lock(&second).unwrap().lock().await.unwrap();
         let multi = MultiLock::new(locks(&mine, &[first.clone(), second.clone()])).unwrap();
-        let release = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            blocker.unlock().await.unwrap();
-        });
+        // Let go once the MultiLock waits for the second member, holding the first.
+        let release = {
+            let (other, second) = (other.clone(), second.clone());
+            tokio::spawn(async move {
+                assert!(
+                    queued_for(&other, &second).await,
+                    "never queued for {second}"
+                );
+                blocker.unlock().await.unwrap();
+            })
+        };
         let options = LockOptions::new()
             .lease(Duration::from_secs(5))
             .wait(Duration::from_secs(5));

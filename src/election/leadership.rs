@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tracing::Instrument;
 
-use super::state::{Calls, END, ElectionKeys, RETENTION, Won};
+use super::state::{Calls, END, ElectionKeys, PROCLAIM, RETENTION, Won};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -121,7 +121,7 @@ impl Term {
             tracing::debug_span!("proclaim", election = %self.keys.lock.name, term = self.term);
         let (calls, field) = (self.calls(), &self.hold.key.field);
         let said = async {
-            let proclaim = || calls.as_leader("proclaim", field, self.term, Some(value));
+            let proclaim = || calls.as_leader(PROCLAIM, field, self.term, Some(value));
             match proclaim().await? {
                 None if self.record_again().await? => proclaim().await,
                 said => Ok(said),

@@ -208,6 +208,9 @@ fn protocol(reply: &Value) -> Error {
 /// The script's operation that records the end of a term (`resigned` or `lost`).
 pub(crate) const END: &str = "resign";
 
+/// The script's operation that records the leader's new value.
+pub(crate) const PROCLAIM: &str = "proclaim";
+
 /// The script's calls on one election.
 pub(crate) struct Calls<'a> {
     pub client: &'a Client,
@@ -233,11 +236,15 @@ impl Calls<'_> {
         all.push(op);
         all.push(retention.as_str());
         all.extend_from_slice(args);
-        // Sent again after a dropped connection: every operation is safe to repeat (a win
-        // already recorded answers as recorded, a resignation already recorded as not leading;
-        // a proclamation repeated is recorded twice, with one value).
+        // Sent again after a dropped connection when a second run changes nothing: a win
+        // already recorded answers as recorded, a resignation already recorded as not leading.
+        // Not a proclamation, which a second run would record twice (its caller hears the
+        // error, and may proclaim again).
         let keys = self.keys.all();
         let send = |_| inner.node.family_call(&SCRIPT, &keys, &all);
+        if op == PROCLAIM {
+            return send(false).await;
+        }
         crate::node::resent_if_dropped(send).await
     }
 

@@ -219,7 +219,7 @@ async fn send_batch(
         let releasing = in_flight(&client, &plan);
         let background = client.inner.background.clone();
         background.spawn(async move {
-            undo_unanswered(&client, &plan).await;
+            let _ = undo_unanswered(&client, &plan).await;
             drop(releasing);
         });
     }
@@ -267,28 +267,30 @@ fn register_grants(
 }
 
 /// Sends the batch as one pipelined node call (see [`Node::acquire_pipelined`]), once more
-/// after its connection dropped, as a single lock's acquisition is: each request may have
-/// counted, so the members are undone first (a release of one hold each, harmless where
-/// nothing was taken), in order on the new connection. Only when the owner held none of them
-/// before: an undo could otherwise take an earlier hold (the caller hears the error, and the
-/// lease bounds a stray count); and only when every undo was answered.
+/// after its connection dropped, as a single lock's acquisition is. Each request may have
+/// counted, so the members the owner holds nothing of are undone at once (a release of one
+/// hold each, harmless where nothing was taken), in order on the new connection before
+/// anything else of this batch; the batch is sent again only when the owner held none of them
+/// and every undo was answered. Otherwise the caller hears the error: a member the owner held
+/// before is not undone (a blind release could take that earlier hold), and the lease bounds
+/// what its lost request may have counted.
 ///
 /// [`Node::acquire_pipelined`]: crate::node::Node::acquire_pipelined
 async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Replies {
-    match send_pipelined(client, plan).await {
-        Err(Error::Redis { source, .. })
-            if source.is_connection_dropped() && plan.iter().all(|p| held_nothing(client, p)) =>
-        {
-            let undone = join_all(plan.iter().map(|p| undo(client, p))).await;
-            if !undone.iter().all(|&undone| undone) {
-                return Err(Error::Redis {
-                    operation: "acquire",
-                    source,
-                });
-            }
-            send_pipelined(client, plan).await
+    let mut again = true;
+    loop {
+        let replies = send_pipelined(client, plan).await;
+        let Err(Error::Redis { source, .. }) = &replies else {
+            return replies;
+        };
+        if !source.is_connection_dropped() {
+            return replies;
         }
-        replies => replies,
+        let undone = undo_unanswered(client, plan).await;
+        if !(again && undone && plan.iter().all(|p| p.fresh)) {
+            return replies;
+        }
+        again = false;
     }
 }
 
@@ -345,29 +347,37 @@ async fn undo_batch(client: &Client, plan: &[Planned], outcome: &Replies) {
                 .filter(|(reply, _)| matches!(reply, Ok(Acquire::Acquired { .. })));
             join_all(granted.map(|(_, p)| undo(client, p))).await;
         }
-        Err(e) if outcome_unknown(e) => undo_unanswered(client, plan).await,
+        Err(e) if outcome_unknown(e) => {
+            let _ = undo_unanswered(client, plan).await;
+        }
         Err(_) => {}
     }
 }
 
-async fn undo_unanswered(client: &Client, plan: &[Planned]) {
-    join_all(plan.iter().filter(|p| p.fresh).map(|p| undo(client, p))).await;
+/// Undoes the members of a request that went unanswered which the owner holds nothing of, then
+/// and now (see [`held_nothing`]); whether every undo was answered.
+async fn undo_unanswered(client: &Client, plan: &[Planned]) -> bool {
+    let unheld = plan.iter().filter(|p| held_nothing(client, p));
+    let undone = join_all(unheld.map(|p| undo(client, p))).await;
+    undone.into_iter().all(|undone| undone)
 }
 
-/// Whether the server may have applied a request that failed on our side: a timeout, or a
-/// connection that broke after the request may have been written.
+/// Whether the server may have applied a request that failed on our side, and nothing undid it
+/// yet: a timeout, or a connection that broke after the request may have been written (not a
+/// dropped one: [`acquire_pipelined`] undid that one where it happened).
 fn outcome_unknown(e: &Error) -> bool {
     match e {
         Error::Timeout { .. } => true,
-        Error::Redis { source, .. } => e.is_unavailable() && !source.is_connection_refusal(),
+        Error::Redis { source, .. } => {
+            e.is_unavailable() && !source.is_connection_refusal() && !source.is_connection_dropped()
+        }
         _ => false,
     }
 }
 
-/// Gives back what an abandoned or failed request may have taken. The release goes over the same
-/// connection after the request, so the server applies it after the acquire even when both wait
-/// behind a paused server.
-/// Whether the give-back was answered.
+/// Gives back what an abandoned or failed request may have taken; whether the give-back was
+/// answered. The release goes over the same connection after the request, so the server applies
+/// it after the acquire even when both wait behind a paused server.
 async fn undo(client: &Client, p: &Planned) -> bool {
     match crate::release::give_back(client, &p.keys, &p.key.field, p.lease_ms, 1).await {
         Ok(_) => {

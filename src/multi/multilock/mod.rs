@@ -50,7 +50,7 @@ pub use guard::MultiLockGuard;
 /// another must take them in that order too (or wait boundedly): a waiting MultiLock holds the
 /// members granted so far. Once all are held, a member taken early that was lost meanwhile
 /// (its key deleted or evicted) sends the MultiLock back to waiting for all of them, so the
-/// guard is never handed out with a member already lost; with a fixed lease, members taken
+/// guard is never handed out with a member known lost; with a fixed lease, members taken
 /// early are extended to the whole lease (unless this owner already held one under the
 /// watchdog, or for longer: its lease is left as it is). Giving up (the wait ran out, an error, a dropped future) leaves
 /// every queue and gives back every member held.

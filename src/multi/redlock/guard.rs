@@ -62,8 +62,8 @@ impl RedLockGuard {
     }
 
     /// Whether the lock is known lost: fewer than a majority of nodes still hold it (found gone
-    /// by a renewal or, the moment the key goes, by the node's loss notice; or given back by the
-    /// shutdown of their clients), or its validity ran out
+    /// by a renewal or, as soon as it sees the key go, by the node's loss notice when it is on;
+    /// or given back by the shutdown of their clients), or its validity ran out
     /// (for a fixed lease, simply its end). Once lost, always lost: a renewal
     /// that succeeds after the validity ran out (the process was paused, say) does not bring
     /// the guard back.
@@ -93,7 +93,7 @@ impl RedLockGuard {
         self.shared.token
     }
 
-    /// On how many nodes the lock is held now, not counting one whose hold is known lost
+    /// On how many nodes the lock is held now, not counting one whose key was found gone
     /// (renewal may re-take nodes that lost it).
     pub fn held_nodes(&self) -> usize {
         self.shared.held_nodes()

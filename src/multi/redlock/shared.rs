@@ -85,8 +85,8 @@ impl Shared {
     }
 
     /// How many nodes still hold it: through an open client (`Client::shutdown` gives back the
-    /// holds of its client), and not known lost (a node's loss notice marks its hold lost the
-    /// moment the key goes, long before the next renewal finds it gone). Unlocked (closed), it
+    /// holds of its client), and not found gone (a node's loss notice, when it is on, marks its
+    /// hold so as soon as it sees the key go, long before the next renewal finds it gone). Unlocked (closed), it
     /// counts every node, so a `lost()` that outlives the guard does not resolve for the release.
     fn open_holds(&self) -> usize {
         let state = self.state.lock();
@@ -135,7 +135,9 @@ impl Shared {
     }
 }
 
-/// Whether a node's guard still holds the lock: its client is open and its hold not known lost.
+/// Whether a node's guard still holds the lock: its client is open, and its key was not found
+/// gone (or forced). A hold whose validity lapsed on this client's clock still counts: the
+/// guard's own validity answers for the lease, and the renewal confirms the node again.
 fn holds(held: &LockGuard) -> bool {
-    !held.client().inner.is_shut_down() && !held.is_lost()
+    !held.client().inner.is_shut_down() && !held.hold().is_gone()
 }
