@@ -493,11 +493,13 @@ function ops.unwrite(v, e)
     return 0
 end
 
+-- A renewal never shortens the owner's hold: a longer lease of another of its holds of this
+-- side (a fixed one, taken before a watchdog re-entry) runs on, as acquisitions keep it.
 function ops.renew_read(v, e)
     if num(v, 'r:' .. e.owner) <= 0 then
         return 0
     end
-    local deadline = now + e.lease
+    local deadline = math.max(now + e.lease, num(v, 'rd:' .. e.owner))
     local rn = num(v, 'rn')
     if rn == 1 then
         store_readers(v, 1, deadline, deadline)
@@ -513,7 +515,7 @@ function ops.renew_write(v, e)
     if v.f.w ~= e.owner or num(v, 'wn') == 0 then
         return 0
     end
-    local deadline = now + e.lease
+    local deadline = math.max(now + e.lease, num(v, 'wd'))
     set(v, 'wd', deadline)
     v.latest = math.max(v.latest, deadline)
     return 1

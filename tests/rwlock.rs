@@ -418,3 +418,100 @@ async fn a_cancelled_writer_leaves_nothing() {
         queued(&server, lock.key())
     );
 }
+
+/// An owner that holds one side with a fixed lease and enters it again under the watchdog
+/// keeps the longer lease on the server while its fixed guard is valid: the watchdog's
+/// renewals never shorten it. Before, each renewal set the side's deadline to the watchdog's
+/// lease from now, so once the watchdog guard was released the server let another client in
+/// while the fixed guard still counted itself valid for seconds: a writer and a reader (or two
+/// writers) inside at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_never_shortens_a_longer_hold_of_its_owner() {
+    let server = Server::start();
+    let mine = support::client_with_lease(&server, Duration::from_millis(1500)).await;
+    let [other] = clients(&server).await;
+    let fixed = LockOptions::new().lease(Duration::from_secs(6));
+    for write in [true, false] {
+        let name = unique_name("rw-renew-short");
+        let lock = mine.read_write_lock(&name).unwrap();
+        let theirs = other.read_write_lock(&name).unwrap();
+        let (long, valid_until) = if write {
+            let guard = lock.write().lock_with(fixed).await.unwrap();
+            let again = lock.write().lock().await.unwrap();
+            // A few renewals of the watchdog guard, then it goes.
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            again.unlock().await.unwrap();
+            let until = guard.valid_until();
+            (Box::new(guard) as Box<dyn std::any::Any + Send>, until)
+        } else {
+            let guard = lock.read().lock_with(fixed).await.unwrap();
+            let again = lock.read().lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            again.unlock().await.unwrap();
+            let until = guard.valid_until();
+            (Box::new(guard) as Box<dyn std::any::Any + Send>, until)
+        };
+        // Past the watchdog's lease, well inside the fixed guard's validity.
+        let inside = theirs
+            .write()
+            .try_lock_with(LockOptions::new().wait(Duration::from_secs(2)))
+            .await
+            .unwrap();
+        assert!(
+            inside.is_none() || Instant::now() >= valid_until,
+            "write {write}: another client wrote while the fixed guard was valid for {:?} more",
+            valid_until.saturating_duration_since(Instant::now())
+        );
+        drop(inside);
+        drop(long);
+    }
+}
+
+/// A write hold and a permit released while their client shuts down (after `shutdown` began,
+/// before its drain) are released on the server, and the caller hears `Shutdown`. Before, the
+/// release was refused before it was sent and the guard left the registry, so the drain did
+/// not see it either: the hold stayed for its whole lease.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hold_released_while_its_client_shuts_down_is_released() {
+    use futures_util::FutureExt;
+    let server = Server::start();
+    let client = support::client(&server).await;
+    let name = unique_name("rw-shutdown-window");
+    let lock = client.read_write_lock(&name).unwrap();
+    let key = lock.key().to_owned();
+    let guard = lock.write().lock().await.unwrap();
+    let permits = client
+        .permit_semaphore(&unique_name("permit-shutdown-window"))
+        .unwrap();
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let permit = permits.acquire().await.unwrap();
+    let permits_key = permits.key().to_owned();
+    // Shutdown begins: the client is closed from here; its drain runs once this task yields.
+    let shutdown = client.shutdown();
+    tokio::pin!(shutdown);
+    assert!((&mut shutdown).now_or_never().is_none());
+    let unlocked = guard.unlock().await;
+    assert!(
+        matches!(&unlocked, Err(e) if e.is_shutdown()),
+        "{unlocked:?}"
+    );
+    let released = permit.release().await;
+    assert!(
+        matches!(&released, Err(e) if e.is_shutdown()),
+        "{released:?}"
+    );
+    shutdown.await.unwrap();
+    assert!(
+        !fields(&server, &key).contains_key("w"),
+        "the write hold outlived the shutdown: {:?}",
+        fields(&server, &key)
+    );
+    let out: Vec<String> = redis::cmd("HKEYS")
+        .arg(&permits_key)
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(
+        !out.iter().any(|field| field.starts_with("p:")),
+        "the permit outlived the shutdown: {out:?}"
+    );
+}

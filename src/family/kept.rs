@@ -219,12 +219,14 @@ impl Kept {
     /// Its guard is releasing it: from now on nothing it hears of the hold (a renewal in
     /// flight, the loss notice of its own release's write) makes it lost. Called before the
     /// release is sent, since the server's answer (and its notice) may come before the guard is
-    /// gone.
+    /// gone. It leaves the registry here, so a shutdown that drains it meanwhile does not give
+    /// it back a second time: the guard's own release does.
     pub(super) fn closing(&self) {
         self.state.closed.store(true, Ordering::Release);
         // A lapse before counts as a loss; nothing after (see `Validity`).
         self.state.is_lost();
         self.state.validity.end();
+        self.open.0.close(self.open.1);
     }
 
     /// Lost when marked so, or once `valid_until` has passed without a confirmed renewal (for a

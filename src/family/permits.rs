@@ -371,7 +371,13 @@ impl Permit {
 
     fn give_back(&self) -> impl Future<Output = Result<bool>> + Send + 'static {
         let (semaphore, id) = (self.semaphore.clone(), self.id.clone());
-        async move { semaphore.give_back(&id, true).await }
+        async move {
+            // Sent even while the client shuts down, whose drain no longer sees this permit
+            // (`Kept::closing`), and then answered as a shut-down client answers.
+            let released = semaphore.give_back(&id, false).await;
+            semaphore.client.inner.check_open()?;
+            released
+        }
     }
 
     /// Resolves when the permit is known lost (see [`is_lost`](Permit::is_lost)).

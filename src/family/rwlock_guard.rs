@@ -149,7 +149,13 @@ impl RwHold {
         // Its own hold, or the share it was the last one out of: released from now on.
         self.kept().closing();
         let lock = self.lock.clone();
-        Some(async move { lock.release(hold, &field, true).await })
+        Some(async move {
+            // Sent even while the client shuts down, whose drain no longer sees this hold
+            // (`Kept::closing`), and then answered as a shut-down client answers.
+            let released = lock.release(hold, &field, false).await;
+            lock.client.inner.check_open()?;
+            released
+        })
     }
 
     async fn unlock(mut self) -> Result<()> {
