@@ -318,14 +318,24 @@ impl Hold {
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
     pub(crate) fn mark_lost(&self, reason: LostReason, why: &str) -> bool {
-        if matches!(reason, LostReason::ServerLost | LostReason::Forced) {
-            self.gone.store(true, Ordering::Release);
-        }
-        self.validity.mark(|| {
+        let gone = matches!(reason, LostReason::ServerLost | LostReason::Forced)
+            && !self.gone.swap(true, Ordering::AcqRel);
+        let first = self.validity.mark(|| {
             tracing::warn!(lock = %self.keys.name, owner = %self.key.field, "lease lost: {why}");
             self.series.lost(reason);
             self.let_go(false);
-        })
+        });
+        if gone && !first {
+            // Lapsed before, found gone now: who counts gone holds (a RedLock) looks again.
+            self.validity.wake();
+        }
+        first
+    }
+
+    /// Resolves at its next change: a mark, its end, or found gone after a lapse.
+    pub(crate) fn changed(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let hold = Arc::clone(self);
+        async move { hold.validity.changed().await }
     }
 
     /// Resolves when the lease is lost: marked lost by the watchdog or a release, or its
@@ -342,6 +352,17 @@ impl Hold {
 /// Resolves when any of `holds` is lost; never, for none.
 pub(crate) fn any_lost(holds: Vec<Arc<Hold>>) -> impl Future<Output = ()> + Send + 'static {
     let each: Vec<_> = holds.iter().map(|hold| Box::pin(hold.lost())).collect();
+    async move {
+        if each.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        futures_util::future::select_all(each).await;
+    }
+}
+
+/// Resolves at the next change of any of `holds` (see [`Hold::changed`]); never, for none.
+pub(crate) fn any_changed(holds: Vec<Arc<Hold>>) -> impl Future<Output = ()> + Send + 'static {
+    let each: Vec<_> = holds.iter().map(|hold| Box::pin(hold.changed())).collect();
     async move {
         if each.is_empty() {
             std::future::pending::<()>().await;

@@ -168,6 +168,17 @@ impl Validity {
         true
     }
 
+    /// Wakes every [`until_lost`](Self::until_lost) and [`changed`](Self::changed) without
+    /// marking: something they look at besides the mark changed.
+    pub(crate) fn wake(&self) {
+        self.notify.notify_waiters();
+    }
+
+    /// Resolves at the next mark, end or [`wake`](Self::wake).
+    pub(crate) async fn changed(&self) {
+        self.notify.notified().await;
+    }
+
     /// Resolves once `is_lost` says so, asked again at each mark, each time a future of `also`
     /// resolves, and each time the validity runs out (a renewal may have moved it meanwhile).
     pub(crate) async fn until_lost<W>(

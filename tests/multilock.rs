@@ -615,8 +615,9 @@ async fn a_member_lost_while_waiting_is_taken_again() {
         .arg(key_of(&first))
         .query(&mut server.conn())
         .unwrap();
-    // Time for the loss notice (milliseconds, once armed shortly after the grant).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The loss notice detaches the member's hold (the client holds nothing then).
+    let noticed = || mine.held_count() == 0;
+    assert!(support::eventually(Duration::from_secs(3), noticed));
     blocker.unlock().await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await

@@ -283,11 +283,12 @@ async fn acquire_pipelined(client: &Client, plan: &[Planned]) -> Replies {
         let Err(Error::Redis { source, .. }) = &replies else {
             return replies;
         };
-        if !source.is_connection_dropped() {
+        // A refused connection sent nothing (redis-rs counts it as dropped too).
+        if !source.is_connection_dropped() || source.is_connection_refusal() {
             return replies;
         }
         let undone = undo_unanswered(client, plan).await;
-        if !(again && undone && plan.iter().all(|p| p.fresh)) {
+        if !(again && undone && plan.iter().all(|p| held_nothing(client, p))) {
             return replies;
         }
         again = false;

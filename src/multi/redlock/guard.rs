@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
-use crate::hold::any_lost;
+use crate::hold::{any_changed, any_lost};
 use crate::task::AbortOnDrop;
 
 use super::renewal::renew;
@@ -76,10 +76,17 @@ impl RedLockGuard {
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let shared = self.shared.clone();
         async move {
-            // A node's hold lost (its client shut down, say) may leave too few: look again.
+            // A node's hold lost (its client shut down, say) may leave too few: look again;
+            // also when one lost already changes (a lapsed node found gone).
             let any_member_lost = || {
-                let members = shared.member_holds().into_iter();
-                any_lost(members.filter(|hold| !hold.is_lost()).collect())
+                let (lost, live): (Vec<_>, Vec<_>) = shared
+                    .member_holds()
+                    .into_iter()
+                    .partition(|hold| hold.is_lost());
+                let (lost, changed) = (Box::pin(any_lost(live)), Box::pin(any_changed(lost)));
+                async move {
+                    futures_util::future::select(lost, changed).await;
+                }
             };
             let lost = || shared.is_lost();
             shared.validity.until_lost(lost, any_member_lost).await

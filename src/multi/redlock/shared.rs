@@ -135,9 +135,11 @@ impl Shared {
     }
 }
 
-/// Whether a node's guard still holds the lock: its client is open, and its key was not found
-/// gone (or forced). A hold whose validity lapsed on this client's clock still counts: the
-/// guard's own validity answers for the lease, and the renewal confirms the node again.
+/// Whether a node's guard still holds the lock: its client is open, its key was not found gone
+/// (or forced), and its lease is known valid now. A node whose validity lapsed (its renewals
+/// unanswered: its key may have expired there, and another owner taken it) counts again once a
+/// renewal confirms it.
 fn holds(held: &LockGuard) -> bool {
-    !held.client().inner.is_shut_down() && !held.hold().is_gone()
+    let hold = held.hold();
+    !held.client().inner.is_shut_down() && !hold.is_gone() && hold.valid_until() > Instant::now()
 }
