@@ -332,10 +332,11 @@ impl Hold {
         first
     }
 
-    /// Resolves at its next change: a mark, its end, or found gone after a lapse.
+    /// Resolves at its next change from now (counted now, not when first polled): a mark, its
+    /// end, or found gone after a lapse.
     pub(crate) fn changed(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static + use<> {
-        let hold = Arc::clone(self);
-        async move { hold.validity.changed().await }
+        let (hold, seen) = (Arc::clone(self), self.validity.changes());
+        async move { hold.validity.changed_since(seen).await }
     }
 
     /// Resolves when the lease is lost: marked lost by the watchdog or a release, or its

@@ -2,7 +2,7 @@
 //! when a hold is known valid.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -88,6 +88,8 @@ pub(crate) struct Validity {
     until: Mutex<Instant>,
     lost: AtomicBool,
     ended: AtomicBool,
+    /// Marks, ends and wakes seen (see [`changed_since`](Validity::changed_since)).
+    changes: AtomicU64,
     notify: Notify,
 }
 
@@ -97,6 +99,7 @@ impl Validity {
             until: Mutex::new(until),
             lost: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
             notify: Notify::new(),
         }
     }
@@ -138,6 +141,7 @@ impl Validity {
             *valid = (*valid).min(Instant::now());
             self.ended.store(true, Ordering::Release);
         }
+        self.changes.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
 
@@ -164,19 +168,34 @@ impl Validity {
             return false;
         }
         first();
+        self.changes.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
         true
     }
 
-    /// Wakes every [`until_lost`](Self::until_lost) and [`changed`](Self::changed) without
-    /// marking: something they look at besides the mark changed.
+    /// Wakes every [`until_lost`](Self::until_lost) and [`changed_since`](Self::changed_since)
+    /// without marking: something they look at besides the mark changed.
     pub(crate) fn wake(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
 
-    /// Resolves at the next mark, end or [`wake`](Self::wake).
-    pub(crate) async fn changed(&self) {
-        self.notify.notified().await;
+    /// How many marks, ends and [`wake`](Self::wake)s it has seen.
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// Resolves once it has seen more than `seen` [`changes`](Self::changes).
+    pub(crate) async fn changed_since(&self, seen: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.changes() != seen {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Resolves once `is_lost` says so, asked again at each mark, each time a future of `also`

@@ -108,12 +108,8 @@ impl Holds {
                     current.guards.fetch_add(1, Ordering::AcqRel);
                     return (current, false);
                 }
-                // Gone from the server when it counts this grant as a fresh one; else lost on
-                // this client's clock only (marked so already: its validity ran out).
-                if !joins {
-                    let why = "the server no longer had this hold when it was taken again";
-                    current.mark_lost(LostReason::ServerLost, why);
-                }
+                let why = "the server no longer had this hold when it was taken again";
+                current.mark_lost(LostReason::ServerLost, why);
                 // The lost hold's guards are detached and will never release on the server;
                 // whatever of theirs the server still counts is ours to give back.
                 let stranded = current.guards.load(Ordering::Acquire);

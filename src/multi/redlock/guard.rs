@@ -77,15 +77,19 @@ impl RedLockGuard {
         let shared = self.shared.clone();
         async move {
             // A node's hold lost (its client shut down, say) may leave too few: look again;
-            // also when one lost already changes (a lapsed node found gone).
+            // also when one lost already changes (a lapsed node found gone). Asked again once
+            // the members are sorted, so a loss in between is not missed.
             let any_member_lost = || {
                 let (lost, live): (Vec<_>, Vec<_>) = shared
                     .member_holds()
                     .into_iter()
                     .partition(|hold| hold.is_lost());
                 let (lost, changed) = (Box::pin(any_lost(live)), Box::pin(any_changed(lost)));
+                let shared = shared.clone();
                 async move {
-                    futures_util::future::select(lost, changed).await;
+                    if !shared.is_lost() {
+                        futures_util::future::select(lost, changed).await;
+                    }
                 }
             };
             let lost = || shared.is_lost();

@@ -135,11 +135,9 @@ impl Shared {
     }
 }
 
-/// Whether a node's guard still holds the lock: its client is open, its key was not found gone
-/// (or forced), and its lease is known valid now. A node whose validity lapsed (its renewals
-/// unanswered: its key may have expired there, and another owner taken it) counts again once a
-/// renewal confirms it.
+/// Whether a node's guard still holds the lock: its client is open, and its key was not found
+/// gone there (or forced). A node whose renewals go unanswered still counts: the guard's own
+/// validity, which only a majority's renewals move, answers for that.
 fn holds(held: &LockGuard) -> bool {
-    let hold = held.hold();
-    !held.client().inner.is_shut_down() && !hold.is_gone() && hold.valid_until() > Instant::now()
+    !held.client().inner.is_shut_down() && !held.hold().is_gone()
 }
