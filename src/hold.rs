@@ -56,9 +56,10 @@ pub(crate) struct Hold {
     /// Its labels in the metrics; `counted` while it counts in the `held` gauge.
     series: Series,
     counted: AtomicBool,
-    /// The server was found without it, or it was forced ([`LostReason::ServerLost`],
-    /// [`LostReason::Forced`]), not merely lapsed on this client's clock: a RedLock counts such
-    /// a node as no longer holding it.
+    /// Marked lost as gone from the server or forced ([`LostReason::ServerLost`],
+    /// [`LostReason::Forced`]; also a hold replaced after a lapse, whose count passed to the new
+    /// one), not merely lapsed on this client's clock: a RedLock counts such a node as no longer
+    /// holding it.
     gone: AtomicBool,
     /// Metadata of this owner's hold is stored in the client's announcement
     /// ([`LockOptions::metadata`](crate::LockOptions::metadata)): its last release removes it.
@@ -318,18 +319,25 @@ impl Hold {
 
     /// Marks the lease lost and wakes every `lost()` future. Returns true the first time.
     pub(crate) fn mark_lost(&self, reason: LostReason, why: &str) -> bool {
-        let gone = matches!(reason, LostReason::ServerLost | LostReason::Forced)
-            && !self.gone.swap(true, Ordering::AcqRel);
+        if matches!(reason, LostReason::ServerLost | LostReason::Forced) {
+            self.gone.store(true, Ordering::Release);
+        }
         let first = self.validity.mark(|| {
             tracing::warn!(lock = %self.keys.name, owner = %self.key.field, "lease lost: {why}");
             self.series.lost(reason);
             self.let_go(false);
         });
-        if gone && !first {
-            // Lapsed before, found gone now: who counts gone holds (a RedLock) looks again.
+        if !first {
+            // Marked before (a lapse), lost again now (found gone, its client shut down): who
+            // counts such holds (a RedLock) looks again.
             self.validity.wake();
         }
         first
+    }
+
+    /// Whether its last hold was released (by its guards, or by name).
+    pub(crate) fn is_released(&self) -> bool {
+        self.validity.is_ended()
     }
 
     /// Resolves at its next change from now (counted now, not when first polled): a mark, its

@@ -441,7 +441,8 @@ async fn a_renewal_never_shortens_a_longer_hold_of_its_owner() {
             // A few renewals of the watchdog guard, then it goes.
             tokio::time::sleep(Duration::from_millis(1200)).await;
             // Its own lease may lapse on a loaded machine: the server's state is what counts.
-            let _ = again.unlock().await;
+            let released = again.unlock().await;
+            assert!(released.is_ok() || released.is_err_and(|e| e.is_lease_lost()));
             let until = guard.valid_until();
             (Box::new(guard) as Box<dyn std::any::Any + Send>, until)
         } else {
@@ -449,11 +450,16 @@ async fn a_renewal_never_shortens_a_longer_hold_of_its_owner() {
             let again = lock.read().lock().await.unwrap();
             tokio::time::sleep(Duration::from_millis(1200)).await;
             // Its own lease may lapse on a loaded machine: the server's state is what counts.
-            let _ = again.unlock().await;
+            let released = again.unlock().await;
+            assert!(released.is_ok() || released.is_err_and(|e| e.is_lease_lost()));
             let until = guard.valid_until();
             (Box::new(guard) as Box<dyn std::any::Any + Send>, until)
         };
         // Past the watchdog's lease, well inside the fixed guard's validity.
+        assert!(
+            valid_until > Instant::now() + Duration::from_secs(2),
+            "write {write}"
+        );
         let inside = theirs
             .write()
             .try_lock_with(LockOptions::new().wait(Duration::from_secs(2)))

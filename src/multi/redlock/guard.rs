@@ -104,8 +104,9 @@ impl RedLockGuard {
         self.shared.token
     }
 
-    /// On how many nodes the lock is held now, not counting one whose key was found gone
-    /// (renewal may re-take nodes that lost it).
+    /// On how many nodes the lock is held now, not counting one whose key was found gone, whose
+    /// client shut down, or whose hold was released by name (renewal may re-take nodes that
+    /// lost it).
     pub fn held_nodes(&self) -> usize {
         self.shared.held_nodes()
     }

@@ -108,8 +108,11 @@ impl Shared {
         held.map(|guard| guard.hold().clone()).collect()
     }
 
+    /// Marks it lost; known lost, it is valid no longer: its validity ends now (as a hold's the
+    /// loss notice finds gone).
     pub(super) fn mark_lost(&self, why: &str) {
         let name = &self.name;
+        self.validity.cap(Instant::now());
         self.validity
             .mark(|| tracing::warn!(lock = %name, "RedLock lost: {why}"));
     }
@@ -135,9 +138,10 @@ impl Shared {
     }
 }
 
-/// Whether a node's guard still holds the lock: its client is open, and its key was not found
-/// gone there (or forced). A node whose renewals go unanswered still counts: the guard's own
+/// Whether a node's guard still holds the lock: its client is open, its key was not found gone
+/// there (or forced), and its hold was not released (by name, through that node's client). A node whose renewals go unanswered still counts: the guard's own
 /// validity, which only a majority's renewals move, answers for that.
 fn holds(held: &LockGuard) -> bool {
-    !held.client().inner.is_shut_down() && !held.hold().is_gone()
+    let hold = held.hold();
+    !held.client().inner.is_shut_down() && !hold.is_gone() && !hold.is_released()
 }
