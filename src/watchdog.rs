@@ -335,6 +335,12 @@ pub(crate) fn lose(inner: &Inner, hold: &Arc<Hold>, reason: LostReason, why: &st
     if reason == LostReason::ServerLost {
         audit::server_reported_loss(inner, hold.presence());
     }
+    // A hold known gone is valid no longer: its validity ends now. Only once it is detached
+    // here: a hold released meanwhile (its own release deleted the key the notice saw go) must
+    // not lapse under its release, which would then answer `LeaseLost`.
+    if reason == LostReason::ServerLost {
+        hold.cap_validity(std::time::Instant::now());
+    }
     // `is_lost` may have marked it already (its validity ran out); it still counts once here.
     hold.mark_lost(reason, why);
     1

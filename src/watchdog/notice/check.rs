@@ -103,14 +103,10 @@ impl Live {
         }
     }
 
-    /// Tells its guard it is lost: 1, or 0 when it was released meanwhile. A hold known gone
-    /// is valid no longer: its validity ends now.
+    /// Tells its guard it is lost: 1, or 0 when it was released meanwhile (see [`lose`]).
     fn lose(&self, inner: &Inner, why: &str) -> usize {
         match self {
-            Live::Lock(hold) => {
-                hold.cap_validity(std::time::Instant::now());
-                lose(inner, hold, LostReason::ServerLost, why)
-            }
+            Live::Lock(hold) => lose(inner, hold, LostReason::ServerLost, why),
             Live::Family(hold) => {
                 let gone = hold.gone(why);
                 #[cfg(feature = "testing")]
