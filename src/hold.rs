@@ -360,24 +360,20 @@ impl Hold {
 
 /// Resolves when any of `holds` is lost; never, for none.
 pub(crate) fn any_lost(holds: Vec<Arc<Hold>>) -> impl Future<Output = ()> + Send + 'static {
-    let each: Vec<_> = holds.iter().map(|hold| Box::pin(hold.lost())).collect();
-    async move {
-        if each.is_empty() {
-            std::future::pending::<()>().await;
-        }
-        futures_util::future::select_all(each).await;
-    }
+    first_of(holds.iter().map(|hold| Box::pin(hold.lost())).collect())
 }
 
 /// Resolves at the next change of any of `holds` (see [`Hold::changed`]); never, for none.
 pub(crate) fn any_changed(holds: Vec<Arc<Hold>>) -> impl Future<Output = ()> + Send + 'static {
-    let each: Vec<_> = holds.iter().map(|hold| Box::pin(hold.changed())).collect();
-    async move {
-        if each.is_empty() {
-            std::future::pending::<()>().await;
-        }
-        futures_util::future::select_all(each).await;
+    first_of(holds.iter().map(|hold| Box::pin(hold.changed())).collect())
+}
+
+/// Resolves when the first of `each` does; never, for none.
+async fn first_of<F: Future<Output = ()> + Unpin>(each: Vec<F>) {
+    if each.is_empty() {
+        std::future::pending::<()>().await;
     }
+    futures_util::future::select_all(each).await;
 }
 
 impl Drop for Hold {

@@ -1145,38 +1145,26 @@ async fn election_records_whose_connection_drops_are_sent_again() {
     let watcher = client(&server).await;
     for forwarded in [false, true] {
         let name = unique_name("election-cut");
-        let cut = |op: &str| {
-            let needle = format!("${}\r\n{op}\r\n", op.len());
-            match forwarded {
-                true => proxy.cut_after(&needle, 0),
-                false => proxy.cut_at(&needle, 0),
-            }
-        };
-        // Each cut waited for before the next is armed: one wakes one wait.
-        let proxy = &proxy;
-        let was_cut = |what: &'static str| async move {
-            let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
-            assert!(
-                done.is_ok(),
-                "forwarded {forwarded}: the {what} was not cut"
-            );
-        };
         let election = candidate.election(&name).unwrap();
-        cut("won");
+        proxy.cut_op("won", forwarded);
         let leadership = election.campaign("a").await;
         let leadership =
             leadership.unwrap_or_else(|e| panic!("forwarded {forwarded}: campaign: {e}"));
-        was_cut("win's record").await;
+        proxy
+            .assert_cut(&format!("win's record, forwarded {forwarded}"))
+            .await;
         let leader = watcher.election(&name).unwrap().leader().await.unwrap();
         let recorded = leader.map(|l| l.term);
         assert_eq!(recorded, Some(leadership.term()), "forwarded {forwarded}");
-        cut("resign");
+        proxy.cut_op("resign", forwarded);
         let resigned = leadership.resign().await;
         assert!(
             resigned.is_ok(),
             "forwarded {forwarded}: resign: {resigned:?}"
         );
-        was_cut("resignation's record").await;
+        proxy
+            .assert_cut(&format!("resignation's record, forwarded {forwarded}"))
+            .await;
         let status = watcher.election(&name).unwrap().status().await.unwrap();
         let cause = status.last_change;
         assert_eq!(cause, Some(ChangeCause::Resigned), "forwarded {forwarded}");

@@ -256,35 +256,23 @@ async fn a_permit_call_whose_connection_drops_is_sent_again() {
     assert!(semaphore.try_set_permits(1).await.unwrap());
     let leased = LockOptions::new().lease(Duration::from_secs(60));
     for forwarded in [false, true] {
-        let cut = |op: &str| {
-            let needle = format!("${}\r\n{op}\r\n", op.len());
-            match forwarded {
-                true => proxy.cut_after(&needle, 0),
-                false => proxy.cut_at(&needle, 0),
-            }
-        };
-        // Each cut waited for before the next is armed: one wakes one wait.
-        let proxy = &proxy;
-        let was_cut = |what: &'static str| async move {
-            let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
-            assert!(
-                done.is_ok(),
-                "forwarded {forwarded}: the {what} was not cut"
-            );
-        };
-        cut("acquire");
+        proxy.cut_op("acquire", forwarded);
         let permit = semaphore.acquire_with(leased).await;
         let permit = permit.unwrap_or_else(|e| panic!("forwarded {forwarded}: acquire: {e}"));
-        was_cut("acquisition").await;
+        proxy
+            .assert_cut(&format!("acquisition, forwarded {forwarded}"))
+            .await;
         let available = semaphore.available().await.unwrap();
         assert_eq!(available, 0, "forwarded {forwarded}");
-        cut("release");
+        proxy.cut_op("release", forwarded);
         let released = permit.release().await;
         assert!(
             released.is_ok(),
             "forwarded {forwarded}: release: {released:?}"
         );
-        was_cut("release").await;
+        proxy
+            .assert_cut(&format!("release, forwarded {forwarded}"))
+            .await;
         let available = semaphore.available().await.unwrap();
         assert_eq!(available, 1, "forwarded {forwarded}");
     }

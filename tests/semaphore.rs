@@ -357,8 +357,7 @@ async fn proxied(name: &str, permits: u32) -> Proxied {
 
 /// Waits for the armed cuts of `proxy` to have happened, at most a second.
 async fn cut(proxy: &support::proxy::Proxy, what: &str) {
-    let done = tokio::time::timeout(Duration::from_secs(1), proxy.cut_done()).await;
-    assert!(done.is_ok(), "the {what} was not cut");
+    proxy.assert_cut(what).await;
 }
 
 /// An acquisition the server ran, whose reply was lost with its connection (a proxy forwards

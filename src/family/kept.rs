@@ -222,7 +222,10 @@ impl Kept {
     /// gone. It leaves the registry here, so a shutdown that drains it meanwhile does not give
     /// it back a second time: the guard's own release does.
     pub(super) fn closing(&self) {
-        self.state.closed.store(true, Ordering::Release);
+        // Once: a guard's release and then its drop both close it.
+        if self.state.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
         // A lapse before counts as a loss; nothing after (see `Validity`).
         self.state.is_lost();
         self.state.validity.end();
@@ -255,6 +258,5 @@ impl Drop for Kept {
         // A lease that ran out while the guard lived was lost, not released.
         self.state.is_lost();
         self.state.let_go(true);
-        self.open.0.close(self.open.1);
     }
 }

@@ -96,6 +96,24 @@ impl Proxy {
     pub async fn cut_done(&self) {
         self.cut.done.notified().await;
     }
+
+    /// Cuts the next script call of operation `op` (sent as its argument, `$<len>\r\n<op>\r\n`):
+    /// `forwarded`, after the server ran it ([`cut_after`](Self::cut_after)), else before
+    /// ([`cut_at`](Self::cut_at)).
+    pub fn cut_op(&self, op: &str, forwarded: bool) {
+        let needle = format!("${}\r\n{op}\r\n", op.len());
+        match forwarded {
+            true => self.cut_after(&needle, 0),
+            false => self.cut_at(&needle, 0),
+        }
+    }
+
+    /// Asserts the armed cuts happened within a second (`what` names the cut request). Wait
+    /// for each cut before arming the next: one cut wakes one wait.
+    pub async fn assert_cut(&self, what: &str) {
+        let done = tokio::time::timeout(Duration::from_secs(1), self.cut_done()).await;
+        assert!(done.is_ok(), "the {what} was not cut");
+    }
 }
 
 impl Drop for Proxy {

@@ -86,19 +86,14 @@ impl Shared {
 
     /// How many nodes still hold it: through an open client (`Client::shutdown` gives back the
     /// holds of its client), and not found gone (a node's loss notice, when it is on, marks its
-    /// hold so as soon as it sees the key go, long before the next renewal finds it gone). Unlocked (closed), it
-    /// counts every node, so a `lost()` that outlives the guard does not resolve for the release.
+    /// hold so as soon as it sees the key go, long before the next renewal finds it gone; see
+    /// [`holds`]). Unlocked (closed), it counts every node, so a `lost()` that outlives the
+    /// guard does not resolve for the release.
     fn open_holds(&self) -> usize {
-        let state = self.state.lock();
-        if state.closed {
+        if self.state.lock().closed {
             return self.nodes.len();
         }
-        state
-            .slots
-            .iter()
-            .flatten()
-            .filter(|held| holds(held))
-            .count()
+        self.held_nodes()
     }
 
     /// The holds of the nodes held now, whose loss may make the lock lost.
